@@ -1,0 +1,77 @@
+#pragma once
+// actors::job_context: what every actor of one job shares in this process (read-only once the
+// job starts): the spec, the model, the data set, the shard map and the endpoints.
+
+#include <caf/allowed_unsafe_message_type.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "actors/transport.hpp"
+#include "common/error.hpp"
+#include "ps/shard_map.hpp"
+#include "scheduler/job_report.hpp"
+#include "scheduler/job_spec.hpp"
+#include "worker/dataset.hpp"
+#include "worker/mlp.hpp"
+
+namespace coach::actors {
+
+struct job_context {
+  std::uint64_t job = 1;
+  scheduler::job_spec spec;
+  kernels::backend_kind backend = kernels::backend_kind::cpu;  ///< resolved (never auto)
+  std::shared_ptr<const worker::dataset_pair> data;
+  worker::mlp model;
+  ps::shard_map map;
+  std::shared_ptr<transport> net;
+  endpoint master;
+  std::vector<endpoint> shards;   ///< by shard id
+  std::vector<endpoint> workers;  ///< by rank
+};
+
+/// Endpoint ids of a job's actors on host 0 (the embedded cluster).
+endpoint master_endpoint(std::uint64_t job);
+endpoint shard_endpoint(std::uint64_t job, std::uint32_t shard);
+endpoint worker_endpoint(std::uint64_t job, std::uint32_t rank);
+
+/// Parameters assembled for evaluation or as the job's final result.
+struct param_snapshot {
+  std::uint32_t epoch = 0;
+  std::int64_t version = 0;
+  std::shared_ptr<const std::vector<float>> values;
+};
+
+/// The evaluator's answer.
+struct eval_result {
+  std::uint32_t epoch = 0;
+  std::int64_t correct = 0;
+  std::int64_t total = 0;
+  double loss_sum = 0;
+};
+
+/// What a job ends with: a result, or the error that stopped it.
+struct job_outcome {
+  std::optional<coach::error> failure;
+  scheduler::job_result result;
+};
+
+/// A request to run a job, as the scheduler actor receives it.
+struct job_request {
+  scheduler::job_spec spec;
+  std::uint32_t workers = 1;
+  std::uint32_t shards = 1;
+  std::shared_ptr<const worker::dataset_pair> data;
+};
+
+}  // namespace coach::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::actors::param_snapshot)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::actors::eval_result)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::actors::job_outcome)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::actors::job_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::scheduler::progress_event)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::scheduler::epoch_report)

@@ -1,0 +1,29 @@
+#include "actors/messages.hpp"
+
+namespace coach::actors {
+
+std::string_view to_string(msg_kind k) noexcept {
+  switch (k) {
+    case msg_kind::chunk_request: return "chunk_request";
+    case msg_kind::chunk_grant: return "chunk_grant";
+    case msg_kind::pull: return "pull";
+    case msg_kind::push: return "push";
+    case msg_kind::params: return "params";
+    case msg_kind::snapshot_request: return "snapshot_request";
+    case msg_kind::step_report: return "step_report";
+  }
+  return "unknown";
+}
+
+std::size_t wire_message::payload_bytes() const noexcept {
+  std::size_t n = 0;
+  for (const auto& f : frames) n += f.bytes;
+  return n;
+}
+
+std::size_t wire_message::wire_bytes() const noexcept {
+  // Fixed fields plus 16 bytes per range: the size of the packed Cap'n Proto header, roughly.
+  return payload_bytes() + 96 + 16 * hdr.ranges.size();
+}
+
+}  // namespace coach::actors

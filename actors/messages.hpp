@@ -1,0 +1,105 @@
+#pragma once
+// actors/messages.hpp: the messages of the data path (worker <-> shard <-> job master) as the
+// core's own structs. Metadata (envelope) and payload (frames) are apart, as on the wire: the
+// in-process transport moves frames by shared pointer (zero copy); the ZeroMQ bridge (issue 3)
+// encodes the envelope with Cap'n Proto and sends each frame as its own ZeroMQ frame.
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "ps/shard_map.hpp"
+
+namespace coach::actors {
+
+/// Kinds of data-path messages. Numbers are stable (they go on the wire): never renumber.
+enum class msg_kind : std::uint16_t {
+  chunk_request = 1,     ///< worker -> master: step, rank
+  chunk_grant = 2,       ///< master -> worker: step, epoch, chunk; frame 0 = sample indices (u32)
+  pull = 3,              ///< worker -> shard: step = parameter version wanted
+  push = 4,              ///< worker -> shard: step, rank, samples, loss; a frame per range
+  params = 5,            ///< shard -> worker or master: step = version, ranges; a frame per range
+  snapshot_request = 6,  ///< master -> shard: step = version wanted (for evaluation)
+  step_report = 7,       ///< worker -> master: step, rank, samples, loss, chunk, compute_us
+};
+inline constexpr std::size_t msg_kind_count = 8;
+std::string_view to_string(msg_kind k) noexcept;
+
+/// Where an actor lives: a host number and an id unique on the cluster.
+struct endpoint {
+  std::uint32_t host = 0;
+  std::uint64_t id = 0;
+  friend bool operator==(const endpoint&, const endpoint&) = default;
+};
+
+/// Bits of envelope::flags.
+namespace flag {
+inline constexpr std::uint8_t no_chunk = 1;  ///< chunk_grant: no data for this rank this step
+inline constexpr std::uint8_t finished = 2;  ///< chunk_grant: training is over, stop
+}  // namespace flag
+
+/// The metadata of a message: small, fixed, encoded as the header frame on the wire.
+struct envelope {
+  endpoint src;
+  endpoint dst;
+  msg_kind kind = msg_kind::pull;
+  std::uint64_t job = 0;
+  std::uint64_t map_version = 0;
+  std::int64_t step = 0;
+  std::uint32_t rank = 0;
+  std::uint32_t epoch = 0;
+  std::uint64_t samples = 0;
+  double loss = 0;
+  std::uint64_t chunk_id = 0;
+  std::uint64_t compute_us = 0;
+  std::uint8_t flags = 0;
+  std::vector<ps::key_range> ranges;
+};
+
+/// A payload frame: bytes owned by `owner` (kept alive while any message refers to them).
+struct frame {
+  std::shared_ptr<const void> owner;
+  const std::byte* data = nullptr;
+  std::size_t bytes = 0;
+
+  template <class T>
+  static frame of(std::shared_ptr<const void> owner, const T* p, std::size_t count) {
+    return frame{std::move(owner), reinterpret_cast<const std::byte*>(p), count * sizeof(T)};
+  }
+  template <class T>
+  std::span<const T> as() const {
+    return {reinterpret_cast<const T*>(data), bytes / sizeof(T)};
+  }
+};
+
+/// A whole message: envelope plus payload frames.
+struct wire_message {
+  envelope hdr;
+  std::vector<frame> frames;
+  std::size_t payload_bytes() const noexcept;
+  /// Bytes this message would occupy on the wire: frames plus a header estimate.
+  std::size_t wire_bytes() const noexcept;
+};
+
+}  // namespace coach::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::actors::wire_message)
+
+namespace coach::actors {
+// Control atoms (local to a process in this version). CAF 0.17 atoms: at most 10 characters.
+using start_atom = caf::atom_constant<caf::atom("start")>;
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
+using progress_atom = caf::atom_constant<caf::atom("progress")>;
+using epoch_atom = caf::atom_constant<caf::atom("epoch")>;
+using done_atom = caf::atom_constant<caf::atom("done")>;
+using eval_atom = caf::atom_constant<caf::atom("eval")>;
+using submit_atom = caf::atom_constant<caf::atom("submit")>;
+using traffic_atom = caf::atom_constant<caf::atom("traffic")>;
+}  // namespace coach::actors

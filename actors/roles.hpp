@@ -1,0 +1,40 @@
+#pragma once
+// actors/roles.hpp: the behaviours of Coach's four actor roles. Each wraps the plain logic of its
+// layer (ps::shard, worker::mlp_runner, worker::chunk_dispenser, the scheduler) and moves
+// messages through the transport; the algorithms live in those classes, not here.
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include <memory>
+
+#include "actors/job_context.hpp"
+#include "kernels/backend.hpp"
+
+namespace coach::actors {
+
+/// Spawns shard `id` of the job, owning its ranges of `initial` (the whole initial vector).
+caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
+                       std::uint32_t id, const std::vector<float>& initial);
+
+/// Spawns worker `rank` (a detached actor: its forward and backward run on a thread of its own)
+/// computing on `be`. It starts pulling and asking for chunks at once.
+caf::actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
+                        std::uint32_t rank, std::shared_ptr<kernels::backend> be);
+
+/// Spawns the evaluator of a job (detached): (eval_atom, param_snapshot) -> eval_result to sender.
+caf::actor spawn_evaluator(caf::actor_system& sys, std::shared_ptr<const job_context> ctx);
+
+/// Spawns the job master: dispenses chunks, tracks epochs, requests end-of-epoch snapshots,
+/// has them evaluated and reports progress, epochs and the outcome to `observer`
+/// (progress_atom / epoch_atom / done_atom messages). (cancel_atom) stops the job at the next
+/// step boundary.
+caf::actor spawn_master(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
+                        caf::actor observer, caf::actor evaluator);
+
+/// Spawns the scheduler: (submit_atom, job_request, observer) -> starts the job's actors and
+/// answers the job id, or answers a caf::error after sending (done_atom, job_outcome) with the
+/// failure to the observer; (cancel_atom, job id) stops a job.
+caf::actor spawn_scheduler(caf::actor_system& sys);
+
+}  // namespace coach::actors

@@ -1,0 +1,108 @@
+#include <caf/all.hpp>
+
+#include <map>
+#include <thread>
+
+#include "actors/roles.hpp"
+
+namespace coach::actors {
+namespace {
+
+struct job_actors {
+  caf::actor master;
+  caf::actor evaluator;
+  std::vector<caf::actor> shards;
+  std::vector<caf::actor> workers;
+};
+
+struct scheduler_state {
+  std::shared_ptr<transport> net = make_inproc_transport();
+  std::uint64_t next_job = 1;
+  std::map<std::uint64_t, job_actors> jobs;
+  static inline const char* name = "coach.scheduler";
+};
+
+/// Validates what the job asks of this host and starts its actors.
+result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_request& req,
+                                const caf::actor& observer) {
+  const auto& spec = req.spec;
+  if (req.workers < 1 || req.shards < 1)
+    return fail(errc::invalid_argument, "a job needs at least one worker and one shard");
+  const int gpus = kernels::cuda_device_present() ? 1 : 0;
+  if (spec.gpus_per_worker > 0 && std::int64_t(spec.gpus_per_worker) * req.workers > gpus)
+    return fail(errc::resource_exhausted,
+                "job '{}' asks for {} workers x {} GPUs but this host has {} GPU(s)", spec.name,
+                req.workers, spec.gpus_per_worker, gpus);
+  if (!req.data || req.data->train.rows == 0 || req.data->test.rows == 0)
+    return fail(errc::invalid_argument, "job '{}': the data set is empty", spec.name);
+
+  // One backend per worker, made first so a backend that cannot run fails the job cleanly.
+  std::vector<std::shared_ptr<kernels::backend>> backends;
+  for (std::uint32_t r = 0; r < req.workers; ++r) {
+    auto be = kernels::make_backend(spec.backend);
+    if (!be) return std::unexpected(be.error());
+    backends.emplace_back(std::move(*be));
+  }
+
+  auto ctx = std::make_shared<job_context>(job_context{
+      .job = self->state.next_job++,
+      .spec = spec,
+      .backend = *kernels::parse_backend_kind(backends.front()->name()),
+      .data = req.data,
+      .model = worker::mlp(spec.model, int(req.data->train.features), req.data->train.classes),
+      .map = {},
+      .net = self->state.net,
+      .master = {},
+      .shards = {},
+      .workers = {},
+  });
+  ctx->map = ps::shard_map::even(ctx->model.num_params(), spec.slice_size, req.shards);
+  ctx->master = master_endpoint(ctx->job);
+  for (std::uint32_t k = 0; k < req.shards; ++k) ctx->shards.push_back(shard_endpoint(ctx->job, k));
+  for (std::uint32_t r = 0; r < req.workers; ++r)
+    ctx->workers.push_back(worker_endpoint(ctx->job, r));
+
+  std::vector<float> initial(ctx->model.num_params());
+  ctx->model.init_params(initial, spec.seed);
+
+  auto& sys = self->home_system();
+  job_actors ja;
+  ja.evaluator = spawn_evaluator(sys, ctx);
+  ja.master = spawn_master(sys, ctx, observer, ja.evaluator);
+  for (std::uint32_t k = 0; k < req.shards; ++k) ja.shards.push_back(spawn_shard(sys, ctx, k, initial));
+  for (std::uint32_t r = 0; r < req.workers; ++r)
+    ja.workers.push_back(spawn_worker(sys, ctx, r, backends[r]));
+  // Linked: when the scheduler stops, every actor of its jobs stops with it.
+  self->link_to(ja.master);
+  self->link_to(ja.evaluator);
+  for (auto& a : ja.shards) self->link_to(a);
+  for (auto& a : ja.workers) self->link_to(a);
+  self->state.jobs.emplace(ctx->job, std::move(ja));
+  return ctx->job;
+}
+
+caf::behavior scheduler_actor(caf::stateful_actor<scheduler_state>* self) {
+  // Linked actors that exit normally (finished workers) leave the scheduler running; an exit
+  // message with another reason (shutdown) stops it and, through the links, every job actor.
+  return {
+      [self](submit_atom, job_request& req, caf::actor& observer) -> std::uint64_t {
+        auto id = start_job(self, req, observer);
+        if (!id) {
+          caf::anon_send(observer, done_atom::value, job_outcome{id.error(), {}});
+          return 0;
+        }
+        return *id;
+      },
+      [self](cancel_atom, std::uint64_t job) {
+        auto it = self->state.jobs.find(job);
+        if (it != self->state.jobs.end()) self->send(it->second.master, cancel_atom::value);
+      },
+      [self](traffic_atom) { return self->state.net->traffic(); },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_scheduler(caf::actor_system& sys) { return sys.spawn(scheduler_actor); }
+
+}  // namespace coach::actors

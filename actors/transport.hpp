@@ -1,0 +1,60 @@
+#pragma once
+// actors::transport: the seam that moves wire_messages between actors. Implementations:
+// in-process delivery (here; zero copy, used by the embedded cluster and co-located actors) and
+// the ZeroMQ bridge between hosts (issue 3). Every implementation counts messages and bytes per
+// (source host, destination host) and per message kind, so cross-host traffic is measured.
+//
+// Threads: send() is called concurrently by many actors (CAF scheduler threads and detached
+// worker threads); bind()/unbind() by the actors that start and stop others. Implementations
+// guard their routing table and counters themselves (documented in each).
+
+#include <caf/actor.hpp>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "actors/messages.hpp"
+
+namespace coach::actors {
+
+/// Messages and bytes over one directed host pair.
+struct link_traffic {
+  std::uint32_t src_host = 0;
+  std::uint32_t dst_host = 0;
+  std::uint64_t messages = 0;
+  std::uint64_t bytes = 0;
+};
+
+/// Counters of a transport since it started.
+struct traffic_stats {
+  std::vector<link_traffic> links;                            ///< by (src host, dst host)
+  std::array<std::uint64_t, msg_kind_count> kind_messages{};  ///< by msg_kind
+  std::array<std::uint64_t, msg_kind_count> kind_bytes{};
+  std::uint64_t dropped = 0;  ///< messages to an unknown endpoint
+  std::uint64_t total_bytes() const noexcept;
+  std::uint64_t cross_host_bytes() const noexcept;
+};
+
+class transport {
+ public:
+  virtual ~transport() = default;
+  virtual std::string_view name() const noexcept = 0;
+  /// Routes messages for `ep` to `handle` from now on.
+  virtual void bind(const endpoint& ep, caf::actor handle) = 0;
+  /// Stops routing to `ep`; later messages to it are dropped and counted.
+  virtual void unbind(const endpoint& ep) = 0;
+  /// Delivers msg to msg.hdr.dst. Returns false (and counts a drop) when the destination is
+  /// unknown; never blocks on the receiver.
+  virtual bool send(wire_message msg) = 0;
+  virtual traffic_stats traffic() const = 0;
+};
+
+/// In-process delivery: a CAF message carrying the frames' shared pointers (no copy).
+std::shared_ptr<transport> make_inproc_transport();
+
+}  // namespace coach::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::actors::traffic_stats)

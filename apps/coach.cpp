@@ -1,0 +1,131 @@
+// coach: the command-line front end. This version has `train` (the whole cluster in this
+// process) and `version`; the job API (submit, status, nodes, ...) arrives with coach-node.
+//
+// Exit codes: 0 success; 1 the job failed; 2 bad input (command line or job spec);
+// 130 stopped by Ctrl-C (the report still lists the finished epochs).
+
+#include <CLI/CLI.hpp>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+#include "actors/embedded_cluster.hpp"
+#include "kernels/backend.hpp"
+#include "scheduler/job_spec.hpp"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void on_sigint(int) {
+  if (g_stop.exchange(true)) std::_Exit(130);  // a second Ctrl-C: leave at once
+}
+
+/// The progress line of an epoch: a bar, samples/s and the running loss.
+void draw_progress(const coach::scheduler::progress_event& p, bool tty) {
+  if (!tty) return;
+  const double frac = p.samples_total ? double(p.samples_done) / double(p.samples_total) : 0.0;
+  constexpr int width = 30;
+  const int filled = int(frac * width + 0.5);
+  std::string bar(std::size_t(filled), '#');
+  bar.resize(width, '.');
+  std::fprintf(stderr, "\repoch %u/%u [%s] %3.0f%%  %8.0f samples/s  loss %.4f", p.epoch + 1,
+               p.epochs, bar.c_str(), frac * 100.0, p.samples_per_s, p.train_loss);
+  std::fflush(stderr);
+}
+
+int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t shards,
+              const std::string& backend, const std::string& report_path) {
+  auto spec = coach::scheduler::load_job_spec(spec_path);
+  if (!spec) {
+    std::fprintf(stderr, "coach: %s\n", spec.error().message.c_str());
+    return 2;
+  }
+  coach::actors::train_options opt;
+  opt.workers = workers;
+  opt.shards = shards;
+  if (!backend.empty()) {
+    auto kind = coach::kernels::parse_backend_kind(backend);
+    if (!kind) {
+      std::fprintf(stderr, "coach: --backend: %s\n", kind.error().message.c_str());
+      return 2;
+    }
+    opt.backend = *kind;
+  }
+  const bool tty = isatty(STDERR_FILENO);
+  opt.on_progress = [tty](const auto& p) { draw_progress(p, tty); };
+  opt.on_epoch = [tty, &spec](const coach::scheduler::epoch_report& e) {
+    if (tty) std::fprintf(stderr, "\r\033[K");
+    std::fprintf(stderr,
+                 "epoch %u/%d  train loss %.4f  test loss %.4f  test accuracy %.4f  %.2f s  "
+                 "%.0f samples/s\n",
+                 e.epoch + 1, spec->epochs, e.train_loss, e.test_loss, e.test_accuracy, e.seconds,
+                 e.samples_per_s);
+  };
+  opt.stop = &g_stop;
+  std::signal(SIGINT, on_sigint);
+  std::signal(SIGTERM, on_sigint);
+
+  std::fprintf(stderr, "coach: training '%s' on %s\n", spec->name.c_str(),
+               spec->dataset.path.c_str());
+  auto result = coach::actors::train_embedded(*spec, opt);
+  if (tty) std::fprintf(stderr, "\r\033[K");
+  if (!result) {
+    const auto code = result.error().code;
+    std::fprintf(stderr, "coach: %s\n", result.error().message.c_str());
+    return code == coach::errc::invalid_argument || code == coach::errc::not_found ||
+                   code == coach::errc::parse_error
+               ? 2
+               : 1;
+  }
+  std::fprintf(stderr,
+               "coach: %s after %zu epoch(s): test accuracy %.4f in %.1f s (%u workers, %u "
+               "shards, %s, %llu parameters)\n",
+               result->cancelled ? "stopped" : "done", result->epochs.size(),
+               result->test_accuracy, result->seconds, result->workers, result->shards,
+               result->backend.c_str(), static_cast<unsigned long long>(result->num_params));
+  if (!report_path.empty()) {
+    std::ofstream out(report_path);
+    out << coach::scheduler::to_json(*result);
+    if (!out) {
+      std::fprintf(stderr, "coach: cannot write the report to '%s'\n", report_path.c_str());
+      return 1;
+    }
+  }
+  return result->cancelled ? 130 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Coach: elastic training of deep-learning jobs on a parameter server", "coach"};
+  app.require_subcommand(1);
+
+  std::string spec_path, backend, report_path;
+  std::uint32_t workers = 0, shards = 0;
+  auto* train = app.add_subcommand(
+      "train", "Train a job with the whole cluster (scheduler, shards, workers) in this process");
+  train->add_option("JOB", spec_path, "Job spec (YAML), e.g. examples/fashion-mlp.yaml")->required();
+  train->add_option("--workers", workers, "Workers (default: the spec's workers.initial)");
+  train->add_option("--shards", shards, "Parameter-server shards (default: the spec's shards.initial)");
+  train->add_option("--backend", backend, "auto | cpu | cuda (default: the spec's backend)");
+  train->add_option("--report", report_path, "Write a JSON report of the run to this file");
+
+  auto* version = app.add_subcommand("version", "Print the version and the compiled backends");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (*version) {
+    std::printf("coach %s (backends: %s)\n", COACH_VERSION,
+                std::string(coach::kernels::compiled_backends()).c_str());
+    return 0;
+  }
+  return run_train(spec_path, workers, shards, backend, report_path);
+}

@@ -1,0 +1,157 @@
+// train_bench: samples/s of Coach's embedded cluster (actors, shards, in-process transport) for
+// several worker and shard counts, next to a plain single-threaded loop training the same model
+// with the same batch, optimizer and data (no actors, no shards), measured in the same run.
+//
+//   train_bench [--spec examples/fashion-mlp.yaml] [--samples 20000] [--repeat 1]
+//               [--configs 1x1,2x1,4x1,1x2,2x2,4x2] [--backend cpu] [--json]
+//
+// Each figure is the training throughput of one epoch over `samples` training rows (the
+// evaluation after the epoch is not timed). The ratio divides by the plain loop's samples/s.
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "actors/embedded_cluster.hpp"
+#include "kernels/backend.hpp"
+#include "worker/chunk_dispenser.hpp"
+#include "worker/dataset.hpp"
+#include "worker/mlp.hpp"
+
+namespace {
+
+using namespace coach;
+
+/// The reference: one thread, one backend, forward/backward then the optimizer on the whole
+/// vector, over the same shuffled chunks the dispenser hands out.
+double plain_loop_samples_per_s(const scheduler::job_spec& spec, const worker::dataset_pair& data,
+                                kernels::backend_kind kind) {
+  auto be = std::move(*kernels::make_backend(kind));
+  worker::mlp model(spec.model, int(data.train.features), data.train.classes);
+  const std::size_t n = model.num_params();
+  std::vector<float> host(n);
+  model.init_params(host, spec.seed);
+  float* w = be->alloc(n);
+  float* g = be->alloc(n);
+  float* m = be->alloc(n);
+  float* v = be->alloc(n);
+  be->upload(w, host.data(), n);
+  worker::mlp_runner run(model, *be, spec.batch_size);
+  worker::chunk_dispenser d(data.train.rows, std::size_t(spec.batch_size), spec.seed);
+  d.begin_epoch(0);
+  std::int64_t t = 0;
+  std::size_t samples = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (auto c = d.take()) {
+    auto idx = d.indices(*c);
+    run.forward_backward(w, data.train, idx, g);
+    const float scale = 1.0f / float(idx.size());
+    switch (spec.optimizer.kind) {
+      case ps::optimizer_kind::sgd: {
+        auto o = spec.optimizer.sgd;
+        o.momentum = 0;
+        be->sgd_update(w, nullptr, g, n, scale, o);
+        break;
+      }
+      case ps::optimizer_kind::momentum: be->sgd_update(w, m, g, n, scale, spec.optimizer.sgd); break;
+      case ps::optimizer_kind::adam: be->adam_update(w, m, v, g, n, scale, ++t, spec.optimizer.adam); break;
+    }
+    samples += idx.size();
+  }
+  be->download(host.data(), w, 1);  // wait for pending work
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (float* p : {w, g, m, v}) be->free(p);
+  return double(samples) / s;
+}
+
+struct config {
+  std::uint32_t workers, shards;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Coach train_bench: actor system samples/s vs a plain loop", "train_bench"};
+  std::string spec_path = "examples/fashion-mlp.yaml", configs_text = "1x1,2x1,4x1,1x2,2x2,4x2";
+  std::string backend = "cpu";
+  std::size_t samples = 20000;
+  int repeat = 1;
+  bool json = false;
+  app.add_option("--spec", spec_path, "Job spec whose model, batch, optimizer and data are used");
+  app.add_option("--samples", samples, "Training rows per measured epoch");
+  app.add_option("--configs", configs_text, "WORKERSxSHARDS list");
+  app.add_option("--backend", backend, "cpu | cuda | auto");
+  app.add_option("--repeat", repeat, "Measurements per configuration (the best is kept)");
+  app.add_flag("--json", json, "Print one JSON object on the last line");
+  CLI11_PARSE(app, argc, argv);
+
+  auto spec = scheduler::load_job_spec(spec_path);
+  if (!spec) {
+    std::fprintf(stderr, "train_bench: %s\n", spec.error().message.c_str());
+    return 2;
+  }
+  auto kind = kernels::parse_backend_kind(backend);
+  if (!kind) {
+    std::fprintf(stderr, "train_bench: %s\n", kind.error().message.c_str());
+    return 2;
+  }
+  spec->epochs = 1;
+  spec->dataset.train_limit = samples;
+  spec->dataset.test_limit = 1000;
+  spec->backend = *kind;
+  std::vector<config> configs;
+  {
+    std::stringstream ss(configs_text);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      unsigned w = 0, s = 0;
+      if (std::sscanf(item.c_str(), "%ux%u", &w, &s) != 2 || w == 0 || s == 0) {
+        std::fprintf(stderr, "train_bench: bad --configs item '%s' (want WxS)\n", item.c_str());
+        return 2;
+      }
+      configs.push_back({w, s});
+    }
+  }
+  auto data = worker::load_dataset(spec->dataset, spec->seed);
+  if (!data) {
+    std::fprintf(stderr, "train_bench: %s\n", data.error().to_string().c_str());
+    return 1;
+  }
+  double plain = 0;
+  for (int r = 0; r < repeat; ++r) plain = std::max(plain, plain_loop_samples_per_s(*spec, *data, *kind));
+  std::printf("train_bench: %s, %zu samples, batch %d, %s backend\n", spec->name.c_str(),
+              data->train.rows, spec->batch_size, backend.c_str());
+  std::printf("%-8s %-7s %14s %10s\n", "workers", "shards", "samples/s", "vs plain");
+  std::printf("%-8s %-7s %14.0f %10s\n", "plain", "-", plain, "1.00");
+  std::string results;
+  for (const auto& c : configs) {
+    auto s = *spec;
+    s.workers = {int(c.workers), int(c.workers), int(c.workers)};
+    s.shards = {int(c.shards), int(c.shards), int(c.shards)};
+    double best = 0;
+    for (int r = 0; r < repeat; ++r) {
+      auto res = actors::train_embedded(s);
+      if (!res || res->epochs.empty()) {
+        std::fprintf(stderr, "train_bench: %s\n",
+                     res ? "no epoch finished" : res.error().to_string().c_str());
+        return 1;
+      }
+      best = std::max(best, res->epochs.front().samples_per_s);
+    }
+    std::printf("%-8u %-7u %14.0f %10.2f\n", c.workers, c.shards, best, best / plain);
+    char item[160];
+    std::snprintf(item, sizeof item,
+                  "%s{\"workers\": %u, \"shards\": %u, \"samples_per_s\": %.1f, "
+                  "\"ratio_to_plain\": %.4f}",
+                  results.empty() ? "" : ", ", c.workers, c.shards, best, best / plain);
+    results += item;
+  }
+  if (json)
+    std::printf("{\"plain_loop_samples_per_s\": %.1f, \"results\": [%s]}\n", plain,
+                results.c_str());
+  return 0;
+}

@@ -1,0 +1,16 @@
+# Every dependency comes from Debian's packages (see README.md for the apt-get line).
+find_package(Threads REQUIRED)
+find_package(Eigen3 3.4 REQUIRED NO_MODULE)
+find_package(ZLIB REQUIRED)
+find_package(yaml-cpp REQUIRED)
+find_package(CLI11 CONFIG REQUIRED)
+
+# CAF 0.17.6 ships no CMake config on Debian: find its headers and libraries by hand.
+find_path(CAF_INCLUDE_DIR caf/all.hpp REQUIRED)
+find_library(CAF_CORE_LIBRARY caf_core REQUIRED)
+find_library(CAF_IO_LIBRARY caf_io REQUIRED)
+add_library(caf::core INTERFACE IMPORTED)
+target_include_directories(caf::core INTERFACE ${CAF_INCLUDE_DIR})
+target_link_libraries(caf::core INTERFACE ${CAF_CORE_LIBRARY} Threads::Threads)
+add_library(caf::io INTERFACE IMPORTED)
+target_link_libraries(caf::io INTERFACE caf::core ${CAF_IO_LIBRARY})

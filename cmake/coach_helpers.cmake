@@ -1,0 +1,30 @@
+# One INTERFACE target carries the language standard and the warnings for every Coach target.
+add_library(coach_options INTERFACE)
+target_compile_features(coach_options INTERFACE cxx_std_23)
+target_compile_options(coach_options INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-missing-field-initializers>)
+target_include_directories(coach_options INTERFACE ${PROJECT_SOURCE_DIR})
+
+# coach_add_library(NAME SOURCES ... [DEPS ...])
+# Adds the library coach_NAME for one folder, linked to the layers below it.
+function(coach_add_library name)
+  cmake_parse_arguments(arg "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(coach_${name} STATIC ${arg_SOURCES})
+  target_link_libraries(coach_${name} PUBLIC coach_options ${arg_DEPS})
+  set_target_properties(coach_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+endfunction()
+
+# coach_add_test(NAME LABEL label SOURCES ... [DEPS ...])
+# Adds a GoogleTest binary and registers each of its tests with ctest under LABEL.
+function(coach_add_test name)
+  cmake_parse_arguments(arg "" "LABEL;TIMEOUT" "SOURCES;DEPS" ${ARGN})
+  if(NOT arg_TIMEOUT)
+    set(arg_TIMEOUT 300)
+  endif()
+  add_executable(${name} ${arg_SOURCES})
+  target_link_libraries(${name} PRIVATE coach_options ${arg_DEPS} GTest::gtest GTest::gtest_main)
+  gtest_discover_tests(${name}
+    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+    PROPERTIES LABELS ${arg_LABEL} TIMEOUT ${arg_TIMEOUT}
+    DISCOVERY_TIMEOUT 60)
+endfunction()

@@ -1,0 +1,66 @@
+#include "scheduler/job_report.hpp"
+
+#include "common/format.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+namespace coach::scheduler {
+namespace {
+
+std::string num(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20)
+        {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", int(c));
+          out += buf;
+        }
+        else
+          out += c;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string to_json(const job_result& r) {
+  std::string out = "{\n";
+  out += coach::format("  \"name\": {},\n  \"cancelled\": {},\n", quoted(r.name),
+                     r.cancelled ? "true" : "false");
+  out += coach::format("  \"workers\": {},\n  \"shards\": {},\n  \"backend\": {},\n", r.workers,
+                     r.shards, quoted(r.backend));
+  out += coach::format("  \"num_params\": {},\n  \"bytes_moved\": {},\n", r.num_params, r.bytes_moved);
+  out += coach::format("  \"seconds\": {},\n  \"test_accuracy\": {},\n", num(r.seconds),
+                     num(r.test_accuracy));
+  out += "  \"epochs\": [";
+  for (std::size_t i = 0; i < r.epochs.size(); ++i) {
+    const auto& e = r.epochs[i];
+    out += coach::format(
+        "{}\n    {{\"epoch\": {}, \"train_loss\": {}, \"test_loss\": {}, \"test_accuracy\": {}, "
+        "\"seconds\": {}, \"samples_per_s\": {}, \"samples\": {}, \"steps\": {}, \"workers\": {}, "
+        "\"shards\": {}}}",
+        i ? "," : "", e.epoch + 1, num(e.train_loss), num(e.test_loss), num(e.test_accuracy),
+        num(e.seconds), num(e.samples_per_s), e.samples, e.steps, e.workers, e.shards);
+  }
+  out += r.epochs.empty() ? "]\n" : "\n  ]\n";
+  out += "}\n";
+  return out;
+}
+
+}  // namespace coach::scheduler

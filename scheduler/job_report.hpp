@@ -1,0 +1,54 @@
+#pragma once
+// scheduler::job_report: what a job reports while it runs (progress) and after each epoch, and
+// the JSON form written by `coach train --report FILE` (docs/report.md).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace coach::scheduler {
+
+/// A snapshot of a running epoch, sent a few times a second.
+struct progress_event {
+  std::uint32_t epoch = 0;          ///< 0-based
+  std::uint32_t epochs = 0;         ///< total epochs of the job
+  std::uint64_t samples_done = 0;   ///< in this epoch
+  std::uint64_t samples_total = 0;  ///< per epoch
+  double train_loss = 0;            ///< mean loss over the epoch's samples so far
+  double samples_per_s = 0;         ///< over the epoch so far
+  double seconds = 0;               ///< since the epoch began
+};
+
+/// One finished epoch.
+struct epoch_report {
+  std::uint32_t epoch = 0;  ///< 0-based
+  double train_loss = 0;    ///< mean training loss over the epoch's samples
+  double test_loss = 0;     ///< mean loss on the test set after the epoch
+  double test_accuracy = 0;
+  double seconds = 0;        ///< wall time of the epoch's training (evaluation not included)
+  double samples_per_s = 0;  ///< training samples / seconds
+  std::uint64_t samples = 0;
+  std::int64_t steps = 0;
+  std::uint32_t workers = 0;
+  std::uint32_t shards = 0;
+};
+
+/// The outcome of a whole job.
+struct job_result {
+  std::string name;
+  bool cancelled = false;
+  std::vector<epoch_report> epochs;
+  double test_accuracy = 0;  ///< after the last finished epoch
+  double seconds = 0;        ///< whole job, wall time
+  std::uint32_t workers = 0;
+  std::uint32_t shards = 0;
+  std::string backend;
+  std::uint64_t num_params = 0;
+  std::uint64_t bytes_moved = 0;  ///< data-path bytes counted by the transport
+  std::vector<float> params;      ///< final parameters (not written to the report)
+};
+
+/// The report as one JSON object (docs/report.md lists the fields).
+std::string to_json(const job_result& r);
+
+}  // namespace coach::scheduler

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# scripts/setup.sh: installs what Coach needs on Debian 12 (packages and data sets) and builds it.
+# Idempotent: a second run installs nothing and rebuilds only what changed.
+#   BUILD_DIR   build folder (default: build)
+#   COACH_CMAKE_ARGS  extra arguments for cmake's configure step
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD_DIR:-build}
+
+packages=(build-essential cmake pkg-config git zlib1g-dev
+  libcaf-dev cppzmq-dev libzmq3-dev capnproto libcapnp-dev libeigen3-dev libsqlite3-dev
+  libyaml-cpp-dev libcli11-dev libsodium-dev libgtest-dev libgmock-dev libbenchmark-dev
+  dataset-fashion-mnist)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# scikit-learn's 8x8 digits: taken out of Debian's python3-sklearn package without installing it.
+if [ ! -s data/digits.csv.gz ]; then
+  echo "setup: extracting digits.csv.gz from python3-sklearn"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download -qq python3-sklearn >/dev/null && dpkg-deb -x python3-sklearn_*.deb x)
+  mkdir -p data
+  cp "$(find "$tmp/x" -name digits.csv.gz | head -n 1)" data/digits.csv.gz
+  rm -rf "$tmp"
+fi
+
+jobs=$(nproc)
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release ${COACH_CMAKE_ARGS:-} >/dev/null
+cmake --build "$build" -j "$jobs"

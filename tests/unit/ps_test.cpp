@@ -1,0 +1,199 @@
+// Shard map and shard: BSP aggregation in rank order, errors on protocol violations, and the
+// central property that cutting the vector into shards never changes the math.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "common/buffer_pool.hpp"
+#include "ps/shard.hpp"
+
+namespace coach::ps {
+namespace {
+
+std::unique_ptr<kernels::backend> cpu() { return std::move(*kernels::make_backend(kernels::backend_kind::cpu)); }
+
+TEST(shard_map, even_split_covers_every_key_once) {
+  for (std::uint32_t shards : {1u, 2u, 3u, 4u, 7u}) {
+    auto m = shard_map::even(1000, 64, shards);
+    EXPECT_EQ(m.num_slices(), 16u);
+    EXPECT_EQ(m.version(), 1u);
+    std::vector<int> seen(1000, 0);
+    for (std::uint32_t k = 0; k < shards; ++k)
+      for (auto r : m.ranges_of(k))
+        for (auto i = r.begin; i < r.end; ++i) ++seen[i];
+    for (int s : seen) ASSERT_EQ(s, 1) << shards << " shards";
+  }
+  auto m = shard_map::even(1000, 64, 2);
+  EXPECT_EQ(m.slice_range(15), (key_range{960, 1000}));
+  EXPECT_EQ(m.ranges_of(0), (std::vector<key_range>{{0, 512}}));
+}
+
+TEST(shard_map, assign_moves_a_slice_and_bumps_the_version) {
+  auto m = shard_map::even(100, 10, 2);
+  m.assign(0, 1);
+  EXPECT_EQ(m.version(), 2u);
+  EXPECT_EQ(m.owner(0), 1u);
+  EXPECT_EQ(m.ranges_of(0), (std::vector<key_range>{{10, 50}}));
+  EXPECT_EQ(m.ranges_of(1), (std::vector<key_range>{{0, 10}, {50, 100}}));
+}
+
+contribution make(std::uint32_t rank, const std::vector<float>& g, std::uint64_t samples) {
+  auto keep = std::make_shared<std::vector<float>>(g);
+  contribution c;
+  c.rank = rank;
+  c.samples = samples;
+  c.parts.push_back(std::span<const float>(*keep));
+  c.keep_alive = keep;
+  return c;
+}
+
+TEST(shard, bsp_waits_for_all_members_then_applies_mean_gradient) {
+  auto be = cpu();
+  optimizer_config opt;
+  opt.sgd.learning_rate = 0.5f;
+  std::vector<float> init{1, 2, 3};
+  shard s(0, opt, *be, {{0, 3}}, init);
+  s.set_members({0, 1});
+  auto r = s.push(0, make(1, {2, 4, 6}, 2));
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(*r);
+  EXPECT_EQ(s.applied_steps(), 0);
+  r = s.push(0, make(0, {0, 0, 2}, 2));
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(*r);
+  EXPECT_EQ(s.applied_steps(), 1);
+  // mean gradient = (g0 + g1) / 4 = {0.5, 1, 2}; w -= 0.5 * g
+  EXPECT_FLOAT_EQ(s.values()[0], 0.75f);
+  EXPECT_FLOAT_EQ(s.values()[1], 1.5f);
+  EXPECT_FLOAT_EQ(s.values()[2], 2.0f);
+  EXPECT_EQ(s.last_step_samples(), 4u);
+}
+
+TEST(shard, sums_in_rank_order_whatever_the_arrival_order) {
+  // Values chosen so that float addition order matters: (a + b) + c != a + (b + c).
+  const std::vector<std::vector<float>> g{{1e8f}, {1.0f}, {-1e8f}};
+  std::vector<float> results;
+  for (std::vector<std::uint32_t> order : {std::vector<std::uint32_t>{0, 1, 2}, {2, 1, 0}, {1, 2, 0}}) {
+    auto be = cpu();
+    optimizer_config opt;
+    opt.sgd.learning_rate = 1.0f;
+    std::vector<float> init{0};
+    shard s(0, opt, *be, {{0, 1}}, init);
+    s.set_members({0, 1, 2});
+    for (auto r : order) ASSERT_TRUE(s.push(0, make(r, g[r], 1)));
+    results.push_back(s.values()[0]);
+  }
+  EXPECT_EQ(results[0], results[1]);
+  EXPECT_EQ(results[0], results[2]);
+}
+
+TEST(shard, rejects_protocol_violations_with_clear_errors) {
+  auto be = cpu();
+  std::vector<float> init{0, 0};
+  shard s(3, optimizer_config{}, *be, {{10, 12}}, init);
+  s.set_members({0, 1});
+  auto stale = s.push(5, make(0, {1, 1}, 1));
+  ASSERT_FALSE(stale);
+  EXPECT_EQ(stale.error().code, errc::protocol_error);
+  EXPECT_NE(stale.error().message.find("pushed step 5 but the open step is 0"), std::string::npos);
+  auto stranger = s.push(0, make(7, {1, 1}, 1));
+  ASSERT_FALSE(stranger);
+  EXPECT_NE(stranger.error().message.find("rank 7 is not a member"), std::string::npos);
+  auto short_part = s.push(0, make(0, {1}, 1));
+  ASSERT_FALSE(short_part);
+  EXPECT_NE(short_part.error().message.find("has 1 floats, expected 2"), std::string::npos);
+  ASSERT_TRUE(s.push(0, make(0, {1, 1}, 1)));
+  auto twice = s.push(0, make(0, {1, 1}, 1));
+  ASSERT_FALSE(twice);
+  EXPECT_NE(twice.error().message.find("twice"), std::string::npos);
+}
+
+TEST(shard, zero_sample_contributions_count_as_present_but_add_nothing) {
+  auto be = cpu();
+  optimizer_config opt;
+  opt.sgd.learning_rate = 1.0f;
+  std::vector<float> init{5};
+  shard s(0, opt, *be, {{0, 1}}, init);
+  s.set_members({0, 1});
+  contribution empty;
+  empty.rank = 1;
+  ASSERT_TRUE(s.push(0, make(0, {2}, 2)));
+  auto done = s.push(0, std::move(empty));
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(*done);
+  EXPECT_FLOAT_EQ(s.values()[0], 4.0f);  // 5 - 1 * (2 / 2)
+}
+
+/// Runs `steps` BSP steps of 3 workers with random gradients over `num_shards` shards and returns
+/// the final parameter vector.
+std::vector<float> run_sharded(std::uint32_t num_shards, optimizer_kind kind) {
+  constexpr std::size_t n = 1000;
+  auto map = shard_map::even(n, 37, num_shards);
+  optimizer_config opt;
+  opt.kind = kind;
+  opt.sgd = {0.1f, kind == optimizer_kind::momentum ? 0.9f : 0.0f, 1e-4f};
+  opt.adam.learning_rate = 0.01f;
+  std::vector<float> init(n);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist;
+  for (auto& v : init) v = dist(rng);
+  auto be = cpu();
+  std::vector<std::unique_ptr<shard>> shards;
+  for (std::uint32_t k = 0; k < num_shards; ++k) {
+    std::vector<float> owned;
+    for (auto r : map.ranges_of(k)) owned.insert(owned.end(), init.begin() + r.begin, init.begin() + r.end);
+    shards.push_back(std::make_unique<shard>(k, opt, *be, map.ranges_of(k), owned));
+    shards.back()->set_members({0, 1, 2});
+  }
+  for (int step = 0; step < 20; ++step) {
+    for (std::uint32_t rank : {2u, 0u, 1u}) {
+      auto g = std::make_shared<std::vector<float>>(n);
+      for (auto& v : *g) v = dist(rng);
+      for (std::uint32_t k = 0; k < num_shards; ++k) {
+        contribution c;
+        c.rank = rank;
+        c.samples = 8 + rank;
+        for (auto r : map.ranges_of(k)) c.parts.emplace_back(g->data() + r.begin, r.size());
+        c.keep_alive = g;
+        EXPECT_TRUE(shards[k]->push(step, std::move(c)));
+      }
+    }
+  }
+  std::vector<float> out(n);
+  for (std::uint32_t k = 0; k < num_shards; ++k) {
+    std::size_t off = 0;
+    for (auto r : map.ranges_of(k)) {
+      std::copy_n(shards[k]->values().data() + off, r.size(), out.begin() + r.begin);
+      off += r.size();
+    }
+  }
+  return out;
+}
+
+class sharding_invariance : public ::testing::TestWithParam<optimizer_kind> {};
+
+TEST_P(sharding_invariance, parameters_are_bitwise_equal_for_any_shard_count) {
+  const auto one = run_sharded(1, GetParam());
+  for (std::uint32_t k : {2u, 3u, 4u, 7u}) {
+    const auto many = run_sharded(k, GetParam());
+    ASSERT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float))) << k << " shards";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(optimizers, sharding_invariance,
+                         ::testing::Values(optimizer_kind::sgd, optimizer_kind::momentum,
+                                           optimizer_kind::adam));
+
+TEST(buffer_pool, reuses_released_buffers) {
+  buffer_pool pool(1024);
+  for (int i = 0; i < 100; ++i) {
+    auto a = pool.acquire();
+    auto b = pool.acquire();
+    a->data()[0] = float(i);
+  }
+  EXPECT_EQ(pool.created(), 2u);
+}
+
+}  // namespace
+}  // namespace coach::ps

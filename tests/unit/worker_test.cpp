@@ -1,0 +1,155 @@
+// worker/: the MLP's gradient against finite differences, its initialization, and the chunk
+// dispenser's exactly-once guarantee.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "worker/chunk_dispenser.hpp"
+#include "worker/mlp.hpp"
+
+namespace coach::worker {
+namespace {
+
+dataset random_data(std::size_t rows, std::size_t features, int classes, unsigned seed) {
+  dataset d;
+  d.rows = rows;
+  d.features = features;
+  d.classes = classes;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  d.x.resize(rows * features);
+  for (auto& v : d.x) v = u(rng);
+  for (std::size_t i = 0; i < rows; ++i) d.y.push_back(std::int32_t(rng() % unsigned(classes)));
+  return d;
+}
+
+TEST(mlp, layout_matches_the_documented_flat_order) {
+  model_config cfg;
+  cfg.hidden = {5, 4};
+  mlp m(cfg, 3, 2);
+  ASSERT_EQ(m.layers().size(), 3u);
+  EXPECT_EQ(m.num_params(), 3u * 5 + 5 + 5 * 4 + 4 + 4 * 2 + 2);
+  EXPECT_EQ(m.layers()[1].w_offset, 20u);
+  EXPECT_EQ(m.layers()[1].b_offset, 40u);
+}
+
+TEST(mlp, init_is_a_pure_function_of_the_seed) {
+  model_config cfg;
+  cfg.hidden = {16};
+  mlp m(cfg, 8, 3);
+  std::vector<float> a(m.num_params()), b(m.num_params()), c(m.num_params());
+  m.init_params(a, 42);
+  m.init_params(b, 42);
+  m.init_params(c, 43);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  const float limit = std::sqrt(6.0f / 8.0f);
+  for (std::size_t i = 0; i < 8 * 16; ++i) EXPECT_LE(std::abs(a[i]), limit);
+  for (std::size_t i = 8 * 16; i < 8 * 16 + 16; ++i) EXPECT_EQ(a[i], 0.0f);
+}
+
+TEST(mlp, gradient_matches_finite_differences) {
+  auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
+  model_config cfg;
+  cfg.hidden = {7, 5};
+  mlp m(cfg, 6, 4);
+  auto data = random_data(9, 6, 4, 3);
+  std::vector<float> params(m.num_params()), grad(m.num_params());
+  m.init_params(params, 5);
+  for (std::size_t i = 0; i < params.size(); ++i) params[i] += 0.01f * float(i % 7);  // non-zero biases
+  mlp_runner run(m, *be, 16);
+  std::vector<std::uint32_t> idx{0, 1, 2, 3, 4, 5, 6, 7, 8};
+  run.forward_backward(params.data(), data, idx, grad.data());
+  std::vector<float> scratch(m.num_params());
+  auto loss_at = [&](std::size_t i, float delta) {
+    auto p = params;
+    p[i] += delta;
+    return run.forward_backward(p.data(), data, idx, scratch.data());
+  };
+  std::size_t checked = 0;
+  for (std::size_t i = 0; i < params.size(); i += 3) {
+    const float h = 1e-2f;
+    const double fd = (loss_at(i, h) - loss_at(i, -h)) / (2.0 * h);
+    EXPECT_NEAR(grad[i], fd, 2e-2 * std::max(1.0, std::abs(fd))) << "param " << i;
+    ++checked;
+  }
+  EXPECT_GT(checked, 30u);
+}
+
+TEST(mlp, empty_batch_gives_zero_gradient_and_loss) {
+  auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
+  mlp m(model_config{}, 4, 3);
+  auto data = random_data(4, 4, 3, 1);
+  std::vector<float> params(m.num_params(), 0.5f), grad(m.num_params(), 7.0f);
+  mlp_runner run(m, *be, 4);
+  EXPECT_EQ(run.forward_backward(params.data(), data, {}, grad.data()), 0.0);
+  for (float g : grad) EXPECT_EQ(g, 0.0f);
+}
+
+TEST(chunk_dispenser, every_sample_of_an_epoch_exactly_once) {
+  chunk_dispenser d(1000, 64, 9);
+  for (std::uint32_t epoch = 0; epoch < 3; ++epoch) {
+    d.begin_epoch(epoch);
+    EXPECT_EQ(d.chunks_per_epoch(), 16u);
+    std::multiset<std::uint32_t> seen;
+    std::vector<chunk> out;
+    while (auto c = d.take()) out.push_back(*c);
+    EXPECT_TRUE(d.exhausted());
+    EXPECT_FALSE(d.epoch_done());
+    for (const auto& c : out) {
+      for (auto i : d.indices(c)) seen.insert(i);
+      EXPECT_TRUE(d.complete(c));
+    }
+    EXPECT_TRUE(d.epoch_done());
+    EXPECT_EQ(d.samples_completed(), 1000u);
+    ASSERT_EQ(seen.size(), 1000u);
+    EXPECT_EQ(std::set<std::uint32_t>(seen.begin(), seen.end()).size(), 1000u);
+  }
+}
+
+TEST(chunk_dispenser, given_back_chunks_are_handed_out_again_and_counted_once) {
+  chunk_dispenser d(100, 10, 1);
+  d.begin_epoch(0);
+  auto a = *d.take();
+  auto b = *d.take();
+  d.give_back(a);
+  auto again = *d.take();
+  EXPECT_EQ(again.id, a.id);
+  EXPECT_TRUE(d.complete(again));
+  EXPECT_FALSE(d.complete(again));  // twice: not counted
+  EXPECT_FALSE(d.complete(a));
+  EXPECT_TRUE(d.complete(b));
+  EXPECT_EQ(d.samples_completed(), 20u);
+}
+
+TEST(chunk_dispenser, shuffle_depends_on_seed_and_epoch_only) {
+  chunk_dispenser a(500, 50, 3), b(500, 50, 3), c(500, 50, 4);
+  a.begin_epoch(1);
+  b.begin_epoch(1);
+  c.begin_epoch(1);
+  auto ca = *a.take(), cb = *b.take(), cc = *c.take();
+  EXPECT_TRUE(std::ranges::equal(a.indices(ca), b.indices(cb)));
+  EXPECT_FALSE(std::ranges::equal(a.indices(ca), c.indices(cc)));
+  a.begin_epoch(2);
+  auto next = *a.take();
+  EXPECT_FALSE(std::ranges::equal(a.indices(next), b.indices(cb)));
+}
+
+TEST(portable_shuffle, is_reproducible_and_a_permutation) {
+  std::vector<std::uint32_t> v(100);
+  std::iota(v.begin(), v.end(), 0u);
+  auto w = v;
+  portable_shuffle(v, 11);
+  portable_shuffle(w, 11);
+  EXPECT_EQ(v, w);
+  auto sorted = v;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::uint32_t i = 0; i < 100; ++i) EXPECT_EQ(sorted[i], i);
+}
+
+}  // namespace
+}  // namespace coach::worker
