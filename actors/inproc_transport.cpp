@@ -88,6 +88,8 @@ class inproc_transport final : public transport {
 
 }  // namespace
 
-std::shared_ptr<transport> make_inproc_transport() { return std::make_shared<inproc_transport>(); }
+std::shared_ptr<transport> make_inproc_transport() {
+  return std::make_shared<inproc_transport>();
+}
 
 }  // namespace coach::actors

@@ -85,8 +85,7 @@ struct master_state {
     a.epoch = epoch;
     a.final = final;
     a.values = std::make_shared<std::vector<float>>(ctx->model.num_params());
-    for (const auto& s : ctx->shards)
-      ctx->net->send(to(s, msg_kind::snapshot_request, version));
+    for (const auto& s : ctx->shards) ctx->net->send(to(s, msg_kind::snapshot_request, version));
   }
 
   /// Opens step s if it can: false when the epoch's last chunks are still being processed.
@@ -270,9 +269,15 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
       [self](wire_message& m) {
         auto& s = self->state;
         switch (m.hdr.kind) {
-          case msg_kind::chunk_request: s.grant(m); break;
-          case msg_kind::step_report: s.on_report(m); break;
-          case msg_kind::params: s.on_snapshot(m); break;
+          case msg_kind::chunk_request:
+            s.grant(m);
+            break;
+          case msg_kind::step_report:
+            s.on_report(m);
+            break;
+          case msg_kind::params:
+            s.on_snapshot(m);
+            break;
           default:
             std::fprintf(stderr, "coach: job master: unexpected message %s\n",
                          std::string(to_string(m.hdr.kind)).c_str());

@@ -4,13 +4,20 @@ namespace coach::actors {
 
 std::string_view to_string(msg_kind k) noexcept {
   switch (k) {
-    case msg_kind::chunk_request: return "chunk_request";
-    case msg_kind::chunk_grant: return "chunk_grant";
-    case msg_kind::pull: return "pull";
-    case msg_kind::push: return "push";
-    case msg_kind::params: return "params";
-    case msg_kind::snapshot_request: return "snapshot_request";
-    case msg_kind::step_report: return "step_report";
+    case msg_kind::chunk_request:
+      return "chunk_request";
+    case msg_kind::chunk_grant:
+      return "chunk_grant";
+    case msg_kind::pull:
+      return "pull";
+    case msg_kind::push:
+      return "push";
+    case msg_kind::params:
+      return "params";
+    case msg_kind::snapshot_request:
+      return "snapshot_request";
+    case msg_kind::step_report:
+      return "step_report";
   }
   return "unknown";
 }

@@ -69,7 +69,8 @@ result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_
   job_actors ja;
   ja.evaluator = spawn_evaluator(sys, ctx);
   ja.master = spawn_master(sys, ctx, observer, ja.evaluator);
-  for (std::uint32_t k = 0; k < req.shards; ++k) ja.shards.push_back(spawn_shard(sys, ctx, k, initial));
+  for (std::uint32_t k = 0; k < req.shards; ++k)
+    ja.shards.push_back(spawn_shard(sys, ctx, k, initial));
   for (std::uint32_t r = 0; r < req.workers; ++r)
     ja.workers.push_back(spawn_worker(sys, ctx, r, backends[r]));
   // Linked: when the scheduler stops, every actor of its jobs stops with it.
@@ -103,6 +104,8 @@ caf::behavior scheduler_actor(caf::stateful_actor<scheduler_state>* self) {
 
 }  // namespace
 
-caf::actor spawn_scheduler(caf::actor_system& sys) { return sys.spawn(scheduler_actor); }
+caf::actor spawn_scheduler(caf::actor_system& sys) {
+  return sys.spawn(scheduler_actor);
+}
 
 }  // namespace coach::actors

@@ -1,16 +1,16 @@
 #include <caf/all.hpp>
 
 #include <cstdio>
-#include <cstring>
 #include <map>
 
 #include "actors/roles.hpp"
-#include "common/buffer_pool.hpp"
 #include "ps/shard.hpp"
 
 namespace coach::actors {
 
-endpoint master_endpoint(std::uint64_t job) { return {0, (job << 32) | 1}; }
+endpoint master_endpoint(std::uint64_t job) {
+  return {0, (job << 32) | 1};
+}
 endpoint shard_endpoint(std::uint64_t job, std::uint32_t shard) {
   return {0, (job << 32) | (0x10000u + shard)};
 }
@@ -25,7 +25,6 @@ struct shard_state {
   endpoint self_ep;
   std::unique_ptr<kernels::backend> be;
   std::unique_ptr<ps::shard> core;
-  std::unique_ptr<buffer_pool> snapshots;
   std::map<std::int64_t, std::vector<endpoint>> waiting;  ///< version -> who wants it
   std::uint64_t protocol_errors = 0;
   static inline const char* name = "coach.ps_shard";
@@ -39,10 +38,9 @@ struct shard_state {
   void serve(std::int64_t v) {
     auto it = waiting.find(v);
     if (it == waiting.end()) return;
-    auto snap = snapshots->acquire();
-    const auto values = core->values();
-    if (!values.empty()) std::memcpy(snap->data(), values.data(), values.size() * sizeof(float));
-    std::shared_ptr<const void> owner = snap;
+    // Shared, not copied: the shard copies on write if a reader still holds it (ps/shard.hpp).
+    auto values = core->share_values();
+    std::shared_ptr<const void> owner = values;
     for (const auto& dst : it->second) {
       wire_message m;
       m.hdr.src = self_ep;
@@ -54,7 +52,7 @@ struct shard_state {
       m.hdr.ranges = core->ranges();
       std::size_t off = 0;
       for (const auto& r : core->ranges()) {
-        m.frames.push_back(frame::of(owner, snap->data() + off, r.size()));
+        m.frames.push_back(frame::of(owner, values->data() + off, r.size()));
         off += r.size();
       }
       ctx->net->send(std::move(m));
@@ -64,9 +62,9 @@ struct shard_state {
 
   void want(std::int64_t v, const endpoint& who) {
     if (v < core->applied_steps()) {
-      report({errc::protocol_error,
-              coach::format("shard {}: version {} requested but {} is current", core->id(), v,
-                          core->applied_steps())});
+      report(
+          {errc::protocol_error, coach::format("shard {}: version {} requested but {} is current",
+                                               core->id(), v, core->applied_steps())});
       return;
     }
     waiting[v].push_back(who);
@@ -107,18 +105,21 @@ caf::behavior shard_actor(caf::stateful_actor<shard_state>* self,
   std::vector<std::uint32_t> members;
   for (std::uint32_t r = 0; r < ctx->workers.size(); ++r) members.push_back(r);
   st.core->set_members(std::move(members));
-  st.snapshots = std::make_unique<buffer_pool>(st.core->size());
   return {
       [self](wire_message& m) {
         auto& s = self->state;
         switch (m.hdr.kind) {
-          case msg_kind::push: s.on_push(m); break;
+          case msg_kind::push:
+            s.on_push(m);
+            break;
           case msg_kind::pull:
-          case msg_kind::snapshot_request: s.want(m.hdr.step, m.hdr.src); break;
+          case msg_kind::snapshot_request:
+            s.want(m.hdr.step, m.hdr.src);
+            break;
           default:
             s.report({errc::protocol_error,
                       coach::format("shard {}: unexpected message {} from {}", s.core->id(),
-                                  to_string(m.hdr.kind), m.hdr.src.id)});
+                                    to_string(m.hdr.kind), m.hdr.src.id)});
         }
       },
   };

@@ -16,11 +16,14 @@ struct worker_state {
   endpoint self_ep;
   std::shared_ptr<kernels::backend> be;
   std::unique_ptr<worker::mlp_runner> runner;
-  float* params = nullptr;  ///< backend memory
-  float* grad = nullptr;    ///< backend memory (only for a backend whose memory is not the host's)
+  float* params = nullptr;  ///< backend memory: the parameters assembled from the shards
+  /// Zero copy: with a host backend and one shard owning the whole vector, the step computes
+  /// straight from the shard's shared values (held here until the step's gradient is computed).
+  frame whole;
+  float* grad = nullptr;  ///< backend memory (only for a backend whose memory is not the host's)
   bool host_backend = true;
-  std::unique_ptr<buffer_pool> grads;                ///< host gradients pushed to the shards
-  std::vector<std::vector<ps::key_range>> ranges;    ///< per shard, from the map
+  std::unique_ptr<buffer_pool> grads;              ///< host gradients pushed to the shards
+  std::vector<std::vector<ps::key_range>> ranges;  ///< per shard, from the map
   std::int64_t step = 0;
   std::size_t params_received = 0;
   std::map<std::int64_t, wire_message> grants;  ///< chunk grants by step
@@ -56,6 +59,13 @@ struct worker_state {
                    rank, static_cast<long long>(m.hdr.step), static_cast<long long>(step));
       return;
     }
+    const std::size_t n = ctx->model.num_params();
+    if (host_backend && m.frames.size() == 1 && m.hdr.ranges.size() == 1 &&
+        m.hdr.ranges[0] == ps::key_range{0, n} && m.frames[0].bytes == n * sizeof(float)) {
+      whole = m.frames[0];
+      ++params_received;
+      return;
+    }
     for (std::size_t i = 0; i < m.hdr.ranges.size() && i < m.frames.size(); ++i) {
       const auto& r = m.hdr.ranges[i];
       const auto values = m.frames[i].as<float>();
@@ -81,11 +91,13 @@ struct worker_state {
     auto buf = grads->acquire();
     const auto t0 = std::chrono::steady_clock::now();
     float* out = host_backend ? buf->data() : grad;
-    const double loss = runner->forward_backward(params, ctx->data->train, indices, out);
+    const float* w = whole.data ? whole.as<float>().data() : params;
+    const double loss = runner->forward_backward(w, ctx->data->train, indices, out);
+    whole = frame{};  // let the shard update in place
     if (!host_backend) be->download(buf->data(), grad, buf->size());
-    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
-                        std::chrono::steady_clock::now() - t0)
-                        .count();
+    const auto us =
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
 
     std::shared_ptr<const void> owner = buf;
     for (std::size_t k = 0; k < ctx->shards.size(); ++k) {
@@ -93,7 +105,8 @@ struct worker_state {
       m.hdr.samples = indices.size();
       if (!indices.empty()) {
         m.hdr.ranges = ranges[k];
-        for (const auto& r : ranges[k]) m.frames.push_back(frame::of(owner, buf->data() + r.begin, r.size()));
+        for (const auto& r : ranges[k])
+          m.frames.push_back(frame::of(owner, buf->data() + r.begin, r.size()));
       }
       ctx->net->send(std::move(m));
     }
@@ -141,7 +154,9 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
             }
             s.grants.emplace(m.hdr.step, std::move(m));
             break;
-          case msg_kind::params: s.on_params(m); break;
+          case msg_kind::params:
+            s.on_params(m);
+            break;
           default:
             std::fprintf(stderr, "coach: worker %u: unexpected message %s\n", s.rank,
                          std::string(to_string(m.hdr.kind)).c_str());

@@ -6,12 +6,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 #include "actors/embedded_cluster.hpp"
 #include "kernels/backend.hpp"
@@ -85,9 +85,9 @@ int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t
   std::fprintf(stderr,
                "coach: %s after %zu epoch(s): test accuracy %.4f in %.1f s (%u workers, %u "
                "shards, %s, %llu parameters)\n",
-               result->cancelled ? "stopped" : "done", result->epochs.size(),
-               result->test_accuracy, result->seconds, result->workers, result->shards,
-               result->backend.c_str(), static_cast<unsigned long long>(result->num_params));
+               result->cancelled ? "stopped" : "done", result->epochs.size(), result->test_accuracy,
+               result->seconds, result->workers, result->shards, result->backend.c_str(),
+               static_cast<unsigned long long>(result->num_params));
   if (!report_path.empty()) {
     std::ofstream out(report_path);
     out << coach::scheduler::to_json(*result);
@@ -109,9 +109,11 @@ int main(int argc, char** argv) {
   std::uint32_t workers = 0, shards = 0;
   auto* train = app.add_subcommand(
       "train", "Train a job with the whole cluster (scheduler, shards, workers) in this process");
-  train->add_option("JOB", spec_path, "Job spec (YAML), e.g. examples/fashion-mlp.yaml")->required();
+  train->add_option("JOB", spec_path, "Job spec (YAML), e.g. examples/fashion-mlp.yaml")
+      ->required();
   train->add_option("--workers", workers, "Workers (default: the spec's workers.initial)");
-  train->add_option("--shards", shards, "Parameter-server shards (default: the spec's shards.initial)");
+  train->add_option("--shards", shards,
+                    "Parameter-server shards (default: the spec's shards.initial)");
   train->add_option("--backend", backend, "auto | cpu | cuda (default: the spec's backend)");
   train->add_option("--report", report_path, "Write a JSON report of the run to this file");
 

@@ -6,11 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define COACH_ENFORCE(cond, msg)                                                         \
-  do {                                                                                   \
-    if (!(cond)) [[unlikely]] {                                                          \
-      std::fprintf(stderr, "%s:%d: invariant failed: %s (%s)\n", __FILE__, __LINE__, #cond, \
-                   msg);                                                                 \
-      std::abort();                                                                      \
-    }                                                                                    \
+#define COACH_ENFORCE(cond, msg)                                                                  \
+  do {                                                                                            \
+    if (!(cond)) [[unlikely]] {                                                                   \
+      std::fprintf(stderr, "%s:%d: invariant failed: %s (%s)\n", __FILE__, __LINE__, #cond, msg); \
+      std::abort();                                                                               \
+    }                                                                                             \
   } while (false)

@@ -14,15 +14,15 @@ namespace coach {
 
 /// Error codes. Numbers are stable: they will cross the network. Never renumber.
 enum class errc : std::uint16_t {
-  invalid_argument = 1,  ///< a value is out of range or inconsistent (names the field)
-  parse_error = 2,       ///< malformed input text or bytes (YAML, CSV, IDX header)
-  io_error = 3,          ///< a file cannot be opened, read or written
-  not_found = 4,         ///< a named thing (file, job, shard, node) does not exist
-  unsupported = 5,       ///< a valid request this build cannot serve (e.g. CUDA not compiled)
-  resource_exhausted = 6,///< the cluster cannot provide what the job asks for
-  cancelled = 7,         ///< the user or the scheduler stopped the work
-  protocol_error = 8,    ///< a peer sent a message that breaks the protocol
-  internal = 9,          ///< a bug: an invariant failed where recovery is possible
+  invalid_argument = 1,    ///< a value is out of range or inconsistent (names the field)
+  parse_error = 2,         ///< malformed input text or bytes (YAML, CSV, IDX header)
+  io_error = 3,            ///< a file cannot be opened, read or written
+  not_found = 4,           ///< a named thing (file, job, shard, node) does not exist
+  unsupported = 5,         ///< a valid request this build cannot serve (e.g. CUDA not compiled)
+  resource_exhausted = 6,  ///< the cluster cannot provide what the job asks for
+  cancelled = 7,           ///< the user or the scheduler stopped the work
+  protocol_error = 8,      ///< a peer sent a message that breaks the protocol
+  internal = 9,            ///< a bug: an invariant failed where recovery is possible
 };
 
 /// Short stable name of a code ("invalid_argument"), as printed in messages and JSON.

@@ -4,8 +4,9 @@
 // cuda (cuBLAS + own kernels, built with COACH_ENABLE_CUDA).
 //
 // Memory: every float* passed to an op is memory of this backend (host memory for cpu, device
-// memory for cuda). alloc/free/upload/download move data between host and backend memory. All
-// matrices are row-major and dense unless a leading dimension says otherwise.
+// memory for cuda); integer label arrays are host memory (a device backend copies them itself).
+// alloc/free/upload/download move data between host and backend memory. All matrices are row-major
+// and dense unless a leading dimension says otherwise.
 //
 // Threads: a backend object is used by one thread at a time (each worker owns its own).
 
@@ -62,13 +63,15 @@ class backend {
   /// C[m x n] = alpha * op(A) * op(B) + beta * C, where op(A) is m x k and op(B) is k x n.
   /// A is stored m x k (or k x m when trans_a), B is stored k x n (or n x k when trans_b);
   /// all row-major with leading dimensions lda, ldb, ldc (elements between rows).
+  /// As in BLAS, C is not read when beta == 0 (it may hold NaN).
   virtual void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                     int lda, const float* b, int ldb, float beta, float* c, int ldc) = 0;
 
   /// y[r, c] += bias[c] for a rows x cols matrix y.
   virtual void bias_add(float* y, const float* bias, int rows, int cols) = 0;
 
-  /// out[c] = beta * out[c] + sum_r x[r, c] (column sums; the bias gradient).
+  /// out[c] = beta * out[c] + sum_r x[r, c] (column sums; the bias gradient). out is not read
+  /// when beta == 0.
   virtual void column_sum(const float* x, int rows, int cols, float beta, float* out) = 0;
 
   /// y = max(x, 0), elementwise; y may alias x.

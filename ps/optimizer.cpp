@@ -16,18 +16,24 @@ result<optimizer_kind> parse_optimizer_kind(std::string_view text) {
 
 std::string_view to_string(optimizer_kind kind) noexcept {
   switch (kind) {
-    case optimizer_kind::sgd: return "sgd";
-    case optimizer_kind::momentum: return "momentum";
-    case optimizer_kind::adam: return "adam";
+    case optimizer_kind::sgd:
+      return "sgd";
+    case optimizer_kind::momentum:
+      return "momentum";
+    case optimizer_kind::adam:
+      return "adam";
   }
   return "unknown";
 }
 
 std::size_t optimizer_config::state_per_param() const noexcept {
   switch (kind) {
-    case optimizer_kind::sgd: return 0;
-    case optimizer_kind::momentum: return 1;
-    case optimizer_kind::adam: return 2;
+    case optimizer_kind::sgd:
+      return 0;
+    case optimizer_kind::momentum:
+      return 1;
+    case optimizer_kind::adam:
+      return 2;
   }
   return 0;
 }

@@ -16,7 +16,9 @@ shard::shard(std::uint32_t id, const optimizer_config& opt, kernels::backend& be
     total += r.size();
   }
   COACH_ENFORCE(initial.size() == total, "shard: initial values do not match the ranges");
-  values_.assign(initial.begin(), initial.end());
+  pool_ = std::make_unique<buffer_pool>(total);
+  values_ = pool_->acquire();
+  std::copy(initial.begin(), initial.end(), values_->data());
   const std::size_t per = opt_.state_per_param();
   if (per >= 1) state_a_.assign(total, 0.0f);
   if (per >= 2) state_b_.assign(total, 0.0f);
@@ -78,12 +80,17 @@ void shard::apply() {
   }
   if (samples > 0) {
     ++updates_;
+    if (values_.use_count() > 1) {  // someone still reads the current values: copy on write
+      auto fresh = pool_->acquire();
+      std::memcpy(fresh->data(), values_->data(), values_->size() * sizeof(float));
+      values_ = std::move(fresh);
+    }
     const float scale = float(1.0 / double(samples));
     for (std::size_t i = 0; i < ranges_.size(); ++i) {
       const std::size_t off = offsets_[i];
       const std::size_t n = ranges_[i].size();
       const float* g = with_data == 1 ? first->parts[i].data() : acc_.data() + off;
-      float* w = values_.data() + off;
+      float* w = values_->data() + off;
       switch (opt_.kind) {
         case optimizer_kind::sgd: {
           kernels::sgd_options o = opt_.sgd;

@@ -17,6 +17,7 @@
 #include <span>
 #include <vector>
 
+#include "common/buffer_pool.hpp"
 #include "common/error.hpp"
 #include "kernels/backend.hpp"
 #include "ps/optimizer.hpp"
@@ -45,9 +46,14 @@ class shard {
   std::uint32_t id() const noexcept { return id_; }
   const std::vector<key_range>& ranges() const noexcept { return ranges_; }
   /// Floats owned (sum of range sizes).
-  std::size_t size() const noexcept { return values_.size(); }
+  std::size_t size() const noexcept { return values_->size(); }
   /// Current values of the ranges, concatenated.
-  std::span<const float> values() const noexcept { return values_; }
+  std::span<const float> values() const noexcept { return values_->span(); }
+  /// The current values as a shared, immutable buffer (no copy): valid for as long as the
+  /// caller holds it. The shard never writes a buffer it has shared: the next update copies the
+  /// values to a fresh buffer first if anyone still holds this one (copy on write). In BSP the
+  /// holders (workers) let go before the next step completes, so no copy is made.
+  std::shared_ptr<const float_buffer> share_values() const noexcept { return values_; }
   /// Steps applied so far: the version of values(). Step s's gradients are computed on version s.
   std::int64_t applied_steps() const noexcept { return applied_; }
 
@@ -73,8 +79,9 @@ class shard {
   optimizer_config opt_;
   kernels::backend& be_;
   std::vector<key_range> ranges_;
-  std::vector<std::size_t> offsets_;  ///< offset of each range within values_
-  std::vector<float> values_;
+  std::vector<std::size_t> offsets_;   ///< offset of each range within values_
+  std::unique_ptr<buffer_pool> pool_;  ///< buffers for values_ (copy on write)
+  std::shared_ptr<float_buffer> values_;
   std::vector<float> state_a_;  ///< momentum velocity or Adam m
   std::vector<float> state_b_;  ///< Adam v
   std::vector<float> acc_;      ///< aggregation buffer

@@ -19,18 +19,24 @@ std::string quoted(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20)
-        {
+        if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
           std::snprintf(buf, sizeof buf, "\\u%04x", int(c));
           out += buf;
-        }
-        else
+        } else
           out += c;
     }
   }
@@ -42,12 +48,13 @@ std::string quoted(const std::string& s) {
 std::string to_json(const job_result& r) {
   std::string out = "{\n";
   out += coach::format("  \"name\": {},\n  \"cancelled\": {},\n", quoted(r.name),
-                     r.cancelled ? "true" : "false");
+                       r.cancelled ? "true" : "false");
   out += coach::format("  \"workers\": {},\n  \"shards\": {},\n  \"backend\": {},\n", r.workers,
-                     r.shards, quoted(r.backend));
-  out += coach::format("  \"num_params\": {},\n  \"bytes_moved\": {},\n", r.num_params, r.bytes_moved);
+                       r.shards, quoted(r.backend));
+  out +=
+      coach::format("  \"num_params\": {},\n  \"bytes_moved\": {},\n", r.num_params, r.bytes_moved);
   out += coach::format("  \"seconds\": {},\n  \"test_accuracy\": {},\n", num(r.seconds),
-                     num(r.test_accuracy));
+                       num(r.test_accuracy));
   out += "  \"epochs\": [";
   for (std::size_t i = 0; i < r.epochs.size(); ++i) {
     const auto& e = r.epochs[i];

@@ -22,7 +22,8 @@ void portable_shuffle(std::span<std::uint32_t> v, std::uint64_t seed) {
   }
 }
 
-chunk_dispenser::chunk_dispenser(std::size_t num_samples, std::size_t chunk_size, std::uint64_t seed)
+chunk_dispenser::chunk_dispenser(std::size_t num_samples, std::size_t chunk_size,
+                                 std::uint64_t seed)
     : num_samples_(num_samples),
       chunk_size_(chunk_size),
       chunks_((num_samples + chunk_size - 1) / std::max<std::size_t>(chunk_size, 1)),
@@ -35,7 +36,8 @@ chunk_dispenser::chunk_dispenser(std::size_t num_samples, std::size_t chunk_size
 void chunk_dispenser::begin_epoch(std::uint32_t epoch) {
   epoch_ = epoch;
   std::iota(order_.begin(), order_.end(), 0u);
-  portable_shuffle(order_, seed_ ^ (0xC0AC4ull << 20) ^ (std::uint64_t(epoch) * 0x9E3779B97F4A7C15ull));
+  portable_shuffle(order_,
+                   seed_ ^ (0xC0AC4ull << 20) ^ (std::uint64_t(epoch) * 0x9E3779B97F4A7C15ull));
   next_ = 0;
   pending_.clear();
   state_.assign(chunks_, 0);

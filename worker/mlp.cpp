@@ -115,8 +115,8 @@ double mlp_runner::forward_backward(const float* params, const dataset& data,
     const auto& l = layers[li];
     const float* a_prev = li == 0 ? input_ : acts_[li - 1];
     // dW = a_prev^T dz (in x out); db = column sums of dz.
-    be_.gemm(true, false, l.in, l.out, rows, 1.0f, a_prev, l.in, dz, l.out, 0.0f,
-             grad + l.w_offset, l.out);
+    be_.gemm(true, false, l.in, l.out, rows, 1.0f, a_prev, l.in, dz, l.out, 0.0f, grad + l.w_offset,
+             l.out);
     be_.column_sum(dz, rows, l.out, 0.0f, grad + l.b_offset);
     if (li == 0) break;
     // da_prev = dz W^T (rows x in); dz_prev = da_prev * relu'(a_prev).

@@ -80,12 +80,12 @@ class mlp_runner {
   mlp model_;
   kernels::backend& be_;
   int max_batch_;
-  std::vector<float> staging_x_;       ///< host rows gathered before upload
-  std::vector<std::int32_t> labels_;   ///< host labels of the gathered rows
-  float* input_ = nullptr;             ///< backend: max_batch x inputs
-  std::vector<float*> acts_;           ///< backend: per layer, max_batch x out (post-activation)
-  float* delta_a_ = nullptr;           ///< backend: max_batch x widest
-  float* delta_b_ = nullptr;           ///< backend: max_batch x widest
+  std::vector<float> staging_x_;      ///< host rows gathered before upload
+  std::vector<std::int32_t> labels_;  ///< host labels of the gathered rows
+  float* input_ = nullptr;            ///< backend: max_batch x inputs
+  std::vector<float*> acts_;          ///< backend: per layer, max_batch x out (post-activation)
+  float* delta_a_ = nullptr;          ///< backend: max_batch x widest
+  float* delta_b_ = nullptr;          ///< backend: max_batch x widest
 };
 
 }  // namespace coach::worker

@@ -1,14 +1,14 @@
 // The `coach` program as a user runs it: exit codes, one-line errors, the JSON report.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cstdio>
-#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
 
 namespace {
 
@@ -45,10 +45,11 @@ TEST(cli, version_names_the_backends) {
 }
 
 TEST(cli, spec_error_is_one_line_naming_the_field_with_exit_code_2) {
-  auto path = temp_file("bad.yaml",
-                        "name: x\ndataset: {format: csv, path: data/digits.csv.gz}\n"
-                        "model: {type: mlp, hiden: [8]}\noptimizer: {type: sgd, learning_rate: 0.1}\n"
-                        "batch_size: 8\nepochs: 1\n");
+  auto path =
+      temp_file("bad.yaml",
+                "name: x\ndataset: {format: csv, path: data/digits.csv.gz}\n"
+                "model: {type: mlp, hiden: [8]}\noptimizer: {type: sgd, learning_rate: 0.1}\n"
+                "batch_size: 8\nepochs: 1\n");
   auto r = run("train " + path.string());
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("model.hiden"), std::string::npos) << r.output;
@@ -83,6 +84,30 @@ TEST(cli, train_writes_a_report_with_the_accuracy) {
   EXPECT_NE(json.find("\"samples_per_s\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"epoch\": 20"), std::string::npos) << json;
   EXPECT_NE(json.find("\"cancelled\": false"), std::string::npos) << json;
+}
+
+TEST(cli, ctrl_c_stops_at_a_step_boundary_and_writes_the_report) {
+  if (!std::filesystem::exists("data/digits.csv.gz")) GTEST_SKIP() << "run scripts/setup.sh";
+  const auto data = std::filesystem::absolute("data/digits.csv.gz").string();
+  auto spec = temp_file("long.yaml", "name: long\ndataset: {format: csv, path: " + data +
+                                         "}\nmodel: {type: mlp, hidden: [32]}\n"
+                                         "optimizer: {type: sgd, learning_rate: 0.1}\n"
+                                         "batch_size: 16\nepochs: 1000000\n");
+  auto report = temp_file("stopped.json", "");
+  const std::string cmd = std::string(COACH_BINARY_DIR) + "/apps/coach train " + spec.string() +
+                          " --report " + report.string() +
+                          " > /dev/null 2>&1 & pid=$!; sleep 1.5; "
+                          "kill -INT $pid; wait $pid; echo $?";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[64] = {};
+  const std::size_t n = fread(buf, 1, sizeof buf - 1, p);
+  pclose(p);
+  EXPECT_EQ(std::string(buf, n), "130\n");
+  std::stringstream text;
+  text << std::ifstream(report).rdbuf();
+  EXPECT_NE(text.str().find("\"cancelled\": true"), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("\"epoch\": 1,"), std::string::npos) << text.str();
 }
 
 }  // namespace

@@ -17,7 +17,9 @@ scheduler::job_spec digits_spec() {
   return *spec;
 }
 
-bool have_digits() { return std::filesystem::exists("data/digits.csv.gz"); }
+bool have_digits() {
+  return std::filesystem::exists("data/digits.csv.gz");
+}
 bool have_fashion() {
   return std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
 }
@@ -75,7 +77,8 @@ TEST(train_embedded, same_seed_same_result_different_seed_different_result) {
 }
 
 TEST(train_embedded, fashion_mnist_subset_learns) {
-  if (!have_fashion()) GTEST_SKIP() << "Fashion-MNIST missing: apt-get install dataset-fashion-mnist";
+  if (!have_fashion())
+    GTEST_SKIP() << "Fashion-MNIST missing: apt-get install dataset-fashion-mnist";
   auto spec = scheduler::load_job_spec("examples/fashion-mlp.yaml");
   ASSERT_TRUE(spec) << spec.error().to_string();
   spec->epochs = 2;

@@ -11,7 +11,9 @@
 namespace coach::ps {
 namespace {
 
-std::unique_ptr<kernels::backend> cpu() { return std::move(*kernels::make_backend(kernels::backend_kind::cpu)); }
+std::unique_ptr<kernels::backend> cpu() {
+  return std::move(*kernels::make_backend(kernels::backend_kind::cpu));
+}
 
 TEST(shard_map, even_split_covers_every_key_once) {
   for (std::uint32_t shards : {1u, 2u, 3u, 4u, 7u}) {
@@ -74,7 +76,8 @@ TEST(shard, sums_in_rank_order_whatever_the_arrival_order) {
   // Values chosen so that float addition order matters: (a + b) + c != a + (b + c).
   const std::vector<std::vector<float>> g{{1e8f}, {1.0f}, {-1e8f}};
   std::vector<float> results;
-  for (std::vector<std::uint32_t> order : {std::vector<std::uint32_t>{0, 1, 2}, {2, 1, 0}, {1, 2, 0}}) {
+  for (std::vector<std::uint32_t> order :
+       {std::vector<std::uint32_t>{0, 1, 2}, {2, 1, 0}, {1, 2, 0}}) {
     auto be = cpu();
     optimizer_config opt;
     opt.sgd.learning_rate = 1.0f;
@@ -142,7 +145,8 @@ std::vector<float> run_sharded(std::uint32_t num_shards, optimizer_kind kind) {
   std::vector<std::unique_ptr<shard>> shards;
   for (std::uint32_t k = 0; k < num_shards; ++k) {
     std::vector<float> owned;
-    for (auto r : map.ranges_of(k)) owned.insert(owned.end(), init.begin() + r.begin, init.begin() + r.end);
+    for (auto r : map.ranges_of(k))
+      owned.insert(owned.end(), init.begin() + r.begin, init.begin() + r.end);
     shards.push_back(std::make_unique<shard>(k, opt, *be, map.ranges_of(k), owned));
     shards.back()->set_members({0, 1, 2});
   }
@@ -177,13 +181,31 @@ TEST_P(sharding_invariance, parameters_are_bitwise_equal_for_any_shard_count) {
   const auto one = run_sharded(1, GetParam());
   for (std::uint32_t k : {2u, 3u, 4u, 7u}) {
     const auto many = run_sharded(k, GetParam());
-    ASSERT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float))) << k << " shards";
+    ASSERT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float)))
+        << k << " shards";
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(optimizers, sharding_invariance,
                          ::testing::Values(optimizer_kind::sgd, optimizer_kind::momentum,
                                            optimizer_kind::adam));
+
+TEST(shard, shared_values_are_never_written_and_unshared_ones_are_updated_in_place) {
+  auto be = cpu();
+  optimizer_config opt;
+  opt.sgd.learning_rate = 1.0f;
+  std::vector<float> init{1, 2};
+  shard s(0, opt, *be, {{0, 2}}, init);
+  s.set_members({0});
+  const float* before = s.share_values()->data();
+  ASSERT_TRUE(s.push(0, make(0, {1, 1}, 1)));
+  EXPECT_EQ(s.share_values()->data(), before);  // nobody held it: updated in place
+  auto held = s.share_values();
+  ASSERT_TRUE(s.push(1, make(0, {1, 1}, 1)));
+  EXPECT_FLOAT_EQ(held->data()[0], 0.0f);  // the reader's copy is version 1, untouched
+  EXPECT_FLOAT_EQ(s.values()[0], -1.0f);   // the shard moved on to version 2
+  EXPECT_NE(s.share_values().get(), held.get());
+}
 
 TEST(buffer_pool, reuses_released_buffers) {
   buffer_pool pool(1024);

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <numeric>
 #include <cmath>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -60,7 +60,8 @@ TEST(mlp, gradient_matches_finite_differences) {
   auto data = random_data(9, 6, 4, 3);
   std::vector<float> params(m.num_params()), grad(m.num_params());
   m.init_params(params, 5);
-  for (std::size_t i = 0; i < params.size(); ++i) params[i] += 0.01f * float(i % 7);  // non-zero biases
+  for (std::size_t i = 0; i < params.size(); ++i)
+    params[i] += 0.01f * float(i % 7);  // non-zero biases
   mlp_runner run(m, *be, 16);
   std::vector<std::uint32_t> idx{0, 1, 2, 3, 4, 5, 6, 7, 8};
   run.forward_backward(params.data(), data, idx, grad.data());
@@ -72,9 +73,12 @@ TEST(mlp, gradient_matches_finite_differences) {
   };
   std::size_t checked = 0;
   for (std::size_t i = 0; i < params.size(); i += 3) {
-    const float h = 1e-2f;
-    const double fd = (loss_at(i, h) - loss_at(i, -h)) / (2.0 * h);
-    EXPECT_NEAR(grad[i], fd, 2e-2 * std::max(1.0, std::abs(fd))) << "param " << i;
+    // ReLU has kinks: where a perturbation crosses one, the central difference depends on the
+    // step. Compare only where two steps agree (the loss is smooth there).
+    const auto fd_at = [&](float h) { return (loss_at(i, h) - loss_at(i, -h)) / (2.0 * h); };
+    const double fd = fd_at(1e-3f), fd_half = fd_at(5e-4f);
+    if (std::abs(fd - fd_half) > 1e-3 + 1e-3 * std::abs(fd)) continue;
+    EXPECT_NEAR(grad[i], fd, 5e-3 + 1e-2 * std::abs(fd)) << "param " << i;
     ++checked;
   }
   EXPECT_GT(checked, 30u);

@@ -1,0 +1,118 @@
+#pragma once
+// scheduler::job_spec: a training job as the user describes it in YAML (`coach train JOB.yaml`,
+// `coach submit JOB.yaml`), parsed and validated in one place.
+//
+// A complete spec, every field shown (comments say what each accepts):
+//
+//   name: fashion-mlp            # required; letters, digits, '.', '_', '-' (at most 128)
+//   dataset:                     # required
+//     format: idx                # idx (default) | csv
+//     path: /usr/share/datasets/fashion-mnist   # required; idx: a directory, csv: a file
+//     train_limit: 0             # keep the first N training samples; 0 (default) = all
+//     test_limit: 0              # keep the first N test samples; 0 (default) = all
+//     # test_fraction: 0.2       # csv only: fraction held out for test, in (0, 1); default 0.2
+//   model:                       # required
+//     type: mlp                  # mlp (default; the only type)
+//     hidden: [256, 128]         # hidden widths, each in [1, 1048576]; [] = softmax regression;
+//                                # default [128]
+//     activation: relu           # relu (default; the only one)
+//   optimizer:                   # required
+//     type: momentum             # required: sgd | momentum | adam
+//     learning_rate: 0.05        # > 0; default 0.01 (sgd, momentum), 0.001 (adam)
+//     momentum: 0.9              # momentum only, in [0, 1); default 0.9
+//     weight_decay: 0            # >= 0; default 0
+//     # beta1: 0.9               # adam only, in [0, 1); default 0.9
+//     # beta2: 0.999             # adam only, in [0, 1); default 0.999
+//     # epsilon: 1e-8            # adam only, > 0; default 1e-8
+//   batch_size: 64               # required; in [1, 1048576]
+//   epochs: 5                    # required; >= 1
+//   consistency: bsp             # bsp (default) | ssp:S (S >= 0) | asp | averaging:K (K >= 1)
+//   seed: 42                     # unsigned 64-bit; default 1
+//   workers: {min: 1, max: 4, initial: 2}   # or N, meaning min = max = initial = N; default 1
+//   shards: 2                    # same forms as workers; default 1
+//   gpus_per_worker: 0           # >= 0; default 0
+//   backend: auto                # auto (default) | cpu | cuda
+//   slice_size: 16384            # floats per slice of the parameter vector, >= 1; default 16384
+//   function: {deadline_s: 30, memory_mb: 512}   # optional: run workers as bounded functions;
+//                                # each >= 0, 0 = unlimited; both default 0
+//
+// In the map form of workers/shards, a missing min is 1, a missing initial is min and a missing
+// max is the larger of min and initial; then 1 <= min <= initial <= max must hold.
+//
+// A relative dataset path is resolved against the current working directory of the process that
+// parses the spec, and stored absolute, so the spec means the same after it travels to a daemon.
+//
+// Errors: every problem gives one line `SOURCE:LINE: field 'dotted.path' ...` naming the first
+// field at fault (1-based line): unknown fields (with a "did you mean" when one is close), wrong
+// types, values out of range, unknown enum values (listing the allowed ones), missing required
+// fields, an empty document, a top level that is not a map. Codes: invalid_argument for all of
+// those, parse_error for malformed YAML (the line yaml-cpp reports), not_found for a missing file,
+// unsupported for a valid consistency other than bsp (this version implements only bsp; reported
+// only once every other field has passed).
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/error.hpp"
+#include "kernels/backend.hpp"
+#include "ps/optimizer.hpp"
+#include "worker/dataset.hpp"
+#include "worker/model_config.hpp"
+
+namespace coach::scheduler {
+
+/// How many of something (workers, shards) a job may have: 1 <= min <= initial <= max.
+struct count_range {
+  int min = 1;
+  int max = 1;
+  int initial = 1;  ///< how many the job starts with
+};
+
+/// How shards combine the gradients of a step (DESIGN.md "Data path of one step").
+enum class consistency_kind { bsp, ssp, asp, averaging };
+
+/// The `consistency:` field.
+struct consistency_config {
+  consistency_kind kind = consistency_kind::bsp;
+  int staleness = 0;    ///< ssp:S: how many steps a worker may run ahead of the slowest
+  int local_steps = 0;  ///< averaging:K: local steps between two averagings
+};
+
+/// Limits of a worker run as a serverless function. 0 means unlimited.
+struct function_limits {
+  double deadline_s = 0;        ///< wall-clock seconds per invocation
+  std::uint64_t memory_mb = 0;  ///< memory cap per invocation
+};
+
+/// A validated job spec.
+struct job_spec {
+  std::string name;
+  worker::dataset_config dataset;  ///< path is absolute
+  worker::model_config model;
+  ps::optimizer_config optimizer;
+  int batch_size = 64;
+  int epochs = 1;
+  consistency_config consistency;
+  std::uint64_t seed = 1;
+  count_range workers;
+  count_range shards;
+  int gpus_per_worker = 0;
+  kernels::backend_kind backend = kernels::backend_kind::auto_select;
+  std::size_t slice_size = 16384;  ///< floats per slice of the parameter vector
+  std::optional<function_limits> function;  ///< set: workers run as bounded functions
+};
+
+/// "bsp", "ssp:3", "asp", "averaging:4".
+std::string to_string(const consistency_config& c);
+
+/// Parses and validates a spec. `source_name` (a file name, or e.g. "<stdin>") starts every error
+/// message. Never throws.
+result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view source_name);
+
+/// Reads the file at `path` and parses it (errors name the file). not_found when it is missing.
+result<job_spec> load_job_spec(const std::string& path);
+
+}  // namespace coach::scheduler
