@@ -40,7 +40,7 @@ result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
   caf::actor_system_config cfg;
   // The sharing policy parks idle scheduler threads on a condition variable; work stealing would
   // poll and take CPU from the workers' compute threads on small hosts.
-  cfg.set("scheduler.policy", std::getenv("XPOL") ? caf::atom("stealing") : caf::atom("sharing"));
+  cfg.set("scheduler.policy", caf::atom("sharing"));
   cfg.set("scheduler.max-threads", opt.caf_threads);
   cfg.set("logger.console", caf::atom("none"));
   caf::actor_system sys{cfg};

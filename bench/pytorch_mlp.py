@@ -4,7 +4,7 @@ Debian's dataset-fashion-mnist), so one run can print Coach's samples/s next to 
 
     pip install torch numpy          # only for this benchmark; never needed by the build or tests
     python3 bench/pytorch_mlp.py [--samples 20000] [--batch 64] [--hidden 256,128]
-                                 [--lr 0.05] [--momentum 0.9] [--threads 1] [--device cpu|cuda]
+                                 [--optimizer adam|momentum|sgd] [--lr 0.001] [--threads 1] [--device cpu|cuda]
                                  [--epochs 1] [--json]
 
 Throughput is measured over the training steps of each epoch (data already in memory, batches
@@ -36,7 +36,9 @@ def main():
     ap.add_argument("--samples", type=int, default=20000)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--hidden", default="256,128")
-    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--optimizer", default="adam", choices=["adam", "momentum", "sgd"],
+                    help="as examples/fashion-mlp.yaml (adam, lr 0.001)")
+    ap.add_argument("--lr", type=float, default=0.001)
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
@@ -64,7 +66,11 @@ def main():
         if i + 2 < len(sizes):
             layers.append(torch.nn.ReLU())
     model = torch.nn.Sequential(*layers).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    if a.optimizer == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=a.lr)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=a.lr,
+                              momentum=a.momentum if a.optimizer == "momentum" else 0.0)
     loss_fn = torch.nn.CrossEntropyLoss()
 
     rates = []
