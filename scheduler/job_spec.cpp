@@ -1,5 +1,7 @@
 #include "scheduler/job_spec.hpp"
 
+#include <yaml-cpp/anchor.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -21,28 +23,79 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::int64_t max_width = 1 << 20;       // batch size and hidden widths
+constexpr std::int64_t max_width = 1 << 20;  // batch size and hidden widths
 constexpr std::size_t max_name_length = 128;
 constexpr std::uintmax_t max_spec_bytes = 1 << 20;  // a job spec is a small text file
 
-/// A value quoted for an error message: printable, at most 40 characters.
-std::string printable(std::string_view text) {
+/// A value quoted for an error message: printable, at most `limit` characters.
+std::string printable(std::string_view text, std::size_t limit = 40) {
   std::string s;
-  for (char c : text.substr(0, 40)) {
+  for (char c : text.substr(0, limit)) {
     s.push_back(static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c);
   }
-  if (text.size() > 40) s += "...";
+  if (text.size() > limit) s += "...";
   return s;
+}
+
+/// Records where each document of a stream starts; ignores everything else.
+class document_marks : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> starts;
+  void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+/// The first document of `text` (null when there is none). Fails on a stream of several
+/// documents, and on a token that no document can start with: yaml-cpp 0.7's LoadAll loops
+/// forever, allocating, on such input (e.g. a leading ','; fixed upstream in yaml-cpp PR #1319),
+/// so documents are counted here with a bound and only the first is loaded.
+/// Throws what yaml-cpp throws.
+result<YAML::Node> load_single_document(const std::string& text, const std::string& source) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  document_marks marks;
+  while (marks.starts.size() < 2 && parser.HandleNextDocument(marks)) {
+    const std::size_t n = marks.starts.size();
+    if (n >= 2 && marks.starts[n - 1].pos <= marks.starts[n - 2].pos) {
+      // The parser made no progress: the token at this mark cannot start a node.
+      const YAML::Mark m = marks.starts[n - 1];
+      const std::size_t pos = m.pos >= 0 ? std::size_t(m.pos) : 0;
+      return fail(errc::parse_error, "{}:{}: malformed YAML: unexpected '{}'", source,
+                  m.line >= 0 ? m.line + 1 : 1,
+                  pos < text.size() ? printable(text.substr(pos, 1)) : std::string("end"));
+    }
+  }
+  if (marks.starts.size() >= 2) {
+    const int line = marks.starts[1].line;
+    return fail(errc::invalid_argument, "{}:{}: holds several YAML documents; a job spec is one",
+                source, line >= 0 ? line + 1 : 1);
+  }
+  return YAML::Load(text);
 }
 
 /// What a node holds, for "got ..." in messages.
 std::string describe(const YAML::Node& n) {
   switch (n.Type()) {
-    case YAML::NodeType::Scalar: return "'" + printable(n.Scalar()) + "'";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Map: return "a map";
-    case YAML::NodeType::Null: return "nothing";
-    case YAML::NodeType::Undefined: break;
+    case YAML::NodeType::Scalar:
+      return "'" + printable(n.Scalar()) + "'";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Null:
+      return "nothing";
+    case YAML::NodeType::Undefined:
+      break;
   }
   return "nothing";
 }
@@ -112,10 +165,9 @@ class spec_parser {
   }
 
   template <class... Args>
-  std::unexpected<error> bad(errc code, int line, std::string_view path,
-                             std::string_view fmt, const Args&... args) const {
-    return fail(code, "{}:{}: field '{}' {}", source_, line, path,
-                coach::format(fmt, args...));
+  std::unexpected<error> bad(errc code, int line, std::string_view path, std::string_view fmt,
+                             const Args&... args) const {
+    return fail(code, "{}:{}: field '{}' {}", source_, line, path, coach::format(fmt, args...));
   }
   template <class... Args>
   std::unexpected<error> bad(const entry& e, std::string_view fmt, const Args&... args) const {
@@ -137,8 +189,7 @@ class spec_parser {
   result<std::int64_t> get_int(const entry& e, std::int64_t lo, std::int64_t hi) const;
   result<std::uint64_t> get_uint(const entry& e, std::uint64_t lo) const;
   /// A finite number in [lo, hi] (or (lo, hi] / [lo, hi) when the end is open).
-  result<double> get_number(const entry& e, double lo, bool lo_open, double hi,
-                            bool hi_open) const;
+  result<double> get_number(const entry& e, double lo, bool lo_open, double hi, bool hi_open) const;
   result<float> get_float(const entry& e, double lo, bool lo_open, double hi, bool hi_open) const;
   template <class T>
   result<T> get_enum(const entry& e, std::initializer_list<std::pair<std::string_view, T>> values,
@@ -252,8 +303,8 @@ result<double> spec_parser::get_number(const entry& e, double lo, bool lo_open, 
     if (hi == std::numeric_limits<double>::infinity()) {
       return bad(e, "must be {} {}, got {}", lo_open ? ">" : ">=", lo, s);
     }
-    return bad(e, "must be in {}{}, {}{}, got {}", lo_open ? "(" : "[", lo, hi,
-               hi_open ? ")" : "]", s);
+    return bad(e, "must be in {}{}, {}{}, got {}", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]",
+               s);
   }
   return v;
 }
@@ -292,8 +343,8 @@ result<void> spec_parser::parse_name(const fields& top, job_spec& spec) const {
   auto s = get_string(*e);
   if (!s) return std::unexpected(std::move(s.error()));
   const bool ok_chars = std::all_of(s->begin(), s->end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
   });
   if (s->empty() || s->size() > max_name_length || !ok_chars) {
     return bad(*e, "must be 1 to {} letters, digits, '.', '_' or '-', got {}", max_name_length,
@@ -380,8 +431,8 @@ result<void> spec_parser::parse_model(const fields& top, job_spec& spec) const {
 result<void> spec_parser::parse_optimizer(const fields& top, job_spec& spec) const {
   const entry* o = top.find("optimizer");
   if (o == nullptr) return missing(top, "optimizer");
-  auto f = open_map(*o, {"type", "learning_rate", "momentum", "weight_decay", "beta1", "beta2",
-                         "epsilon"});
+  auto f = open_map(
+      *o, {"type", "learning_rate", "momentum", "weight_decay", "beta1", "beta2", "epsilon"});
   if (!f) return std::unexpected(std::move(f.error()));
   ps::optimizer_config& cfg = spec.optimizer;
   const entry* t = f->find("type");
@@ -469,7 +520,7 @@ result<void> spec_parser::parse_consistency(const entry& e, job_spec& spec) {
   if (c.kind != consistency_kind::bsp && !deferred_) {
     deferred_ = error{errc::unsupported,
                       coach::format("{}:{}: field '{}': '{}' is not implemented yet (only bsp)",
-                                  source_, line_of(e), e.path, printable(text))};
+                                    source_, line_of(e), e.path, printable(text))};
   }
   spec.consistency = c;
   return {};
@@ -534,10 +585,10 @@ result<job_spec> spec_parser::parse(const YAML::Node& root) {
     return fail(errc::invalid_argument, "{}:{}: the top level must be a map of fields, got {}",
                 source_, line_of(root, 1), describe(root));
   }
-  auto top = open_map(root, "", line_of(root, 1),
-                      {"name", "dataset", "model", "optimizer", "batch_size", "epochs",
-                       "consistency", "seed", "workers", "shards", "gpus_per_worker", "backend",
-                       "slice_size", "function"});
+  auto top = open_map(
+      root, "", line_of(root, 1),
+      {"name", "dataset", "model", "optimizer", "batch_size", "epochs", "consistency", "seed",
+       "workers", "shards", "gpus_per_worker", "backend", "slice_size", "function"});
   if (!top) return std::unexpected(std::move(top.error()));
 
   job_spec spec;
@@ -609,10 +660,14 @@ result<job_spec> spec_parser::parse(const YAML::Node& root) {
 
 std::string to_string(const consistency_config& c) {
   switch (c.kind) {
-    case consistency_kind::bsp: return "bsp";
-    case consistency_kind::ssp: return coach::format("ssp:{}", c.staleness);
-    case consistency_kind::asp: return "asp";
-    case consistency_kind::averaging: return coach::format("averaging:{}", c.local_steps);
+    case consistency_kind::bsp:
+      return "bsp";
+    case consistency_kind::ssp:
+      return coach::format("ssp:{}", c.staleness);
+    case consistency_kind::asp:
+      return "asp";
+    case consistency_kind::averaging:
+      return coach::format("averaging:{}", c.local_steps);
   }
   return "unknown";
 }
@@ -620,25 +675,19 @@ std::string to_string(const consistency_config& c) {
 result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view source_name) {
   const std::string source(source_name.empty() ? "<job spec>" : source_name);
   try {
-    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(yaml_text));
-    if (docs.size() > 1) {
-      const int line = docs[1].Mark().line;
-      return fail(errc::invalid_argument,
-                  "{}:{}: holds {} YAML documents; a job spec is exactly one", source,
-                  line >= 0 ? line + 1 : 1, docs.size());
-    }
+    auto root = detail::load_single_document(std::string(yaml_text), source);
+    if (!root) return std::unexpected(std::move(root.error()));
     detail::spec_parser p(source);
-    return p.parse(docs.empty() ? YAML::Node(YAML::NodeType::Null) : docs.front());
-  } catch (const YAML::ParserException& e) {
-    return fail(errc::parse_error, "{}:{}: malformed YAML: {}", source,
-                e.mark.line >= 0 ? e.mark.line + 1 : 1, e.msg);
+    return p.parse(*root);
   } catch (const YAML::Exception& e) {
+    // ParserException and the rest: yaml-cpp's message may quote the offending character.
     return fail(errc::parse_error, "{}:{}: malformed YAML: {}", source,
-                e.mark.line >= 0 ? e.mark.line + 1 : 1, e.msg);
+                e.mark.line >= 0 ? e.mark.line + 1 : 1, detail::printable(e.msg, 200));
   } catch (const std::bad_alloc&) {
     return fail(errc::resource_exhausted, "{}: out of memory while parsing", source);
   } catch (const std::exception& e) {
-    return fail(errc::parse_error, "{}: cannot parse: {}", source, e.what());
+    return fail(errc::parse_error, "{}: cannot parse: {}", source,
+                detail::printable(e.what(), 200));
   }
 }
 
