@@ -15,7 +15,9 @@ namespace coach::ps {
 /// Which rule: plain SGD, SGD with heavy-ball momentum, or Adam.
 enum class optimizer_kind { sgd, momentum, adam };
 
+/// Parses "sgd" | "momentum" | "adam"; anything else is invalid_argument naming the value.
 result<optimizer_kind> parse_optimizer_kind(std::string_view text);
+/// The spec spelling of a kind ("sgd", "momentum", "adam").
 std::string_view to_string(optimizer_kind kind) noexcept;
 
 /// The optimizer of a job, as given in its spec (`optimizer:` section).

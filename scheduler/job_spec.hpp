@@ -101,7 +101,7 @@ struct job_spec {
   count_range shards;
   int gpus_per_worker = 0;
   kernels::backend_kind backend = kernels::backend_kind::auto_select;
-  std::size_t slice_size = 16384;  ///< floats per slice of the parameter vector
+  std::size_t slice_size = 16384;           ///< floats per slice of the parameter vector
   std::optional<function_limits> function;  ///< set: workers run as bounded functions
 };
 

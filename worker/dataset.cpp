@@ -117,8 +117,8 @@ std::string hex32(std::uint32_t v) {
 }
 
 /// Reads an IDX header of `1 + dims` big-endian words and checks its magic.
-result<std::array<std::uint32_t, 3>> read_idx_header(gz_reader& in, std::uint32_t magic,
-                                                     int dims, std::string_view what) {
+result<std::array<std::uint32_t, 3>> read_idx_header(gz_reader& in, std::uint32_t magic, int dims,
+                                                     std::string_view what) {
   std::array<unsigned char, 16> raw{};
   const std::size_t header = 4 * std::size_t(1 + dims);
   auto got = in.read(raw.data(), header);
@@ -151,8 +151,8 @@ result<std::size_t> read_declared(gz_reader& in, void* dst, std::size_t count,
   if (!got) return std::unexpected(std::move(got.error()));
   if (*got < count) {
     return fail(errc::parse_error,
-                "{}: truncated data: expected {} bytes after the {}-byte header, got {}",
-                in.path(), declared, header, already + *got);
+                "{}: truncated data: expected {} bytes after the {}-byte header, got {}", in.path(),
+                declared, header, already + *got);
   }
   return *got;
 }
@@ -178,12 +178,12 @@ result<idx_pair> open_idx(const std::string& images_path, const std::string& lab
 
   const auto [n, img_rows, img_cols] = *ih;
   if ((*lh)[0] != n) {
-    return fail(errc::invalid_argument, "{} holds {} images but {} holds {} labels", images_path,
-                n, labels_path, (*lh)[0]);
+    return fail(errc::invalid_argument, "{} holds {} images but {} holds {} labels", images_path, n,
+                labels_path, (*lh)[0]);
   }
   if (img_rows == 0 || img_cols == 0) {
-    return fail(errc::parse_error, "{}: images of {} x {} pixels are empty", images_path,
-                img_rows, img_cols);
+    return fail(errc::parse_error, "{}: images of {} x {} pixels are empty", images_path, img_rows,
+                img_cols);
   }
 
   const std::uint64_t pixels = std::uint64_t(img_rows) * img_cols;
@@ -302,15 +302,15 @@ result<dataset_pair> load_idx_dir(const dataset_config& cfg) {
   }
   if (test_classes > out.train.classes) {
     return fail(errc::invalid_argument,
-                "{}: test label {} is outside the training set's classes [0, {}) from {}",
-                files[3], test_classes - 1, out.train.classes, files[1]);
+                "{}: test label {} is outside the training set's classes [0, {}) from {}", files[3],
+                test_classes - 1, out.train.classes, files[1]);
   }
   out.test.classes = out.train.classes;
   if (out.train.rows == 0) return fail(errc::invalid_argument, "{}: holds no samples", files[0]);
   if (out.test.rows == 0) return fail(errc::invalid_argument, "{}: holds no samples", files[2]);
   if (out.train.classes < 2) {
-    return fail(errc::invalid_argument, "{}: every label is 0; a classifier needs 2 classes or more",
-                files[1]);
+    return fail(errc::invalid_argument,
+                "{}: every label is 0; a classifier needs 2 classes or more", files[1]);
   }
   return out;
 }
@@ -394,10 +394,11 @@ result<csv_table> parse_csv(const std::string& path, std::string_view text) {
       const std::string_view token = trim(line.substr(start, comma - start));
       ++col;
       if (columns != 0 && col > columns) {
-        const std::size_t total = col + std::size_t(std::count(line.begin() + long(comma),
-                                                               line.end(), ','));
-        return fail(errc::parse_error, "{}: line {}: row has {} columns, expected {} (as on line {})",
-                    path, line_no, total, columns, first_line);
+        const std::size_t total =
+            col + std::size_t(std::count(line.begin() + long(comma), line.end(), ','));
+        return fail(errc::parse_error,
+                    "{}: line {}: row has {} columns, expected {} (as on line {})", path, line_no,
+                    total, columns, first_line);
       }
       double v = 0;
       if (!parse_number(token, v)) {
@@ -480,14 +481,13 @@ result<dataset_pair> load_csv(const dataset_config& cfg, std::uint64_t seed) {
   const csv_table& t = *table;
 
   if (t.classes < 2) {
-    return fail(errc::invalid_argument, "{}: every label is 0; a classifier needs 2 classes or more",
-                cfg.path);
+    return fail(errc::invalid_argument,
+                "{}: every label is 0; a classifier needs 2 classes or more", cfg.path);
   }
   const std::size_t n_test = std::size_t(std::llround(cfg.test_fraction * double(t.rows)));
   if (n_test == 0 || n_test >= t.rows) {
-    return fail(errc::invalid_argument,
-                "{}: test_fraction {} of {} rows leaves the {} set empty", cfg.path,
-                cfg.test_fraction, t.rows, n_test == 0 ? "test" : "training");
+    return fail(errc::invalid_argument, "{}: test_fraction {} of {} rows leaves the {} set empty",
+                cfg.path, cfg.test_fraction, t.rows, n_test == 0 ? "test" : "training");
   }
   const std::size_t n_train = t.rows - n_test;
 
@@ -518,8 +518,7 @@ result<dataset> load_idx(const std::string& images_path, const std::string& labe
   } catch (const std::bad_alloc&) {
     return fail(errc::resource_exhausted, "{}: out of memory while loading", images_path);
   } catch (const std::exception& e) {
-    return fail(errc::internal, "{}: unexpected failure while loading: {}", images_path,
-                e.what());
+    return fail(errc::internal, "{}: unexpected failure while loading: {}", images_path, e.what());
   }
 }
 
@@ -527,8 +526,10 @@ result<dataset_pair> load_dataset(const dataset_config& cfg, std::uint64_t seed)
   if (cfg.path.empty()) return fail(errc::invalid_argument, "data set path is empty");
   try {
     switch (cfg.format) {
-      case dataset_format::idx: return detail::load_idx_dir(cfg);
-      case dataset_format::csv: return detail::load_csv(cfg, seed);
+      case dataset_format::idx:
+        return detail::load_idx_dir(cfg);
+      case dataset_format::csv:
+        return detail::load_csv(cfg, seed);
     }
     return fail(errc::invalid_argument, "{}: unknown data set format {}", cfg.path,
                 int(cfg.format));
@@ -541,8 +542,10 @@ result<dataset_pair> load_dataset(const dataset_config& cfg, std::uint64_t seed)
 
 std::string_view to_string(dataset_format format) noexcept {
   switch (format) {
-    case dataset_format::idx: return "idx";
-    case dataset_format::csv: return "csv";
+    case dataset_format::idx:
+      return "idx";
+    case dataset_format::csv:
+      return "csv";
   }
   return "unknown";
 }
