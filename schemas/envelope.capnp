@@ -1,0 +1,71 @@
+# schemas/envelope.capnp: the header frame of every data-path message between hosts.
+#
+# A data-path message is one ZeroMQ multipart message: this header (a Cap'n Proto message in the
+# standard unpacked framing), then the payload frames as raw bytes (docs/wire.md).
+# actors/codec.cpp is the only code that reads or writes it; the core speaks actors::envelope.
+#
+# RULES (the wire contract):
+#   - Field ordinals (@N) and enumerant numbers are NEVER renumbered, reordered or reused. A new
+#     field takes the next free ordinal; a field that is no longer wanted is left in place
+#     (renamed obsoleteX if needed) so old peers still read the rest.
+#   - Adding a field never needs a new wire version: old readers skip it, new readers see its
+#     default. Only a change old peers cannot read bumps Envelope.version (codec::wire_version).
+#   - The file id below is fixed forever.
+
+@0xb4e866f729630778;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("coach::schemas");
+
+# Where an actor lives (actors::endpoint): a host number and an id unique on the cluster.
+struct Endpoint {
+  host @0 :UInt32;
+  id @1 :UInt64;
+}
+
+# A half-open run [begin, end) of parameter indices (ps::key_range). begin <= end.
+struct KeyRange {
+  begin @0 :UInt64;
+  end @1 :UInt64;
+}
+
+# Kinds of data-path messages. The numbers equal actors::msg_kind's; `unknown` (0, the default)
+# is never sent: a header that carries it is refused.
+enum MsgKind {
+  unknown @0;
+  chunkRequest @1;     # worker -> master: step, rank
+  chunkGrant @2;       # master -> worker: step, epoch, chunkId, flags; frame 0 = sample indices (u32)
+  pull @3;             # worker -> shard: step = parameter version wanted, ranges
+  push @4;             # worker -> shard: step, rank, samples, loss, ranges; one frame per range
+  params @5;           # shard -> worker or master: step = version, ranges; one frame per range
+  snapshotRequest @6;  # master -> shard: step = version wanted (for evaluation)
+  stepReport @7;       # worker -> master: step, rank, samples, loss, chunkId, computeUs
+}
+
+# An error that crosses the network intact: coach::errc's number (docs/errors.md, 1..9) and the
+# one-line message. Absent (a null pointer) means "no error".
+struct Error {
+  code @0 :UInt16;
+  message @1 :Text;
+}
+
+# The header of a data-path message (actors::envelope plus what the wire needs).
+struct Envelope {
+  version @0 :UInt16;          # wire version (codec::wire_version); a reader refuses any other
+  src @1 :Endpoint;
+  dst @2 :Endpoint;
+  kind @3 :MsgKind;
+  job @4 :UInt64;
+  mapVersion @5 :UInt64;       # shard map version the sender used
+  step @6 :Int64;
+  rank @7 :UInt32;
+  epoch @8 :UInt32;
+  samples @9 :UInt64;
+  loss @10 :Float64;
+  chunkId @11 :UInt64;
+  computeUs @12 :UInt64;
+  flags @13 :UInt8;            # actors::flag bits; unknown bits are ignored by readers
+  ranges @14 :List(KeyRange);
+  frameBytes @15 :List(UInt64);  # size in bytes of each payload frame that follows, in order
+  error @16 :Error;            # set when the message reports a failure to its receiver
+}

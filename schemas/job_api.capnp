@@ -1,0 +1,144 @@
+# schemas/job_api.capnp: the job API (coach submit/status/nodes/cancel/rescale/migrate/policy)
+# between the `coach` CLI and the scheduler's node.
+#
+# RULES (the wire contract):
+#   - Field ordinals (@N), enumerant numbers and union members are NEVER renumbered, reordered
+#     or reused. A new field takes the next free ordinal; an unwanted one stays in place.
+#   - Adding fields is always compatible (old readers skip them, new readers see defaults).
+#   - The file id below is fixed forever.
+
+@0xde5fdf69be3d1e2c;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("coach::schemas");
+
+using Envelope = import "/schemas/envelope.capnp";
+using Cluster = import "/schemas/cluster.capnp";
+
+enum JobState {
+  queued @0;
+  running @1;
+  succeeded @2;
+  failed @3;
+  cancelled @4;
+}
+
+# coach submit JOB.yaml [--workers N] [--shards M] [--wait]
+struct SubmitRequest {
+  specYaml @0 :Text;           # the job spec, verbatim
+  sourceName @1 :Text;         # file name, for error messages ("job.yaml:3: ...")
+  workers @2 :UInt32;          # 0 = as the spec/policy says
+  shards @3 :UInt32;           # 0 = as the spec/policy says
+  wait @4 :Bool;               # reply only when the job ends
+}
+
+struct SubmitReply {
+  union {
+    job @0 :UInt64;            # the new job's id
+    error @1 :Envelope.Error;
+  }
+  final @2 :JobStatus;         # with wait: the job's last status
+}
+
+# coach status [JOB]
+struct StatusRequest {
+  job @0 :UInt64;              # 0 = every job
+}
+
+# Bytes one job sent from one host to another (counted by the transport).
+struct HostTraffic {
+  srcHost @0 :UInt32;
+  dstHost @1 :UInt32;
+  bytes @2 :UInt64;
+  messages @3 :UInt64;
+}
+
+struct JobStatus {
+  job @0 :UInt64;
+  name @1 :Text;
+  state @2 :JobState;
+  epochsDone @3 :UInt32;
+  epochsTotal @4 :UInt32;
+  testAccuracy @5 :Float64;    # after the last finished epoch; NaN before the first
+  samplesPerSecond @6 :Float64;
+  workers @7 :UInt32;
+  shards @8 :UInt32;
+  traffic @9 :List(HostTraffic);
+  error @10 :Text;             # why the job failed; empty otherwise
+  errorCode @11 :UInt16;       # coach::errc number of the failure; 0 otherwise
+}
+
+struct StatusReply {
+  jobs @0 :List(JobStatus);
+  error @1 :Envelope.Error;    # e.g. not_found for an unknown job
+}
+
+# coach nodes
+struct NodesRequest {}
+
+struct NodesReply {
+  nodes @0 :List(Cluster.Heartbeat);  # the latest heartbeat of each live node
+  dead @1 :List(Text);         # names of nodes that stopped heartbeating
+}
+
+# coach cancel JOB
+struct CancelRequest {
+  job @0 :UInt64;
+}
+
+# coach rescale JOB --workers N [--shards M]
+struct RescaleRequest {
+  job @0 :UInt64;
+  workers @1 :UInt32;          # 0 = unchanged
+  shards @2 :UInt32;           # 0 = unchanged
+}
+
+# coach migrate JOB --shard K --to NODE
+struct MigrateRequest {
+  job @0 :UInt64;
+  shard @1 :UInt32;
+  toNode @2 :Text;             # node name
+}
+
+# coach policy get | coach policy set NAME
+struct PolicyRequest {
+  union {
+    get @0 :Void;
+    set @1 :Text;              # fifo | elastic-fifo | round-robin | coach
+  }
+}
+
+struct PolicyReply {
+  active @0 :Text;             # the policy in force after the request
+  error @1 :Envelope.Error;
+}
+
+# Answer to cancel, rescale and migrate: done, or why not.
+struct Ack {
+  error @0 :Envelope.Error;    # null when the request was carried out
+}
+
+# One request from the CLI to the scheduler, and its reply, as the job API frames them.
+struct Request {
+  sequence @0 :UInt64;         # echoed in the reply
+  union {
+    submit @1 :SubmitRequest;
+    status @2 :StatusRequest;
+    nodes @3 :NodesRequest;
+    cancel @4 :CancelRequest;
+    rescale @5 :RescaleRequest;
+    migrate @6 :MigrateRequest;
+    policy @7 :PolicyRequest;
+  }
+}
+
+struct Reply {
+  sequence @0 :UInt64;
+  union {
+    submit @1 :SubmitReply;
+    status @2 :StatusReply;
+    nodes @3 :NodesReply;
+    ack @4 :Ack;
+    policy @5 :PolicyReply;
+  }
+}
