@@ -1,10 +1,6 @@
 #include <caf/send.hpp>
 
-#include <map>
-#include <mutex>
-#include <shared_mutex>
-#include <unordered_map>
-
+#include "actors/route_table.hpp"
 #include "actors/transport.hpp"
 
 namespace coach::actors {
@@ -24,66 +20,29 @@ std::uint64_t traffic_stats::cross_host_bytes() const noexcept {
 
 namespace {
 
-// Routing table under a shared_mutex (read on every send, written on bind/unbind); counters
-// under a plain mutex held for a few additions per message.
+/// Delivery inside one process: a CAF message carrying the frames' shared pointers (no copy).
 class inproc_transport final : public transport {
  public:
   std::string_view name() const noexcept override { return "inproc"; }
-
-  void bind(const endpoint& ep, caf::actor handle) override {
-    std::unique_lock lock{routes_mu_};
-    routes_[key(ep)] = std::move(handle);
-  }
-
-  void unbind(const endpoint& ep) override {
-    std::unique_lock lock{routes_mu_};
-    routes_.erase(key(ep));
-  }
+  void bind(const endpoint& ep, caf::actor handle) override { routes_.bind(ep, std::move(handle)); }
+  void unbind(const endpoint& ep) override { routes_.unbind(ep); }
 
   bool send(wire_message msg) override {
-    caf::actor dst;
-    {
-      std::shared_lock lock{routes_mu_};
-      auto it = routes_.find(key(msg.hdr.dst));
-      if (it != routes_.end()) dst = it->second;
+    auto dst = routes_.find(msg.hdr.dst);
+    if (!dst) {
+      counter_.dropped();
+      return false;
     }
-    const std::size_t bytes = msg.wire_bytes();
-    const auto kind = std::size_t(msg.hdr.kind);
-    {
-      std::lock_guard lock{stats_mu_};
-      if (!dst) {
-        ++stats_.dropped;
-        return false;
-      }
-      auto& link = links_[{msg.hdr.src.host, msg.hdr.dst.host}];
-      ++link.first;
-      link.second += bytes;
-      if (kind < msg_kind_count) {
-        ++stats_.kind_messages[kind];
-        stats_.kind_bytes[kind] += bytes;
-      }
-    }
+    counter_.sent(msg.hdr.src.host, msg.hdr.dst.host, msg.hdr.kind, msg.wire_bytes());
     caf::anon_send(dst, std::move(msg));
     return true;
   }
 
-  traffic_stats traffic() const override {
-    std::lock_guard lock{stats_mu_};
-    traffic_stats out = stats_;
-    for (const auto& [k, v] : links_) out.links.push_back({k.first, k.second, v.first, v.second});
-    return out;
-  }
+  traffic_stats traffic() const override { return counter_.snapshot(); }
 
  private:
-  static std::uint64_t key(const endpoint& ep) noexcept {
-    return ep.id ^ (std::uint64_t(ep.host) << 48);
-  }
-
-  mutable std::shared_mutex routes_mu_;
-  std::unordered_map<std::uint64_t, caf::actor> routes_;
-  mutable std::mutex stats_mu_;
-  traffic_stats stats_;
-  std::map<std::pair<std::uint32_t, std::uint32_t>, std::pair<std::uint64_t, std::uint64_t>> links_;
+  detail::route_table routes_;
+  detail::traffic_counter counter_;
 };
 
 }  // namespace

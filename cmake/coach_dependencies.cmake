@@ -14,3 +14,6 @@ target_include_directories(caf::core INTERFACE ${CAF_INCLUDE_DIR})
 target_link_libraries(caf::core INTERFACE ${CAF_CORE_LIBRARY} Threads::Threads)
 add_library(caf::io INTERFACE IMPORTED)
 target_link_libraries(caf::io INTERFACE caf::core ${CAF_IO_LIBRARY})
+
+# ZeroMQ through cppzmq's config (it links "libzmq", a plain library name on Debian).
+find_package(cppzmq CONFIG REQUIRED)

@@ -1,0 +1,75 @@
+#pragma once
+// actors::detail::route_table and traffic_counter: the parts every transport shares — where
+// local endpoints are, and counts of what was sent.
+//
+// Threads: both are called from any thread. route_table is read on every send and written on
+// bind/unbind, under a shared_mutex; traffic_counter adds under a plain mutex held for a few
+// additions per message.
+
+#include <caf/actor.hpp>
+
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "actors/transport.hpp"
+
+namespace coach::actors::detail {
+
+class route_table {
+ public:
+  void bind(const endpoint& ep, caf::actor handle) {
+    std::unique_lock lock{mu_};
+    routes_[key(ep)] = std::move(handle);
+  }
+  void unbind(const endpoint& ep) {
+    std::unique_lock lock{mu_};
+    routes_.erase(key(ep));
+  }
+  /// The actor bound to ep, or an invalid handle.
+  caf::actor find(const endpoint& ep) const {
+    std::shared_lock lock{mu_};
+    auto it = routes_.find(key(ep));
+    return it == routes_.end() ? caf::actor{} : it->second;
+  }
+
+ private:
+  static std::uint64_t key(const endpoint& ep) noexcept {
+    return ep.id ^ (std::uint64_t(ep.host) << 48);
+  }
+  mutable std::shared_mutex mu_;
+  std::unordered_map<std::uint64_t, caf::actor> routes_;
+};
+
+class traffic_counter {
+ public:
+  void sent(std::uint32_t src_host, std::uint32_t dst_host, msg_kind kind, std::size_t bytes) {
+    std::lock_guard lock{mu_};
+    auto& link = links_[{src_host, dst_host}];
+    ++link.first;
+    link.second += bytes;
+    const auto k = std::size_t(kind);
+    if (k < msg_kind_count) {
+      ++stats_.kind_messages[k];
+      stats_.kind_bytes[k] += bytes;
+    }
+  }
+  void dropped() {
+    std::lock_guard lock{mu_};
+    ++stats_.dropped;
+  }
+  traffic_stats snapshot() const {
+    std::lock_guard lock{mu_};
+    traffic_stats out = stats_;
+    for (const auto& [k, v] : links_) out.links.push_back({k.first, k.second, v.first, v.second});
+    return out;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  traffic_stats stats_;
+  std::map<std::pair<std::uint32_t, std::uint32_t>, std::pair<std::uint64_t, std::uint64_t>> links_;
+};
+
+}  // namespace coach::actors::detail

@@ -1,0 +1,62 @@
+#pragma once
+// actors::zmq_transport: the transport between hosts. Messages to endpoints on this host are
+// delivered in process (zero copy, as inproc_transport); messages to another host leave as one
+// ZeroMQ multipart message: a Cap'n Proto header frame (actors/codec.hpp) and then each payload
+// frame as its own ZeroMQ frame, handed to ZeroMQ without copying (the frame's owner is kept
+// alive until ZeroMQ has sent it). docs/wire.md has the format.
+//
+// Sockets: one ROUTER bound at the listen address receives from every peer; one DEALER per peer
+// host, connected on first use, sends to it. ZeroMQ reconnects a DEALER whose peer restarted.
+//
+// Threads: one I/O thread owns every socket. send() from any thread delivers local messages at
+// once and queues remote ones under a mutex, waking the I/O thread through an eventfd it polls
+// beside the ROUTER. The peer table is guarded by the same mutex; counters by their own.
+// Received messages are decoded on the I/O thread and delivered to local actors with
+// caf::anon_send; a malformed or foreign message is counted, logged (at most a few lines a
+// second) and dropped, never a crash.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "actors/transport.hpp"
+#include "common/error.hpp"
+
+namespace coach::actors {
+
+/// Options of a zmq_transport.
+struct zmq_transport_options {
+  std::uint32_t host = 0;  ///< this node's host id (endpoint::host of its actors)
+  std::string listen;      ///< "tcp://IP:PORT" to bind (port 0: any free port)
+  /// Messages queued per peer before sends wait (ZeroMQ's high-water mark).
+  int send_hwm = 10000;
+  /// How long a send to a peer that is down may wait for queue space before the message is
+  /// dropped and counted.
+  std::chrono::milliseconds send_timeout{2000};
+  std::chrono::milliseconds reconnect_interval{100};
+};
+
+/// Counters of what arrived from other hosts.
+struct receive_stats {
+  std::uint64_t messages = 0;     ///< delivered to a local actor
+  std::uint64_t bytes = 0;        ///< of delivered messages, header included
+  std::uint64_t malformed = 0;    ///< undecodable header or frames that disagree with it
+  std::uint64_t foreign = 0;      ///< another wire version
+  std::uint64_t unknown_dst = 0;  ///< no local actor at the destination
+};
+
+class zmq_transport : public transport {
+ public:
+  /// Binds the listen address and starts the I/O thread. Errors: a malformed address or one
+  /// that cannot be bound (in use, not local), naming the address.
+  static result<std::shared_ptr<zmq_transport>> start(zmq_transport_options opt);
+
+  /// Routes messages for endpoints on `host` to the node listening at `address`.
+  virtual void add_peer(std::uint32_t host, std::string address) = 0;
+  /// The address actually bound ("tcp://127.0.0.1:40123" when asked for port 0).
+  virtual std::string bound_address() const = 0;
+  virtual receive_stats received() const = 0;
+};
+
+}  // namespace coach::actors
