@@ -1,0 +1,351 @@
+// ps_bench: push+pull throughput and round-trip latency between one worker (this process) and
+// 1, 2 or 4 parameter-server shards in other processes, over the ZeroMQ transport, next to a
+// raw ZeroMQ echo of the same sizes measured in the same run.
+//
+//   ps_bench [--sizes 4096,65536,1048576,16777216] [--shards 1,2,4] [--seconds 1] [--json]
+//
+// A round: the worker pushes a gradient for the whole vector (split by the shard map), every
+// shard applies it (plain SGD) and answers with its updated slice. Throughput counts the bytes
+// of both directions. The raw reference: a DEALER sends the same bytes to a ROUTER in another
+// process that echoes them back. The co-located line runs the shard in this process (no socket).
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+#include <caf/all.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <sstream>
+#include <thread>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "actors/roles.hpp"
+#include "actors/zmq_transport.hpp"
+
+extern char** environ;
+
+namespace {
+
+using namespace coach;
+using namespace coach::actors;
+using clock_type = std::chrono::steady_clock;
+
+std::vector<std::size_t> parse_list(const std::string& text) {
+  std::vector<std::size_t> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stoull(item));
+  return out;
+}
+
+/// The job context a shard needs: a vector of `floats` floats in `shards` shards on hosts
+/// 1..shards, one worker on host 0.
+std::shared_ptr<job_context> bench_context(std::size_t floats, std::uint32_t shards,
+                                           std::shared_ptr<transport> net) {
+  auto ctx = std::make_shared<job_context>(job_context{
+      .job = 1,
+      .spec = {},
+      .backend = kernels::backend_kind::cpu,
+      .data = nullptr,
+      .model = worker::mlp(worker::model_config{{}, {}}, 1, 2),
+      .map = ps::shard_map::even(floats, (floats + shards - 1) / shards, shards),
+      .net = std::move(net),
+      .master = {0, 1},
+      .shards = {},
+      .workers = {{0, 2}},
+  });
+  ctx->spec.optimizer.kind = ps::optimizer_kind::sgd;
+  ctx->spec.optimizer.sgd.learning_rate = 1e-6f;
+  for (std::uint32_t k = 0; k < shards; ++k) ctx->shards.push_back({k + 1, 0x10000u + k});
+  return ctx;
+}
+
+/// Child: serves shard `id` until killed.
+int serve_shard(std::uint32_t id, std::uint32_t shards, std::size_t floats,
+                const std::string& listen, const std::string& parent, int ready_fd) {
+  auto net = zmq_transport::start({.host = id + 1, .listen = listen});
+  if (!net) {
+    std::fprintf(stderr, "ps_bench shard: %s\n", net.error().to_string().c_str());
+    return 1;
+  }
+  (*net)->add_peer(0, parent);
+  caf::actor_system_config cfg;
+  cfg.set("logger.console", caf::atom("none"));
+  cfg.set("scheduler.max-threads", std::size_t(1));
+  caf::actor_system sys{cfg};
+  auto ctx = bench_context(floats, shards, *net);
+  std::vector<float> initial(floats, 0.5f);
+  spawn_shard(sys, ctx, id, initial);
+  if (ready_fd >= 0) {  // tell the parent the shard is bound: its first pull finds it
+    const char one = 1;
+    [[maybe_unused]] auto n = ::write(ready_fd, &one, 1);
+    ::close(ready_fd);
+  }
+  pause();  // until SIGTERM
+  return 0;
+}
+
+/// Child: echoes every message back to its sender.
+int serve_echo(const std::string& listen) {
+  zmq::context_t ctx;
+  zmq::socket_t s(ctx, zmq::socket_type::router);
+  s.set(zmq::sockopt::linger, 0);
+  s.bind(listen);
+  std::vector<zmq::message_t> parts;
+  for (;;) {
+    parts.clear();
+    if (!zmq::recv_multipart(s, std::back_inserter(parts))) continue;
+    zmq::send_multipart(s, parts);
+  }
+}
+
+struct child {
+  pid_t pid = -1;
+};
+
+child spawn_self(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  static std::string self = "/proc/self/exe";
+  argv.push_back(self.data());
+  std::vector<std::string> copy = args;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  child c;
+  if (posix_spawn(&c.pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0)
+    c.pid = -1;
+  return c;
+}
+
+void stop(std::vector<child>& children) {
+  for (auto& c : children)
+    if (c.pid > 0) kill(c.pid, SIGTERM);
+  for (auto& c : children)
+    if (c.pid > 0) waitpid(c.pid, nullptr, 0);
+  children.clear();
+}
+
+std::string free_address() {
+  // Bind port 0, read the port, release it: the child binds it right after.
+  zmq::context_t ctx;
+  zmq::socket_t s(ctx, zmq::socket_type::router);
+  s.bind("tcp://127.0.0.1:0");
+  return s.get(zmq::sockopt::last_endpoint);
+}
+
+struct measurement {
+  double gbps = 0;
+  double p50_us = 0;
+  double p99_us = 0;
+  std::size_t rounds = 0;
+};
+
+measurement summarize(std::vector<double>& us, std::size_t bytes_per_round) {
+  measurement m;
+  m.rounds = us.size();
+  const double total_s = std::accumulate(us.begin(), us.end(), 0.0) / 1e6;
+  std::sort(us.begin(), us.end());
+  m.p50_us = us[us.size() / 2];
+  m.p99_us = us[std::min(us.size() - 1, us.size() * 99 / 100)];
+  m.gbps = double(bytes_per_round) * double(us.size()) / total_s / 1e9;
+  return m;
+}
+
+/// Push+pull rounds from a worker endpoint on host 0 through `net` to the job's shards.
+measurement run_rounds(caf::actor_system& sys, const std::shared_ptr<job_context>& ctx,
+                       std::size_t floats, double seconds) {
+  caf::scoped_actor self{sys};
+  const endpoint me = ctx->workers[0];
+  ctx->net->bind(me, caf::actor_cast<caf::actor>(self));
+  const std::uint32_t shards = std::uint32_t(ctx->shards.size());
+  auto grad = std::make_shared<std::vector<float>>(floats, 1.0f);
+  std::vector<std::vector<ps::key_range>> ranges;
+  for (std::uint32_t k = 0; k < shards; ++k) ranges.push_back(ctx->map.ranges_of(k));
+
+  // Handshake: pull version 0 from every shard until all answer (children may still start).
+  std::vector<bool> ready(shards, false);
+  for (int attempt = 0; attempt < 100 && std::count(ready.begin(), ready.end(), true) < shards;
+       ++attempt) {
+    for (std::uint32_t k = 0; k < shards; ++k) {
+      if (ready[k]) continue;
+      wire_message m;
+      m.hdr = {.src = me, .dst = ctx->shards[k], .kind = msg_kind::pull, .job = 1, .step = 0};
+      ctx->net->send(std::move(m));
+    }
+    self->receive(
+        [&](wire_message& m) {
+          for (std::uint32_t k = 0; k < shards; ++k)
+            if (m.hdr.src == ctx->shards[k]) ready[k] = true;
+        },
+        caf::after(std::chrono::milliseconds(100)) >> [] {});
+  }
+  if (std::count(ready.begin(), ready.end(), true) < shards) {
+    std::fprintf(stderr, "ps_bench: shards did not answer\n");
+    std::exit(1);
+  }
+  // Drain duplicate answers to the handshake's retries.
+  bool more = true;
+  while (more)
+    self->receive([](wire_message&) {},
+                  caf::after(std::chrono::milliseconds(50)) >> [&] { more = false; });
+
+  std::vector<double> us;
+  const auto deadline = clock_type::now() + std::chrono::duration<double>(seconds);
+  for (std::int64_t step = 0; (clock_type::now() < deadline || us.size() < 5) && us.size() < 100000;
+       ++step) {
+    const auto t0 = clock_type::now();
+    for (std::uint32_t k = 0; k < shards; ++k) {
+      wire_message m;
+      m.hdr = {.src = me, .dst = ctx->shards[k], .kind = msg_kind::push, .job = 1, .step = step};
+      m.hdr.samples = 1;
+      m.hdr.ranges = ranges[k];
+      for (const auto& r : ranges[k])
+        m.frames.push_back(frame::of(grad, grad->data() + r.begin, r.size()));
+      ctx->net->send(std::move(m));
+    }
+    std::uint32_t answers = 0;
+    while (answers < shards)
+      self->receive([&](wire_message& m) {
+        if (m.hdr.kind == msg_kind::params && m.hdr.step == step + 1) ++answers;
+      });
+    us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
+  }
+  ctx->net->unbind(me);
+  return summarize(us, 2 * floats * sizeof(float));
+}
+
+measurement raw_zmq(std::size_t bytes, double seconds) {
+  std::vector<child> children;
+  const std::string addr = free_address();
+  children.push_back(spawn_self({"--serve-echo", "--listen", addr}));
+  zmq::context_t ctx;
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(addr);
+  std::vector<char> payload(bytes, 'x');
+  zmq::message_t reply;
+  // Warm up (and wait for the child to bind).
+  s.send(zmq::buffer(payload), zmq::send_flags::none);
+  (void)s.recv(reply);
+  std::vector<double> us;
+  const auto deadline = clock_type::now() + std::chrono::duration<double>(seconds);
+  while ((clock_type::now() < deadline || us.size() < 5) && us.size() < 100000) {
+    const auto t0 = clock_type::now();
+    s.send(zmq::buffer(payload), zmq::send_flags::none);
+    (void)s.recv(reply);
+    us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
+  }
+  s.close();
+  stop(children);
+  return summarize(us, 2 * bytes);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Coach ps_bench: push+pull over the ZeroMQ transport vs raw ZeroMQ", "ps_bench"};
+  std::string sizes_text = "4096,65536,1048576,16777216", shards_text = "1,2,4";
+  double seconds = 1.0;
+  bool json = false;
+  std::string listen, parent;
+  int serve_shard_id = -1;
+  int ready_fd = -1;
+  std::uint32_t shards_arg = 1;
+  std::size_t floats_arg = 0;
+  bool serve_echo_flag = false;
+  app.add_option("--sizes", sizes_text, "Bytes of the whole parameter vector per round");
+  app.add_option("--shards", shards_text, "Shard counts");
+  app.add_option("--seconds", seconds, "Measuring time per configuration");
+  app.add_flag("--json", json, "Print one JSON object on the last line");
+  app.add_option("--serve-shard", serve_shard_id)->group("");  // internal: child processes
+  app.add_flag("--serve-echo", serve_echo_flag)->group("");
+  app.add_option("--listen", listen)->group("");
+  app.add_option("--parent", parent)->group("");
+  app.add_option("--num-shards", shards_arg)->group("");
+  app.add_option("--floats", floats_arg)->group("");
+  app.add_option("--ready-fd", ready_fd)->group("");
+  CLI11_PARSE(app, argc, argv);
+  if (serve_echo_flag) return serve_echo(listen);
+  if (serve_shard_id >= 0)
+    return serve_shard(std::uint32_t(serve_shard_id), shards_arg, floats_arg, listen, parent,
+                       ready_fd);
+
+  const auto sizes = parse_list(sizes_text);
+  const auto shard_counts = parse_list(shards_text);
+  caf::actor_system_config cfg;
+  cfg.set("logger.console", caf::atom("none"));
+  caf::actor_system sys{cfg};
+
+  std::printf("ps_bench: push+pull rounds, %.1f s per configuration\n", seconds);
+  std::printf("%10s %6s %10s %10s %8s %10s %10s\n", "bytes", "shards", "GB/s", "zmq GB/s", "ratio",
+              "p50 us", "p99 us");
+  std::string results;
+  for (std::size_t bytes : sizes) {
+    const std::size_t floats = std::max<std::size_t>(bytes / sizeof(float), 1);
+    const auto ref = raw_zmq(floats * sizeof(float), seconds);
+    for (std::size_t m : shard_counts) {
+      auto net = zmq_transport::start({.host = 0, .listen = "tcp://127.0.0.1:0"});
+      if (!net) {
+        std::fprintf(stderr, "ps_bench: %s\n", net.error().to_string().c_str());
+        return 1;
+      }
+      std::vector<child> children;
+      auto ctx = bench_context(floats, std::uint32_t(m), *net);
+      for (std::uint32_t k = 0; k < m; ++k) {
+        const std::string addr = free_address();
+        (*net)->add_peer(k + 1, addr);
+        int fds[2];
+        if (::pipe(fds) != 0) {
+          std::fprintf(stderr, "ps_bench: pipe failed\n");
+          return 1;
+        }
+        children.push_back(
+            spawn_self({"--serve-shard", std::to_string(k), "--num-shards", std::to_string(m),
+                        "--floats", std::to_string(floats), "--listen", addr, "--parent",
+                        (*net)->bound_address(), "--ready-fd", std::to_string(fds[1])}));
+        ::close(fds[1]);
+        char one = 0;
+        if (::read(fds[0], &one, 1) != 1) {  // EOF: the child died before it was ready
+          std::fprintf(stderr, "ps_bench: shard process %u did not start\n", k);
+          stop(children);
+          return 1;
+        }
+        ::close(fds[0]);
+      }
+      const auto r = run_rounds(sys, ctx, floats, seconds);
+      stop(children);
+      std::printf("%10zu %6zu %10.3f %10.3f %8.2f %10.1f %10.1f\n", floats * 4, m, r.gbps, ref.gbps,
+                  r.gbps / ref.gbps, r.p50_us, r.p99_us);
+      char item[256];
+      std::snprintf(item, sizeof item,
+                    "%s{\"size_bytes\": %zu, \"shards\": %zu, \"gbps\": %.4f, \"zmq_gbps\": %.4f, "
+                    "\"ratio_to_zmq\": %.4f, \"p50_us\": %.1f, \"p99_us\": %.1f}",
+                    results.empty() ? "" : ", ", floats * 4, m, r.gbps, ref.gbps, r.gbps / ref.gbps,
+                    r.p50_us, r.p99_us);
+      results += item;
+    }
+    // Co-located: the shard in this process, no socket.
+    auto local = make_inproc_transport();
+    auto ctx = bench_context(floats, 1, local);
+    ctx->shards = {{0, 0x10000u}};
+    std::vector<float> initial(floats, 0.5f);
+    auto shard = spawn_shard(sys, ctx, 0, initial);
+    const auto r = run_rounds(sys, ctx, floats, seconds);
+    caf::anon_send_exit(shard, caf::exit_reason::user_shutdown);
+    std::printf("%10zu %6s %10.3f %10s %8s %10.1f %10.1f\n", floats * 4, "local", r.gbps, "-", "-",
+                r.p50_us, r.p99_us);
+    char item[200];
+    std::snprintf(item, sizeof item,
+                  "%s{\"size_bytes\": %zu, \"shards\": 0, \"colocated\": true, \"gbps\": %.4f, "
+                  "\"p50_us\": %.1f, \"p99_us\": %.1f}",
+                  results.empty() ? "" : ", ", floats * 4, r.gbps, r.p50_us, r.p99_us);
+    results += item;
+  }
+  if (json) std::printf("{\"results\": [%s]}\n", results.c_str());
+  return 0;
+}
