@@ -33,7 +33,7 @@ class inproc_transport final : public transport {
       counter_.dropped();
       return false;
     }
-    counter_.sent(msg.hdr.src.host, msg.hdr.dst.host, msg.hdr.kind, msg.wire_bytes());
+    counter_.sent(msg.hdr.job, msg.hdr.src.host, msg.hdr.dst.host, msg.hdr.kind, msg.wire_bytes());
     caf::anon_send(dst, std::move(msg));
     return true;
   }

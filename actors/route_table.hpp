@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <shared_mutex>
+#include <tuple>
 #include <unordered_map>
 
 #include "actors/transport.hpp"
@@ -44,9 +45,10 @@ class route_table {
 
 class traffic_counter {
  public:
-  void sent(std::uint32_t src_host, std::uint32_t dst_host, msg_kind kind, std::size_t bytes) {
+  void sent(std::uint64_t job, std::uint32_t src_host, std::uint32_t dst_host, msg_kind kind,
+            std::size_t bytes) {
     std::lock_guard lock{mu_};
-    auto& link = links_[{src_host, dst_host}];
+    auto& link = links_[{job, src_host, dst_host}];
     ++link.first;
     link.second += bytes;
     const auto k = std::size_t(kind);
@@ -62,14 +64,17 @@ class traffic_counter {
   traffic_stats snapshot() const {
     std::lock_guard lock{mu_};
     traffic_stats out = stats_;
-    for (const auto& [k, v] : links_) out.links.push_back({k.first, k.second, v.first, v.second});
+    for (const auto& [k, v] : links_)
+      out.links.push_back({std::get<0>(k), std::get<1>(k), std::get<2>(k), v.first, v.second});
     return out;
   }
 
  private:
   mutable std::mutex mu_;
   traffic_stats stats_;
-  std::map<std::pair<std::uint32_t, std::uint32_t>, std::pair<std::uint64_t, std::uint64_t>> links_;
+  std::map<std::tuple<std::uint64_t, std::uint32_t, std::uint32_t>,
+           std::pair<std::uint64_t, std::uint64_t>>
+      links_;
 };
 
 }  // namespace coach::actors::detail

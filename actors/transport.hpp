@@ -20,17 +20,19 @@
 
 namespace coach::actors {
 
-/// Messages and bytes over one directed host pair.
+/// Messages and bytes one job (0: none, e.g. control messages) sent over one directed host pair.
 struct link_traffic {
+  std::uint64_t job = 0;
   std::uint32_t src_host = 0;
   std::uint32_t dst_host = 0;
   std::uint64_t messages = 0;
   std::uint64_t bytes = 0;
+  friend bool operator==(const link_traffic&, const link_traffic&) = default;
 };
 
 /// Counters of a transport since it started.
 struct traffic_stats {
-  std::vector<link_traffic> links;                            ///< by (src host, dst host)
+  std::vector<link_traffic> links;  ///< by (job, src host, dst host), ascending
   std::array<std::uint64_t, msg_kind_count> kind_messages{};  ///< by msg_kind
   std::array<std::uint64_t, msg_kind_count> kind_bytes{};
   std::uint64_t dropped = 0;  ///< messages to an unknown endpoint

@@ -62,7 +62,7 @@ class zmq_transport_impl final : public zmq_transport {
         counter_.dropped();
         return false;
       }
-      counter_.sent(msg.hdr.src.host, msg.hdr.dst.host, msg.hdr.kind, msg.wire_bytes());
+      counter_.sent(msg.hdr.job, msg.hdr.src.host, msg.hdr.dst.host, msg.hdr.kind, msg.wire_bytes());
       caf::anon_send(dst, std::move(msg));
       return true;
     }
@@ -164,7 +164,7 @@ class zmq_transport_impl final : public zmq_transport {
       log("send to host {} failed: {}", msg.hdr.dst.host, e.what());
       return;
     }
-    counter_.sent(msg.hdr.src.host, msg.hdr.dst.host, msg.hdr.kind, bytes);
+    counter_.sent(msg.hdr.job, msg.hdr.src.host, msg.hdr.dst.host, msg.hdr.kind, bytes);
   }
 
   void flush_outbox() {

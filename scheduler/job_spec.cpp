@@ -133,6 +133,7 @@ class spec_parser {
   explicit spec_parser(std::string_view source) : source_(source.empty() ? "<job spec>" : source) {}
 
   result<job_spec> parse(const YAML::Node& root);
+  void set_base_dir(std::string dir) { base_dir_ = std::move(dir); }
 
  private:
   /// The checked fields of one map: no unknown and no duplicate keys.
@@ -204,6 +205,7 @@ class spec_parser {
   result<void> parse_function(const entry& e, job_spec& spec) const;
 
   std::string source_;
+  std::string base_dir_;           // relative dataset paths are resolved against it; empty: the cwd
   std::optional<error> deferred_;  // unsupported, reported once everything else is valid
 };
 
@@ -372,9 +374,12 @@ result<void> spec_parser::parse_dataset(const fields& top, job_spec& spec) const
   auto path = get_string(*p);
   if (!path) return std::unexpected(std::move(path.error()));
   if (path->empty()) return bad(*p, "must not be empty");
-  // Relative paths mean: relative to the working directory of whoever parses the spec.
+  // Relative paths mean: relative to base_dir_, or to the working directory of whoever parses
+  // the spec when there is none.
   std::error_code ec;
-  fs::path abs = fs::absolute(fs::path(*path), ec);
+  fs::path rel(*path);
+  if (!base_dir_.empty() && rel.is_relative()) rel = fs::path(base_dir_) / rel;
+  fs::path abs = fs::absolute(rel, ec);
   cfg.path = ec ? *path : abs.lexically_normal().string();
   if (const entry* e = f->find("test_fraction")) {
     if (cfg.format != worker::dataset_format::csv) {
@@ -673,11 +678,17 @@ std::string to_string(const consistency_config& c) {
 }
 
 result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view source_name) {
+  return parse_job_spec(yaml_text, source_name, {});
+}
+
+result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view source_name,
+                                std::string_view base_dir) {
   const std::string source(source_name.empty() ? "<job spec>" : source_name);
   try {
     auto root = detail::load_single_document(std::string(yaml_text), source);
     if (!root) return std::unexpected(std::move(root.error()));
     detail::spec_parser p(source);
+    p.set_base_dir(std::string(base_dir));
     return p.parse(*root);
   } catch (const YAML::Exception& e) {
     // ParserException and the rest: yaml-cpp's message may quote the offending character.

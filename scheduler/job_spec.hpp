@@ -112,6 +112,11 @@ std::string to_string(const consistency_config& c);
 /// message. Never throws.
 result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view source_name);
 
+/// As above, resolving a relative dataset path against `base_dir` (the submitter's working
+/// directory, when the spec travels to a daemon) instead of this process's; empty: the cwd.
+result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view source_name,
+                                std::string_view base_dir);
+
 /// Reads the file at `path` and parses it (errors name the file). not_found when it is missing.
 result<job_spec> load_job_spec(const std::string& path);
 
