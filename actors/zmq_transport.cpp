@@ -4,12 +4,17 @@
 #include <unistd.h>
 #include <caf/send.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <random>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -42,6 +47,9 @@ class zmq_transport_impl final : public zmq_transport {
       router_ = zmq::socket_t(ctx_, zmq::socket_type::router);
       router_.set(zmq::sockopt::linger, 0);
       router_.set(zmq::sockopt::rcvhwm, opt_.send_hwm);
+      router_.set(zmq::sockopt::sndhwm, opt_.send_hwm);
+      // A reply to a client that is gone fails (EHOSTUNREACH) instead of vanishing unseen.
+      router_.set(zmq::sockopt::router_mandatory, true);
       router_.bind(opt_.listen);
       bound_ = router_.get(zmq::sockopt::last_endpoint);
     } catch (const zmq::error_t& e) {
@@ -56,24 +64,32 @@ class zmq_transport_impl final : public zmq_transport {
   void unbind(const endpoint& ep) override { routes_.unbind(ep); }
 
   bool send(wire_message msg) override {
-    if (msg.hdr.dst.host == opt_.host) {
+    // Host 0 is the node at the other end of peer 0 (the --join / --at address); a node with
+    // no peer 0 (the scheduler's own node) is that node itself.
+    if (msg.hdr.dst.host == 0 && !has_peer(0)) msg.hdr.dst.host = opt_.host;
+    const std::uint32_t host = msg.hdr.dst.host;
+    if (host == opt_.host) {
       auto dst = routes_.find(msg.hdr.dst);
       if (!dst) {
         counter_.dropped();
         return false;
       }
-      counter_.sent(msg.hdr.job, msg.hdr.src.host, msg.hdr.dst.host, msg.hdr.kind, msg.wire_bytes());
+      counter_.sent(msg.hdr.job, msg.hdr.src.host, host, msg.hdr.kind, msg.wire_bytes());
       caf::anon_send(dst, std::move(msg));
       return true;
     }
     {
       std::lock_guard lock{mu_};
-      if (!peers_.contains(msg.hdr.dst.host)) {
+      if (peers_.contains(host)) {
+        outbox_.push_back({std::move(msg), {}});
+      } else if (auto it = clients_.find(host); it != clients_.end()) {
+        it->second.last_used = std::chrono::steady_clock::now();
+        outbox_.push_back({std::move(msg), it->second.routing_id});
+      } else {
         counter_.dropped();
-        log("no route to host {} (message {})", msg.hdr.dst.host, to_string(msg.hdr.kind));
+        log("no route to host {} (message {})", host, to_string(msg.hdr.kind));
         return false;
       }
-      outbox_.push_back(std::move(msg));
     }
     wake();
     return true;
@@ -84,8 +100,15 @@ class zmq_transport_impl final : public zmq_transport {
   void add_peer(std::uint32_t host, std::string address) override {
     std::lock_guard lock{mu_};
     peers_[host] = std::move(address);
+    clients_.erase(host);
   }
 
+  std::uint32_t host_id() const override { return opt_.host; }
+
+  bool has_peer(std::uint32_t host) {
+    std::lock_guard lock{mu_};
+    return peers_.contains(host);
+  }
   std::string bound_address() const override { return bound_; }
 
   receive_stats received() const override {
@@ -94,10 +117,24 @@ class zmq_transport_impl final : public zmq_transport {
   }
 
  private:
+  using clock = std::chrono::steady_clock;
+
+  /// A message waiting for the I/O thread and how it leaves.
+  struct outgoing {
+    wire_message msg;
+    std::string routing_id;  ///< a client's ROUTER routing id; empty: to a peer's DEALER
+  };
+
+  /// A host that sent through the ROUTER without being a peer.
+  struct client {
+    std::string routing_id;
+    clock::time_point last_used;
+  };
+
   template <class... Args>
   void log(std::string_view fmt, const Args&... args) {
     // At most 5 lines a second: a flood of bad frames must not flood the log too.
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = clock::now();
     std::lock_guard lock{log_mu_};
     if (now - log_window_ > std::chrono::seconds(1)) {
       log_window_ = now;
@@ -114,15 +151,26 @@ class zmq_transport_impl final : public zmq_transport {
   }
 
   /// The DEALER to a peer host, connected on first use. I/O thread only.
-  zmq::socket_t* dealer_for(std::uint32_t host, const std::string& address) {
+  zmq::socket_t* dealer_for(std::uint32_t host) {
     auto it = dealers_.find(host);
     if (it != dealers_.end()) return &it->second;
+    std::string address;
+    {
+      std::lock_guard lock{mu_};
+      auto p = peers_.find(host);
+      if (p == peers_.end()) return nullptr;
+      address = p->second;
+    }
     zmq::socket_t s(ctx_, zmq::socket_type::dealer);
     s.set(zmq::sockopt::linger, 0);
     s.set(zmq::sockopt::sndhwm, opt_.send_hwm);
+    s.set(zmq::sockopt::rcvhwm, opt_.send_hwm);
     s.set(zmq::sockopt::sndtimeo, int(opt_.send_timeout.count()));
     s.set(zmq::sockopt::reconnect_ivl, int(opt_.reconnect_interval.count()));
-    s.set(zmq::sockopt::routing_id, std::to_string(opt_.host));
+    // Unique per connection: a ROUTER refuses a second connection with a routing id it already
+    // has, and one node may hold two DEALERs to the same address (peer 0 and the scheduler's
+    // own host id), or come back after a restart while its old connection lingers.
+    s.set(zmq::sockopt::routing_id, coach::format("{}.{}.{}", opt_.host, host, instance_));
     try {
       s.connect(address);
     } catch (const zmq::error_t& e) {
@@ -132,8 +180,46 @@ class zmq_transport_impl final : public zmq_transport {
     return &dealers_.emplace(host, std::move(s)).first->second;
   }
 
-  void send_remote(wire_message& msg, const std::string& address) {
-    zmq::socket_t* s = dealer_for(msg.hdr.dst.host, address);
+  /// Remembers the ROUTER routing id of a host that is not a peer, so replies can reach it.
+  /// I/O thread only.
+  void remember_client(std::uint32_t host, const zmq::message_t& routing_id) {
+    if (host == opt_.host) return;
+    const auto now = clock::now();
+    std::lock_guard lock{mu_};
+    if (peers_.contains(host)) return;
+    if (auto it = clients_.find(host); it != clients_.end()) {
+      if (it->second.routing_id != routing_id.to_string_view())
+        it->second.routing_id = routing_id.to_string();
+      it->second.last_used = now;
+      return;
+    }
+    if (clients_.size() >= std::max<std::size_t>(opt_.max_clients, 1)) {
+      auto oldest = clients_.begin();
+      for (auto it = clients_.begin(); it != clients_.end(); ++it)
+        if (it->second.last_used < oldest->second.last_used) oldest = it;
+      clients_.erase(oldest);
+    }
+    clients_.emplace(host, client{routing_id.to_string(), now});
+  }
+
+  /// Forgets a client whose connection is gone, unless it has come back on another one.
+  void forget_client(std::uint32_t host, const std::string& routing_id) {
+    std::lock_guard lock{mu_};
+    if (auto it = clients_.find(host); it != clients_.end() && it->second.routing_id == routing_id)
+      clients_.erase(it);
+  }
+
+  /// Forgets clients idle for longer than client_idle. I/O thread, about once a second.
+  void prune_clients(clock::time_point now) {
+    std::lock_guard lock{mu_};
+    std::erase_if(clients_,
+                  [&](const auto& c) { return now - c.second.last_used > opt_.client_idle; });
+  }
+
+  void send_remote(outgoing& out) {
+    wire_message& msg = out.msg;
+    const bool to_client = !out.routing_id.empty();
+    zmq::socket_t* s = to_client ? &router_ : dealer_for(msg.hdr.dst.host);
     if (!s) {
       counter_.dropped();
       return;
@@ -142,9 +228,19 @@ class zmq_transport_impl final : public zmq_transport {
     for (const auto& f : msg.frames) sizes_.push_back(f.bytes);
     codec::encode_header(msg.hdr, sizes_, header_);
     std::size_t bytes = header_.size();
+    // A DEALER waits up to send_timeout for queue space (the peer may be restarting); a reply
+    // to a client does not wait: a client that stopped reading must not stall this thread.
+    const auto wait = to_client ? zmq::send_flags::dontwait : zmq::send_flags::none;
     try {
+      if (to_client && !s->send(zmq::buffer(out.routing_id),
+                                zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        counter_.dropped();
+        log("client host {} is not reading; message {} dropped", msg.hdr.dst.host,
+            to_string(msg.hdr.kind));
+        return;
+      }
       const auto more = msg.frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore;
-      if (!s->send(zmq::buffer(header_.data(), header_.size()), more)) {
+      if (!s->send(zmq::buffer(header_.data(), header_.size()), more | wait)) {
         counter_.dropped();
         log("send to host {} timed out; message {} dropped", msg.hdr.dst.host,
             to_string(msg.hdr.kind));
@@ -156,57 +252,69 @@ class zmq_transport_impl final : public zmq_transport {
         zmq::message_t part(const_cast<std::byte*>(f.data), f.bytes, release_owner, hint);
         const bool last = i + 1 == msg.frames.size();
         // Once the first frame is queued the rest of the message goes too (ZeroMQ multipart).
-        s->send(part, last ? zmq::send_flags::none : zmq::send_flags::sndmore);
+        s->send(part, (last ? zmq::send_flags::none : zmq::send_flags::sndmore) | wait);
         bytes += f.bytes;
       }
     } catch (const zmq::error_t& e) {
       counter_.dropped();
-      log("send to host {} failed: {}", msg.hdr.dst.host, e.what());
+      if (to_client && e.num() == EHOSTUNREACH) {
+        forget_client(msg.hdr.dst.host, out.routing_id);
+        log("client host {} is gone; message {} dropped", msg.hdr.dst.host,
+            to_string(msg.hdr.kind));
+      } else {
+        log("send to host {} failed: {}", msg.hdr.dst.host, e.what());
+      }
       return;
     }
     counter_.sent(msg.hdr.job, msg.hdr.src.host, msg.hdr.dst.host, msg.hdr.kind, bytes);
   }
 
   void flush_outbox() {
-    std::deque<wire_message> batch;
-    std::map<std::uint32_t, std::string> peers;
     {
       std::lock_guard lock{mu_};
-      batch.swap(outbox_);
-      peers = peers_;
+      batch_.swap(outbox_);
     }
-    for (auto& m : batch) send_remote(m, peers[m.hdr.dst.host]);
+    for (auto& m : batch_) send_remote(m);
+    batch_.clear();
   }
 
-  void receive_one() {
+  /// Receives and delivers one message from `s` if one is waiting; false when none was. A
+  /// ROUTER (`routed`) prefixes the sender's routing id; on a DEALER parts[0] is the header.
+  bool receive_one(zmq::socket_t& s, bool routed) {
     std::vector<zmq::message_t> parts;
     try {
-      if (!zmq::recv_multipart(router_, std::back_inserter(parts), zmq::recv_flags::dontwait))
-        return;
+      if (!zmq::recv_multipart(s, std::back_inserter(parts), zmq::recv_flags::dontwait))
+        return false;
     } catch (const zmq::error_t& e) {
       log("receive failed: {}", e.what());
-      return;
+      return false;
     }
-    // parts[0] is the sender's routing id (added by ROUTER), parts[1] the header.
+    const std::size_t head = routed ? 1 : 0;
     auto bad = [&](const coach::error& e, bool foreign) {
       std::lock_guard lock{recv_mu_};
       ++(foreign ? recv_.foreign : recv_.malformed);
-      log("dropped a message from '{}': {}", parts.empty() ? "" : parts[0].to_string(), e.message);
+      log("dropped a message from '{}': {}",
+          routed && !parts.empty() ? parts[0].to_string() : std::string("a peer's ROUTER"),
+          e.message);
+      return true;
     };
-    if (parts.size() < 2) return bad({errc::protocol_error, "no header frame"}, false);
-    auto hdr =
-        codec::decode_header({static_cast<const std::byte*>(parts[1].data()), parts[1].size()});
+    if (parts.size() < head + 1) return bad({errc::protocol_error, "no header frame"}, false);
+    const auto& header = parts[head];
+    auto hdr = codec::decode_header({static_cast<const std::byte*>(header.data()), header.size()});
     if (!hdr) {
       const bool foreign = hdr.error().message.find("foreign wire version") != std::string::npos;
       return bad(hdr.error(), foreign);
     }
     sizes_.clear();
-    for (std::size_t i = 2; i < parts.size(); ++i) sizes_.push_back(parts[i].size());
+    for (std::size_t i = head + 1; i < parts.size(); ++i) sizes_.push_back(parts[i].size());
     if (auto ok = codec::check_frames(*hdr, sizes_); !ok) return bad(ok.error(), false);
     wire_message msg;
     msg.hdr = std::move(hdr->env);
-    std::size_t bytes = parts[1].size();
-    for (std::size_t i = 2; i < parts.size(); ++i) {
+    // A sender that addressed host 0 meant the node at the other end of its link: this one.
+    if (msg.hdr.dst.host == 0) msg.hdr.dst.host = opt_.host;
+    if (routed) remember_client(msg.hdr.src.host, parts[0]);
+    std::size_t bytes = header.size();
+    for (std::size_t i = head + 1; i < parts.size(); ++i) {
       auto owner = std::make_shared<zmq::message_t>(std::move(parts[i]));
       bytes += owner->size();
       msg.frames.push_back(
@@ -222,18 +330,37 @@ class zmq_transport_impl final : public zmq_transport {
         recv_.bytes += bytes;
       }
     }
-    if (!dst)
-      return log("no actor {} on host {} (message {})", msg.hdr.dst.id, msg.hdr.dst.host,
-                 to_string(msg.hdr.kind));
+    if (!dst) {
+      log("no actor {} on host {} (message {})", msg.hdr.dst.id, msg.hdr.dst.host,
+          to_string(msg.hdr.kind));
+      return true;
+    }
     caf::anon_send(dst, std::move(msg));
+    return true;
+  }
+
+  /// Receives what waits on `s`, a bounded batch so that sends are not starved.
+  void drain(zmq::socket_t& s, bool routed) {
+    for (int i = 0; i < 256; ++i)
+      if (!receive_one(s, routed)) break;
   }
 
   void run() {
+    std::vector<zmq::pollitem_t> items;
+    std::vector<zmq::socket_t*> polled_dealers;
+    auto last_prune = clock::now();
     while (!stop_) {
-      zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
-                                 {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
+      // The ROUTER, the eventfd, then every DEALER (replies from the peers this node called).
+      items.clear();
+      polled_dealers.clear();
+      items.push_back({router_.handle(), 0, ZMQ_POLLIN, 0});
+      items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
+      for (auto& [host, d] : dealers_) {
+        items.push_back({d.handle(), 0, ZMQ_POLLIN, 0});
+        polled_dealers.push_back(&d);
+      }
       try {
-        zmq::poll(items, 2, std::chrono::milliseconds(200));
+        zmq::poll(items.data(), items.size(), std::chrono::milliseconds(200));
       } catch (const zmq::error_t&) {
         continue;  // EINTR
       }
@@ -242,10 +369,12 @@ class zmq_transport_impl final : public zmq_transport {
         [[maybe_unused]] auto r = ::read(wake_fd_, &n, sizeof n);
       }
       flush_outbox();
-      // Drain what arrived, a bounded batch at a time so sends are not starved.
-      for (int i = 0; i < 256; ++i) {
-        if (!(router_.get(zmq::sockopt::events) & ZMQ_POLLIN)) break;
-        receive_one();
+      if (items[0].revents & ZMQ_POLLIN) drain(router_, true);
+      for (std::size_t i = 0; i < polled_dealers.size(); ++i)
+        if (items[i + 2].revents & ZMQ_POLLIN) drain(*polled_dealers[i], false);
+      if (const auto now = clock::now(); now - last_prune >= std::chrono::seconds(1)) {
+        last_prune = now;
+        prune_clients(now);
       }
     }
     flush_outbox();
@@ -254,6 +383,8 @@ class zmq_transport_impl final : public zmq_transport {
   }
 
   zmq_transport_options opt_;
+  /// Random per transport object: part of every DEALER's routing id.
+  const std::uint32_t instance_ = std::random_device{}();
   zmq::context_t ctx_{1};
   zmq::socket_t router_;
   std::string bound_;
@@ -261,12 +392,14 @@ class zmq_transport_impl final : public zmq_transport {
   std::thread io_;
   std::atomic<bool> stop_{false};
 
-  std::mutex mu_;  // guards outbox_ and peers_
-  std::deque<wire_message> outbox_;
+  std::mutex mu_;  // guards outbox_, peers_ and clients_
+  std::deque<outgoing> outbox_;
   std::map<std::uint32_t, std::string> peers_;
+  std::unordered_map<std::uint32_t, client> clients_;
 
   // I/O thread only.
   std::map<std::uint32_t, zmq::socket_t> dealers_;
+  std::deque<outgoing> batch_;
   std::vector<std::size_t> sizes_;
   std::vector<std::byte> header_;
 
@@ -275,7 +408,7 @@ class zmq_transport_impl final : public zmq_transport {
   mutable std::mutex recv_mu_;
   receive_stats recv_;
   std::mutex log_mu_;
-  std::chrono::steady_clock::time_point log_window_{};
+  clock::time_point log_window_{};
   int log_lines_ = 0;
 };
 

@@ -6,16 +6,34 @@
 // alive until ZeroMQ has sent it). docs/wire.md has the format.
 //
 // Sockets: one ROUTER bound at the listen address receives from every peer; one DEALER per peer
-// host, connected on first use, sends to it. ZeroMQ reconnects a DEALER whose peer restarted.
+// host (routing id: the decimal host id of this node), connected on first use, sends to it.
+// ZeroMQ reconnects a DEALER whose peer restarted. The I/O thread polls the ROUTER, every DEALER
+// and the eventfd; a message arriving on a DEALER (a reply to a request this node sent) is
+// decoded and delivered exactly like one arriving on the ROUTER.
+//
+// Reply path to clients: a client (the `coach` CLI: a transport with a host id of its own that
+// no node adds as a peer) sends to a node through its DEALER. When the ROUTER receives a message
+// whose envelope src.host is not a peer, the transport remembers that host's ROUTER routing id;
+// send() to a host with no peer address but a remembered routing id goes out through the ROUTER
+// to that connection. A routing id is forgotten after `client_idle` without traffic either way,
+// when more than `max_clients` are remembered (least recently used first), or when a send finds
+// the client gone (ROUTER_MANDATORY: EHOSTUNREACH, counted as dropped). Peers take precedence: a
+// host added with add_peer is always reached through its DEALER.
+//
+// Host 0: a destination host 0 means "the node at the other end of this link". send() routes
+// it to peer 0 (the address given to --join or --at) or, where no peer 0 was added (the
+// scheduler's own node), delivers it locally; a received message addressed to host 0 is for this
+// node. So a node reaches the scheduler at {0, scheduler_id} without knowing its host id.
 //
 // Threads: one I/O thread owns every socket. send() from any thread delivers local messages at
 // once and queues remote ones under a mutex, waking the I/O thread through an eventfd it polls
-// beside the ROUTER. The peer table is guarded by the same mutex; counters by their own.
-// Received messages are decoded on the I/O thread and delivered to local actors with
-// caf::anon_send; a malformed or foreign message is counted, logged (at most a few lines a
-// second) and dropped, never a crash.
+// beside the sockets. The peer table and the remembered clients are guarded by the same mutex;
+// counters by their own. Received messages are decoded on the I/O thread and delivered to local
+// actors with caf::anon_send; a malformed or foreign message is counted, logged (at most a few
+// lines a second) and dropped, never a crash.
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -35,6 +53,10 @@ struct zmq_transport_options {
   /// dropped and counted.
   std::chrono::milliseconds send_timeout{2000};
   std::chrono::milliseconds reconnect_interval{100};
+  /// A client's routing id is forgotten after this long without a message to or from it.
+  std::chrono::milliseconds client_idle{std::chrono::minutes(10)};
+  /// Clients remembered at most; beyond this the least recently used one is forgotten.
+  std::size_t max_clients = 4096;
 };
 
 /// Counters of what arrived from other hosts.
@@ -52,8 +74,11 @@ class zmq_transport : public transport {
   /// that cannot be bound (in use, not local), naming the address.
   static result<std::shared_ptr<zmq_transport>> start(zmq_transport_options opt);
 
-  /// Routes messages for endpoints on `host` to the node listening at `address`.
+  /// Routes messages for endpoints on `host` to the node listening at `address` (through a
+  /// DEALER), also when `host` was so far reached as a client.
   virtual void add_peer(std::uint32_t host, std::string address) = 0;
+  /// This node's host id (zmq_transport_options::host).
+  virtual std::uint32_t host_id() const = 0;
   /// The address actually bound ("tcp://127.0.0.1:40123" when asked for port 0).
   virtual std::string bound_address() const = 0;
   virtual receive_stats received() const = 0;

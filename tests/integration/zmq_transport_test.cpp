@@ -1,12 +1,14 @@
 // The ZeroMQ transport between two "hosts" in one process (two transports on loopback ports):
-// delivery with payload intact, bytes counted per host pair, bad and foreign frames counted and
-// dropped, a restarted peer reconnected.
+// delivery with payload intact, bytes counted per job and host pair, bad and foreign frames
+// counted and dropped, a restarted peer reconnected, and replies to a client (a transport that is
+// no node's peer, as the `coach` CLI) sent back through the ROUTER it called.
 #include <gtest/gtest.h>
 
 #include <caf/all.hpp>
 
 #include <chrono>
 #include <numeric>
+#include <thread>
 #include <zmq.hpp>
 
 #include "actors/codec.hpp"
@@ -20,6 +22,32 @@ using namespace std::chrono_literals;
 /// An actor that forwards every wire_message to `sink` (a scoped actor in the test).
 caf::behavior forwarder(caf::event_based_actor*, caf::actor sink) {
   return {[sink](wire_message& m) { caf::anon_send(sink, std::move(m)); }};
+}
+
+/// An actor that answers every wire_message through `net` to its sender, with step + 1.
+caf::behavior answerer(caf::event_based_actor*, std::weak_ptr<transport> net, endpoint self_ep) {
+  return {[net, self_ep](wire_message& m) {
+    auto t = net.lock();
+    if (!t) return;
+    wire_message r;
+    r.hdr.src = self_ep;
+    r.hdr.dst = m.hdr.src;
+    r.hdr.kind = msg_kind::pull;
+    r.hdr.job = m.hdr.job;
+    r.hdr.step = m.hdr.step + 1;
+    t->send(std::move(r));
+  }};
+}
+
+/// Polls `pred` every 10 ms for up to `timeout`; its last value.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout = 2s) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > until) return pred();
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
 }
 
 struct two_hosts : ::testing::Test {
@@ -41,9 +69,10 @@ struct two_hosts : ::testing::Test {
     b.reset();
     sys.reset();
   }
-  std::shared_ptr<zmq_transport> start(std::uint32_t host,
-                                       std::string listen = "tcp://127.0.0.1:0") {
-    auto t = zmq_transport::start({.host = host, .listen = std::move(listen)});
+  std::shared_ptr<zmq_transport> start(std::uint32_t host, std::string listen = "tcp://127.0.0.1:0",
+                                       std::size_t max_clients = 4096) {
+    auto t = zmq_transport::start(
+        {.host = host, .listen = std::move(listen), .max_clients = max_clients});
     EXPECT_TRUE(t) << t.error().to_string();
     return *t;
   }
@@ -88,6 +117,8 @@ TEST_F(two_hosts, delivers_header_and_payload_intact_and_counts_bytes) {
   auto v = got->frames[0].as<float>();
   ASSERT_EQ(v.size(), std::size_t(1 << 18));
   for (std::size_t i = 0; i < v.size(); i += 4097) ASSERT_EQ(v[i], float(i));
+  // a counts the message on its I/O thread once ZeroMQ took it, possibly after b delivered it.
+  ASSERT_TRUE(eventually([&] { return a->traffic().links.size() == 1; }));
   auto t = a->traffic();
   ASSERT_EQ(t.links.size(), 1u);
   EXPECT_EQ(t.links[0].src_host, 1u);
@@ -155,7 +186,8 @@ TEST_F(two_hosts, malformed_and_foreign_frames_are_counted_and_dropped) {
   ASSERT_TRUE(a->send(push_of(on_a, on_b, 8)));
   auto got = await(self);
   ASSERT_TRUE(got);
-  for (int i = 0; i < 100 && b->received().malformed < 2; ++i) std::this_thread::sleep_for(20ms);
+  // The raw socket and host a are two connections: the good message may overtake the others.
+  eventually([&] { return b->received().malformed >= 2 && b->received().foreign >= 1; });
   EXPECT_EQ(b->received().malformed, 2u);
   EXPECT_EQ(b->received().foreign, 1u);
   EXPECT_EQ(b->received().messages, 1u);
@@ -175,6 +207,139 @@ TEST_F(two_hosts, a_restarted_peer_is_reconnected) {
   auto got = await(self, 5s);
   ASSERT_TRUE(got) << "no message after the peer restarted";
   EXPECT_EQ(got->hdr.step, 42);
+}
+
+TEST_F(two_hosts, host_0_is_peer_0_or_else_this_node) {
+  caf::scoped_actor self{*sys};
+  b->bind(on_b, sys->spawn(forwarder, caf::actor_cast<caf::actor>(self)));
+  a->bind(on_a, sys->spawn(forwarder, caf::actor_cast<caf::actor>(self)));
+  // b has no peer 0: host 0 is b itself (the scheduler's own node talking to its scheduler).
+  ASSERT_TRUE(b->send(push_of({2, 7}, {0, on_b.id}, 4)));
+  auto local = await(self);
+  ASSERT_TRUE(local);
+  EXPECT_EQ(local->hdr.dst, on_b);
+  // a joins through b's address as peer 0, beside peer 2 at the same address: both connections
+  // work (their routing ids differ), and a message to host 0 arrives at b as addressed to b.
+  a->add_peer(0, b->bound_address());
+  ASSERT_TRUE(a->send(push_of(on_a, {0, on_b.id}, 4)));
+  auto via0 = await(self);
+  ASSERT_TRUE(via0) << "nothing arrived through peer 0";
+  EXPECT_EQ(via0->hdr.dst, on_b);
+  ASSERT_TRUE(a->send(push_of(on_a, on_b, 4)));
+  ASSERT_TRUE(await(self)) << "the second connection to the same address was refused";
+  // b answers a through its own DEALER: both directions work at once.
+  ASSERT_TRUE(b->send(push_of(on_b, on_a, 4)));
+  ASSERT_TRUE(await(self));
+  EXPECT_EQ(b->received().messages, 2u);
+  EXPECT_EQ(b->received().unknown_dst, 0u);
+}
+
+TEST_F(two_hosts, traffic_is_counted_per_job) {
+  caf::scoped_actor self{*sys};
+  b->bind(on_b, sys->spawn(forwarder, caf::actor_cast<caf::actor>(self)));
+  auto m7 = push_of(on_a, on_b, 16);
+  m7.hdr.job = 7;
+  auto m9 = push_of(on_a, on_b, 32);
+  m9.hdr.job = 9;
+  ASSERT_TRUE(a->send(std::move(m7)));
+  ASSERT_TRUE(a->send(std::move(m9)));
+  ASSERT_TRUE(await(self));
+  ASSERT_TRUE(await(self));
+  ASSERT_TRUE(eventually([&] { return a->traffic().links.size() == 2; }));
+  auto t = a->traffic();
+  EXPECT_EQ(t.links[0].job, 7u);
+  EXPECT_EQ(t.links[1].job, 9u);
+  for (const auto& l : t.links) {
+    EXPECT_EQ(l.src_host, 1u);
+    EXPECT_EQ(l.dst_host, 2u);
+    EXPECT_EQ(l.messages, 1u);
+  }
+  EXPECT_GT(t.links[1].bytes, t.links[0].bytes);  // 32 floats against 16
+  EXPECT_EQ(t.cross_host_bytes(), t.links[0].bytes + t.links[1].bytes);
+}
+
+/// A host that is nobody's peer (the `coach` CLI) calls the node on host 1, which answers.
+struct two_hosts_and_a_client : two_hosts {
+  static constexpr std::uint32_t client_host = 0x80000001;
+  std::shared_ptr<zmq_transport> client;
+  endpoint on_client{client_host, 5};
+
+  void SetUp() override {
+    two_hosts::SetUp();
+    a->bind(on_a, sys->spawn(answerer, std::weak_ptr<transport>(a), on_a));
+    client = start(client_host);
+    client->add_peer(1, a->bound_address());
+  }
+  void TearDown() override {
+    client.reset();
+    two_hosts::TearDown();
+  }
+  /// The client asks with `step` and waits for the answer (step + 1) from a.
+  void call(caf::scoped_actor& self, std::int64_t step) {
+    auto m = push_of(on_client, on_a, 4);
+    m.hdr.step = step;
+    ASSERT_TRUE(client->send(std::move(m)));
+    auto got = await(self);
+    ASSERT_TRUE(got) << "no answer from host 1";
+    EXPECT_EQ(got->hdr.src, on_a);
+    EXPECT_EQ(got->hdr.dst, on_client);
+    EXPECT_EQ(got->hdr.step, step + 1);
+  }
+};
+
+TEST_F(two_hosts_and_a_client, a_host_that_is_no_peer_gets_answers) {
+  caf::scoped_actor self{*sys};
+  client->bind(on_client, sys->spawn(forwarder, caf::actor_cast<caf::actor>(self)));
+  // Before it called, host 1 has no way to reach the client.
+  EXPECT_FALSE(a->send(push_of(on_a, on_client, 4)));
+  EXPECT_EQ(a->traffic().dropped, 1u);
+  call(self, 10);
+  call(self, 20);  // and again, on the same connection
+  EXPECT_EQ(client->received().messages, 2u);
+  EXPECT_EQ(a->received().messages, 2u);
+  ASSERT_TRUE(eventually([&] {
+    auto l = a->traffic().links;
+    return l.size() == 1 && l[0].messages == 2;
+  }));
+  auto t = a->traffic();
+  EXPECT_EQ(t.links[0].src_host, 1u);
+  EXPECT_EQ(t.links[0].dst_host, client_host);
+  EXPECT_EQ(t.links[0].messages, 2u);
+  EXPECT_EQ(t.dropped, 1u);
+}
+
+TEST_F(two_hosts_and_a_client, a_send_to_a_client_that_is_gone_is_dropped) {
+  caf::scoped_actor self{*sys};
+  client->bind(on_client, sys->spawn(forwarder, caf::actor_cast<caf::actor>(self)));
+  call(self, 1);
+  client.reset();
+  // The ROUTER learns of the closed connection shortly; from then on sends to it are dropped.
+  EXPECT_TRUE(eventually([&] {
+    a->send(push_of(on_a, on_client, 4));
+    return a->traffic().dropped > 0;
+  })) << "a send to a client that is gone was never counted as dropped";
+  // Host 1 goes on working: a peer still reaches it.
+  b->bind(on_b, sys->spawn(forwarder, caf::actor_cast<caf::actor>(self)));
+  ASSERT_TRUE(a->send(push_of(on_a, on_b, 4)));
+  EXPECT_TRUE(await(self));
+}
+
+TEST_F(two_hosts, the_least_recently_heard_client_is_forgotten_beyond_max_clients) {
+  caf::scoped_actor self{*sys};
+  auto server = start(3, "tcp://127.0.0.1:0", /*max_clients=*/1);
+  const endpoint on_server{3, 300};
+  server->bind(on_server, sys->spawn(forwarder, caf::actor_cast<caf::actor>(self)));
+  auto c1 = start(0x80000001), c2 = start(0x80000002);
+  c1->add_peer(3, server->bound_address());
+  c2->add_peer(3, server->bound_address());
+  ASSERT_TRUE(c1->send(push_of({0x80000001, 1}, on_server, 4)));
+  ASSERT_TRUE(await(self));
+  EXPECT_TRUE(server->send(push_of(on_server, {0x80000001, 1}, 4)));
+  ASSERT_TRUE(c2->send(push_of({0x80000002, 1}, on_server, 4)));
+  ASSERT_TRUE(await(self));
+  EXPECT_FALSE(server->send(push_of(on_server, {0x80000001, 1}, 4)));
+  EXPECT_TRUE(server->send(push_of(on_server, {0x80000002, 1}, 4)));
+  EXPECT_EQ(server->traffic().dropped, 1u);
 }
 
 TEST(zmq_transport, bad_listen_address_is_a_clear_error) {
