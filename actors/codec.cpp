@@ -38,7 +38,8 @@ static_assert(std::uint16_t(msg_kind::params) == std::uint16_t(wire::MsgKind::PA
 static_assert(std::uint16_t(msg_kind::snapshot_request) ==
               std::uint16_t(wire::MsgKind::SNAPSHOT_REQUEST));
 static_assert(std::uint16_t(msg_kind::step_report) == std::uint16_t(wire::MsgKind::STEP_REPORT));
-static_assert(msg_kind_count == 8, "a new msg_kind needs its MsgKind in envelope.capnp");
+static_assert(std::uint16_t(msg_kind::control) == std::uint16_t(wire::MsgKind::CONTROL));
+static_assert(msg_kind_count == 9, "a new msg_kind needs its MsgKind in envelope.capnp");
 
 constexpr std::uint16_t max_errc = std::uint16_t(errc::internal);  // highest code in error.hpp
 constexpr std::size_t word_bytes = sizeof(capnp::word);
@@ -48,7 +49,7 @@ constexpr std::size_t word_bytes = sizeof(capnp::word);
 static_assert(16 * max_ranges + 8 * max_frames + max_error_bytes + 1024 <= max_header_bytes);
 
 bool is_kind(std::uint16_t k) {
-  return k >= std::uint16_t(msg_kind::chunk_request) && k <= std::uint16_t(msg_kind::step_report);
+  return k >= std::uint16_t(msg_kind::chunk_request) && k < msg_kind_count;
 }
 
 std::string_view kind_name(std::uint16_t k) {

@@ -18,6 +18,8 @@ std::string_view to_string(msg_kind k) noexcept {
       return "snapshot_request";
     case msg_kind::step_report:
       return "step_report";
+    case msg_kind::control:
+      return "control";
   }
   return "unknown";
 }

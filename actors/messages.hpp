@@ -28,8 +28,10 @@ enum class msg_kind : std::uint16_t {
   params = 5,            ///< shard -> worker or master: step = version, ranges; a frame per range
   snapshot_request = 6,  ///< master -> shard: step = version wanted (for evaluation)
   step_report = 7,       ///< worker -> master: step, rank, samples, loss, chunk, compute_us
+  control = 8,  ///< any process -> any: frame 0 = a Cap'n Proto ControlMessage (actors/control.hpp)
 };
-inline constexpr std::size_t msg_kind_count = 8;
+/// One more than the highest msg_kind (arrays indexed by kind number leave index 0 unused).
+inline constexpr std::size_t msg_kind_count = 9;
 std::string_view to_string(msg_kind k) noexcept;
 
 /// Where an actor lives: a host number and an id unique on the cluster.

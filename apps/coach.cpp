@@ -1,8 +1,9 @@
-// coach: the command-line front end. This version has `train` (the whole cluster in this
-// process) and `version`; the job API (submit, status, nodes, ...) arrives with coach-node.
+// coach: the command-line front end. `train` runs the whole cluster in this process; `submit`,
+// `status`, `nodes` and `cancel` talk to a coach-node scheduler (apps/coach_api.hpp).
 //
-// Exit codes: 0 success; 1 the job failed; 2 bad input (command line or job spec);
-// 130 stopped by Ctrl-C (the report still lists the finished epochs).
+// Exit codes: 0 success; 1 the job failed (or the scheduler cannot be reached); 2 bad input
+// (command line, job spec, unknown job); 130 stopped by Ctrl-C or cancelled (the report still
+// lists the finished epochs).
 
 #include <CLI/CLI.hpp>
 
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "actors/embedded_cluster.hpp"
+#include "coach_api.hpp"
 #include "kernels/backend.hpp"
 #include "scheduler/job_spec.hpp"
 
@@ -119,6 +121,30 @@ int main(int argc, char** argv) {
 
   auto* version = app.add_subcommand("version", "Print the version and the compiled backends");
 
+  // The job API: each command talks to the scheduler at --at (or $COACH_SCHEDULER).
+  std::string at, submit_path;
+  std::uint64_t job = 0;
+  bool wait = false, json = false;
+  auto add_at = [&](CLI::App* cmd) {
+    cmd->add_option("--at", at,
+                    "The scheduler's address, tcp://IP:PORT (default: $COACH_SCHEDULER)");
+    cmd->add_flag("--json", json, "Print JSON instead of a table");
+  };
+  auto* submit = app.add_subcommand("submit", "Submit a job to a cluster of coach-nodes");
+  submit->add_option("JOB", submit_path, "Job spec (YAML)")->required();
+  submit->add_option("--workers", workers, "Workers (default: the spec's workers.initial)");
+  submit->add_option("--shards", shards, "Shards (default: the spec's shards.initial)");
+  submit->add_flag("--wait", wait, "Show progress until the job ends; exit 0 only if it succeeds");
+  add_at(submit);
+  auto* status = app.add_subcommand("status", "Show the jobs of a cluster, or one job");
+  status->add_option("JOB", job, "Job id (default: every job)");
+  add_at(status);
+  auto* nodes = app.add_subcommand("nodes", "Show the nodes of a cluster and their free resources");
+  add_at(nodes);
+  auto* cancel = app.add_subcommand("cancel", "Cancel a job");
+  cancel->add_option("JOB", job, "Job id")->required();
+  add_at(cancel);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -129,5 +155,16 @@ int main(int argc, char** argv) {
                 std::string(coach::kernels::compiled_backends()).c_str());
     return 0;
   }
-  return run_train(spec_path, workers, shards, backend, report_path);
+  if (*train) return run_train(spec_path, workers, shards, backend, report_path);
+  const std::string address = coach::apps::resolve_at(at);
+  if (address.empty()) {
+    std::fprintf(stderr,
+                 "coach: give --at tcp://IP:PORT (the scheduler's address) or set "
+                 "COACH_SCHEDULER\n");
+    return 2;
+  }
+  if (*submit) return coach::apps::run_submit(address, submit_path, workers, shards, wait, json);
+  if (*status) return coach::apps::run_status(address, job, json);
+  if (*nodes) return coach::apps::run_nodes(address, json);
+  return coach::apps::run_cancel(address, job, json);
 }

@@ -9,13 +9,23 @@ namespace coach::scheduler {
 namespace {
 
 std::string num(double v) {
+  return json_number(v);
+}
+
+std::string quoted(const std::string& s) {
+  return json_string(s);
+}
+
+}  // namespace
+
+std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.6g", v);
   return buf;
 }
 
-std::string quoted(const std::string& s) {
+std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
@@ -42,8 +52,6 @@ std::string quoted(const std::string& s) {
   }
   return out + "\"";
 }
-
-}  // namespace
 
 std::string to_json(const job_result& r) {
   std::string out = "{\n";

@@ -48,6 +48,11 @@ struct job_result {
   std::vector<float> params;      ///< final parameters (not written to the report)
 };
 
+/// A JSON number (6 significant digits); null for NaN and infinities.
+std::string json_number(double v);
+/// A JSON string literal, quotes included, with control characters escaped.
+std::string json_string(const std::string& s);
+
 /// The report as one JSON object (docs/report.md lists the fields).
 std::string to_json(const job_result& r);
 

@@ -30,6 +30,18 @@ struct Heartbeat {
   unixTimeMs @11 :Int64;       # sender's clock when measured
   load1 @12 :Float64;          # one-minute load average
   gpuError @13 :Text;          # why GPU detection failed; empty when it worked
+  draining @14 :Bool;          # SIGTERM received: takes no new work, leaves when its work ends
+  traffic @15 :List(LinkTraffic);  # cumulative bytes this node's transport sent, per job and link
+}
+
+# Messages and bytes one job sent from one host to another (actors::link_traffic), as counted by
+# the sender's transport since it started. job 0: traffic of no job (control messages).
+struct LinkTraffic {
+  job @0 :UInt64;
+  srcHost @1 :UInt32;
+  dstHost @2 :UInt32;
+  messages @3 :UInt64;
+  bytes @4 :UInt64;
 }
 
 # A command from the scheduler to a node agent.

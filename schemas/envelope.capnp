@@ -40,6 +40,7 @@ enum MsgKind {
   params @5;           # shard -> worker or master: step = version, ranges; one frame per range
   snapshotRequest @6;  # master -> shard: step = version wanted (for evaluation)
   stepReport @7;       # worker -> master: step, rank, samples, loss, chunkId, computeUs
+  control @8;          # any process -> any: frame 0 = a ControlMessage (schemas/control.capnp)
 }
 
 # An error that crosses the network intact: coach::errc's number (docs/errors.md, 1..9) and the

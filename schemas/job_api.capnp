@@ -30,6 +30,7 @@ struct SubmitRequest {
   workers @2 :UInt32;          # 0 = as the spec/policy says
   shards @3 :UInt32;           # 0 = as the spec/policy says
   wait @4 :Bool;               # reply only when the job ends
+  baseDir @5 :Text;            # the submitter's working directory (relative dataset paths)
 }
 
 struct SubmitReply {
@@ -51,6 +52,7 @@ struct HostTraffic {
   dstHost @1 :UInt32;
   bytes @2 :UInt64;
   messages @3 :UInt64;
+  job @4 :UInt64;              # the job whose bytes these are
 }
 
 struct JobStatus {
@@ -66,6 +68,12 @@ struct JobStatus {
   traffic @9 :List(HostTraffic);
   error @10 :Text;             # why the job failed; empty otherwise
   errorCode @11 :UInt16;       # coach::errc number of the failure; 0 otherwise
+  loss @12 :Float64;           # mean training loss of the last progress report
+  samplesDone @13 :UInt64;     # samples done in the current epoch
+  samplesEpoch @14 :UInt64;    # samples per epoch
+  workerNodes @15 :List(Text); # node name by worker rank
+  shardNodes @16 :List(Text);  # node name by shard id
+  seconds @17 :Float64;        # since the job started running
 }
 
 struct StatusReply {
@@ -76,9 +84,19 @@ struct StatusReply {
 # coach nodes
 struct NodesRequest {}
 
+# This version writes `statuses` only and reads only it; `nodes` and `dead` stay in place for the
+# contract (never reused).
 struct NodesReply {
   nodes @0 :List(Cluster.Heartbeat);  # the latest heartbeat of each live node
   dead @1 :List(Text);         # names of nodes that stopped heartbeating
+  statuses @2 :List(NodeStatus);  # every known node, live and dead (what this version writes)
+}
+
+# What `coach nodes` shows of one node (actors::node_status).
+struct NodeStatus {
+  heartbeat @0 :Cluster.Heartbeat;  # its latest heartbeat
+  secondsSince @1 :Float64;    # since that heartbeat arrived at the scheduler
+  alive @2 :Bool;              # false once its heartbeats stopped
 }
 
 # coach cancel JOB
@@ -132,6 +150,9 @@ struct Request {
   }
 }
 
+# `error` is where this version reports a failure, whatever the reply's kind (the kind tells which
+# request failed). It does not write the per-kind errors (SubmitReply.error, StatusReply.error,
+# Ack.error); a reader takes one of those when `error` is null.
 struct Reply {
   sequence @0 :UInt64;
   union {
@@ -141,4 +162,5 @@ struct Reply {
     ack @4 :Ack;
     policy @5 :PolicyReply;
   }
+  error @6 :Envelope.Error;    # why the request failed, for every kind of reply; null = it worked
 }

@@ -1,7 +1,10 @@
-// libFuzzer target for the wire header decoder (actors/codec). Any input must give a header or
-// an error, never a crash; a header that decodes must survive a round trip (encode what was
-// decoded, decode it again: the same header), and check_frames must accept exactly the sizes
-// it announces. A violated property aborts, so the fuzzer reports it.
+// libFuzzer target for the decoders that face the network: the wire header (actors/codec) and
+// the control plane's payload (actors/control). Each input goes to both. Any input must give a
+// value or an error, never a crash; a header that decodes must survive a round trip (encode what
+// was decoded, decode it again: the same header), and check_frames must accept exactly the sizes
+// it announces; a control message that decodes must re-encode to one that decodes and encodes to
+// the same bytes again (encoding is deterministic, so equal bytes mean equal messages, NaNs
+// included). A violated property aborts, so the fuzzer reports it.
 
 #include <bit>
 #include <cstddef>
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "actors/codec.hpp"
+#include "actors/control.hpp"
 
 namespace {
 
@@ -32,14 +36,29 @@ bool same(const envelope& a, const envelope& b) {
          a.ranges == b.ranges;
 }
 
+void check_refusal(const coach::error& e) {
+  if (e.code != coach::errc::protocol_error) broken("error code is not protocol_error");
+  if (e.message.empty()) broken("error without a message");
+  if (e.message.find('\n') != std::string::npos) broken("error of several lines");
+}
+
+void control_one_input(std::span<const std::byte> input) {
+  const auto m = control_codec::decode(input);
+  if (!m) return check_refusal(m.error());
+  const auto once = control_codec::encode(*m);
+  const auto back = control_codec::decode(once);
+  if (!back) broken("a decoded control message does not re-encode to a decodable one");
+  if (control_codec::encode(*back) != once) broken("control round trip changed the message");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const auto h = codec::decode_header({reinterpret_cast<const std::byte*>(data), size});
+  const std::span<const std::byte> input(reinterpret_cast<const std::byte*>(data), size);
+  control_one_input(input);
+  const auto h = codec::decode_header(input);
   if (!h) {
-    if (h.error().code != coach::errc::protocol_error) broken("error code is not protocol_error");
-    if (h.error().message.empty()) broken("error without a message");
-    if (h.error().message.find('\n') != std::string::npos) broken("error of several lines");
+    check_refusal(h.error());
     return 0;
   }
   if (!codec::check_frames(*h, h->frame_bytes)) broken("check_frames refuses announced sizes");

@@ -26,8 +26,8 @@ namespace {
 using bytes = std::vector<std::byte>;
 
 constexpr msg_kind all_kinds[] = {
-    msg_kind::chunk_request, msg_kind::chunk_grant,      msg_kind::pull,       msg_kind::push,
-    msg_kind::params,        msg_kind::snapshot_request, msg_kind::step_report};
+    msg_kind::chunk_request, msg_kind::chunk_grant,      msg_kind::pull,        msg_kind::push,
+    msg_kind::params,        msg_kind::snapshot_request, msg_kind::step_report, msg_kind::control};
 
 /// An envelope with every field set to a value unlike its default and unlike the others.
 envelope full(msg_kind kind) {
@@ -212,7 +212,7 @@ TEST(codec, threads_encode_and_decode_concurrently) {
     threads.emplace_back([t, &failures] {
       bytes out;
       for (int i = 0; i < 2000; ++i) {
-        envelope e = full(all_kinds[(t + i) % 7]);
+        envelope e = full(all_kinds[(t + i) % std::size(all_kinds)]);
         e.step = t * 100000 + i;
         e.ranges.resize(std::size_t(i % 50), ps::key_range{1, 2});
         codec::encode_header(e, std::vector<std::size_t>(std::size_t(i % 5), 8), out);
@@ -350,8 +350,8 @@ TEST(codec, foreign_wire_version_is_refused) {
 TEST(codec, unknown_kind_is_refused) {
   EXPECT_EQ(decode_error(raw([](auto root) { root.setKind(schemas::MsgKind::UNKNOWN); })),
             "unknown message kind 0");
-  EXPECT_EQ(decode_error(raw([](auto root) { root.setKind(static_cast<schemas::MsgKind>(8)); })),
-            "unknown message kind 8");
+  EXPECT_EQ(decode_error(raw([](auto root) { root.setKind(static_cast<schemas::MsgKind>(9)); })),
+            "unknown message kind 9");
   EXPECT_EQ(decode_error(raw([](auto root) { root.setKind(static_cast<schemas::MsgKind>(300)); })),
             "unknown message kind 300");
 }

@@ -1,0 +1,77 @@
+#include "actors/api_client.hpp"
+
+#include <caf/all.hpp>
+
+#include "actors/zmq_transport.hpp"
+
+namespace coach::actors {
+
+struct api_client::impl {
+  std::string address;
+  std::shared_ptr<zmq_transport> net;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::uint64_t next_id = 1;
+};
+
+result<std::unique_ptr<api_client>> api_client::open(const std::string& address) {
+  if (address.rfind("tcp://", 0) != 0 || address.find(':', 6) == std::string::npos)
+    return fail(errc::invalid_argument, "--at '{}': expected tcp://IP:PORT", address);
+  std::unique_ptr<api_client> c(new api_client());
+  c->impl_ = std::make_unique<impl>();
+  auto& m = *c->impl_;
+  m.address = address;
+  // The reply comes back over this client's own connection; the listening socket is never used
+  // by peers, so loopback with any port will do.
+  auto net = zmq_transport::start({.host = client_host_id(), .listen = "tcp://127.0.0.1:0"});
+  if (!net) return std::unexpected(net.error());
+  m.net = std::move(*net);
+  m.net->add_peer(0, address);
+  m.cfg.set("logger.console", caf::atom("none"));
+  m.cfg.set("scheduler.max-threads", std::size_t(1));
+  m.cfg.set("scheduler.policy", caf::atom("sharing"));
+  m.sys = std::make_unique<caf::actor_system>(m.cfg);
+  return c;
+}
+
+api_client::~api_client() {
+  if (impl_) impl_->net.reset();
+}
+
+result<api_reply> api_client::call(const api_request& req, std::chrono::milliseconds timeout) {
+  auto& m = *impl_;
+  caf::scoped_actor self{*m.sys};
+  // The client's endpoint carries its transport's host id so the reply finds its way back.
+  const endpoint from{m.net->host_id(), 0x1000 + m.next_id++};
+  m.net->bind(from, caf::actor_cast<caf::actor>(self));
+  m.net->send(make_control(from, {0, scheduler_id}, req));
+  std::optional<result<api_reply>> out;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!out) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    self->receive(
+        [&](wire_message& msg) {
+          if (msg.hdr.kind != msg_kind::control || msg.frames.empty()) return;
+          auto decoded = control_codec::decode({msg.frames[0].data, msg.frames[0].bytes});
+          if (!decoded) {
+            out = std::unexpected(decoded.error());
+            return;
+          }
+          if (auto* r = std::get_if<api_reply>(&*decoded))
+            out = std::move(*r);
+          else
+            out = fail(errc::protocol_error, "{} answered with something other than a reply",
+                       m.address);
+        },
+        caf::after(left) >> [] {});
+  }
+  m.net->unbind(from);
+  if (!out)
+    return fail(errc::io_error, "no answer from a Coach scheduler at {} within {} s", m.address,
+                double(timeout.count()) / 1000.0);
+  return std::move(*out);
+}
+
+}  // namespace coach::actors

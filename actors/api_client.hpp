@@ -1,0 +1,39 @@
+#pragma once
+// actors::api_client: the `coach` CLI's end of the job API. It opens a ZeroMQ transport of its own
+// (host id from client_host_id(), not a node), sends one api_request to the scheduler at an
+// address and waits for the api_reply, which comes back on the same connection.
+
+#include <caf/actor_system.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "actors/control.hpp"
+#include "common/error.hpp"
+
+namespace coach::actors {
+
+class api_client {
+ public:
+  /// Prepares a client of the scheduler at `address` ("tcp://IP:PORT"). Errors: a malformed
+  /// address (invalid_argument).
+  static result<std::unique_ptr<api_client>> open(const std::string& address);
+  ~api_client();
+
+  /// Sends `req` and waits up to `timeout` for the reply. Errors: io_error naming the address
+  /// when no reply came in time (nothing listens there, or it is not a scheduler); the
+  /// scheduler's own refusal comes back as api_reply::failure, not as an error here.
+  result<api_reply> call(const api_request& req,
+                         std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+  api_client(const api_client&) = delete;
+  api_client& operator=(const api_client&) = delete;
+
+ private:
+  api_client() = default;
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace coach::actors

@@ -1,0 +1,68 @@
+#pragma once
+// actors/cluster.hpp: the actors of a multi-process cluster (coach-node). Every node runs a node
+// agent; one node also runs the cluster scheduler and the job masters. They talk through a
+// zmq_transport with control messages (actors/control.hpp); the data path of a job is the same
+// wire_messages as in the embedded cluster, between hosts now.
+//
+// Addressing: a node's host id is node_host_id(its address). Host 0 in a destination means "the
+// process at the other end of this link": a node sends its heartbeats and the CLI its requests to
+// {0, scheduler_id} over a peer added as host 0 (the --join / --at address), so nobody needs to
+// know the scheduler's host id up front.
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/control.hpp"
+#include "actors/job_context.hpp"
+#include "actors/zmq_transport.hpp"
+
+namespace coach::actors {
+
+/// The context of job `job` as any of its hosts sees it: the master on master_host, shard k on
+/// shard_hosts[k], worker r on worker_hosts[r]. `data` gives the model's input and output sizes.
+std::shared_ptr<job_context> make_job_context(std::uint64_t job, const scheduler::job_spec& spec,
+                                              std::shared_ptr<const worker::dataset_pair> data,
+                                              std::shared_ptr<transport> net,
+                                              std::uint32_t master_host,
+                                              const std::vector<std::uint32_t>& shard_hosts,
+                                              const std::vector<std::uint32_t>& worker_hosts);
+
+struct node_options {
+  std::string name;                      ///< shown by `coach nodes`
+  std::string address;                   ///< advertised data-path address
+  std::uint32_t host = 0;                ///< node_host_id(address)
+  std::optional<std::uint32_t> cpus;     ///< --cpus: cap on advertised CPUs
+  std::optional<std::vector<int>> gpus;  ///< --gpus: the GPUs this node may use
+  std::chrono::milliseconds heartbeat{1000};
+  std::string proc_root = "/proc";  ///< for tests
+};
+
+/// Spawns the node agent (a detached actor: it loads data sets and samples the host). It binds
+/// {host, node_agent_id}, heartbeats to {0, scheduler_id} through peer 0 (add it first), runs the
+/// job parts the scheduler sends and answers each with a command_reply. (drain_atom): take no new
+/// work, say so in heartbeats, and quit once the last part has stopped.
+caf::actor spawn_node_agent(caf::actor_system& sys, std::shared_ptr<zmq_transport> net,
+                            node_options opt);
+
+struct scheduler_options {
+  /// A node whose last heartbeat is older than this is dead; its jobs fail.
+  std::chrono::milliseconds node_timeout{5000};
+};
+
+/// Spawns the cluster scheduler (detached) bound at {host, scheduler_id}: keeps the cluster view
+/// from heartbeats, answers the job API, places jobs over live nodes (spread), runs each job's
+/// master and evaluator in this process and tells the nodes to start and stop their parts.
+caf::actor spawn_cluster_scheduler(caf::actor_system& sys, std::shared_ptr<zmq_transport> net,
+                                   std::uint32_t host, scheduler_options opt = {});
+
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+
+}  // namespace coach::actors

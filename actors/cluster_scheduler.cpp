@@ -1,0 +1,392 @@
+#include <caf/all.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "actors/cluster.hpp"
+#include "actors/roles.hpp"
+
+namespace coach::actors {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct node_entry {
+  node_heartbeat last;
+  clock_type::time_point seen;
+  bool alive = true;
+};
+
+struct job_entry {
+  job_status status;
+  start_job start;                  ///< what every node of the job was told
+  std::set<std::uint32_t> hosts;    ///< every host of the job (master's included)
+  std::set<std::uint32_t> pending;  ///< hosts that have not acknowledged the current phase
+  caf::actor master;
+  caf::actor evaluator;
+  caf::actor relay;
+  std::shared_ptr<job_context> ctx;
+  clock_type::time_point started = clock_type::now();
+  bool cancel_requested = false;
+
+  bool over() const {
+    return status.state == job_state::succeeded || status.state == job_state::failed ||
+           status.state == job_state::cancelled;
+  }
+};
+
+// Messages from a job's relay (the master's observer) to the scheduler, tagged with the job.
+using job_progress_atom = caf::atom_constant<caf::atom("jprogress")>;
+using job_epoch_atom = caf::atom_constant<caf::atom("jepoch")>;
+using job_done_atom = caf::atom_constant<caf::atom("jdone")>;
+
+struct scheduler_state {
+  std::shared_ptr<zmq_transport> net;
+  scheduler_options opt;
+  endpoint self_ep;
+  std::map<std::uint32_t, node_entry> nodes;  ///< by host id
+  std::map<std::uint64_t, job_entry> jobs;
+  std::uint64_t next_job = 1;
+  caf::event_based_actor* self = nullptr;
+  static inline const char* name = "coach.cluster_scheduler";
+
+  void send(const endpoint& dst, const control_message& m) {
+    net->send(make_control(self_ep, dst, m));
+  }
+
+  std::string node_name(std::uint32_t host) const {
+    auto it = nodes.find(host);
+    return it == nodes.end() ? coach::format("host {}", host) : it->second.last.name;
+  }
+
+  void on_heartbeat(const node_heartbeat& hb) {
+    auto [it, fresh] = nodes.try_emplace(hb.host);
+    auto& n = it->second;
+    const bool moved = fresh || n.last.address != hb.address;
+    if (!fresh && !n.alive)
+      std::fprintf(stderr, "coach-node: node '%s' is back\n", hb.name.c_str());
+    if (fresh)
+      std::fprintf(stderr, "coach-node: node '%s' joined (host %u, %s)\n", hb.name.c_str(), hb.host,
+                   hb.address.c_str());
+    n.last = hb;
+    n.seen = clock_type::now();
+    n.alive = true;
+    if (moved && hb.host != self_ep.host) net->add_peer(hb.host, hb.address);
+  }
+
+  /// Worker r on the r-th node, shards continuing the rotation: a plain spread.
+  result<void> place(const scheduler::job_spec& spec, std::uint32_t workers, std::uint32_t shards,
+                     start_job& sj) {
+    std::vector<const node_entry*> usable;
+    for (const auto& [host, n] : nodes)
+      if (n.alive && !n.last.draining) usable.push_back(&n);
+    if (usable.empty())
+      return fail(errc::resource_exhausted, "no live node to run job '{}'", spec.name);
+    std::sort(usable.begin(), usable.end(),
+              [](const node_entry* a, const node_entry* b) { return a->last.name < b->last.name; });
+    if (spec.gpus_per_worker > 0) {
+      std::erase_if(usable, [&](const node_entry* n) {
+        return std::int64_t(n->last.resources.gpus_free.size()) < spec.gpus_per_worker;
+      });
+      if (usable.empty())
+        return fail(errc::resource_exhausted,
+                    "job '{}' needs {} free GPU(s) per worker and no live node has them", spec.name,
+                    spec.gpus_per_worker);
+    }
+    const std::size_t n = usable.size();
+    for (std::uint32_t r = 0; r < workers; ++r) sj.worker_hosts.push_back(usable[r % n]->last.host);
+    for (std::uint32_t k = 0; k < shards; ++k)
+      sj.shard_hosts.push_back(usable[(workers + k) % n]->last.host);
+    return {};
+  }
+
+  result<std::uint64_t> submit(const submit_request& req) {
+    auto spec = scheduler::parse_job_spec(req.spec_yaml, req.source_name, req.base_dir);
+    if (!spec) return std::unexpected(spec.error());
+    auto pick = [&](std::uint32_t asked, const scheduler::count_range& range,
+                    const char* what) -> result<std::uint32_t> {
+      if (asked == 0) return std::uint32_t(range.initial);
+      if (int(asked) < range.min || int(asked) > range.max)
+        return fail(errc::invalid_argument, "--{} {} is outside the job's {} range [{}, {}]", what,
+                    asked, what, range.min, range.max);
+      return asked;
+    };
+    auto workers = pick(req.workers, spec->workers, "workers");
+    if (!workers) return std::unexpected(workers.error());
+    auto shards = pick(req.shards, spec->shards, "shards");
+    if (!shards) return std::unexpected(shards.error());
+
+    start_job sj;
+    sj.job = next_job;
+    sj.spec_yaml = req.spec_yaml;
+    sj.source_name = req.source_name;
+    sj.base_dir = req.base_dir;
+    sj.master_host = self_ep.host;
+    if (auto ok = place(*spec, *workers, *shards, sj); !ok) return std::unexpected(ok.error());
+    // The master and evaluator run here and need the data set (its test half, its size).
+    auto data = worker::load_dataset(spec->dataset, spec->seed);
+    if (!data) return std::unexpected(data.error());
+    if (data->train.rows == 0 || data->test.rows == 0)
+      return fail(errc::invalid_argument, "job '{}': the data set is empty", spec->name);
+    ++next_job;
+
+    job_entry& job = jobs[sj.job];
+    job.hosts.insert(self_ep.host);
+    for (auto h : sj.shard_hosts) job.hosts.insert(h);
+    for (auto h : sj.worker_hosts) job.hosts.insert(h);
+    for (auto h : job.hosts) {
+      auto it = nodes.find(h);
+      sj.peers.push_back({h, it != nodes.end() ? it->second.last.address : net->bound_address()});
+    }
+    job.ctx = make_job_context(sj.job, *spec,
+                               std::make_shared<const worker::dataset_pair>(std::move(*data)), net,
+                               sj.master_host, sj.shard_hosts, sj.worker_hosts);
+    auto& st = job.status;
+    st.job = sj.job;
+    st.name = spec->name;
+    st.state = job_state::queued;
+    st.epochs_total = std::uint32_t(spec->epochs);
+    st.test_accuracy = std::nan("");
+    st.workers = *workers;
+    st.shards = *shards;
+    st.samples_epoch = job.ctx->data->train.rows;
+    for (auto h : sj.worker_hosts) st.worker_nodes.push_back(node_name(h));
+    for (auto h : sj.shard_hosts) st.shard_nodes.push_back(node_name(h));
+
+    // The master's observer: tags what the master reports with the job.
+    auto me = caf::actor_cast<caf::actor>(self);
+    const std::uint64_t id = sj.job;
+    job.relay = self->home_system().spawn([me, id](caf::event_based_actor*) -> caf::behavior {
+      return {
+          [=](progress_atom, scheduler::progress_event& p) {
+            caf::anon_send(me, job_progress_atom::value, id, std::move(p));
+          },
+          [=](epoch_atom, scheduler::epoch_report& e) {
+            caf::anon_send(me, job_epoch_atom::value, id, std::move(e));
+          },
+          [=](done_atom, job_outcome& o) {
+            caf::anon_send(me, job_done_atom::value, id, std::move(o));
+          },
+      };
+    });
+    auto& sys = self->home_system();
+    job.evaluator = spawn_evaluator(sys, job.ctx);
+    job.master = spawn_master(sys, job.ctx, job.relay, job.evaluator);
+    net->bind(job.ctx->master, job.master);
+
+    // Phase 1: every shard; phase 2 (on their acknowledgements): every worker.
+    job.start = std::move(sj);
+    job.start.workers_phase = false;
+    for (auto h : job.hosts) {
+      if (std::find(job.start.shard_hosts.begin(), job.start.shard_hosts.end(), h) ==
+          job.start.shard_hosts.end())
+        continue;
+      job.pending.insert(h);
+      send({h, node_agent_id}, job.start);
+    }
+    std::fprintf(stderr, "coach-node: job %llu '%s': %u worker(s), %u shard(s) over %zu host(s)\n",
+                 static_cast<unsigned long long>(id), spec->name.c_str(), *workers, *shards,
+                 job.hosts.size());
+    return id;
+  }
+
+  void start_workers(job_entry& job) {
+    job.start.workers_phase = true;
+    for (auto h : job.hosts) {
+      if (std::find(job.start.worker_hosts.begin(), job.start.worker_hosts.end(), h) ==
+          job.start.worker_hosts.end())
+        continue;
+      job.pending.insert(h);
+      send({h, node_agent_id}, job.start);
+    }
+  }
+
+  void on_command_reply(std::uint32_t from, const command_reply& r) {
+    auto it = jobs.find(r.job);
+    if (it == jobs.end() || it->second.over()) return;
+    auto& job = it->second;
+    if (r.failure) return end(job, job_state::failed, *r.failure);
+    if (!job.pending.erase(from) || !job.pending.empty()) return;
+    if (!job.start.workers_phase) {
+      start_workers(job);
+    } else {
+      job.status.state = job_state::running;
+      job.started = clock_type::now();
+    }
+  }
+
+  /// Ends a job: records why, stops the master here and the parts on every node.
+  void end(job_entry& job, job_state state, std::optional<coach::error> why) {
+    if (job.over()) return;
+    job.status.state = state;
+    if (why) {
+      job.status.error = why->message;
+      job.status.error_code = std::uint16_t(why->code);
+    }
+    job.status.seconds = std::chrono::duration<double>(clock_type::now() - job.started).count();
+    for (auto h : job.hosts) send({h, node_agent_id}, stop_job{job.status.job});
+    net->unbind(job.ctx->master);
+    for (auto* a : {&job.master, &job.evaluator, &job.relay})
+      if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+    job.pending.clear();
+    std::fprintf(stderr, "coach-node: job %llu '%s' %s%s%s\n",
+                 static_cast<unsigned long long>(job.status.job), job.status.name.c_str(),
+                 std::string(to_string(state)).c_str(), why ? ": " : "",
+                 why ? why->message.c_str() : "");
+  }
+
+  void on_done(std::uint64_t id, job_outcome& o) {
+    auto it = jobs.find(id);
+    if (it == jobs.end()) return;
+    auto& job = it->second;
+    if (o.failure) return end(job, job_state::failed, o.failure);
+    job.status.test_accuracy = o.result.test_accuracy;
+    job.status.epochs_done = std::uint32_t(o.result.epochs.size());
+    if (o.result.cancelled)
+      end(job, job_state::cancelled, coach::error{errc::cancelled, "cancelled by the user"});
+    else
+      end(job, job_state::succeeded, std::nullopt);
+  }
+
+  void check_nodes() {
+    const auto now = clock_type::now();
+    for (auto& [host, n] : nodes) {
+      if (!n.alive || now - n.seen <= opt.node_timeout) continue;
+      n.alive = false;
+      std::fprintf(stderr, "coach-node: node '%s' stopped heartbeating\n", n.last.name.c_str());
+      for (auto& [id, job] : jobs)
+        if (!job.over() && job.hosts.contains(host))
+          end(job, job_state::failed,
+              coach::error{errc::resource_exhausted,
+                           coach::format("node '{}' stopped heartbeating", n.last.name)});
+    }
+  }
+
+  job_status snapshot(const job_entry& job) const {
+    job_status s = job.status;
+    if (!job.over() && s.state == job_state::running)
+      s.seconds = std::chrono::duration<double>(clock_type::now() - job.started).count();
+    // Traffic: what every node's transport sent for this job, from their latest heartbeats.
+    for (const auto& [host, n] : nodes)
+      for (const auto& l : n.last.traffic)
+        if (l.job == s.job) s.traffic.push_back(l);
+    return s;
+  }
+
+  api_reply answer(const api_request& req) {
+    api_reply reply;
+    if (auto* sub = std::get_if<submit_request>(&req)) {
+      auto id = submit(*sub);
+      if (!id)
+        reply.failure = id.error();
+      else
+        reply.body = submit_reply{*id};
+    } else if (auto* st = std::get_if<status_request>(&req)) {
+      status_reply out;
+      if (st->job != 0) {
+        auto it = jobs.find(st->job);
+        if (it == jobs.end())
+          reply.failure = coach::error{errc::not_found, coach::format("no job {}", st->job)};
+        else
+          out.jobs.push_back(snapshot(it->second));
+      } else {
+        for (const auto& [id, job] : jobs) out.jobs.push_back(snapshot(job));
+      }
+      reply.body = std::move(out);
+    } else if (std::get_if<nodes_request>(&req)) {
+      nodes_reply out;
+      const auto now = clock_type::now();
+      for (const auto& [host, n] : nodes)
+        out.nodes.push_back({n.last, std::chrono::duration<double>(now - n.seen).count(), n.alive});
+      reply.body = std::move(out);
+    } else if (auto* c = std::get_if<cancel_request>(&req)) {
+      auto it = jobs.find(c->job);
+      if (it == jobs.end()) {
+        reply.failure = coach::error{errc::not_found, coach::format("no job {}", c->job)};
+      } else if (it->second.over()) {
+        reply.failure = coach::error{
+            errc::invalid_argument,
+            coach::format("job {} already {}", c->job, to_string(it->second.status.state))};
+      } else {
+        auto& job = it->second;
+        job.cancel_requested = true;
+        if (job.status.state == job_state::running)
+          caf::anon_send(job.master, cancel_atom::value);
+        else  // still starting: nothing has trained yet
+          end(job, job_state::cancelled, coach::error{errc::cancelled, "cancelled by the user"});
+        reply.body = ack_reply{};
+      }
+    }
+    return reply;
+  }
+};
+
+caf::behavior cluster_scheduler(caf::stateful_actor<scheduler_state>* self,
+                                std::shared_ptr<zmq_transport> net, std::uint32_t host,
+                                scheduler_options opt) {
+  auto& st = self->state;
+  st.net = std::move(net);
+  st.opt = opt;
+  st.self_ep = {host, scheduler_id};
+  st.self = self;
+  st.net->bind(st.self_ep, caf::actor_cast<caf::actor>(self));
+  self->attach_functor([net = st.net, ep = st.self_ep] { net->unbind(ep); });
+  self->delayed_send(self, std::chrono::milliseconds(500), tick_atom::value);
+  return {
+      [self](tick_atom) {
+        self->state.check_nodes();
+        self->delayed_send(self, std::chrono::milliseconds(500), tick_atom::value);
+      },
+      [self](wire_message& m) {
+        auto& s = self->state;
+        if (m.hdr.kind != msg_kind::control || m.frames.empty()) return;
+        auto msg = control_codec::decode({m.frames[0].data, m.frames[0].bytes});
+        if (!msg) {
+          std::fprintf(stderr, "coach-node: dropped a control message from host %u: %s\n",
+                       m.hdr.src.host, msg.error().message.c_str());
+          return;
+        }
+        if (auto* hb = std::get_if<node_heartbeat>(&*msg)) {
+          if (hb->host != m.hdr.src.host) return;  // a heartbeat speaks for its own host only
+          s.on_heartbeat(*hb);
+        } else if (auto* r = std::get_if<command_reply>(&*msg)) {
+          s.on_command_reply(m.hdr.src.host, *r);
+        } else if (auto* req = std::get_if<api_request>(&*msg)) {
+          s.send(m.hdr.src, s.answer(*req));
+        }
+      },
+      [self](job_progress_atom, std::uint64_t id, scheduler::progress_event& p) {
+        auto it = self->state.jobs.find(id);
+        if (it == self->state.jobs.end()) return;
+        auto& st = it->second.status;
+        st.epochs_done = p.epoch;
+        st.samples_done = p.samples_done;
+        st.samples_epoch = p.samples_total;
+        st.loss = p.train_loss;
+        st.samples_per_second = p.samples_per_s;
+      },
+      [self](job_epoch_atom, std::uint64_t id, scheduler::epoch_report& e) {
+        auto it = self->state.jobs.find(id);
+        if (it == self->state.jobs.end()) return;
+        auto& st = it->second.status;
+        st.epochs_done = e.epoch + 1;
+        st.test_accuracy = e.test_accuracy;
+        st.samples_per_second = e.samples_per_s;
+        st.loss = e.train_loss;
+      },
+      [self](job_done_atom, std::uint64_t id, job_outcome& o) { self->state.on_done(id, o); },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_cluster_scheduler(caf::actor_system& sys, std::shared_ptr<zmq_transport> net,
+                                   std::uint32_t host, scheduler_options opt) {
+  return sys.spawn<caf::detached>(cluster_scheduler, std::move(net), host, opt);
+}
+
+}  // namespace coach::actors

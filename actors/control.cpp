@@ -1,0 +1,633 @@
+// actors/control.cpp: control_message <-> schemas/control.capnp. The only file that touches the
+// generated Cap'n Proto types of the control plane (ControlMessage, StartJob, the job API's
+// Request and Reply, cluster.capnp's Heartbeat).
+//
+// Encoding is straightforward and total: any control_message encodes. Short texts (names,
+// addresses, paths, error messages) are cut to max_text_bytes, so that the receiver accepts
+// them; negative GPU ids cannot be UInt32s and are left out. The job spec is never cut: a spec
+// over max_spec_bytes is refused by the receiver, so callers check its size first.
+//
+// Decoding treats its input as hostile, as actors/codec.cpp does: the size is checked before
+// parsing, an unaligned input is copied into words, the reader runs under a traversal limit
+// proportional to the input and a nesting limit, every list and text is bounded, every enum and
+// error code checked, and every kj::Exception becomes errc::protocol_error. Inside, a refusal is
+// thrown (detail::refusal) and caught once at the top, so the readers stay straight-line code.
+
+#include "actors/control.hpp"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "common/format.hpp"
+#include "schemas/control.capnp.h"
+
+namespace coach::actors {
+namespace {
+
+namespace wire = coach::schemas;
+
+// Limits of a decoded control message (docs/wire.md, "Control plane"). Encode never exceeds the
+// text limits (it cuts); lists beyond the list limits are the caller's to avoid.
+constexpr std::size_t max_payload_bytes = 16 << 20;  // a whole ControlMessage, checked first
+constexpr std::size_t max_spec_bytes = 1 << 20;      // start_job / submit_request spec_yaml
+constexpr std::size_t max_text_bytes = 4096;  // every other text: names, addresses, paths, errors
+constexpr std::size_t max_items = 4096;       // nodes, jobs, peers, hosts by shard or rank
+constexpr std::size_t max_links = 1 << 16;    // traffic entries of one heartbeat or job status
+constexpr std::size_t max_gpus = 1024;        // ids in one GPU list
+
+constexpr std::uint16_t max_errc = std::uint16_t(errc::internal);  // highest code in error.hpp
+constexpr std::size_t word_bytes = sizeof(capnp::word);
+
+static_assert(std::uint16_t(job_state::cancelled) == std::uint16_t(wire::JobState::CANCELLED));
+static_assert(std::uint16_t(job_state::queued) == std::uint16_t(wire::JobState::QUEUED));
+
+// --- encoding ------------------------------------------------------------------------------
+
+/// Writes `s`, cut to `max` bytes, through `init` (a generated initX(size) of a Text field).
+template <class Init>
+void put_text(Init init, std::string_view s, std::size_t max = max_text_bytes) {
+  const std::size_t n = std::min(s.size(), max);
+  auto t = init(static_cast<unsigned>(n));
+  if (n > 0) std::memcpy(t.begin(), s.data(), n);
+}
+
+void put_error(wire::Error::Builder b, const error& e) {
+  b.setCode(static_cast<std::uint16_t>(e.code));
+  put_text([&](unsigned n) { return b.initMessage(n); }, e.message);
+}
+
+/// GPU ids as UInt32: negative ids (never valid) are left out.
+template <class Init>
+void put_gpus(Init init, const std::vector<int>& ids) {
+  const auto valid = std::count_if(ids.begin(), ids.end(), [](int id) { return id >= 0; });
+  auto list = init(static_cast<unsigned>(valid));
+  unsigned i = 0;
+  for (const int id : ids)
+    if (id >= 0) list.set(i++, static_cast<std::uint32_t>(id));
+}
+
+template <class Init>
+void put_u32s(Init init, const std::vector<std::uint32_t>& values) {
+  auto list = init(static_cast<unsigned>(values.size()));
+  for (unsigned i = 0; i < values.size(); ++i) list.set(i, values[i]);
+}
+
+template <class Init>
+void put_texts(Init init, const std::vector<std::string>& values) {
+  auto list = init(static_cast<unsigned>(values.size()));
+  for (unsigned i = 0; i < values.size(); ++i)
+    put_text([&](unsigned n) { return list.init(i, n); }, values[i]);
+}
+
+void put_heartbeat(wire::Heartbeat::Builder b, const node_heartbeat& h) {
+  put_text([&](unsigned n) { return b.initNodeName(n); }, h.name);
+  put_text([&](unsigned n) { return b.initListenAddress(n); }, h.address);
+  b.setHostId(h.host);
+  const auto& r = h.resources;
+  b.setCpusTotal(r.cpus_total);
+  b.setCpusFree(r.cpus_free);
+  put_gpus([&](unsigned n) { return b.initGpusTotal(n); }, r.gpus_total);
+  put_gpus([&](unsigned n) { return b.initGpusFree(n); }, r.gpus_free);
+  b.setMemoryTotal(r.memory_total);
+  b.setMemoryFree(r.memory_free);
+  b.setActorsRunning(h.actors_running);
+  b.setSequence(h.sequence);
+  b.setUnixTimeMs(h.unix_time_ms);
+  b.setLoad1(r.load1);
+  put_text([&](unsigned n) { return b.initGpuError(n); }, r.gpu_error);
+  b.setDraining(h.draining);
+  auto traffic = b.initTraffic(static_cast<unsigned>(h.traffic.size()));
+  for (unsigned i = 0; i < h.traffic.size(); ++i) {
+    const auto& t = h.traffic[i];
+    traffic[i].setJob(t.job);
+    traffic[i].setSrcHost(t.src_host);
+    traffic[i].setDstHost(t.dst_host);
+    traffic[i].setMessages(t.messages);
+    traffic[i].setBytes(t.bytes);
+  }
+}
+
+void put_start_job(wire::StartJob::Builder b, const start_job& s) {
+  b.setJob(s.job);
+  b.setWorkersPhase(s.workers_phase);
+  put_text([&](unsigned n) { return b.initSpecYaml(n); }, s.spec_yaml, s.spec_yaml.size());
+  put_text([&](unsigned n) { return b.initSourceName(n); }, s.source_name);
+  put_text([&](unsigned n) { return b.initBaseDir(n); }, s.base_dir);
+  b.setMasterHost(s.master_host);
+  put_u32s([&](unsigned n) { return b.initShardHosts(n); }, s.shard_hosts);
+  put_u32s([&](unsigned n) { return b.initWorkerHosts(n); }, s.worker_hosts);
+  auto peers = b.initPeers(static_cast<unsigned>(s.peers.size()));
+  for (unsigned i = 0; i < s.peers.size(); ++i) {
+    peers[i].setHost(s.peers[i].host);
+    put_text([&](unsigned n) { return peers[i].initAddress(n); }, s.peers[i].address);
+  }
+}
+
+void put_request(wire::Request::Builder b, const api_request& r) {
+  b.setSequence(0);  // one request per connection: nothing to match
+  std::visit(
+      [&](const auto& q) {
+        using T = std::decay_t<decltype(q)>;
+        if constexpr (std::is_same_v<T, submit_request>) {
+          auto s = b.initSubmit();
+          put_text([&](unsigned n) { return s.initSpecYaml(n); }, q.spec_yaml, q.spec_yaml.size());
+          put_text([&](unsigned n) { return s.initSourceName(n); }, q.source_name);
+          put_text([&](unsigned n) { return s.initBaseDir(n); }, q.base_dir);
+          s.setWorkers(q.workers);
+          s.setShards(q.shards);
+        } else if constexpr (std::is_same_v<T, status_request>) {
+          b.initStatus().setJob(q.job);
+        } else if constexpr (std::is_same_v<T, nodes_request>) {
+          b.initNodes();
+        } else {
+          static_assert(std::is_same_v<T, cancel_request>);
+          b.initCancel().setJob(q.job);
+        }
+      },
+      r);
+}
+
+void put_job_status(wire::JobStatus::Builder b, const job_status& s) {
+  b.setJob(s.job);
+  put_text([&](unsigned n) { return b.initName(n); }, s.name);
+  b.setState(static_cast<wire::JobState>(s.state));
+  b.setEpochsDone(s.epochs_done);
+  b.setEpochsTotal(s.epochs_total);
+  b.setTestAccuracy(s.test_accuracy);
+  b.setSamplesPerSecond(s.samples_per_second);
+  b.setWorkers(s.workers);
+  b.setShards(s.shards);
+  auto traffic = b.initTraffic(static_cast<unsigned>(s.traffic.size()));
+  for (unsigned i = 0; i < s.traffic.size(); ++i) {
+    const auto& t = s.traffic[i];
+    traffic[i].setJob(t.job);
+    traffic[i].setSrcHost(t.src_host);
+    traffic[i].setDstHost(t.dst_host);
+    traffic[i].setMessages(t.messages);
+    traffic[i].setBytes(t.bytes);
+  }
+  put_text([&](unsigned n) { return b.initError(n); }, s.error);
+  b.setErrorCode(s.error_code);
+  b.setLoss(s.loss);
+  b.setSamplesDone(s.samples_done);
+  b.setSamplesEpoch(s.samples_epoch);
+  put_texts([&](unsigned n) { return b.initWorkerNodes(n); }, s.worker_nodes);
+  put_texts([&](unsigned n) { return b.initShardNodes(n); }, s.shard_nodes);
+  b.setSeconds(s.seconds);
+}
+
+void put_reply(wire::Reply::Builder b, const api_reply& r) {
+  b.setSequence(0);
+  std::visit(
+      [&](const auto& body) {
+        using T = std::decay_t<decltype(body)>;
+        if constexpr (std::is_same_v<T, ack_reply>) {
+          b.initAck();
+        } else if constexpr (std::is_same_v<T, submit_reply>) {
+          b.initSubmit().setJob(body.job);
+        } else if constexpr (std::is_same_v<T, status_reply>) {
+          auto jobs = b.initStatus().initJobs(static_cast<unsigned>(body.jobs.size()));
+          for (unsigned i = 0; i < body.jobs.size(); ++i) put_job_status(jobs[i], body.jobs[i]);
+        } else {
+          static_assert(std::is_same_v<T, nodes_reply>);
+          auto nodes = b.initNodes().initStatuses(static_cast<unsigned>(body.nodes.size()));
+          for (unsigned i = 0; i < body.nodes.size(); ++i) {
+            put_heartbeat(nodes[i].initHeartbeat(), body.nodes[i].last);
+            nodes[i].setSecondsSince(body.nodes[i].seconds_since);
+            nodes[i].setAlive(body.nodes[i].alive);
+          }
+        }
+      },
+      r.body);
+  if (r.failure) put_error(b.initError(), *r.failure);
+}
+
+void put_message(wire::ControlMessage::Builder b, const control_message& m) {
+  std::visit(
+      [&](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, node_heartbeat>) {
+          put_heartbeat(b.initHeartbeat(), v);
+        } else if constexpr (std::is_same_v<T, start_job>) {
+          put_start_job(b.initStartJob(), v);
+        } else if constexpr (std::is_same_v<T, stop_job>) {
+          b.initStopJob().setJob(v.job);
+        } else if constexpr (std::is_same_v<T, command_reply>) {
+          auto c = b.initCommandReply();
+          c.setJob(v.job);
+          if (v.failure) put_error(c.initError(), *v.failure);
+        } else if constexpr (std::is_same_v<T, api_request>) {
+          put_request(b.initRequest(), v);
+        } else {
+          static_assert(std::is_same_v<T, api_reply>);
+          put_reply(b.initReply(), v);
+        }
+      },
+      m);
+}
+
+// --- decoding ------------------------------------------------------------------------------
+
+/// Why a message is refused; thrown by the readers, caught once in decode().
+struct refusal {
+  std::string message;
+};
+
+template <class... Args>
+[[noreturn]] void refuse(std::string_view fmt, const Args&... args) {
+  throw refusal{coach::format(fmt, args...)};
+}
+
+std::string get_text(capnp::Text::Reader t, std::string_view what,
+                     std::size_t max = max_text_bytes) {
+  if (t.size() > max) refuse("{} has {} bytes (at most {})", what, t.size(), max);
+  return std::string(t.cStr(), t.size());  // NUL termination checked by Cap'n Proto
+}
+
+template <class List>
+void check_count(const List& list, std::string_view what, std::size_t max) {
+  if (list.size() > max) refuse("{} has {} entries (at most {})", what, list.size(), max);
+}
+
+error get_error(wire::Error::Reader e, std::string_view what) {
+  const std::uint16_t code = e.getCode();
+  if (code == 0 || code > max_errc) refuse("{} carries unknown error code {}", what, code);
+  return error{static_cast<errc>(code), get_text(e.getMessage(), what)};
+}
+
+std::vector<int> get_gpus(capnp::List<std::uint32_t>::Reader list, std::string_view what) {
+  check_count(list, what, max_gpus);
+  std::vector<int> ids;
+  ids.reserve(list.size());
+  for (const std::uint32_t id : list) {
+    if (id > static_cast<std::uint32_t>(INT_MAX)) refuse("{} lists GPU id {}", what, id);
+    ids.push_back(static_cast<int>(id));
+  }
+  return ids;
+}
+
+std::vector<std::uint32_t> get_u32s(capnp::List<std::uint32_t>::Reader list,
+                                    std::string_view what) {
+  check_count(list, what, max_items);
+  std::vector<std::uint32_t> out;
+  out.reserve(list.size());
+  for (const std::uint32_t v : list) out.push_back(v);
+  return out;
+}
+
+std::vector<std::string> get_texts(capnp::List<capnp::Text>::Reader list, std::string_view what) {
+  check_count(list, what, max_items);
+  std::vector<std::string> out;
+  out.reserve(list.size());
+  for (const auto t : list) out.push_back(get_text(t, what));
+  return out;
+}
+
+template <class List>
+std::vector<link_traffic> get_traffic(List list, std::string_view what) {
+  check_count(list, what, max_links);
+  std::vector<link_traffic> out;
+  out.reserve(list.size());
+  for (const auto t : list)
+    out.push_back({t.getJob(), t.getSrcHost(), t.getDstHost(), t.getMessages(), t.getBytes()});
+  return out;
+}
+
+node_heartbeat get_heartbeat(wire::Heartbeat::Reader r) {
+  node_heartbeat h;
+  h.name = get_text(r.getNodeName(), "heartbeat nodeName");
+  h.address = get_text(r.getListenAddress(), "heartbeat listenAddress");
+  h.host = r.getHostId();
+  auto& res = h.resources;
+  res.cpus_total = r.getCpusTotal();
+  res.cpus_free = r.getCpusFree();
+  res.gpus_total = get_gpus(r.getGpusTotal(), "heartbeat gpusTotal");
+  res.gpus_free = get_gpus(r.getGpusFree(), "heartbeat gpusFree");
+  res.memory_total = r.getMemoryTotal();
+  res.memory_free = r.getMemoryFree();
+  res.load1 = r.getLoad1();
+  res.gpu_error = get_text(r.getGpuError(), "heartbeat gpuError");
+  h.actors_running = r.getActorsRunning();
+  h.sequence = r.getSequence();
+  h.unix_time_ms = r.getUnixTimeMs();
+  h.draining = r.getDraining();
+  h.traffic = get_traffic(r.getTraffic(), "heartbeat traffic");
+  return h;
+}
+
+start_job get_start_job(wire::StartJob::Reader r) {
+  start_job s;
+  s.job = r.getJob();
+  s.workers_phase = r.getWorkersPhase();
+  s.spec_yaml = get_text(r.getSpecYaml(), "startJob specYaml", max_spec_bytes);
+  s.source_name = get_text(r.getSourceName(), "startJob sourceName");
+  s.base_dir = get_text(r.getBaseDir(), "startJob baseDir");
+  s.master_host = r.getMasterHost();
+  s.shard_hosts = get_u32s(r.getShardHosts(), "startJob shardHosts");
+  s.worker_hosts = get_u32s(r.getWorkerHosts(), "startJob workerHosts");
+  const auto peers = r.getPeers();
+  check_count(peers, "startJob peers", max_items);
+  s.peers.reserve(peers.size());
+  for (const auto p : peers)
+    s.peers.push_back({p.getHost(), get_text(p.getAddress(), "startJob peer address")});
+  return s;
+}
+
+api_request get_request(wire::Request::Reader r) {
+  switch (r.which()) {
+    case wire::Request::SUBMIT: {
+      if (!r.hasSubmit()) refuse("job API request has no body");
+      const auto s = r.getSubmit();
+      return submit_request{
+          .spec_yaml = get_text(s.getSpecYaml(), "submit specYaml", max_spec_bytes),
+          .source_name = get_text(s.getSourceName(), "submit sourceName"),
+          .base_dir = get_text(s.getBaseDir(), "submit baseDir"),
+          .workers = s.getWorkers(),
+          .shards = s.getShards()};
+    }
+    case wire::Request::STATUS:
+      if (!r.hasStatus()) refuse("job API request status is null");
+      return status_request{r.getStatus().getJob()};
+    case wire::Request::NODES:
+      if (!r.hasNodes()) refuse("job API request nodes is null");
+      return nodes_request{};
+    case wire::Request::CANCEL:
+      if (!r.hasCancel()) refuse("job API request cancel is null");
+      return cancel_request{r.getCancel().getJob()};
+    case wire::Request::RESCALE:
+      refuse("job API request rescale is not served by this version");
+    case wire::Request::MIGRATE:
+      refuse("job API request migrate is not served by this version");
+    case wire::Request::POLICY:
+      refuse("job API request policy is not served by this version");
+  }
+  refuse("unknown job API request {}", std::uint16_t(r.which()));
+}
+
+job_status get_job_status(wire::JobStatus::Reader r) {
+  job_status s;
+  s.job = r.getJob();
+  s.name = get_text(r.getName(), "job status name");
+  const auto state = static_cast<std::uint16_t>(r.getState());
+  if (state > std::uint16_t(job_state::cancelled)) refuse("job status has unknown state {}", state);
+  s.state = static_cast<job_state>(state);
+  s.epochs_done = r.getEpochsDone();
+  s.epochs_total = r.getEpochsTotal();
+  s.test_accuracy = r.getTestAccuracy();
+  s.samples_per_second = r.getSamplesPerSecond();
+  s.loss = r.getLoss();
+  s.samples_done = r.getSamplesDone();
+  s.samples_epoch = r.getSamplesEpoch();
+  s.workers = r.getWorkers();
+  s.shards = r.getShards();
+  s.worker_nodes = get_texts(r.getWorkerNodes(), "job status workerNodes");
+  s.shard_nodes = get_texts(r.getShardNodes(), "job status shardNodes");
+  s.traffic = get_traffic(r.getTraffic(), "job status traffic");
+  s.error = get_text(r.getError(), "job status error");
+  s.error_code = r.getErrorCode();
+  if (s.error_code > max_errc) refuse("job status has unknown error code {}", s.error_code);
+  s.seconds = r.getSeconds();
+  return s;
+}
+
+api_reply get_reply(wire::Reply::Reader r) {
+  api_reply out;
+  // A per-kind error stands in for Reply.error when that is null (another writer's choice).
+  std::optional<error> body_error;
+  switch (r.which()) {
+    case wire::Reply::SUBMIT: {
+      if (!r.hasSubmit()) refuse("job API reply has no body");
+      const auto s = r.getSubmit();
+      if (s.which() == wire::SubmitReply::JOB) {
+        out.body = submit_reply{s.getJob()};
+      } else if (s.which() == wire::SubmitReply::ERROR) {
+        out.body = submit_reply{};
+        if (!r.hasError()) body_error = get_error(s.getError(), "submit reply");
+      } else {
+        refuse("submit reply has unknown member {}", std::uint16_t(s.which()));
+      }
+      break;
+    }
+    case wire::Reply::STATUS: {
+      if (!r.hasStatus()) refuse("job API reply status is null");
+      const auto s = r.getStatus();
+      const auto jobs = s.getJobs();
+      check_count(jobs, "status reply jobs", max_items);
+      status_reply body;
+      body.jobs.reserve(jobs.size());
+      for (const auto j : jobs) body.jobs.push_back(get_job_status(j));
+      out.body = std::move(body);
+      if (!r.hasError() && s.hasError()) body_error = get_error(s.getError(), "status reply");
+      break;
+    }
+    case wire::Reply::NODES: {
+      if (!r.hasNodes()) refuse("job API reply nodes is null");
+      const auto statuses = r.getNodes().getStatuses();
+      check_count(statuses, "nodes reply statuses", max_items);
+      nodes_reply body;
+      body.nodes.reserve(statuses.size());
+      for (const auto n : statuses)
+        body.nodes.push_back({get_heartbeat(n.getHeartbeat()), n.getSecondsSince(), n.getAlive()});
+      out.body = std::move(body);
+      break;
+    }
+    case wire::Reply::ACK: {
+      if (!r.hasAck()) refuse("job API reply ack is null");
+      const auto a = r.getAck();
+      out.body = ack_reply{};
+      if (!r.hasError() && a.hasError()) body_error = get_error(a.getError(), "ack reply");
+      break;
+    }
+    case wire::Reply::POLICY:
+      refuse("job API reply policy is not served by this version");
+    default:
+      refuse("unknown job API reply {}", std::uint16_t(r.which()));
+  }
+  if (r.hasError())
+    out.failure = get_error(r.getError(), "job API reply");
+  else
+    out.failure = std::move(body_error);
+  return out;
+}
+
+control_message get_message(wire::ControlMessage::Reader r) {
+  switch (r.which()) {
+    case wire::ControlMessage::HEARTBEAT:
+      // Discriminant 0 with a null struct is also what a message with nothing set looks like.
+      if (!r.hasHeartbeat()) refuse("control message is empty (no union member set)");
+      return get_heartbeat(r.getHeartbeat());
+    case wire::ControlMessage::START_JOB:
+      if (!r.hasStartJob()) refuse("control message startJob is null");
+      return get_start_job(r.getStartJob());
+    case wire::ControlMessage::STOP_JOB:
+      if (!r.hasStopJob()) refuse("control message stopJob is null");
+      return stop_job{r.getStopJob().getJob()};
+    case wire::ControlMessage::COMMAND_REPLY: {
+      if (!r.hasCommandReply()) refuse("control message commandReply is null");
+      const auto c = r.getCommandReply();
+      command_reply out{.job = c.getJob(), .failure = std::nullopt};
+      if (c.hasError()) out.failure = get_error(c.getError(), "command reply");
+      return out;
+    }
+    case wire::ControlMessage::REQUEST:
+      if (!r.hasRequest()) refuse("control message request is null");
+      return get_request(r.getRequest());
+    case wire::ControlMessage::REPLY:
+      if (!r.hasReply()) refuse("control message reply is null");
+      return get_reply(r.getReply());
+  }
+  refuse("unknown control message member {}", std::uint16_t(r.which()));
+}
+
+/// Cap'n Proto's description of a malformed message, as one line (as in actors/codec.cpp).
+std::string describe(const kj::Exception& ex) {
+  std::string text(ex.getDescription().cStr());
+  if (text.starts_with("expected ")) {
+    if (const auto cut = text.find("; "); cut != std::string::npos) text.erase(0, cut + 2);
+  }
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  return text;
+}
+
+control_message read(kj::ArrayPtr<const capnp::word> words) {
+  capnp::ReaderOptions options;
+  // Enough to read every word a few times over: aliasing pointers or lists of empty structs
+  // cannot make the reader walk more than this.
+  options.traversalLimitInWords = 4 * words.size() + 256;
+  // The deepest path: message -> reply -> nodes -> statuses -> status -> heartbeat -> traffic
+  // -> link, with margin.
+  options.nestingLimit = 16;
+
+  capnp::FlatArrayMessageReader message(words, options);
+  if (message.getEnd() != words.end())
+    refuse("{} bytes after its Cap'n Proto message", (words.end() - message.getEnd()) * word_bytes);
+  return get_message(message.getRoot<wire::ControlMessage>());
+}
+
+}  // namespace
+
+std::string_view to_string(job_state s) noexcept {
+  switch (s) {
+    case job_state::queued:
+      return "queued";
+    case job_state::running:
+      return "running";
+    case job_state::succeeded:
+      return "succeeded";
+    case job_state::failed:
+      return "failed";
+    case job_state::cancelled:
+      return "cancelled";
+  }
+  return "unknown";
+}
+
+std::uint32_t node_host_id(std::string_view address) noexcept {
+  std::uint32_t h = 2166136261u;  // FNV-1a, 32 bits
+  for (const char c : address) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 16777619u;
+  }
+  h &= 0x7fffffffu;
+  return h == 0 ? 1 : h;
+}
+
+std::uint32_t client_host_id() noexcept {
+  std::uint32_t r = 0;
+  try {
+    std::random_device device;
+    r = device();
+  } catch (...) {
+    // No entropy source: the clock and a stack address still differ between processes.
+    const auto t = std::chrono::steady_clock::now().time_since_epoch().count();
+    const auto a = reinterpret_cast<std::uintptr_t>(&r);
+    r = static_cast<std::uint32_t>(t ^ (t >> 32) ^ a ^ (a >> 32));
+  }
+  return r | 0x80000000u;
+}
+
+namespace control_codec {
+
+std::vector<std::byte> encode(const control_message& m) {
+  capnp::MallocMessageBuilder message;
+  put_message(message.initRoot<wire::ControlMessage>(), m);
+  const auto words = capnp::messageToFlatArray(message);
+  const auto bytes = words.asBytes();
+  std::vector<std::byte> out(bytes.size());
+  std::memcpy(out.data(), bytes.begin(), bytes.size());
+  return out;
+}
+
+result<control_message> decode(std::span<const std::byte> bytes) {
+  if (bytes.size() < word_bytes)
+    return fail(errc::protocol_error, "control message of {} bytes is too short (at least {})",
+                bytes.size(), word_bytes);
+  if (bytes.size() % word_bytes != 0)
+    return fail(errc::protocol_error,
+                "control message of {} bytes is not a whole number of 8-byte words", bytes.size());
+  if (bytes.size() > max_payload_bytes)
+    return fail(errc::protocol_error, "control message of {} bytes is over the limit of {}",
+                bytes.size(), max_payload_bytes);
+
+  // Cap'n Proto reads words in place and requires them aligned; a ZeroMQ frame is not.
+  kj::Array<capnp::word> copy;
+  kj::ArrayPtr<const capnp::word> words;
+  if (reinterpret_cast<std::uintptr_t>(bytes.data()) % alignof(capnp::word) == 0) {
+    words =
+        kj::arrayPtr(reinterpret_cast<const capnp::word*>(bytes.data()), bytes.size() / word_bytes);
+  } else {
+    copy = kj::heapArray<capnp::word>(bytes.size() / word_bytes);
+    std::memcpy(copy.begin(), bytes.data(), bytes.size());
+    words = copy.asPtr();
+  }
+
+  try {
+    return read(words);
+  } catch (const refusal& r) {
+    return fail(errc::protocol_error, "control message refused: {}", r.message);
+  } catch (const kj::Exception& ex) {
+    return fail(errc::protocol_error, "malformed control message: {}", describe(ex));
+  }
+}
+
+}  // namespace control_codec
+
+wire_message make_control(const endpoint& src, const endpoint& dst, const control_message& m) {
+  wire_message msg;
+  msg.hdr.src = src;
+  msg.hdr.dst = dst;
+  msg.hdr.kind = msg_kind::control;
+  msg.hdr.job = std::visit(
+      [](const auto& v) -> std::uint64_t {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, start_job> || std::is_same_v<T, stop_job> ||
+                      std::is_same_v<T, command_reply>) {
+          return v.job;
+        } else if constexpr (std::is_same_v<T, api_request>) {
+          if (const auto* s = std::get_if<status_request>(&v)) return s->job;
+          if (const auto* c = std::get_if<cancel_request>(&v)) return c->job;
+          return 0;
+        } else if constexpr (std::is_same_v<T, api_reply>) {
+          if (const auto* s = std::get_if<submit_reply>(&v.body)) return s->job;
+          return 0;
+        } else {
+          return 0;  // a heartbeat is about no job
+        }
+      },
+      m);
+  auto bytes = std::make_shared<std::vector<std::byte>>(control_codec::encode(m));
+  const std::byte* data = bytes->data();
+  const std::size_t size = bytes->size();
+  msg.frames.push_back(frame{std::move(bytes), data, size});
+  return msg;
+}
+
+}  // namespace coach::actors

@@ -1,0 +1,164 @@
+#pragma once
+// actors/control.hpp: the control plane between processes, as the core's own structs. Node
+// agents heartbeat the scheduler; the scheduler tells nodes to start or stop their part of a
+// job; the `coach` CLI asks the scheduler (job API). Each travels as one wire_message of kind
+// msg_kind::control whose single payload frame is a Cap'n Proto ControlMessage
+// (schemas/control.capnp); actors::control_codec converts. docs/wire.md describes them.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "actors/transport.hpp"
+#include "common/error.hpp"
+#include "scheduler/host_probe.hpp"
+
+namespace coach::actors {
+
+/// Bytes one job sent from one host to another (transport.hpp).
+using job_link_traffic = link_traffic;
+
+/// A node agent's periodic report of itself.
+struct node_heartbeat {
+  std::string name;     ///< coach-node --name
+  std::string address;  ///< its data-path socket, "tcp://IP:PORT"
+  std::uint32_t host = 0;
+  scheduler::host_resources resources;  ///< measured, capped by --cpus/--gpus
+  std::uint32_t actors_running = 0;     ///< shards and workers this node runs
+  std::uint64_t sequence = 0;           ///< +1 per heartbeat of one node process
+  std::int64_t unix_time_ms = 0;
+  bool draining = false;  ///< SIGTERM received: takes no new work, leaves when its work ends
+  std::vector<job_link_traffic> traffic;  ///< cumulative, what this node's transport sent
+};
+
+/// Scheduler -> node: run your part of a job. Every node of the job gets the same description;
+/// a node runs the shards (workers_phase false) or the worker ranks (workers_phase true) placed on
+/// its host. The scheduler starts every shard before any worker, so a worker's first pull finds
+/// its shards.
+struct start_job {
+  std::uint64_t job = 0;
+  bool workers_phase = false;
+  std::string spec_yaml;    ///< the job spec as submitted
+  std::string source_name;  ///< for error messages
+  std::string base_dir;     ///< the submitter's working directory (relative dataset paths)
+  std::uint32_t master_host = 0;
+  std::vector<std::uint32_t> shard_hosts;   ///< by shard id
+  std::vector<std::uint32_t> worker_hosts;  ///< by rank
+  struct peer {
+    std::uint32_t host = 0;
+    std::string address;
+    friend bool operator==(const peer&, const peer&) = default;
+  };
+  std::vector<peer> peers;  ///< address of every host of the job
+};
+
+/// Scheduler -> node: stop every actor of the job (it ended, failed or was cancelled).
+struct stop_job {
+  std::uint64_t job = 0;
+};
+
+/// Node -> scheduler: the answer to a start_job or stop_job.
+struct command_reply {
+  std::uint64_t job = 0;
+  std::optional<coach::error> failure;  ///< empty: done
+};
+
+enum class job_state : std::uint8_t { queued, running, succeeded, failed, cancelled };
+std::string_view to_string(job_state s) noexcept;
+
+/// What `coach status` shows of one job.
+struct job_status {
+  std::uint64_t job = 0;
+  std::string name;
+  job_state state = job_state::queued;
+  std::uint32_t epochs_done = 0;
+  std::uint32_t epochs_total = 0;
+  double test_accuracy = 0;  ///< after the last finished epoch; NaN before the first
+  double samples_per_second = 0;
+  double loss = 0;                  ///< mean training loss of the last progress report
+  std::uint64_t samples_done = 0;   ///< in the current epoch
+  std::uint64_t samples_epoch = 0;  ///< per epoch
+  std::uint32_t workers = 0;
+  std::uint32_t shards = 0;
+  std::vector<std::string> worker_nodes;  ///< node name by rank
+  std::vector<std::string> shard_nodes;   ///< node name by shard id
+  std::vector<job_link_traffic> traffic;  ///< this job's bytes between hosts
+  std::string error;                      ///< why it failed; empty otherwise
+  std::uint16_t error_code = 0;           ///< coach::errc of the failure; 0 otherwise
+  double seconds = 0;                     ///< since it started running
+};
+
+/// What `coach nodes` shows of one node.
+struct node_status {
+  node_heartbeat last;       ///< its latest heartbeat
+  double seconds_since = 0;  ///< since that heartbeat arrived
+  bool alive = true;         ///< false once heartbeats stopped (the node is listed as dead)
+};
+
+// The job API: one request from the CLI, one reply from the scheduler.
+struct submit_request {
+  std::string spec_yaml;
+  std::string source_name;
+  std::string base_dir;
+  std::uint32_t workers = 0;  ///< 0: as the spec says
+  std::uint32_t shards = 0;
+};
+struct status_request {
+  std::uint64_t job = 0;  ///< 0: every job
+};
+struct nodes_request {};
+struct cancel_request {
+  std::uint64_t job = 0;
+};
+using api_request = std::variant<submit_request, status_request, nodes_request, cancel_request>;
+
+struct submit_reply {
+  std::uint64_t job = 0;
+};
+struct status_reply {
+  std::vector<job_status> jobs;
+};
+struct nodes_reply {
+  std::vector<node_status> nodes;
+};
+struct ack_reply {};
+/// A reply is either what was asked for or the error that prevented it.
+struct api_reply {
+  std::optional<coach::error> failure;
+  std::variant<ack_reply, submit_reply, status_reply, nodes_reply> body;
+};
+
+/// Everything that travels as msg_kind::control.
+using control_message =
+    std::variant<node_heartbeat, start_job, stop_job, command_reply, api_request, api_reply>;
+
+/// Well-known endpoint ids (endpoint::id) of a node's control actors.
+inline constexpr std::uint64_t node_agent_id = 1;
+inline constexpr std::uint64_t scheduler_id = 2;
+
+/// Host id of the node listening at `address`: a hash, stable across restarts, bit 31 clear.
+/// Clients of the job API use ids with bit 31 set (client_host_id).
+std::uint32_t node_host_id(std::string_view address) noexcept;
+/// A random host id with bit 31 set, for a CLI process.
+std::uint32_t client_host_id() noexcept;
+
+// Limits (docs/wire.md, "Control plane"): encode cuts short texts (names, addresses, paths,
+// error messages) to 4096 bytes and leaves negative GPU ids out; it never cuts a spec, and decode
+// refuses a spec over 1 MiB, so a sender checks the size of a user's spec before sending it.
+// decode also refuses payloads over 16 MiB, lists of more than 4096 nodes, jobs, peers or hosts,
+// 65536 traffic entries or 1024 GPU ids, unknown enum values and error codes, and a union left
+// unset. Job API requests rescale, migrate, policy (in the schema) are refused by this version.
+namespace control_codec {
+/// Encodes `m` as the payload of a control message (a Cap'n Proto ControlMessage).
+std::vector<std::byte> encode(const control_message& m);
+/// Decodes a payload. Never trusts its input: any bytes give a value or protocol_error.
+result<control_message> decode(std::span<const std::byte> bytes);
+}  // namespace control_codec
+
+/// Builds the wire_message carrying `m` from `src` to `dst`.
+wire_message make_control(const endpoint& src, const endpoint& dst, const control_message& m);
+
+}  // namespace coach::actors

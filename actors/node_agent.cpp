@@ -1,0 +1,231 @@
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "actors/cluster.hpp"
+#include "actors/roles.hpp"
+#include "scheduler/host_probe.hpp"
+
+namespace coach::actors {
+
+std::shared_ptr<job_context> make_job_context(std::uint64_t job, const scheduler::job_spec& spec,
+                                              std::shared_ptr<const worker::dataset_pair> data,
+                                              std::shared_ptr<transport> net,
+                                              std::uint32_t master_host,
+                                              const std::vector<std::uint32_t>& shard_hosts,
+                                              const std::vector<std::uint32_t>& worker_hosts) {
+  auto ctx = std::make_shared<job_context>(job_context{
+      .job = job,
+      .spec = spec,
+      .backend = kernels::backend_kind::cpu,
+      .data = data,
+      .model = worker::mlp(spec.model, int(data->train.features), data->train.classes),
+      .map = {},
+      .net = std::move(net),
+      .master = master_endpoint(job),
+      .shards = {},
+      .workers = {},
+  });
+  ctx->map = ps::shard_map::even(ctx->model.num_params(), spec.slice_size,
+                                 std::uint32_t(shard_hosts.size()));
+  ctx->master.host = master_host;
+  for (std::uint32_t k = 0; k < shard_hosts.size(); ++k) {
+    auto ep = shard_endpoint(job, k);
+    ep.host = shard_hosts[k];
+    ctx->shards.push_back(ep);
+  }
+  for (std::uint32_t r = 0; r < worker_hosts.size(); ++r) {
+    auto ep = worker_endpoint(job, r);
+    ep.host = worker_hosts[r];
+    ctx->workers.push_back(ep);
+  }
+  return ctx;
+}
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct job_part {
+  std::shared_ptr<job_context> ctx;
+  std::vector<endpoint> bound;     ///< endpoints this node bound for the job
+  std::vector<caf::actor> actors;  ///< shards and workers running here
+};
+
+struct agent_state {
+  std::shared_ptr<zmq_transport> net;
+  node_options opt;
+  endpoint self_ep;
+  std::unique_ptr<scheduler::host_probe> probe;
+  std::map<std::uint64_t, job_part> parts;
+  std::uint64_t sequence = 0;
+  bool draining = false;
+  std::string last_probe_error;
+  static inline const char* name = "coach.node_agent";
+
+  std::uint32_t running() const {
+    std::uint32_t n = 0;
+    for (const auto& [job, p] : parts) n += std::uint32_t(p.actors.size());
+    return n;
+  }
+
+  void send(const endpoint& dst, const control_message& m) {
+    net->send(make_control(self_ep, dst, m));
+  }
+
+  node_heartbeat heartbeat() {
+    node_heartbeat hb;
+    hb.name = opt.name;
+    hb.address = opt.address;
+    hb.host = opt.host;
+    auto measured = probe->sample();
+    if (measured) {
+      hb.resources = scheduler::apply_limits(std::move(*measured), opt.cpus, opt.gpus);
+      last_probe_error.clear();
+    } else if (measured.error().message != last_probe_error) {
+      last_probe_error = measured.error().message;
+      std::fprintf(stderr, "coach-node: cannot measure this host: %s\n", last_probe_error.c_str());
+    }
+    hb.actors_running = running();
+    hb.sequence = ++sequence;
+    hb.unix_time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+    hb.draining = draining;
+    hb.traffic = net->traffic().links;
+    return hb;
+  }
+
+  /// Starts this node's shards (phase 1) or workers (phase 2) of a job.
+  result<void> start(const start_job& sj) {
+    if (draining && !sj.workers_phase && !parts.contains(sj.job))
+      return fail(errc::resource_exhausted, "node '{}' is draining and takes no new work",
+                  opt.name);
+    auto& part = parts[sj.job];
+    if (!part.ctx) {
+      auto spec = scheduler::parse_job_spec(sj.spec_yaml, sj.source_name, sj.base_dir);
+      if (!spec) return std::unexpected(spec.error());
+      auto data = worker::load_dataset(spec->dataset, spec->seed);
+      if (!data) return fail(data.error().code, "node '{}': {}", opt.name, data.error().message);
+      for (const auto& p : sj.peers)
+        if (p.host != opt.host) net->add_peer(p.host, p.address);
+      part.ctx = make_job_context(sj.job, *spec,
+                                  std::make_shared<const worker::dataset_pair>(std::move(*data)),
+                                  net, sj.master_host, sj.shard_hosts, sj.worker_hosts);
+    }
+    auto& ctx = part.ctx;
+    auto& sys = self_system();
+    if (!sj.workers_phase) {
+      std::vector<float> initial(ctx->model.num_params());
+      ctx->model.init_params(initial, ctx->spec.seed);
+      for (std::uint32_t k = 0; k < ctx->shards.size(); ++k) {
+        if (ctx->shards[k].host != opt.host) continue;
+        part.actors.push_back(spawn_shard(sys, ctx, k, initial));
+        watch(part.actors.back());
+        part.bound.push_back(ctx->shards[k]);
+      }
+      return {};
+    }
+    std::vector<std::shared_ptr<kernels::backend>> backends;
+    std::vector<std::uint32_t> ranks;
+    for (std::uint32_t r = 0; r < ctx->workers.size(); ++r) {
+      if (ctx->workers[r].host != opt.host) continue;
+      auto be = kernels::make_backend(ctx->spec.backend);
+      if (!be) return fail(be.error().code, "node '{}': {}", opt.name, be.error().message);
+      backends.emplace_back(std::move(*be));
+      ranks.push_back(r);
+    }
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      part.actors.push_back(spawn_worker(sys, ctx, ranks[i], backends[i]));
+      watch(part.actors.back());
+      part.bound.push_back(ctx->workers[ranks[i]]);
+    }
+    return {};
+  }
+
+  void stop(std::uint64_t job) {
+    auto it = parts.find(job);
+    if (it == parts.end()) return;
+    for (const auto& ep : it->second.bound) net->unbind(ep);
+    for (auto& a : it->second.actors) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    parts.erase(it);
+  }
+
+  /// A finished worker leaves the count of running actors.
+  void on_down(const caf::down_msg& dm) {
+    for (auto& [job, p] : parts)
+      std::erase_if(p.actors, [&](const caf::actor& a) { return a.address() == dm.source; });
+  }
+
+  caf::actor_system* sys_ = nullptr;
+  std::function<void(const caf::actor&)> watch;
+  caf::actor_system& self_system() { return *sys_; }
+};
+
+caf::behavior node_agent(caf::stateful_actor<agent_state, caf::event_based_actor>* self,
+                         std::shared_ptr<zmq_transport> net, node_options opt) {
+  auto& st = self->state;
+  st.net = std::move(net);
+  st.opt = std::move(opt);
+  st.self_ep = {st.opt.host, node_agent_id};
+  st.probe = std::make_unique<scheduler::host_probe>(st.opt.proc_root);
+  st.sys_ = &self->home_system();
+  st.watch = [self](const caf::actor& a) { self->monitor(a); };
+  self->set_down_handler([self](caf::down_msg& dm) { self->state.on_down(dm); });
+  st.net->bind(st.self_ep, caf::actor_cast<caf::actor>(self));
+  self->send(self, tick_atom::value);
+  self->attach_functor([net = st.net, ep = st.self_ep] { net->unbind(ep); });
+  return {
+      [self](tick_atom) {
+        auto& s = self->state;
+        s.send({0, scheduler_id}, s.heartbeat());
+        if (s.draining && s.parts.empty()) {
+          self->quit();
+          return;
+        }
+        self->delayed_send(self, s.opt.heartbeat, tick_atom::value);
+      },
+      [self](drain_atom) {
+        auto& s = self->state;
+        if (s.draining) return;
+        s.draining = true;
+        std::fprintf(stderr, "coach-node: draining: %zu job part(s) still running\n",
+                     s.parts.size());
+        s.send({0, scheduler_id}, s.heartbeat());  // tell the scheduler at once
+      },
+      [self](wire_message& m) {
+        auto& s = self->state;
+        if (m.hdr.kind != msg_kind::control || m.frames.empty()) return;
+        auto msg = control_codec::decode({m.frames[0].data, m.frames[0].bytes});
+        if (!msg) {
+          std::fprintf(stderr, "coach-node: dropped a control message from host %u: %s\n",
+                       m.hdr.src.host, msg.error().message.c_str());
+          return;
+        }
+        if (auto* sj = std::get_if<start_job>(&*msg)) {
+          command_reply reply{sj->job, std::nullopt};
+          if (auto ok = s.start(*sj); !ok) {
+            reply.failure = ok.error();
+            s.stop(sj->job);
+          }
+          s.send(m.hdr.src, reply);
+        } else if (auto* stop = std::get_if<stop_job>(&*msg)) {
+          s.stop(stop->job);
+          s.send(m.hdr.src, command_reply{stop->job, std::nullopt});
+        }
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_node_agent(caf::actor_system& sys, std::shared_ptr<zmq_transport> net,
+                            node_options opt) {
+  return sys.spawn<caf::detached>(node_agent, std::move(net), std::move(opt));
+}
+
+}  // namespace coach::actors

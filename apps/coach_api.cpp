@@ -1,0 +1,298 @@
+// The job API commands of `coach`: submit, status, nodes, cancel (apps/coach_api.hpp).
+
+#include "coach_api.hpp"
+
+#include <unistd.h>
+#include <atomic>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "actors/api_client.hpp"
+#include "scheduler/job_report.hpp"
+
+namespace coach::apps {
+namespace {
+
+using actors::job_state;
+using scheduler::json_number;
+using scheduler::json_string;
+
+std::atomic<bool> g_stop_wait{false};
+extern "C" void on_wait_signal(int) {
+  if (g_stop_wait.exchange(true)) std::_Exit(130);
+}
+
+int exit_code_of(const coach::error& e) {
+  switch (e.code) {
+    case errc::invalid_argument:
+    case errc::parse_error:
+    case errc::not_found:
+      return 2;
+    case errc::cancelled:
+      return 130;
+    default:
+      return 1;
+  }
+}
+
+int report_error(const coach::error& e) {
+  std::fprintf(stderr, "coach: %s\n", e.message.c_str());
+  return exit_code_of(e);
+}
+
+std::uint64_t cross_host_bytes(const actors::job_status& s) {
+  std::uint64_t n = 0;
+  for (const auto& l : s.traffic)
+    if (l.src_host != l.dst_host) n += l.bytes;
+  return n;
+}
+
+std::string to_json(const actors::job_status& s) {
+  std::string out = "{";
+  out += coach::format("\"job\": {}, \"name\": {}, \"state\": {}, ", s.job, json_string(s.name),
+                       json_string(std::string(to_string(s.state))));
+  out += coach::format("\"epochs_done\": {}, \"epochs_total\": {}, \"test_accuracy\": {}, ",
+                       s.epochs_done, s.epochs_total, json_number(s.test_accuracy));
+  out += coach::format("\"samples_per_s\": {}, \"loss\": {}, \"samples_done\": {}, ",
+                       json_number(s.samples_per_second), json_number(s.loss), s.samples_done);
+  out += coach::format("\"samples_per_epoch\": {}, \"workers\": {}, \"shards\": {}, ",
+                       s.samples_epoch, s.workers, s.shards);
+  auto names = [](const std::vector<std::string>& v) {
+    std::string o = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + json_string(v[i]);
+    return o + "]";
+  };
+  out += coach::format("\"worker_nodes\": {}, \"shard_nodes\": {}, ", names(s.worker_nodes),
+                       names(s.shard_nodes));
+  out += coach::format("\"seconds\": {}, \"error\": {}, \"error_code\": {}, ",
+                       json_number(s.seconds), json_string(s.error), s.error_code);
+  out += coach::format("\"cross_host_bytes\": {}, \"traffic\": [", cross_host_bytes(s));
+  for (std::size_t i = 0; i < s.traffic.size(); ++i) {
+    const auto& l = s.traffic[i];
+    out += coach::format("{}{\"src_host\": {}, \"dst_host\": {}, \"messages\": {}, \"bytes\": {}}",
+                         i ? ", " : "", l.src_host, l.dst_host, l.messages, l.bytes);
+  }
+  return out + "]}";
+}
+
+std::string to_json(const actors::node_status& n) {
+  const auto& hb = n.last;
+  const auto& r = hb.resources;
+  auto ints = [](const std::vector<int>& v) {
+    std::string o = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) o += coach::format("{}{}", i ? ", " : "", v[i]);
+    return o + "]";
+  };
+  std::string out = "{";
+  out += coach::format("\"name\": {}, \"host\": {}, \"address\": {}, \"alive\": {}, ",
+                       json_string(hb.name), hb.host, json_string(hb.address),
+                       n.alive ? "true" : "false");
+  out += coach::format("\"draining\": {}, \"seconds_since_heartbeat\": {}, ",
+                       hb.draining ? "true" : "false", json_number(n.seconds_since));
+  out += coach::format("\"cpus_total\": {}, \"cpus_free\": {}, \"memory_total\": {}, ",
+                       r.cpus_total, json_number(r.cpus_free), r.memory_total);
+  out += coach::format("\"memory_free\": {}, \"gpus_total\": {}, \"gpus_free\": {}, ",
+                       r.memory_free, ints(r.gpus_total), ints(r.gpus_free));
+  out += coach::format("\"load1\": {}, \"actors_running\": {}}", json_number(r.load1),
+                       hb.actors_running);
+  return out;
+}
+
+std::string human_bytes(std::uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", v, units[u]);
+  return buf;
+}
+
+void print_status_table(const std::vector<actors::job_status>& jobs) {
+  std::printf("%-5s %-20s %-10s %-7s %-9s %-11s %-8s %-7s %s\n", "JOB", "NAME", "STATE", "EPOCH",
+              "ACCURACY", "SAMPLES/S", "WORKERS", "SHARDS", "CROSS-HOST");
+  for (const auto& s : jobs) {
+    const std::string acc =
+        std::isnan(s.test_accuracy) ? "-" : coach::format("{}", json_number(s.test_accuracy));
+    std::printf("%-5llu %-20s %-10s %3u/%-3u %-9s %-11.0f %-8u %-7u %s\n",
+                static_cast<unsigned long long>(s.job), s.name.c_str(),
+                std::string(to_string(s.state)).c_str(), s.epochs_done, s.epochs_total, acc.c_str(),
+                s.samples_per_second, s.workers, s.shards,
+                human_bytes(cross_host_bytes(s)).c_str());
+    if (!s.error.empty()) std::printf("      error: %s\n", s.error.c_str());
+  }
+}
+
+result<actors::api_reply> call(const std::string& at, const actors::api_request& req) {
+  auto client = actors::api_client::open(at);
+  if (!client) return std::unexpected(client.error());
+  return (*client)->call(req);
+}
+
+bool terminal(job_state s) {
+  return s == job_state::succeeded || s == job_state::failed || s == job_state::cancelled;
+}
+
+int wait_for(actors::api_client& client, std::uint64_t job, bool json) {
+  const bool tty = isatty(STDERR_FILENO);
+  std::signal(SIGINT, on_wait_signal);
+  std::signal(SIGTERM, on_wait_signal);
+  std::uint32_t last_epoch = 0;
+  int misses = 0;
+  for (;;) {
+    if (g_stop_wait.load()) {
+      if (tty) std::fprintf(stderr, "\r\033[K");
+      std::fprintf(stderr,
+                   "coach: stopped waiting; job %llu keeps running (coach cancel %llu stops it)\n",
+                   static_cast<unsigned long long>(job), static_cast<unsigned long long>(job));
+      return 130;
+    }
+    auto reply = client.call(actors::status_request{job}, std::chrono::seconds(5));
+    if (!reply || reply->failure) {
+      // The scheduler may be busy (loading a data set): give it a few tries.
+      if (++misses >= 6) return report_error(reply ? *reply->failure : reply.error());
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      continue;
+    }
+    misses = 0;
+    const auto* st = std::get_if<actors::status_reply>(&reply->body);
+    if (!st || st->jobs.size() != 1)
+      return report_error({errc::protocol_error, "the scheduler's status reply has no job"});
+    const auto& s = st->jobs.front();
+    if (s.epochs_done > last_epoch && !std::isnan(s.test_accuracy)) {
+      if (tty) std::fprintf(stderr, "\r\033[K");
+      std::fprintf(stderr, "epoch %u/%u  test accuracy %.4f  %.0f samples/s\n", s.epochs_done,
+                   s.epochs_total, s.test_accuracy, s.samples_per_second);
+      last_epoch = s.epochs_done;
+    }
+    if (terminal(s.state)) {
+      if (tty) std::fprintf(stderr, "\r\033[K");
+      if (json) std::printf("%s\n", to_json(s).c_str());
+      if (s.state == job_state::succeeded) {
+        std::fprintf(stderr,
+                     "coach: job %llu '%s' succeeded: test accuracy %.4f after %u epoch(s) in "
+                     "%.1f s, %s between hosts\n",
+                     static_cast<unsigned long long>(s.job), s.name.c_str(), s.test_accuracy,
+                     s.epochs_done, s.seconds, human_bytes(cross_host_bytes(s)).c_str());
+        return 0;
+      }
+      std::fprintf(stderr, "coach: job %llu '%s' %s: %s\n", static_cast<unsigned long long>(s.job),
+                   s.name.c_str(), std::string(to_string(s.state)).c_str(), s.error.c_str());
+      return s.state == job_state::cancelled ? 130 : 1;
+    }
+    if (tty) {
+      const double frac = s.samples_epoch ? double(s.samples_done) / double(s.samples_epoch) : 0.0;
+      std::fprintf(stderr, "\rjob %llu %s  epoch %u/%u  %3.0f%%  %8.0f samples/s  loss %.4f",
+                   static_cast<unsigned long long>(s.job), std::string(to_string(s.state)).c_str(),
+                   std::min(s.epochs_done + 1, s.epochs_total), s.epochs_total, frac * 100.0,
+                   s.samples_per_second, s.loss);
+      std::fflush(stderr);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+}
+
+}  // namespace
+
+std::string resolve_at(const std::string& at) {
+  if (!at.empty()) return at;
+  const char* env = std::getenv("COACH_SCHEDULER");
+  return env ? env : "";
+}
+
+int run_submit(const std::string& at, const std::string& spec_path, std::uint32_t workers,
+               std::uint32_t shards, bool wait, bool json) {
+  std::ifstream in(spec_path);
+  if (!in) return report_error({errc::not_found, spec_path + ": job spec file not found"});
+  std::stringstream text;
+  text << in.rdbuf();
+  actors::submit_request req;
+  req.spec_yaml = text.str();
+  req.source_name = spec_path;
+  std::error_code ec;
+  req.base_dir = std::filesystem::current_path(ec).string();
+  req.workers = workers;
+  req.shards = shards;
+  auto client = actors::api_client::open(at);
+  if (!client) return report_error(client.error());
+  // Submitting loads the data set on the scheduler: allow it time.
+  auto reply = (*client)->call(req, std::chrono::seconds(120));
+  if (!reply) return report_error(reply.error());
+  if (reply->failure) return report_error(*reply->failure);
+  const auto* sub = std::get_if<actors::submit_reply>(&reply->body);
+  if (!sub) return report_error({errc::protocol_error, "the scheduler's reply has no job id"});
+  if (!wait) {
+    if (json)
+      std::printf("{\"job\": %llu}\n", static_cast<unsigned long long>(sub->job));
+    else
+      std::printf("%llu\n", static_cast<unsigned long long>(sub->job));
+    return 0;
+  }
+  std::fprintf(stderr, "coach: job %llu submitted to %s\n",
+               static_cast<unsigned long long>(sub->job), at.c_str());
+  return wait_for(**client, sub->job, json);
+}
+
+int run_status(const std::string& at, std::uint64_t job, bool json) {
+  auto reply = call(at, actors::status_request{job});
+  if (!reply) return report_error(reply.error());
+  if (reply->failure) return report_error(*reply->failure);
+  const auto* st = std::get_if<actors::status_reply>(&reply->body);
+  if (!st) return report_error({errc::protocol_error, "the scheduler's reply is not a status"});
+  if (json) {
+    std::string out = "{\"jobs\": [";
+    for (std::size_t i = 0; i < st->jobs.size(); ++i) out += (i ? ", " : "") + to_json(st->jobs[i]);
+    std::printf("%s]}\n", out.c_str());
+  } else {
+    print_status_table(st->jobs);
+  }
+  return 0;
+}
+
+int run_nodes(const std::string& at, bool json) {
+  auto reply = call(at, actors::nodes_request{});
+  if (!reply) return report_error(reply.error());
+  if (reply->failure) return report_error(*reply->failure);
+  const auto* nodes = std::get_if<actors::nodes_reply>(&reply->body);
+  if (!nodes) return report_error({errc::protocol_error, "the scheduler's reply is not a list"});
+  if (json) {
+    std::string out = "{\"nodes\": [";
+    for (std::size_t i = 0; i < nodes->nodes.size(); ++i)
+      out += (i ? ", " : "") + to_json(nodes->nodes[i]);
+    std::printf("%s]}\n", out.c_str());
+    return 0;
+  }
+  std::printf("%-16s %-26s %-9s %-11s %-19s %-6s %-7s %s\n", "NAME", "ADDRESS", "STATE",
+              "CPUS FREE", "MEMORY FREE", "GPUS", "ACTORS", "SEEN");
+  for (const auto& n : nodes->nodes) {
+    const auto& r = n.last.resources;
+    const char* state = !n.alive ? "dead" : n.last.draining ? "draining" : "alive";
+    std::printf("%-16s %-26s %-9s %4.1f/%-6u %8s/%-10s %zu/%-4zu %-7u %.1f s ago\n",
+                n.last.name.c_str(), n.last.address.c_str(), state, r.cpus_free, r.cpus_total,
+                human_bytes(r.memory_free).c_str(), human_bytes(r.memory_total).c_str(),
+                r.gpus_free.size(), r.gpus_total.size(), n.last.actors_running, n.seconds_since);
+  }
+  return 0;
+}
+
+int run_cancel(const std::string& at, std::uint64_t job, bool json) {
+  auto reply = call(at, actors::cancel_request{job});
+  if (!reply) return report_error(reply.error());
+  if (reply->failure) return report_error(*reply->failure);
+  if (json)
+    std::printf("{\"job\": %llu, \"cancelling\": true}\n", static_cast<unsigned long long>(job));
+  else
+    std::fprintf(stderr, "coach: job %llu is being cancelled\n",
+                 static_cast<unsigned long long>(job));
+  return 0;
+}
+
+}  // namespace coach::apps

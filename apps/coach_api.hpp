@@ -1,0 +1,21 @@
+#pragma once
+// apps/coach_api.hpp: the job API commands of the `coach` CLI. Each talks to the scheduler at
+// `at` (coach-node --scheduler's address) and returns the process exit code: 0 success; 1 the
+// job failed or the scheduler could not be reached; 2 bad input (spec, flags, unknown job);
+// 130 cancelled (or, for submit --wait, Ctrl-C: the job keeps running).
+
+#include <cstdint>
+#include <string>
+
+namespace coach::apps {
+
+/// `at`, or the COACH_SCHEDULER environment variable when `at` is empty.
+std::string resolve_at(const std::string& at);
+
+int run_submit(const std::string& at, const std::string& spec_path, std::uint32_t workers,
+               std::uint32_t shards, bool wait, bool json);
+int run_status(const std::string& at, std::uint64_t job, bool json);
+int run_nodes(const std::string& at, bool json);
+int run_cancel(const std::string& at, std::uint64_t job, bool json);
+
+}  // namespace coach::apps

@@ -1,0 +1,149 @@
+// coach-node: the daemon of one host. It runs the node agent (heartbeats, job parts) and, with
+// --scheduler, the cluster scheduler and job API. SIGTERM or SIGINT drains: the node takes no new
+// work, finishes what it runs, and exits; a second signal exits at once.
+//
+// Exit codes: 0 after a clean drain; 1 when it cannot start (address in use, ...); 2 bad flags.
+
+#include <CLI/CLI.hpp>
+#include <caf/all.hpp>
+
+#include <unistd.h>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+#include "actors/cluster.hpp"
+#include "scheduler/host_probe.hpp"
+
+namespace {
+
+std::atomic<int> g_signals{0};
+
+extern "C" void on_signal(int) {
+  if (g_signals.fetch_add(1) >= 1) std::_Exit(1);  // a second signal: leave at once
+}
+
+bool is_wildcard(const std::string& address) {
+  return address.find("://*:") != std::string::npos ||
+         address.find("://0.0.0.0:") != std::string::npos;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace coach;
+  CLI::App app{"coach-node: the Coach daemon of one host", "coach-node"};
+  std::string listen, join, name, advertise, gpus_text;
+  bool is_scheduler = false;
+  std::uint32_t cpus = 0;
+  double heartbeat_s = 1.0, node_timeout_s = 5.0, drain_timeout_s = 600.0;
+  app.add_option("--listen", listen, "Data-path address to bind, tcp://IP:PORT")->required();
+  app.add_option("--join", join, "The scheduler's address, tcp://IP:PORT (not with --scheduler)");
+  app.add_flag("--scheduler", is_scheduler, "Run the cluster scheduler and the job API here");
+  app.add_option("--name", name, "Name shown by `coach nodes` (default: the address)");
+  app.add_option("--advertise", advertise,
+                 "Address other nodes use to reach this one (default: --listen)");
+  app.add_option("--cpus", cpus, "Advertise at most this many CPUs");
+  app.add_option("--gpus", gpus_text, "GPUs this node may use, e.g. 0,1 (default: all)");
+  app.add_option("--heartbeat", heartbeat_s, "Seconds between heartbeats")
+      ->check(CLI::Range(0.05, 60.0));
+  app.add_option("--node-timeout", node_timeout_s,
+                 "Seconds without a heartbeat before the scheduler declares a node dead")
+      ->check(CLI::Range(0.2, 3600.0));
+  app.add_option("--drain-timeout", drain_timeout_s,
+                 "Seconds a draining node waits for its work before it exits anyway")
+      ->check(CLI::Range(0.0, 86400.0));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (is_scheduler == !join.empty()) {
+    std::fprintf(stderr, "coach-node: give either --scheduler or --join ADDRESS\n");
+    return 2;
+  }
+  const std::string address = advertise.empty() ? listen : advertise;
+  if (is_wildcard(address)) {
+    std::fprintf(stderr,
+                 "coach-node: --listen %s is a wildcard; give --advertise tcp://IP:PORT, the "
+                 "address other nodes reach this one at\n",
+                 listen.c_str());
+    return 2;
+  }
+  if (address.size() > 1 && address.substr(address.rfind(':') + 1) == "0") {
+    std::fprintf(stderr, "coach-node: --listen needs a port (other nodes must know it)\n");
+    return 2;
+  }
+  std::optional<std::vector<int>> gpus;
+  if (!gpus_text.empty()) {
+    auto parsed = scheduler::parse_gpu_list(gpus_text);
+    if (!parsed) {
+      std::fprintf(stderr, "coach-node: --gpus: %s\n", parsed.error().message.c_str());
+      return 2;
+    }
+    gpus = std::move(*parsed);
+  }
+
+  const std::uint32_t host = actors::node_host_id(address);
+  auto net = actors::zmq_transport::start({.host = host, .listen = listen});
+  if (!net) {
+    std::fprintf(stderr, "coach-node: %s\n", net.error().message.c_str());
+    return 1;
+  }
+  if (!join.empty()) (*net)->add_peer(0, join);
+
+  caf::actor_system_config cfg;
+  cfg.set("scheduler.policy", caf::atom("sharing"));
+  cfg.set("scheduler.max-threads", std::size_t(std::max(2u, std::thread::hardware_concurrency())));
+  cfg.set("logger.console", caf::atom("none"));
+  caf::actor_system sys{cfg};
+
+  caf::actor sched;
+  if (is_scheduler) {
+    actors::scheduler_options so;
+    so.node_timeout = std::chrono::milliseconds(long(node_timeout_s * 1000));
+    sched = actors::spawn_cluster_scheduler(sys, *net, host, so);
+  }
+  actors::node_options no;
+  no.name = name.empty() ? address : name;
+  no.address = address;
+  no.host = host;
+  if (cpus > 0) no.cpus = cpus;
+  no.gpus = gpus;
+  no.heartbeat = std::chrono::milliseconds(long(heartbeat_s * 1000));
+  auto agent = actors::spawn_node_agent(sys, *net, no);
+
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
+  std::fprintf(stderr, "coach-node: '%s' listening on %s (host %u)%s\n", no.name.c_str(),
+               (*net)->bound_address().c_str(), host,
+               is_scheduler ? ", scheduler" : (" joining " + join).c_str());
+
+  int rc = 0;
+  {
+    caf::scoped_actor self{sys};
+    self->monitor(agent);
+    bool agent_down = false, drain_sent = false;
+    auto drain_deadline = std::chrono::steady_clock::time_point::max();
+    while (!agent_down) {
+      self->receive([&](caf::down_msg&) { agent_down = true; },
+                    caf::after(std::chrono::milliseconds(100)) >> [] {});
+      if (g_signals.load() > 0 && !drain_sent) {
+        drain_sent = true;
+        self->send(agent, actors::drain_atom::value);
+        drain_deadline = std::chrono::steady_clock::now() +
+                         std::chrono::milliseconds(long(drain_timeout_s * 1000));
+      }
+      if (!agent_down && std::chrono::steady_clock::now() > drain_deadline) {
+        std::fprintf(stderr, "coach-node: drain timed out; stopping what still runs\n");
+        rc = 1;
+        break;
+      }
+    }
+    self->send_exit(agent, caf::exit_reason::user_shutdown);
+    if (sched) self->send_exit(sched, caf::exit_reason::user_shutdown);
+  }
+  std::fprintf(stderr, "coach-node: '%s' stopped\n", no.name.c_str());
+  return rc;
+}

@@ -1,0 +1,63 @@
+# schemas/control.capnp: the control plane between processes (actors/control.hpp). Every control
+# message travels as an Envelope of kind `control` (envelope.capnp) with exactly one payload
+# frame: a ControlMessage, in the standard unpacked framing. actors/control.cpp is the only code
+# that reads or writes it; the core speaks actors::control_message. docs/wire.md, "Control plane".
+#
+# RULES (the wire contract):
+#   - Field ordinals (@N), enumerant numbers and union members are NEVER renumbered, reordered
+#     or reused. A new field takes the next free ordinal; an unwanted one stays in place.
+#   - Adding fields is always compatible (old readers skip them, new readers see defaults).
+#   - The file id below is fixed forever.
+
+@0x87a81bdaacb1f707;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("coach::schemas");
+
+using Envelope = import "/schemas/envelope.capnp";
+using Cluster = import "/schemas/cluster.capnp";
+using JobApi = import "/schemas/job_api.capnp";
+
+# Scheduler -> node agent: run your part of a job (actors::start_job). Every node of the job gets
+# the same description; a node runs the shards (workersPhase false) or the worker ranks
+# (workersPhase true) placed on its host.
+struct StartJob {
+  job @0 :UInt64;
+  workersPhase @1 :Bool;
+  specYaml @2 :Text;           # the job spec as submitted
+  sourceName @3 :Text;         # for error messages
+  baseDir @4 :Text;            # the submitter's working directory (relative dataset paths)
+  masterHost @5 :UInt32;       # host of the job master
+  shardHosts @6 :List(UInt32);   # host of each shard, by shard id
+  workerHosts @7 :List(UInt32);  # host of each worker, by rank
+  peers @8 :List(Peer);        # the data-path address of every host of the job
+
+  struct Peer {
+    host @0 :UInt32;
+    address @1 :Text;          # "tcp://IP:PORT"
+  }
+}
+
+# Scheduler -> node agent: stop every actor of the job (actors::stop_job).
+struct StopJob {
+  job @0 :UInt64;
+}
+
+# Node agent -> scheduler: the answer to a StartJob or StopJob (actors::command_reply).
+struct CommandReply {
+  job @0 :UInt64;
+  error @1 :Envelope.Error;    # null when the command was carried out
+}
+
+# The one payload frame of a `control` envelope. A message whose union member is null (nothing
+# set: the default member heartbeat with no struct) is refused, as is an unknown member.
+struct ControlMessage {
+  union {
+    heartbeat @0 :Cluster.Heartbeat;  # node agent -> scheduler, periodically
+    startJob @1 :StartJob;            # scheduler -> node agent
+    stopJob @2 :StopJob;              # scheduler -> node agent
+    commandReply @3 :CommandReply;    # node agent -> scheduler
+    request @4 :JobApi.Request;       # `coach` CLI -> scheduler
+    reply @5 :JobApi.Reply;           # scheduler -> `coach` CLI
+  }
+}

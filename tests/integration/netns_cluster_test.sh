@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# netns.three_node_fashion_job: the cluster test of cluster_test.cpp across real network
+# namespaces. deploy/local/netns-cluster.sh makes 3 hosts (10.77.0.1-3, links at RATE), each runs
+# a coach-node on its own address (host 1 the scheduler), `coach submit --wait` runs the
+# Fashion-MNIST MLP with 3 workers and 2 shards over them, and the test asserts the job succeeds
+# with the accuracy of `coach train` (>= 0.87) and that status counts bytes between hosts.
+# Root only: exits 77 (skipped) with the reason where namespaces cannot be made.
+#   netns_cluster_test.sh BINARY_DIR
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cd "$here/../.." && pwd)
+bin=${1:?usage: netns_cluster_test.sh BINARY_DIR}
+cluster=$src/deploy/local/netns-cluster.sh
+prefix=coachnc$$
+port=7470
+rate=${COACH_NETNS_RATE:-1gbit}
+tmp=$(mktemp -d)
+
+say() { echo "netns_cluster_test: $*"; }
+fail() {
+  say "FAILED: $*" >&2
+  for f in "$tmp"/node*.log; do [ -f "$f" ] && { echo "---- $f"; tail -n 30 "$f"; }; done >&2
+  exit 1
+}
+
+rc=0
+why=$("$cluster" check 2>&1) || rc=$?
+if [ "$rc" -eq 77 ]; then
+  say "skipped: $why"
+  exit 77
+fi
+[ "$rc" -eq 0 ] || fail "check exited with $rc: $why"
+
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL "$p" 2>/dev/null || true
+  done
+  "$cluster" down --prefix "$prefix" >/dev/null 2>&1 || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+"$cluster" up 3 --rate "$rate" --prefix "$prefix" >/dev/null || fail "cluster up"
+a1=$("$cluster" addr 1)
+sched=tcp://$a1:$port
+for i in 1 2 3; do
+  ai=$("$cluster" addr "$i")
+  if [ "$i" -eq 1 ]; then role=(--scheduler); else role=(--join "$sched"); fi
+  "$cluster" exec "$i" --prefix "$prefix" -- "$bin/apps/coach-node" --listen "tcp://$ai:$port" \
+    "${role[@]}" --name "ns$i" --heartbeat 0.25 >"$tmp/node$i.log" 2>&1 &
+  pids+=($!)
+done
+
+in_ns1() { "$cluster" exec 1 --prefix "$prefix" -- "$@"; }
+up=0
+for _ in $(seq 100); do
+  out=$(cd "$src" && in_ns1 "$bin/apps/coach" nodes --json --at "$sched" 2>/dev/null || true)
+  if [ "$(grep -o '"alive": true' <<<"$out" | wc -l)" -eq 3 ]; then up=1; break; fi
+  sleep 0.2
+done
+[ "$up" -eq 1 ] || fail "three nodes did not join: $out"
+say "3 nodes up at 10.77.0.1-3, links $rate"
+
+result=$(cd "$src" && in_ns1 "$bin/apps/coach" submit examples/fashion-mlp.yaml --workers 3 \
+  --shards 2 --wait --json --at "$sched" 2>"$tmp/submit.err") || fail "submit: $(cat "$tmp/submit.err")"
+say "$(tail -n 1 "$tmp/submit.err")"
+acc=$(grep -o '"test_accuracy": [0-9.]*' <<<"$result" | head -n 1 | awk '{print $2}')
+cross=$(grep -o '"cross_host_bytes": [0-9]*' <<<"$result" | awk '{print $2}')
+python3 -c "import sys; sys.exit(0 if float('$acc') >= 0.87 else 1)" ||
+  fail "test accuracy $acc < 0.87"
+[ "${cross:-0}" -gt 1000000 ] || fail "cross-host bytes ${cross:-none} (expected > 1 MB)"
+grep -q '"ns2"' <<<"$result" && grep -q '"ns3"' <<<"$result" || fail "workers not spread: $result"
+say "ok: accuracy $acc, $cross bytes between hosts"

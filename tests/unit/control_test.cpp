@@ -1,0 +1,622 @@
+// actors/control: the control plane's codec (docs/wire.md, "Control plane"). Every variant of
+// control_message round-trips with every field set; every malformed payload (empty, truncated,
+// garbage, flipped, unset or unknown union member, out-of-range values, oversized lists and
+// texts) gives protocol_error with a one-line message, never a crash. Host ids and make_control.
+
+#include "actors/control.hpp"
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "actors/codec.hpp"
+#include "schemas/control.capnp.h"
+
+namespace coach::actors {
+namespace {
+
+using bytes = std::vector<std::byte>;
+
+// --- values with every field set, unlike its default and unlike each other -----------------
+
+node_heartbeat full_heartbeat() {
+  node_heartbeat h;
+  h.name = "node-a";
+  h.address = "tcp://10.1.2.3:5555";
+  h.host = node_host_id(h.address);
+  h.resources.cpus_total = 64;
+  h.resources.cpus_free = 12.75;
+  h.resources.memory_total = 256ull << 30;
+  h.resources.memory_free = 100ull << 30;
+  h.resources.gpus_total = {0, 1, 2, 3};
+  h.resources.gpus_free = {1, 3};
+  h.resources.load1 = 3.5;
+  h.resources.gpu_error = "nvidia-smi: exit 9";
+  h.actors_running = 7;
+  h.sequence = 0x1234567890ull;
+  h.unix_time_ms = -42;  // a clock before 1970 still round-trips
+  h.draining = true;
+  h.traffic = {{5, 11, 12, 100, 1 << 20}, {0, 11, 13, 3, 999}, {6, 11, 14, 1ull << 40, 1ull << 50}};
+  return h;
+}
+
+start_job full_start_job() {
+  start_job s;
+  s.job = 0xdeadbeefcafeull;
+  s.workers_phase = true;
+  s.spec_yaml = "name: mnist\nepochs: 3\n";
+  s.source_name = "jobs/mnist.yaml";
+  s.base_dir = "/home/user/coach";
+  s.master_host = 0x7000'0001;
+  s.shard_hosts = {1, 2, 2, 3};
+  s.worker_hosts = {3, 1, 0x7fff'ffff};
+  s.peers = {{1, "tcp://10.0.0.1:1"}, {2, "tcp://10.0.0.2:2"}, {3, ""}};
+  return s;
+}
+
+job_status full_job_status(std::uint64_t job) {
+  job_status s;
+  s.job = job;
+  s.name = "mnist-" + std::to_string(job);
+  s.state = job_state::failed;
+  s.epochs_done = 2;
+  s.epochs_total = 5;
+  s.test_accuracy = 0.9731;
+  s.samples_per_second = 12345.5;
+  s.loss = 0.125;
+  s.samples_done = 30000;
+  s.samples_epoch = 60000;
+  s.workers = 3;
+  s.shards = 2;
+  s.worker_nodes = {"node-a", "node-b", "node-a"};
+  s.shard_nodes = {"node-c", "node-b"};
+  s.traffic = {{job, 1, 2, 10, 4096}, {job, 2, 1, 11, 8192}};
+  s.error = "worker 2: out of memory";
+  s.error_code = std::uint16_t(errc::resource_exhausted);
+  s.seconds = 61.5;
+  return s;
+}
+
+node_status full_node_status(bool alive) {
+  node_status n;
+  n.last = full_heartbeat();
+  n.last.name = alive ? "live" : "dead";
+  n.seconds_since = alive ? 0.5 : 31.25;
+  n.alive = alive;
+  return n;
+}
+
+// --- field-by-field comparison (doubles by bits, so NaN compares equal to itself) ----------
+
+void expect_same_double(double a, double b, const char* what) {
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(a), std::bit_cast<std::uint64_t>(b)) << what;
+}
+
+void expect_same(const scheduler::host_resources& a, const scheduler::host_resources& b) {
+  EXPECT_EQ(a.cpus_total, b.cpus_total);
+  expect_same_double(a.cpus_free, b.cpus_free, "cpus_free");
+  EXPECT_EQ(a.memory_total, b.memory_total);
+  EXPECT_EQ(a.memory_free, b.memory_free);
+  EXPECT_EQ(a.gpus_total, b.gpus_total);
+  EXPECT_EQ(a.gpus_free, b.gpus_free);
+  expect_same_double(a.load1, b.load1, "load1");
+  EXPECT_EQ(a.gpu_error, b.gpu_error);
+}
+
+void expect_same(const node_heartbeat& a, const node_heartbeat& b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.address, b.address);
+  EXPECT_EQ(a.host, b.host);
+  expect_same(a.resources, b.resources);
+  EXPECT_EQ(a.actors_running, b.actors_running);
+  EXPECT_EQ(a.sequence, b.sequence);
+  EXPECT_EQ(a.unix_time_ms, b.unix_time_ms);
+  EXPECT_EQ(a.draining, b.draining);
+  EXPECT_EQ(a.traffic, b.traffic);
+}
+
+void expect_same(const start_job& a, const start_job& b) {
+  EXPECT_EQ(a.job, b.job);
+  EXPECT_EQ(a.workers_phase, b.workers_phase);
+  EXPECT_EQ(a.spec_yaml, b.spec_yaml);
+  EXPECT_EQ(a.source_name, b.source_name);
+  EXPECT_EQ(a.base_dir, b.base_dir);
+  EXPECT_EQ(a.master_host, b.master_host);
+  EXPECT_EQ(a.shard_hosts, b.shard_hosts);
+  EXPECT_EQ(a.worker_hosts, b.worker_hosts);
+  EXPECT_EQ(a.peers, b.peers);
+}
+
+void expect_same(const std::optional<error>& a, const std::optional<error>& b) {
+  ASSERT_EQ(a.has_value(), b.has_value());
+  if (!a) return;
+  EXPECT_EQ(a->code, b->code);
+  EXPECT_EQ(a->message, b->message);
+}
+
+void expect_same(const job_status& a, const job_status& b) {
+  EXPECT_EQ(a.job, b.job);
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.state, b.state);
+  EXPECT_EQ(a.epochs_done, b.epochs_done);
+  EXPECT_EQ(a.epochs_total, b.epochs_total);
+  expect_same_double(a.test_accuracy, b.test_accuracy, "test_accuracy");
+  expect_same_double(a.samples_per_second, b.samples_per_second, "samples_per_second");
+  expect_same_double(a.loss, b.loss, "loss");
+  EXPECT_EQ(a.samples_done, b.samples_done);
+  EXPECT_EQ(a.samples_epoch, b.samples_epoch);
+  EXPECT_EQ(a.workers, b.workers);
+  EXPECT_EQ(a.shards, b.shards);
+  EXPECT_EQ(a.worker_nodes, b.worker_nodes);
+  EXPECT_EQ(a.shard_nodes, b.shard_nodes);
+  EXPECT_EQ(a.traffic, b.traffic);
+  EXPECT_EQ(a.error, b.error);
+  EXPECT_EQ(a.error_code, b.error_code);
+  expect_same_double(a.seconds, b.seconds, "seconds");
+}
+
+void expect_same(const api_request& a, const api_request& b) {
+  ASSERT_EQ(a.index(), b.index());
+  if (const auto* x = std::get_if<submit_request>(&a)) {
+    const auto& y = std::get<submit_request>(b);
+    EXPECT_EQ(x->spec_yaml, y.spec_yaml);
+    EXPECT_EQ(x->source_name, y.source_name);
+    EXPECT_EQ(x->base_dir, y.base_dir);
+    EXPECT_EQ(x->workers, y.workers);
+    EXPECT_EQ(x->shards, y.shards);
+  } else if (const auto* s = std::get_if<status_request>(&a)) {
+    EXPECT_EQ(s->job, std::get<status_request>(b).job);
+  } else if (const auto* c = std::get_if<cancel_request>(&a)) {
+    EXPECT_EQ(c->job, std::get<cancel_request>(b).job);
+  }
+}
+
+void expect_same(const api_reply& a, const api_reply& b) {
+  expect_same(a.failure, b.failure);
+  ASSERT_EQ(a.body.index(), b.body.index());
+  if (const auto* x = std::get_if<submit_reply>(&a.body)) {
+    EXPECT_EQ(x->job, std::get<submit_reply>(b.body).job);
+  } else if (const auto* s = std::get_if<status_reply>(&a.body)) {
+    const auto& t = std::get<status_reply>(b.body);
+    ASSERT_EQ(s->jobs.size(), t.jobs.size());
+    for (std::size_t i = 0; i < s->jobs.size(); ++i) expect_same(s->jobs[i], t.jobs[i]);
+  } else if (const auto* n = std::get_if<nodes_reply>(&a.body)) {
+    const auto& m = std::get<nodes_reply>(b.body);
+    ASSERT_EQ(n->nodes.size(), m.nodes.size());
+    for (std::size_t i = 0; i < n->nodes.size(); ++i) {
+      expect_same(n->nodes[i].last, m.nodes[i].last);
+      expect_same_double(n->nodes[i].seconds_since, m.nodes[i].seconds_since, "seconds_since");
+      EXPECT_EQ(n->nodes[i].alive, m.nodes[i].alive);
+    }
+  }
+}
+
+void expect_same(const control_message& a, const control_message& b) {
+  ASSERT_EQ(a.index(), b.index());
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        const auto& y = std::get<T>(b);
+        if constexpr (std::is_same_v<T, stop_job>) {
+          EXPECT_EQ(x.job, y.job);
+        } else if constexpr (std::is_same_v<T, command_reply>) {
+          EXPECT_EQ(x.job, y.job);
+          expect_same(x.failure, y.failure);
+        } else {
+          expect_same(x, y);
+        }
+      },
+      a);
+}
+
+control_message round_trip(const control_message& m) {
+  const auto out = control_codec::encode(m);
+  EXPECT_EQ(out.size() % 8, 0u);
+  auto back = control_codec::decode(out);
+  EXPECT_TRUE(back) << back.error().to_string();
+  return back ? *back : control_message{};
+}
+
+std::string decode_error(std::span<const std::byte> b) {
+  const auto m = control_codec::decode(b);
+  if (m) return "(decoded)";
+  EXPECT_EQ(m.error().code, errc::protocol_error);
+  EXPECT_FALSE(m.error().message.empty());
+  EXPECT_EQ(m.error().message.find('\n'), std::string::npos) << "one line";
+  return m.error().message;
+}
+
+/// A payload built with the generated types directly, to make what encode never makes.
+template <class Fill>
+bytes raw(Fill fill) {
+  capnp::MallocMessageBuilder message;
+  fill(message.initRoot<schemas::ControlMessage>());
+  const auto words = capnp::messageToFlatArray(message);
+  const auto b = words.asBytes();
+  bytes out(b.size());
+  std::memcpy(out.data(), b.begin(), b.size());
+  return out;
+}
+
+/// One of each variant (every reply body with and without a failure), every field set.
+std::vector<control_message> every_variant() {
+  std::vector<control_message> all;
+  all.push_back(full_heartbeat());
+  all.push_back(full_start_job());
+  all.push_back(stop_job{0xfeedull});
+  all.push_back(command_reply{77, std::nullopt});
+  all.push_back(command_reply{78, error{errc::not_found, "no such dataset: mnist/train"}});
+  all.push_back(api_request{submit_request{"epochs: 1\n", "a.yaml", "/tmp/w", 4, 2}});
+  all.push_back(api_request{status_request{99}});
+  all.push_back(api_request{nodes_request{}});
+  all.push_back(api_request{cancel_request{100}});
+  const error why{errc::invalid_argument, "field 'workers' must be > 0"};
+  for (const bool failed : {false, true}) {
+    const auto failure = failed ? std::optional<error>(why) : std::nullopt;
+    all.push_back(api_reply{failure, ack_reply{}});
+    all.push_back(api_reply{failure, submit_reply{failed ? 0u : 4242u}});
+    all.push_back(api_reply{failure, status_reply{{full_job_status(1), full_job_status(2)}}});
+    all.push_back(
+        api_reply{failure, nodes_reply{{full_node_status(true), full_node_status(false)}}});
+  }
+  return all;
+}
+
+// --- round trips ---------------------------------------------------------------------------
+
+TEST(control_codec, every_variant_round_trips_field_by_field) {
+  for (const auto& m : every_variant()) {
+    SCOPED_TRACE(testing::Message() << "variant " << m.index());
+    expect_same(round_trip(m), m);
+  }
+}
+
+TEST(control_codec, defaults_round_trip) {
+  for (const control_message& m :
+       {control_message{node_heartbeat{}}, control_message{start_job{}},
+        control_message{stop_job{}}, control_message{command_reply{}},
+        control_message{api_request{}}, control_message{api_reply{}},
+        control_message{api_reply{std::nullopt, status_reply{{job_status{}}}}},
+        control_message{api_reply{std::nullopt, nodes_reply{{node_status{}}}}}}) {
+    expect_same(round_trip(m), m);
+  }
+}
+
+TEST(control_codec, extremes_and_nan_round_trip) {
+  job_status s = full_job_status(std::numeric_limits<std::uint64_t>::max());
+  s.test_accuracy = std::numeric_limits<double>::quiet_NaN();  // before the first epoch
+  s.loss = -std::numeric_limits<double>::infinity();
+  s.samples_per_second = std::numeric_limits<double>::denorm_min();
+  s.state = job_state::cancelled;
+  s.epochs_total = std::numeric_limits<std::uint32_t>::max();
+  s.error_code = std::uint16_t(errc::internal);
+  const control_message m = api_reply{std::nullopt, status_reply{{s}}};
+  const auto back = round_trip(m);
+  expect_same(back, m);
+  const auto& got = std::get<status_reply>(std::get<api_reply>(back).body).jobs.at(0);
+  EXPECT_TRUE(std::isnan(got.test_accuracy));
+  EXPECT_EQ(got.state, job_state::cancelled);
+
+  node_heartbeat h = full_heartbeat();
+  h.host = std::numeric_limits<std::uint32_t>::max();
+  h.unix_time_ms = std::numeric_limits<std::int64_t>::min();
+  h.resources.cpus_free = std::numeric_limits<double>::quiet_NaN();
+  h.resources.gpus_total = {0, std::numeric_limits<int>::max()};
+  expect_same(round_trip(h), control_message{h});
+}
+
+TEST(control_codec, every_job_state_round_trips) {
+  for (const auto state : {job_state::queued, job_state::running, job_state::succeeded,
+                           job_state::failed, job_state::cancelled}) {
+    job_status s;
+    s.state = state;
+    const auto back = round_trip(api_reply{std::nullopt, status_reply{{s}}});
+    EXPECT_EQ(std::get<status_reply>(std::get<api_reply>(back).body).jobs.at(0).state, state);
+  }
+}
+
+TEST(control_codec, negative_gpu_ids_are_left_out) {
+  node_heartbeat h;
+  h.resources.gpus_total = {-1, 0, 2, -7};
+  h.resources.gpus_free = {-3};
+  const auto back = std::get<node_heartbeat>(round_trip(h));
+  EXPECT_EQ(back.resources.gpus_total, (std::vector<int>{0, 2}));
+  EXPECT_TRUE(back.resources.gpus_free.empty());
+}
+
+TEST(control_codec, long_texts_are_cut_and_the_spec_is_not) {
+  command_reply c{1, error{errc::internal, std::string(10000, 'e')}};
+  const auto back = std::get<command_reply>(round_trip(c));
+  ASSERT_TRUE(back.failure);
+  EXPECT_EQ(back.failure->message, std::string(4096, 'e'));
+
+  start_job s = full_start_job();
+  s.spec_yaml = std::string(1 << 20, 'y');  // exactly the limit
+  s.source_name = std::string(5000, 's');
+  const auto got = std::get<start_job>(round_trip(s));
+  EXPECT_EQ(got.spec_yaml, s.spec_yaml);
+  EXPECT_EQ(got.source_name, std::string(4096, 's'));
+
+  s.spec_yaml.push_back('!');  // one byte over: encoded whole, refused by the receiver
+  EXPECT_EQ(decode_error(control_codec::encode(s)),
+            "control message refused: startJob specYaml has 1048577 bytes (at most 1048576)");
+  submit_request q;
+  q.spec_yaml = s.spec_yaml;
+  EXPECT_EQ(decode_error(control_codec::encode(api_request{q})),
+            "control message refused: submit specYaml has 1048577 bytes (at most 1048576)");
+}
+
+TEST(control_codec, unaligned_input_decodes) {
+  const auto out = control_codec::encode(full_start_job());
+  std::vector<std::byte> shifted(out.size() + 1);
+  std::memcpy(shifted.data() + 1, out.data(), out.size());
+  const auto m = control_codec::decode(std::span(shifted).subspan(1));
+  ASSERT_TRUE(m) << m.error().to_string();
+  expect_same(*m, control_message{full_start_job()});
+}
+
+// --- refusals ------------------------------------------------------------------------------
+
+TEST(control_codec, wrong_sizes_are_refused_before_parsing) {
+  EXPECT_EQ(decode_error({}), "control message of 0 bytes is too short (at least 8)");
+  EXPECT_EQ(decode_error(bytes(12)),
+            "control message of 12 bytes is not a whole number of 8-byte words");
+  EXPECT_EQ(decode_error(bytes((16 << 20) + 8)),
+            "control message of 16777224 bytes is over the limit of 16777216");
+}
+
+TEST(control_codec, every_truncation_of_every_variant_is_refused) {
+  for (const auto& m : every_variant()) {
+    const auto out = control_codec::encode(m);
+    for (std::size_t n = 0; n < out.size(); ++n) {
+      const auto d = control_codec::decode(std::span(out).first(n));
+      ASSERT_FALSE(d) << "variant " << m.index() << " truncated to " << n << " bytes decoded";
+      EXPECT_EQ(d.error().code, errc::protocol_error);
+      EXPECT_FALSE(d.error().message.empty());
+    }
+  }
+  const auto out = control_codec::encode(stop_job{1});
+  EXPECT_EQ(decode_error(std::span(out).first(16)),
+            "malformed control message: Message ends prematurely in first segment.");
+}
+
+TEST(control_codec, trailing_bytes_are_refused) {
+  auto out = control_codec::encode(stop_job{1});
+  out.resize(out.size() + 16);
+  EXPECT_EQ(decode_error(out), "control message refused: 16 bytes after its Cap'n Proto message");
+}
+
+TEST(control_codec, random_garbage_is_refused_without_crashing) {
+  std::mt19937_64 rng(20240602);
+  int refused = 0;
+  for (int i = 0; i < 20000; ++i) {
+    bytes b(8 * (rng() % 64) + (i % 4 == 0 ? rng() % 8 : 0));
+    for (auto& x : b) x = std::byte(rng());
+    const auto m = control_codec::decode(b);
+    if (!m) {
+      ++refused;
+      EXPECT_EQ(m.error().code, errc::protocol_error);
+    }
+  }
+  EXPECT_EQ(refused, 20000) << "random bytes are never a valid control message";
+}
+
+TEST(control_codec, flipped_bits_never_crash_and_what_decodes_re_encodes) {
+  int refused = 0, decoded = 0;
+  for (const auto& m : every_variant()) {
+    const auto out = control_codec::encode(m);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      for (int bit = 0; bit < 8; bit += 3) {
+        auto b = out;
+        b[i] ^= std::byte(1 << bit);
+        const auto d = control_codec::decode(b);
+        if (!d) {
+          ++refused;
+          EXPECT_EQ(d.error().code, errc::protocol_error);
+          continue;
+        }
+        ++decoded;  // a flipped data bit is a different, valid message: it must survive a trip
+        const auto once = control_codec::encode(*d);
+        const auto again = control_codec::decode(once);
+        ASSERT_TRUE(again) << again.error().to_string();
+        EXPECT_EQ(control_codec::encode(*again), once);
+      }
+    }
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(decoded, 0);
+}
+
+TEST(control_codec, message_with_no_member_set_is_refused) {
+  EXPECT_EQ(decode_error(raw([](auto) {})),
+            "control message refused: control message is empty (no union member set)");
+}
+
+TEST(control_codec, null_member_and_unknown_member_are_refused) {
+  // A member chosen but never initialised: the discriminant says stopJob, the pointer is null.
+  auto out = raw([](auto root) { root.initStopJob().setJob(5); });
+  // Word 0: segment table; word 1: root pointer; word 2: the root's data (the discriminant);
+  // word 3: its one pointer (shared by every union member).
+  ASSERT_GE(out.size(), 32u);
+  auto null_pointer = out;
+  std::memset(null_pointer.data() + 24, 0, 8);
+  EXPECT_EQ(decode_error(null_pointer), "control message refused: control message stopJob is null");
+
+  auto unknown = out;
+  const std::uint16_t nine = 9;
+  std::memcpy(unknown.data() + 16, &nine, 2);
+  EXPECT_EQ(decode_error(unknown), "control message refused: unknown control message member 9");
+}
+
+TEST(control_codec, requests_and_replies_this_version_does_not_serve_are_refused) {
+  EXPECT_EQ(decode_error(raw([](auto root) { root.initRequest().initRescale().setJob(1); })),
+            "control message refused: job API request rescale is not served by this version");
+  EXPECT_EQ(decode_error(raw([](auto root) { root.initRequest().initPolicy().setGet(); })),
+            "control message refused: job API request policy is not served by this version");
+  EXPECT_EQ(decode_error(raw([](auto root) { root.initReply().initPolicy(); })),
+            "control message refused: job API reply policy is not served by this version");
+  EXPECT_EQ(decode_error(raw([](auto root) { root.initRequest(); })),
+            "control message refused: job API request has no body");
+  EXPECT_EQ(decode_error(raw([](auto root) { root.initReply(); })),
+            "control message refused: job API reply has no body");
+}
+
+TEST(control_codec, per_kind_error_of_another_writer_becomes_the_failure) {
+  const auto out = raw([](auto root) {
+    auto e = root.initReply().initSubmit().initError();
+    e.setCode(std::uint16_t(errc::resource_exhausted));
+    e.setMessage("no node has 4 GPUs free");
+  });
+  const auto m = control_codec::decode(out);
+  ASSERT_TRUE(m) << m.error().to_string();
+  const auto& r = std::get<api_reply>(*m);
+  ASSERT_TRUE(r.failure);
+  EXPECT_EQ(r.failure->code, errc::resource_exhausted);
+  EXPECT_EQ(r.failure->message, "no node has 4 GPUs free");
+  EXPECT_EQ(std::get<submit_reply>(r.body).job, 0u);
+
+  // Reply.error, where this version writes, wins over a per-kind error.
+  const auto both = raw([](auto root) {
+    auto reply = root.initReply();
+    reply.initAck().initError().setCode(std::uint16_t(errc::internal));
+    reply.initError().setCode(std::uint16_t(errc::not_found));
+  });
+  const auto b = control_codec::decode(both);
+  ASSERT_TRUE(b) << b.error().to_string();
+  EXPECT_EQ(std::get<api_reply>(*b).failure->code, errc::not_found);
+}
+
+TEST(control_codec, out_of_range_values_are_refused) {
+  EXPECT_EQ(decode_error(raw([](auto root) { root.initCommandReply().initError().setCode(10); })),
+            "control message refused: command reply carries unknown error code 10");
+  EXPECT_EQ(decode_error(raw([](auto root) { root.initCommandReply().initError(); })),
+            "control message refused: command reply carries unknown error code 0");
+  EXPECT_EQ(
+      decode_error(raw([](auto root) {
+        root.initReply().initStatus().initJobs(1)[0].setState(static_cast<schemas::JobState>(5));
+      })),
+      "control message refused: job status has unknown state 5");
+  EXPECT_EQ(decode_error(raw(
+                [](auto root) { root.initReply().initStatus().initJobs(1)[0].setErrorCode(10); })),
+            "control message refused: job status has unknown error code 10");
+  EXPECT_EQ(decode_error(
+                raw([](auto root) { root.initHeartbeat().initGpusFree(1).set(0, 0x80000000u); })),
+            "control message refused: heartbeat gpusFree lists GPU id 2147483648");
+}
+
+TEST(control_codec, oversized_lists_and_texts_are_refused) {
+  EXPECT_EQ(decode_error(raw([](auto root) { root.initStartJob().initShardHosts(4097); })),
+            "control message refused: startJob shardHosts has 4097 entries (at most 4096)");
+  EXPECT_EQ(decode_error(raw([](auto root) { root.initReply().initStatus().initJobs(4097); })),
+            "control message refused: status reply jobs has 4097 entries (at most 4096)");
+  EXPECT_EQ(decode_error(raw([](auto root) { root.initReply().initNodes().initStatuses(4097); })),
+            "control message refused: nodes reply statuses has 4097 entries (at most 4096)");
+  EXPECT_EQ(decode_error(raw([](auto root) { root.initHeartbeat().initGpusTotal(1025); })),
+            "control message refused: heartbeat gpusTotal has 1025 entries (at most 1024)");
+  EXPECT_EQ(decode_error(raw([](auto root) { root.initHeartbeat().initTraffic(65537); })),
+            "control message refused: heartbeat traffic has 65537 entries (at most 65536)");
+  EXPECT_EQ(decode_error(raw([](auto root) { root.initHeartbeat().initNodeName(4097); })),
+            "control message refused: heartbeat nodeName has 4097 bytes (at most 4096)");
+  // At the limits, accepted.
+  const auto at_limit = control_codec::decode(raw([](auto root) {
+    auto s = root.initStartJob();
+    s.initShardHosts(4096);
+    s.initPeers(4096);
+  }));
+  ASSERT_TRUE(at_limit) << at_limit.error().to_string();
+  EXPECT_EQ(std::get<start_job>(*at_limit).peers.size(), 4096u);
+}
+
+// --- make_control, host ids, names ---------------------------------------------------------
+
+TEST(control, make_control_builds_one_frame_of_kind_control) {
+  const endpoint src{node_host_id("tcp://10.0.0.1:7000"), node_agent_id};
+  const endpoint dst{0, scheduler_id};
+  const start_job s = full_start_job();
+  const auto msg = make_control(src, dst, s);
+  EXPECT_EQ(msg.hdr.kind, msg_kind::control);
+  EXPECT_EQ(msg.hdr.src, src);
+  EXPECT_EQ(msg.hdr.dst, dst);
+  EXPECT_EQ(msg.hdr.job, s.job);
+  ASSERT_EQ(msg.frames.size(), 1u);
+  EXPECT_EQ(msg.payload_bytes(), control_codec::encode(s).size());
+  const auto back = control_codec::decode({msg.frames[0].data, msg.frames[0].bytes});
+  ASSERT_TRUE(back) << back.error().to_string();
+  expect_same(*back, control_message{s});
+
+  // The frame owns its bytes: a copy of the message keeps them alive.
+  const wire_message copy = [&] { return make_control(src, dst, stop_job{9}); }();
+  EXPECT_EQ(
+      std::get<stop_job>(*control_codec::decode({copy.frames[0].data, copy.frames[0].bytes})).job,
+      9u);
+
+  // The envelope of a control message goes through the data-path header codec.
+  std::vector<std::byte> header;
+  const std::size_t sizes[] = {msg.frames[0].bytes};
+  codec::encode_header(msg.hdr, sizes, header);
+  const auto h = codec::decode_header(header);
+  ASSERT_TRUE(h) << h.error().to_string();
+  EXPECT_EQ(h->env.kind, msg_kind::control);
+  EXPECT_EQ(to_string(h->env.kind), "control");
+}
+
+TEST(control, make_control_names_the_job_the_message_is_about) {
+  const endpoint a{1, 1}, b{2, 2};
+  EXPECT_EQ(make_control(a, b, full_heartbeat()).hdr.job, 0u);
+  EXPECT_EQ(make_control(a, b, stop_job{11}).hdr.job, 11u);
+  EXPECT_EQ(make_control(a, b, command_reply{12, std::nullopt}).hdr.job, 12u);
+  EXPECT_EQ(make_control(a, b, api_request{status_request{13}}).hdr.job, 13u);
+  EXPECT_EQ(make_control(a, b, api_request{cancel_request{14}}).hdr.job, 14u);
+  EXPECT_EQ(make_control(a, b, api_request{nodes_request{}}).hdr.job, 0u);
+  EXPECT_EQ(make_control(a, b, api_reply{std::nullopt, submit_reply{15}}).hdr.job, 15u);
+  EXPECT_EQ(make_control(a, b, api_reply{std::nullopt, ack_reply{}}).hdr.job, 0u);
+}
+
+TEST(control, node_host_id_is_fnv1a_with_bit_31_clear) {
+  // FNV-1a 32-bit test vectors, with bit 31 cleared.
+  EXPECT_EQ(node_host_id(""), 0x811c9dc5u & 0x7fffffffu);
+  EXPECT_EQ(node_host_id("a"), 0xe40c292cu & 0x7fffffffu);
+  EXPECT_EQ(node_host_id("foobar"), 0xbf9cf968u & 0x7fffffffu);
+  // Stable, and differs between the addresses of one cluster.
+  EXPECT_EQ(node_host_id("tcp://10.0.0.1:5555"), node_host_id("tcp://10.0.0.1:5555"));
+  std::vector<std::uint32_t> ids;
+  for (int i = 0; i < 1000; ++i) {
+    const auto id = node_host_id("tcp://10.0." + std::to_string(i / 250) + "." +
+                                 std::to_string(i % 250) + ":5555");
+    EXPECT_EQ(id & 0x80000000u, 0u);
+    EXPECT_NE(id, 0u);
+    ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(std::adjacent_find(ids.begin(), ids.end()), ids.end()) << "no collision among 1000";
+}
+
+TEST(control, client_host_id_has_bit_31_set_and_varies) {
+  std::vector<std::uint32_t> ids;
+  for (int i = 0; i < 64; ++i) {
+    const auto id = client_host_id();
+    EXPECT_NE(id & 0x80000000u, 0u);
+    ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  EXPECT_GT(std::unique(ids.begin(), ids.end()) - ids.begin(), 60);
+}
+
+TEST(control, job_state_names) {
+  EXPECT_EQ(to_string(job_state::queued), "queued");
+  EXPECT_EQ(to_string(job_state::running), "running");
+  EXPECT_EQ(to_string(job_state::succeeded), "succeeded");
+  EXPECT_EQ(to_string(job_state::failed), "failed");
+  EXPECT_EQ(to_string(job_state::cancelled), "cancelled");
+}
+
+}  // namespace
+}  // namespace coach::actors
