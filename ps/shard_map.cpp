@@ -55,4 +55,78 @@ void shard_map::assign(std::size_t slice, std::uint32_t shard) {
   ++version_;
 }
 
+void shard_map::apply(const std::vector<slice_move>& moves) {
+  for (const auto& m : moves) {
+    COACH_ENFORCE(m.slice < owner_.size(), "slice out of range");
+    COACH_ENFORCE(owner_[m.slice] == m.from, "a move's source does not own the slice");
+    owner_[m.slice] = m.to;
+    num_shards_ = std::max(num_shards_, m.to + 1);
+  }
+  ++version_;
+}
+
+std::vector<std::size_t> shard_map::load() const {
+  std::vector<std::size_t> n(num_shards_, 0);
+  for (auto o : owner_) ++n[o];
+  return n;
+}
+
+std::vector<std::size_t> shard_map::slices_of(std::uint32_t shard) const {
+  std::vector<std::size_t> out;
+  for (std::size_t s = 0; s < owner_.size(); ++s)
+    if (owner_[s] == shard) out.push_back(s);
+  return out;
+}
+
+std::vector<slice_move> shard_map::plan_add(std::uint32_t to) const {
+  auto n = load();
+  if (to >= n.size()) n.resize(to + 1, 0);
+  COACH_ENFORCE(n[to] == 0, "plan_add: the new shard already owns slices");
+  std::size_t live = 0;
+  for (auto c : n) live += c > 0;
+  const std::size_t target = owner_.size() / (live + 1);
+  // Each shard's slices, so a donor gives its last (highest) slice first.
+  std::vector<std::vector<std::size_t>> owned(n.size());
+  for (std::size_t s = 0; s < owner_.size(); ++s) owned[owner_[s]].push_back(s);
+  std::vector<slice_move> moves;
+  while (n[to] < target) {
+    std::uint32_t donor = 0;
+    for (std::uint32_t k = 1; k < n.size(); ++k)
+      if (k != to && n[k] > n[donor]) donor = k;
+    if (donor == to || n[donor] <= n[to] + 1) break;
+    moves.push_back({owned[donor].back(), donor, to});
+    owned[donor].pop_back();
+    --n[donor];
+    ++n[to];
+  }
+  return moves;
+}
+
+std::vector<slice_move> shard_map::plan_drain(std::uint32_t from) const {
+  auto n = load();
+  std::vector<slice_move> moves;
+  if (from >= n.size() || n[from] == 0) return moves;
+  std::vector<std::uint32_t> heirs;
+  for (std::uint32_t k = 0; k < n.size(); ++k)
+    if (k != from && n[k] > 0) heirs.push_back(k);
+  COACH_ENFORCE(!heirs.empty(), "plan_drain: no other shard owns slices");
+  for (std::size_t s = 0; s < owner_.size(); ++s) {
+    if (owner_[s] != from) continue;
+    std::uint32_t best = heirs.front();
+    for (auto k : heirs)
+      if (n[k] < n[best]) best = k;
+    moves.push_back({s, from, best});
+    ++n[best];
+  }
+  return moves;
+}
+
+std::vector<slice_move> shard_map::plan_migrate(std::uint32_t from, std::uint32_t to) const {
+  COACH_ENFORCE(from != to, "plan_migrate: a shard cannot migrate to itself");
+  std::vector<slice_move> moves;
+  for (std::size_t s = 0; s < owner_.size(); ++s)
+    if (owner_[s] == from) moves.push_back({s, from, to});
+  return moves;
+}
+
 }  // namespace coach::ps

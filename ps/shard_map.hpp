@@ -9,6 +9,14 @@
 
 namespace coach::ps {
 
+/// One slice changing owner (a step of a migration plan).
+struct slice_move {
+  std::size_t slice = 0;
+  std::uint32_t from = 0;
+  std::uint32_t to = 0;
+  friend bool operator==(const slice_move&, const slice_move&) = default;
+};
+
 /// A half-open run [begin, end) of parameter indices.
 struct key_range {
   std::uint64_t begin = 0;
@@ -40,6 +48,31 @@ class shard_map {
 
   /// Moves a slice to another shard (which may be new) and bumps the version.
   void assign(std::size_t slice, std::uint32_t shard);
+  /// Applies every move of a plan and bumps the version once.
+  /// REQUIRES: each move's `from` is the slice's current owner.
+  void apply(const std::vector<slice_move>& moves);
+
+  /// Slices owned by each shard id in [0, num_shards()).
+  std::vector<std::size_t> load() const;
+  /// The slices a shard owns, ascending.
+  std::vector<std::size_t> slices_of(std::uint32_t shard) const;
+
+  // Plans: pure functions of the map, deterministic (ties go to the lower shard id and the
+  // higher slice index), so every run of a schedule moves the same slices.
+
+  /// The moves that give a new, empty shard `to` an even share: slices are taken from the most
+  /// loaded shards (their last slices) until `to` holds floor(S / (live + 1)), where live counts
+  /// the shards that own slices. REQUIRES: `to` owns nothing.
+  std::vector<slice_move> plan_add(std::uint32_t to) const;
+  /// The moves that empty shard `from` onto the other shards that own slices, each slice to the
+  /// least loaded of them. Empty when `from` owns nothing; REQUIRES: another shard owns slices
+  /// or `from` owns nothing.
+  std::vector<slice_move> plan_drain(std::uint32_t from) const;
+  /// The moves that hand every slice of `from` to `to` (a shard migrating whole to another
+  /// place). REQUIRES: from != to.
+  std::vector<slice_move> plan_migrate(std::uint32_t from, std::uint32_t to) const;
+
+  friend bool operator==(const shard_map&, const shard_map&) = default;
 
  private:
   std::size_t num_params_ = 0;
