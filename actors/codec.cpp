@@ -39,7 +39,11 @@ static_assert(std::uint16_t(msg_kind::snapshot_request) ==
               std::uint16_t(wire::MsgKind::SNAPSHOT_REQUEST));
 static_assert(std::uint16_t(msg_kind::step_report) == std::uint16_t(wire::MsgKind::STEP_REPORT));
 static_assert(std::uint16_t(msg_kind::control) == std::uint16_t(wire::MsgKind::CONTROL));
-static_assert(msg_kind_count == 9, "a new msg_kind needs its MsgKind in envelope.capnp");
+static_assert(std::uint16_t(msg_kind::configure) == std::uint16_t(wire::MsgKind::CONFIGURE));
+static_assert(std::uint16_t(msg_kind::migrate) == std::uint16_t(wire::MsgKind::MIGRATE));
+static_assert(std::uint16_t(msg_kind::transfer) == std::uint16_t(wire::MsgKind::TRANSFER));
+static_assert(std::uint16_t(msg_kind::transfer_ack) == std::uint16_t(wire::MsgKind::TRANSFER_ACK));
+static_assert(msg_kind_count == 13, "a new msg_kind needs its MsgKind in envelope.capnp");
 
 constexpr std::uint16_t max_errc = std::uint16_t(errc::internal);  // highest code in error.hpp
 constexpr std::size_t word_bytes = sizeof(capnp::word);

@@ -20,6 +20,14 @@ std::string_view to_string(msg_kind k) noexcept {
       return "step_report";
     case msg_kind::control:
       return "control";
+    case msg_kind::configure:
+      return "configure";
+    case msg_kind::migrate:
+      return "migrate";
+    case msg_kind::transfer:
+      return "transfer";
+    case msg_kind::transfer_ack:
+      return "transfer_ack";
   }
   return "unknown";
 }

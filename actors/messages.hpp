@@ -29,9 +29,15 @@ enum class msg_kind : std::uint16_t {
   snapshot_request = 6,  ///< master -> shard: step = version wanted (for evaluation)
   step_report = 7,       ///< worker -> master: step, rank, samples, loss, chunk, compute_us
   control = 8,  ///< any process -> any: frame 0 = a Cap'n Proto ControlMessage (actors/control.hpp)
+  // Elastic jobs (docs/design.md "Elastic jobs"; actors/elastic_messages.hpp builds and reads
+  // them).
+  configure = 9,      ///< master -> shard, worker: a job configuration
+  migrate = 10,       ///< master -> source shard: hand keys over at a step boundary
+  transfer = 11,      ///< shard -> shard: keys' values and optimizer state
+  transfer_ack = 12,  ///< destination shard -> master: a transfer is adopted
 };
 /// One more than the highest msg_kind (arrays indexed by kind number leave index 0 unused).
-inline constexpr std::size_t msg_kind_count = 9;
+inline constexpr std::size_t msg_kind_count = 13;
 std::string_view to_string(msg_kind k) noexcept;
 
 /// Where an actor lives: a host number and an id unique on the cluster.

@@ -24,6 +24,30 @@ shard_map shard_map::even(std::size_t num_params, std::size_t slice_size,
   return m;
 }
 
+result<shard_map> shard_map::from_owners(std::size_t num_params, std::size_t slice_size,
+                                         std::vector<std::uint32_t> owners, std::uint64_t version) {
+  if (num_params == 0 || slice_size == 0)
+    return fail(errc::invalid_argument, "a shard map needs parameters and a slice size");
+  const std::size_t slices = (num_params + slice_size - 1) / slice_size;
+  if (owners.size() != slices)
+    return fail(errc::invalid_argument,
+                "a shard map of {} parameters in slices of {} has {} "
+                "slices, got owners for {}",
+                num_params, slice_size, slices, owners.size());
+  shard_map m;
+  m.num_params_ = num_params;
+  m.slice_size_ = slice_size;
+  m.version_ = version;
+  for (auto o : owners) {
+    if (o >= max_shards)
+      return fail(errc::invalid_argument, "shard id {} is out of range (at most {})", o,
+                  max_shards - 1);
+    m.num_shards_ = std::max(m.num_shards_, o + 1);
+  }
+  m.owner_ = std::move(owners);
+  return m;
+}
+
 std::uint32_t shard_map::owner(std::size_t slice) const {
   COACH_ENFORCE(slice < owner_.size(), "slice out of range");
   return owner_[slice];

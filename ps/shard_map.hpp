@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/error.hpp"
+
 namespace coach::ps {
 
 /// One slice changing owner (a step of a migration plan).
@@ -35,6 +37,16 @@ class shard_map {
   /// than shards, the extra shards own nothing.
   static shard_map even(std::size_t num_params, std::size_t slice_size, std::uint32_t num_shards);
 
+  /// A map from its parts, as a configuration message carries them. Errors (invalid_argument,
+  /// saying what is wrong): a zero size, owners.size() != ceil(num_params / slice_size), an owner
+  /// id of max_shards or more.
+  static result<shard_map> from_owners(std::size_t num_params, std::size_t slice_size,
+                                       std::vector<std::uint32_t> owners, std::uint64_t version);
+  /// Shard ids a map may name (a bound for maps that arrive from the network).
+  static constexpr std::uint32_t max_shards = 1u << 16;
+
+  /// The owner of each slice, by slice index.
+  const std::vector<std::uint32_t>& owners() const noexcept { return owner_; }
   std::size_t num_params() const noexcept { return num_params_; }
   std::size_t slice_size() const noexcept { return slice_size_; }
   std::size_t num_slices() const noexcept { return owner_.size(); }

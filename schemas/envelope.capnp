@@ -41,6 +41,15 @@ enum MsgKind {
   snapshotRequest @6;  # master -> shard: step = version wanted (for evaluation)
   stepReport @7;       # worker -> master: step, rank, samples, loss, chunkId, computeUs
   control @8;          # any process -> any: frame 0 = a ControlMessage (schemas/control.capnp)
+  configure @9;        # master -> shard or worker: mapVersion = config version, step = from step;
+                       # frame 0 = member ranks (u32, ascending), frame 1 = owner of each slice (u32)
+  migrate @10;         # master -> source shard: step = boundary version, rank = destination shard,
+                       # mapVersion = the configuration it leads to, ranges = keys to hand over
+  transfer @11;        # shard -> shard: step = version, chunkId = updates (Adam's t), rank = source
+                       # shard, epoch = destination shard, ranges; frames: values, then optimizer
+                       # state (one frame per state float per key: none, 1 or 2)
+  transferAck @12;     # destination shard -> master: step = version, rank = destination shard,
+                       # epoch = source shard
 }
 
 # An error that crosses the network intact: coach::errc's number (docs/errors.md, 1..9) and the

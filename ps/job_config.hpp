@@ -1,0 +1,40 @@
+#pragma once
+// ps::job_config: who computes and who owns what, from a given step on. The job master owns the
+// job's configuration and changes it only at step boundaries; every change bumps the version.
+// Workers and shards receive each new configuration before the first chunk grant that refers to
+// it (docs/design.md, "Elastic jobs"), and every push names the configuration it was made under.
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "ps/shard_map.hpp"
+
+namespace coach::ps {
+
+struct job_config {
+  std::uint64_t version = 1;           ///< +1 per change
+  std::int64_t from_step = 0;          ///< the first step this configuration governs
+  std::vector<std::uint32_t> members;  ///< worker ranks contributing to each step, ascending
+  shard_map map;                       ///< which shard owns which slice
+
+  bool is_member(std::uint32_t rank) const noexcept {
+    return std::binary_search(members.begin(), members.end(), rank);
+  }
+  friend bool operator==(const job_config&, const job_config&) = default;
+};
+
+/// Slices leaving one shard for another at a step boundary, as the source hands them over:
+/// their values and optimizer state at version `version` (every step before it applied).
+struct slice_transfer {
+  std::uint32_t from = 0;
+  std::uint32_t to = 0;
+  std::int64_t version = 0;       ///< steps applied to the values
+  std::int64_t updates = 0;       ///< steps with samples applied (Adam's t)
+  std::vector<key_range> ranges;  ///< ascending, disjoint
+  std::vector<float> values;      ///< the ranges' values, concatenated
+  std::vector<float> state_a;     ///< momentum velocity or Adam m (empty for sgd)
+  std::vector<float> state_b;     ///< Adam v (empty otherwise)
+};
+
+}  // namespace coach::ps
