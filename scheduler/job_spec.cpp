@@ -203,6 +203,7 @@ class spec_parser {
   result<void> parse_consistency(const entry& e, job_spec& spec);
   result<count_range> parse_count_range(const entry& e) const;
   result<void> parse_function(const entry& e, job_spec& spec) const;
+  result<void> parse_schedule(const entry& e, job_spec& spec) const;
 
   std::string source_;
   std::string base_dir_;           // relative dataset paths are resolved against it; empty: the cwd
@@ -581,6 +582,52 @@ result<void> spec_parser::parse_function(const entry& e, job_spec& spec) const {
   return {};
 }
 
+result<void> spec_parser::parse_schedule(const entry& e, job_spec& spec) const {
+  if (!e.value.IsSequence())
+    return bad(e, "must be a list of changes such as {{at_step: 20, workers: 3}}, got {}",
+               describe(e.value));
+  for (std::size_t i = 0; i < e.value.size(); ++i) {
+    // The item stands as its own key, so a missing field names the item's line.
+    const entry item{e.value[i], e.value[i], coach::format("{}[{}]", e.path, i)};
+    auto f = open_map(item, {"at_step", "workers", "shards", "migrate"});
+    if (!f) return std::unexpected(std::move(f.error()));
+    schedule_action a;
+    const entry* at = f->find("at_step");
+    if (at == nullptr) return missing(*f, "at_step");
+    auto step = get_int(*at, 1, std::int64_t(1e12));
+    if (!step) return std::unexpected(std::move(step.error()));
+    a.at_step = *step;
+    if (!spec.schedule.empty() && a.at_step <= spec.schedule.back().at_step)
+      return bad(*at, "must be greater than the previous change's ({}), got {}",
+                 spec.schedule.back().at_step, a.at_step);
+    int given = 0;
+    for (std::string_view key : {"workers", "shards", "migrate"}) {
+      const entry* k = f->find(key);
+      if (k == nullptr) continue;
+      if (++given > 1)
+        return bad(*k, "is a second change in one entry; give one of workers, shards, migrate");
+      const auto& range = key == "workers" ? spec.workers : spec.shards;
+      if (key == "migrate") {
+        auto v = get_int(*k, 0, std::numeric_limits<std::uint32_t>::max());
+        if (!v) return std::unexpected(std::move(v.error()));
+        a.kind = schedule_action::kind_type::migrate;
+        a.value = std::uint32_t(*v);
+      } else {
+        auto v = get_int(*k, range.min, range.max);
+        if (!v) return std::unexpected(std::move(v.error()));
+        a.kind = key == "workers" ? schedule_action::kind_type::workers
+                                  : schedule_action::kind_type::shards;
+        a.value = std::uint32_t(*v);
+      }
+    }
+    if (given == 0)
+      return bad(errc::invalid_argument, f->line(), item.path,
+                 "needs one change: workers, shards or migrate");
+    spec.schedule.push_back(a);
+  }
+  return {};
+}
+
 result<job_spec> spec_parser::parse(const YAML::Node& root) {
   if (root.IsNull()) {
     return fail(errc::invalid_argument, "{}:{}: the document is empty; expected a map of fields",
@@ -593,7 +640,7 @@ result<job_spec> spec_parser::parse(const YAML::Node& root) {
   auto top = open_map(
       root, "", line_of(root, 1),
       {"name", "dataset", "model", "optimizer", "batch_size", "epochs", "consistency", "seed",
-       "workers", "shards", "gpus_per_worker", "backend", "slice_size", "function"});
+       "workers", "shards", "gpus_per_worker", "backend", "slice_size", "function", "schedule"});
   if (!top) return std::unexpected(std::move(top.error()));
 
   job_spec spec;
@@ -655,6 +702,10 @@ result<job_spec> spec_parser::parse(const YAML::Node& root) {
   }
   if ((e = top->find("function"))) {
     if (auto r = parse_function(*e, spec); !r) return std::unexpected(std::move(r.error()));
+  }
+  // After workers and shards: a change is checked against their ranges.
+  if ((e = top->find("schedule"))) {
+    if (auto r = parse_schedule(*e, spec); !r) return std::unexpected(std::move(r.error()));
   }
   if (deferred_) return std::unexpected(*deferred_);
   return spec;

@@ -35,6 +35,11 @@
 //   slice_size: 16384            # floats per slice of the parameter vector, >= 1; default 16384
 //   function: {deadline_s: 30, memory_mb: 512}   # optional: run workers as bounded functions;
 //                                # each >= 0, 0 = unlimited; both default 0
+//   schedule:                    # optional: elastic changes at given steps (coach train)
+//     - {at_step: 20, workers: 3}   # rescale the workers to 3 (within workers.min..max)
+//     - {at_step: 40, shards: 3}    # rescale the shards to 3 (within shards.min..max)
+//     - {at_step: 60, migrate: 0}   # move shard 0 whole to a new shard
+//                                # at_step >= 1 and strictly increasing; one change per entry
 //
 // In the map form of workers/shards, a missing min is 1, a missing initial is min and a missing
 // max is the larger of min and initial; then 1 <= min <= initial <= max must hold.
@@ -55,6 +60,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/error.hpp"
 #include "kernels/backend.hpp"
@@ -87,6 +93,15 @@ struct function_limits {
   std::uint64_t memory_mb = 0;  ///< memory cap per invocation
 };
 
+/// One elastic change of a job's schedule (`schedule:`), taking effect at step `at_step`.
+struct schedule_action {
+  enum class kind_type { workers, shards, migrate };
+  std::int64_t at_step = 1;
+  kind_type kind = kind_type::workers;
+  std::uint32_t value = 0;  ///< workers: the new count; shards: the new count; migrate: shard id
+  friend bool operator==(const schedule_action&, const schedule_action&) = default;
+};
+
 /// A validated job spec.
 struct job_spec {
   std::string name;
@@ -103,6 +118,7 @@ struct job_spec {
   kernels::backend_kind backend = kernels::backend_kind::auto_select;
   std::size_t slice_size = 16384;           ///< floats per slice of the parameter vector
   std::optional<function_limits> function;  ///< set: workers run as bounded functions
+  std::vector<schedule_action> schedule;    ///< by at_step, ascending
 };
 
 /// "bsp", "ssp:3", "asp", "averaging:4".

@@ -604,3 +604,57 @@ TEST(optimizer_kind_names, round_trip) {
 
 }  // namespace
 }  // namespace coach::scheduler
+
+namespace coach::scheduler {
+namespace {
+
+TEST(job_spec_schedule, parses_changes_in_step_order) {
+  const std::string text = std::string(minimal) +
+                           "workers: {min: 1, max: 4, initial: 2}\n"
+                           "shards: {min: 1, max: 3, initial: 1}\n"
+                           "schedule:\n"
+                           "  - {at_step: 20, workers: 3}\n"
+                           "  - {at_step: 40, shards: 3}\n"
+                           "  - {at_step: 60, migrate: 0}\n";
+  auto s = parse_job_spec(text, "job.yaml");
+  ASSERT_TRUE(s) << s.error().message;
+  using k = schedule_action::kind_type;
+  EXPECT_EQ(s->schedule, (std::vector<schedule_action>{
+                             {20, k::workers, 3}, {40, k::shards, 3}, {60, k::migrate, 0}}));
+  auto none = parse_job_spec(minimal, "job.yaml");
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->schedule.empty());
+}
+
+TEST(job_spec_schedule, bad_changes_name_the_entry_and_line) {
+  const std::string head = std::string(minimal) + "workers: {min: 1, max: 4}\nschedule:\n";
+  // Lines: minimal is 8 lines, workers 9, schedule 10, the first entry 11.
+  struct bad_case {
+    const char* entries;
+    const char* expected;
+  } cases[] = {
+      {"  - {at_step: 5, workers: 9}\n",
+       "job.yaml:11: field 'schedule[0].workers' must be in [1, 4], got 9"},
+      {"  - {at_step: 5}\n",
+       "job.yaml:11: field 'schedule[0]' needs one change: workers, shards or migrate"},
+      {"  - {workers: 2}\n", "job.yaml:11: field 'schedule[0].at_step' is required"},
+      {"  - {at_step: 5, workers: 2}\n  - {at_step: 5, workers: 3}\n",
+       "job.yaml:12: field 'schedule[1].at_step' must be greater than the previous change's (5), "
+       "got 5"},
+      {"  - {at_step: 5, workers: 2, shards: 1}\n", "is a second change in one entry"},
+      {"  - {at_step: 0, workers: 2}\n",
+       "field 'schedule[0].at_step' must be in [1, 1000000000000], got 0"},
+      {"  - {at_step: 5, worker: 2}\n",
+       "job.yaml:11: unknown field 'schedule[0].worker' (did you mean 'schedule[0].workers'?)"},
+  };
+  for (const auto& c : cases) {
+    const error e = parse_error_of(head + c.entries);
+    EXPECT_EQ(e.code, errc::invalid_argument);
+    EXPECT_TRUE(has(e.message, c.expected)) << c.entries;
+  }
+  const error not_list = parse_error_of(std::string(minimal) + "schedule: {at_step: 1}\n");
+  EXPECT_TRUE(has(not_list.message, "job.yaml:9: field 'schedule' must be a list of changes"));
+}
+
+}  // namespace
+}  // namespace coach::scheduler
