@@ -107,6 +107,11 @@ struct scheduler_state {
   result<std::uint64_t> submit(const submit_request& req) {
     auto spec = scheduler::parse_job_spec(req.spec_yaml, req.source_name, req.base_dir);
     if (!spec) return std::unexpected(spec.error());
+    if (!spec->schedule.empty())
+      return fail(errc::unsupported,
+                  "{}: 'schedule' runs with `coach train` in this version; a cluster of "
+                  "coach-nodes does not change a job's workers or shards yet",
+                  req.source_name);
     auto pick = [&](std::uint32_t asked, const scheduler::count_range& range,
                     const char* what) -> result<std::uint32_t> {
       if (asked == 0) return std::uint32_t(range.initial);

@@ -12,6 +12,7 @@
 #include "actors/messages.hpp"
 #include "actors/transport.hpp"
 #include "common/error.hpp"
+#include "ps/job_config.hpp"
 #include "ps/shard_map.hpp"
 #include "scheduler/job_report.hpp"
 #include "scheduler/job_spec.hpp"
@@ -29,8 +30,15 @@ struct job_context {
   ps::shard_map map;
   std::shared_ptr<transport> net;
   endpoint master;
-  std::vector<endpoint> shards;   ///< by shard id
-  std::vector<endpoint> workers;  ///< by rank
+  std::vector<endpoint> shards;   ///< by shard id, those the job started with
+  std::vector<endpoint> workers;  ///< by rank, those the job started with
+
+  /// The endpoint of shard `k` or worker `r`, also of one added while the job runs (on the
+  /// master's host: elastic parts run in the master's process in this version).
+  endpoint shard_ep(std::uint32_t k) const;
+  endpoint worker_ep(std::uint32_t r) const;
+  /// The configuration the job starts with: version 1, ranks 0..workers-1, `map`.
+  ps::job_config initial_config() const;
 };
 
 /// Endpoint ids of a job's actors on host 0 (the embedded cluster).

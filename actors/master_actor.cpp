@@ -5,7 +5,11 @@
 #include <map>
 #include <optional>
 
+#include <deque>
+
+#include "actors/elastic_messages.hpp"
 #include "actors/roles.hpp"
+#include "ps/key_coverage.hpp"
 #include "worker/chunk_dispenser.hpp"
 
 namespace coach::actors {
@@ -17,10 +21,11 @@ double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
 }
 
-/// The chunks of one step, by rank, fixed when the step opens (BSP: in rank order).
+/// The chunks of one step, by member rank, fixed when the step opens (BSP: in rank order).
 struct step_plan {
-  std::vector<std::optional<worker::chunk>> by_rank;
-  bool finished = false;  ///< training is over: every rank is told to stop
+  std::map<std::uint32_t, std::optional<worker::chunk>> by_rank;
+  bool finished = false;     ///< training is over: every rank is told to stop
+  std::size_t expected = 0;  ///< members of the step: grants to hand out, reports to await
   std::size_t fetched = 0;
   std::size_t reported = 0;
 };
@@ -31,7 +36,9 @@ struct epoch_stats {
   std::uint64_t samples = 0;
   std::int64_t steps = 0;
   clock_type::time_point start;
-  double seconds = -1;  ///< set when every chunk of the epoch is processed
+  double seconds = -1;        ///< set when every chunk of the epoch is processed
+  std::uint32_t workers = 0;  ///< the configuration of the epoch's last step
+  std::uint32_t shards = 0;
   std::optional<eval_result> eval;
 };
 
@@ -40,7 +47,7 @@ struct assembly {
   std::uint32_t epoch = 0;
   bool final = false;  ///< the job's last version (cancel), not evaluated
   std::shared_ptr<std::vector<float>> values;
-  std::size_t received = 0;
+  std::optional<ps::key_coverage> received;  ///< keys arrived (shards answer in pieces)
 };
 
 struct master_state {
@@ -61,7 +68,26 @@ struct master_state {
   scheduler::job_result result;
   clock_type::time_point job_start = clock_type::now();
   clock_type::time_point last_progress = clock_type::now();
+  // Elastic (docs/design.md "Elastic jobs").
+  ps::job_config cfg;   ///< the configuration of the open step
+  elastic_hooks hooks;  ///< starts new workers and shards
+  /// Links this master to a part it added, so the job's parts stop together.
+  std::function<void(const caf::actor&)> link;
+  std::deque<scheduler::schedule_action> actions;  ///< the spec's schedule, not yet done
+  std::optional<ps::job_config> next_cfg;          ///< a change waiting for its transfers
+  std::size_t acks_awaited = 0;
+  std::uint32_t next_rank = 0;
+  std::uint32_t next_shard = 0;
   static inline const char* name = "coach.job_master";
+
+  /// Shards that own slices now.
+  std::vector<std::uint32_t> live_shards() const {
+    std::vector<std::uint32_t> out;
+    const auto n = cfg.map.load();
+    for (std::uint32_t k = 0; k < n.size(); ++k)
+      if (n[k] > 0) out.push_back(k);
+    return out;
+  }
 
   std::uint32_t num_epochs() const { return std::uint32_t(ctx->spec.epochs); }
 
@@ -71,9 +97,150 @@ struct master_state {
     m.hdr.dst = dst;
     m.hdr.kind = kind;
     m.hdr.job = ctx->job;
-    m.hdr.map_version = ctx->map.version();
+    m.hdr.map_version = cfg.version;
     m.hdr.step = step;
     return m;
+  }
+
+  /// Starts the change `a` at step s: new parts, slices to move. True when it is done at once
+  /// (nothing to transfer); otherwise step s waits for the transfers' acknowledgements.
+  bool begin_change(std::int64_t s, const scheduler::schedule_action& a) {
+    using kind = scheduler::schedule_action::kind_type;
+    ps::job_config next = cfg;
+    next.version = cfg.version + 1;
+    next.from_step = s;
+    std::vector<ps::slice_move> moves;
+    ps::shard_map plan = cfg.map;
+    auto add_shard = [&]() -> std::optional<std::uint32_t> {
+      if (!hooks.add_shard) {
+        std::fprintf(stderr, "coach: job master: this job cannot add shards here\n");
+        return std::nullopt;
+      }
+      const std::uint32_t k = next_shard++;
+      auto ok = hooks.add_shard(k, cfg);
+      if (!ok) {
+        std::fprintf(stderr, "coach: job master: cannot add shard %u: %s\n", k,
+                     ok.error().message.c_str());
+        return std::nullopt;
+      }
+      link(*ok);
+      return k;
+    };
+    auto move = [&](const std::vector<ps::slice_move>& mv) {
+      plan.apply(mv);
+      moves.insert(moves.end(), mv.begin(), mv.end());
+    };
+    switch (a.kind) {
+      case kind::workers: {
+        const std::size_t n = a.value;
+        while (next.members.size() > n) next.members.pop_back();  // the newest ranks leave
+        while (next.members.size() < n) {
+          if (!hooks.add_worker) {
+            std::fprintf(stderr, "coach: job master: this job cannot add workers here\n");
+            break;
+          }
+          const std::uint32_t r = next_rank++;
+          next.members.push_back(r);
+          auto ok = hooks.add_worker(r, next, s);
+          if (!ok) {
+            std::fprintf(stderr, "coach: job master: cannot add worker %u: %s\n", r,
+                         ok.error().message.c_str());
+            next.members.pop_back();
+            break;
+          }
+          link(*ok);
+        }
+        break;
+      }
+      case kind::shards: {
+        std::vector<std::uint32_t> live;
+        const auto n = plan.load();
+        for (std::uint32_t k = 0; k < n.size(); ++k)
+          if (n[k] > 0) live.push_back(k);
+        for (std::size_t have = live.size(); have < a.value; ++have) {
+          auto k = add_shard();
+          if (!k) break;
+          move(plan.plan_add(*k));
+        }
+        // The newest shards drain onto the others.
+        for (std::size_t have = live.size(); have > a.value; --have)
+          move(plan.plan_drain(live[have - 1]));
+        break;
+      }
+      case kind::migrate: {
+        const auto n = plan.load();
+        if (a.value >= n.size() || n[a.value] == 0) {
+          std::fprintf(stderr, "coach: job master: no shard %u owns slices; migrate ignored\n",
+                       a.value);
+          return true;
+        }
+        if (auto k = add_shard()) move(plan.plan_migrate(a.value, *k));
+        break;
+      }
+    }
+    // A slice moved twice within one change (to a shard added, then on to another) goes
+    // straight from where it is to where it ends.
+    std::map<std::size_t, ps::slice_move> direct;
+    for (const auto& mv : moves) {
+      auto [it, fresh] = direct.try_emplace(mv.slice, mv);
+      if (!fresh) it->second.to = mv.to;
+    }
+    moves.clear();
+    for (const auto& [slice, mv] : direct)
+      if (mv.from != mv.to) moves.push_back(mv);
+    next.map = cfg.map;
+    next.map.apply(moves);
+    // One order per (source, destination) pair: the source hands over at version s.
+    std::map<std::pair<std::uint32_t, std::uint32_t>, std::vector<ps::key_range>> orders;
+    for (const auto& mv : moves) orders[{mv.from, mv.to}].push_back(cfg.map.slice_range(mv.slice));
+    for (auto& [ft, ranges] : orders) {
+      migrate_order o{s, ft.second, next.version, {}};
+      std::sort(ranges.begin(), ranges.end(), [](auto& x, auto& y) { return x.begin < y.begin; });
+      for (const auto& r : ranges) {  // adjacent slices travel as one range
+        if (!o.ranges.empty() && o.ranges.back().end == r.begin)
+          o.ranges.back().end = r.end;
+        else
+          o.ranges.push_back(r);
+      }
+      ctx->net->send(make_migrate(ctx->master, ctx->shard_ep(ft.first), ctx->job, o));
+      ++acks_awaited;
+    }
+    next_cfg = std::move(next);
+    if (acks_awaited > 0) return false;
+    publish();
+    return true;
+  }
+
+  /// Makes the waiting configuration current and sends it to every shard and member worker,
+  /// before any grant that refers to it.
+  void publish() {
+    cfg = std::move(*next_cfg);
+    next_cfg.reset();
+    for (std::uint32_t k = 0; k < next_shard; ++k)
+      ctx->net->send(make_configure(ctx->master, ctx->shard_ep(k), ctx->job, cfg));
+    for (auto r : cfg.members)
+      ctx->net->send(make_configure(ctx->master, ctx->worker_ep(r), ctx->job, cfg));
+    std::fprintf(stderr, "coach: job %llu: from step %lld: %zu worker(s), %zu shard(s)\n",
+                 static_cast<unsigned long long>(ctx->job), static_cast<long long>(cfg.from_step),
+                 cfg.members.size(), live_shards().size());
+  }
+
+  void on_ack(const wire_message& m) {
+    auto a = read_transfer_ack(m);
+    if (!a || acks_awaited == 0 || !next_cfg) {
+      std::fprintf(stderr, "coach: job master: unexpected transfer_ack from %llu\n",
+                   static_cast<unsigned long long>(m.hdr.src.id));
+      return;
+    }
+    if (--acks_awaited > 0) return;
+    publish();
+    regrant_parked();
+  }
+
+  void regrant_parked() {
+    auto waiting = std::move(parked);
+    parked.clear();
+    for (const auto& r : waiting) grant(r);
   }
 
   void request_snapshot(std::int64_t version, std::uint32_t epoch, bool final) {
@@ -85,13 +252,20 @@ struct master_state {
     a.epoch = epoch;
     a.final = final;
     a.values = std::make_shared<std::vector<float>>(ctx->model.num_params());
-    for (const auto& s : ctx->shards) ctx->net->send(to(s, msg_kind::snapshot_request, version));
+    a.received.emplace(ctx->model.num_params());
+    for (auto k : live_shards())
+      ctx->net->send(to(ctx->shard_ep(k), msg_kind::snapshot_request, version));
   }
 
   /// Opens step s if it can: false when the epoch's last chunks are still being processed.
   bool open(std::int64_t s) {
+    if (next_cfg) return false;  // a change waits for its transfers
+    if (!cancelled && !actions.empty() && actions.front().at_step <= s) {
+      const auto a = actions.front();
+      actions.pop_front();
+      if (!begin_change(s, a)) return false;
+    }
     step_plan plan;
-    const std::size_t n = ctx->workers.size();
     if (cancelled) {
       plan.finished = true;
       request_snapshot(s, dispenser->epoch(), true);
@@ -108,12 +282,18 @@ struct master_state {
         }
       }
       if (!plan.finished) {
-        for (std::size_t r = 0; r < n; ++r) plan.by_rank.push_back(dispenser->take());
+        for (auto r : cfg.members) plan.by_rank[r] = dispenser->take();
         ++epochs[dispenser->epoch()].steps;
         // The step that hands out an epoch's last chunk ends it: snapshot the version after it.
-        if (dispenser->exhausted()) request_snapshot(s + 1, dispenser->epoch(), false);
+        if (dispenser->exhausted()) {
+          auto& e = epochs[dispenser->epoch()];
+          e.workers = std::uint32_t(cfg.members.size());
+          e.shards = std::uint32_t(live_shards().size());
+          request_snapshot(s + 1, dispenser->epoch(), false);
+        }
       }
     }
+    plan.expected = cfg.members.size();
     plans.emplace(s, std::move(plan));
     open_step = s;
     return true;
@@ -122,7 +302,7 @@ struct master_state {
   void grant(const wire_message& req) {
     const std::int64_t s = req.hdr.step;
     const std::uint32_t rank = req.hdr.rank;
-    if (rank >= ctx->workers.size()) return;
+    if (rank >= next_rank) return;
     while (open_step < s)
       if (!open(open_step + 1)) {
         parked.push_back(req);
@@ -131,10 +311,16 @@ struct master_state {
     auto it = plans.find(s);
     if (it == plans.end()) return;  // a stale request: the step is long closed
     auto& plan = it->second;
-    auto m = to(ctx->workers[rank], msg_kind::chunk_grant, s);
+    auto m = to(ctx->worker_ep(rank), msg_kind::chunk_grant, s);
+    auto mine = plan.by_rank.find(rank);
+    if (!plan.finished && mine == plan.by_rank.end()) {  // this rank left the job
+      m.hdr.flags = flag::finished;
+      ctx->net->send(std::move(m));
+      return;
+    }
     if (plan.finished) {
       m.hdr.flags = flag::finished;
-    } else if (const auto& c = plan.by_rank[rank]; !c) {
+    } else if (const auto& c = mine->second; !c) {
       m.hdr.flags = flag::no_chunk;
       m.hdr.epoch = dispenser->epoch();
     } else {
@@ -150,15 +336,17 @@ struct master_state {
   }
 
   void forget_if_closed(std::map<std::int64_t, step_plan>::iterator it) {
-    const std::size_t n = ctx->workers.size();
+    const std::size_t n = it->second.expected;
     if (it->second.fetched >= n && (it->second.finished || it->second.reported >= n))
       plans.erase(it);
   }
 
   void on_report(const wire_message& m) {
     auto it = plans.find(m.hdr.step);
-    if (it == plans.end() || m.hdr.rank >= ctx->workers.size()) return;
-    auto& c = it->second.by_rank[m.hdr.rank];
+    if (it == plans.end()) return;
+    auto mine = it->second.by_rank.find(m.hdr.rank);
+    if (mine == it->second.by_rank.end()) return;
+    auto& c = mine->second;
     ++it->second.reported;
     if (c && dispenser->complete(*c)) {
       auto& e = epochs[c->epoch];
@@ -172,9 +360,7 @@ struct master_state {
     }
     forget_if_closed(it);
     // Requests parked at the epoch's end can go on now.
-    auto waiting = std::move(parked);
-    parked.clear();
-    for (const auto& r : waiting) grant(r);
+    regrant_parked();
   }
 
   void progress(std::uint32_t epoch) {
@@ -197,13 +383,24 @@ struct master_state {
     auto it = assemblies.find(m.hdr.step);
     if (it == assemblies.end()) return;
     auto& a = it->second;
-    for (std::size_t i = 0; i < m.hdr.ranges.size() && i < m.frames.size(); ++i) {
-      const auto& r = m.hdr.ranges[i];
-      const auto v = m.frames[i].as<float>();
-      if (v.size() != r.size() || r.end > a.values->size()) continue;
-      std::copy(v.begin(), v.end(), a.values->begin() + std::ptrdiff_t(r.begin));
+    // The whole message is checked before any of it is used; every key counts once.
+    bool sizes_ok = m.hdr.ranges.size() == m.frames.size();
+    for (std::size_t i = 0; sizes_ok && i < m.frames.size(); ++i)
+      sizes_ok = m.hdr.ranges[i].begin <= m.hdr.ranges[i].end &&
+                 m.frames[i].bytes == m.hdr.ranges[i].size() * sizeof(float);
+    auto ok = sizes_ok
+                  ? a.received->add(m.hdr.ranges)
+                  : coach::result<void>(fail(errc::protocol_error, "frames disagree with ranges"));
+    if (!ok) {
+      std::fprintf(stderr, "coach: job master: malformed snapshot from shard %llu: %s\n",
+                   static_cast<unsigned long long>(m.hdr.src.id), ok.error().message.c_str());
+      return;
     }
-    if (++a.received < ctx->shards.size()) return;
+    for (std::size_t i = 0; i < m.frames.size(); ++i) {
+      const auto v = m.frames[i].as<float>();
+      std::copy(v.begin(), v.end(), a.values->begin() + std::ptrdiff_t(m.hdr.ranges[i].begin));
+    }
+    if (!a.received->complete()) return;
     param_snapshot snap{a.epoch, it->first, a.values};
     last_params = a.values;
     const bool final = a.final;
@@ -231,8 +428,8 @@ struct master_state {
     rep.test_loss = e.eval->total ? e.eval->loss_sum / double(e.eval->total) : 0.0;
     rep.seconds = e.seconds;
     rep.samples_per_s = e.seconds > 0 ? double(e.samples) / e.seconds : 0.0;
-    rep.workers = std::uint32_t(ctx->workers.size());
-    rep.shards = std::uint32_t(ctx->shards.size());
+    rep.workers = e.workers;
+    rep.shards = e.shards;
     result.epochs.push_back(rep);
     result.test_accuracy = rep.test_accuracy;
     caf::anon_send(observer, epoch_atom::value, rep);
@@ -244,8 +441,8 @@ struct master_state {
     done = true;
     result.cancelled = !complete;
     result.seconds = seconds_since(job_start);
-    result.workers = std::uint32_t(ctx->workers.size());
-    result.shards = std::uint32_t(ctx->shards.size());
+    result.workers = std::uint32_t(cfg.members.size());
+    result.shards = std::uint32_t(live_shards().size());
     result.backend = std::string(kernels::to_string(ctx->backend));
     result.num_params = ctx->model.num_params();
     result.bytes_moved = ctx->net->traffic().total_bytes();
@@ -256,9 +453,15 @@ struct master_state {
 
 caf::behavior master_actor(caf::stateful_actor<master_state>* self,
                            std::shared_ptr<const job_context> ctx, caf::actor observer,
-                           caf::actor evaluator) {
+                           caf::actor evaluator, elastic_hooks hooks) {
   auto& st = self->state;
   st.ctx = ctx;
+  st.cfg = ctx->initial_config();
+  st.hooks = std::move(hooks);
+  st.link = [self](const caf::actor& a) { self->link_to(a); };
+  st.actions.assign(ctx->spec.schedule.begin(), ctx->spec.schedule.end());
+  st.next_rank = std::uint32_t(ctx->workers.size());
+  st.next_shard = std::uint32_t(ctx->shards.size());
   st.me = caf::actor_cast<caf::actor>(self);
   st.observer = std::move(observer);
   st.evaluator = std::move(evaluator);
@@ -277,6 +480,9 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
             break;
           case msg_kind::params:
             s.on_snapshot(m);
+            break;
+          case msg_kind::transfer_ack:
+            s.on_ack(m);
             break;
           default:
             std::fprintf(stderr, "coach: job master: unexpected message %s\n",
@@ -323,10 +529,11 @@ caf::behavior evaluator_actor(caf::stateful_actor<evaluator_state>* self,
 }  // namespace
 
 caf::actor spawn_master(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
-                        caf::actor observer, caf::actor evaluator) {
+                        caf::actor observer, caf::actor evaluator, elastic_hooks hooks) {
   auto ep = ctx->master;
   auto net = ctx->net;
-  auto a = sys.spawn(master_actor, std::move(ctx), std::move(observer), std::move(evaluator));
+  auto a = sys.spawn(master_actor, std::move(ctx), std::move(observer), std::move(evaluator),
+                     std::move(hooks));
   net->bind(ep, a);
   return a;
 }

@@ -6,6 +6,7 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include <functional>
 #include <memory>
 
 #include "actors/job_context.hpp"
@@ -25,12 +26,33 @@ caf::actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const job_contex
 /// Spawns the evaluator of a job (detached): (eval_atom, param_snapshot) -> eval_result to sender.
 caf::actor spawn_evaluator(caf::actor_system& sys, std::shared_ptr<const job_context> ctx);
 
+/// What a job master needs to change a running job (docs/design.md "Elastic jobs"): start a
+/// worker of a new rank or an empty shard of a new id, each given the configuration it starts
+/// under. Empty functions: the job cannot grow (changes that need them are refused and logged).
+struct elastic_hooks {
+  /// Starts worker `rank`, whose first step is `first_step`, under `c`.
+  std::function<result<caf::actor>(std::uint32_t rank, const ps::job_config& c,
+                                   std::int64_t first_step)>
+      add_worker;
+  /// Starts shard `id`, owning nothing yet, under `c`.
+  std::function<result<caf::actor>(std::uint32_t id, const ps::job_config& c)> add_shard;
+};
+
+/// Spawns shard `id` added to a running job: it owns nothing until a transfer arrives and
+/// starts under configuration `c`.
+caf::actor spawn_added_shard(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
+                             std::uint32_t id, const ps::job_config& c);
+/// Spawns worker `rank` joining a running job at step `first_step` under configuration `c`.
+caf::actor spawn_added_worker(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
+                              std::uint32_t rank, std::shared_ptr<kernels::backend> be,
+                              const ps::job_config& c, std::int64_t first_step);
+
 /// Spawns the job master: dispenses chunks, tracks epochs, requests end-of-epoch snapshots,
 /// has them evaluated and reports progress, epochs and the outcome to `observer`
 /// (progress_atom / epoch_atom / done_atom messages). (cancel_atom) stops the job at the next
 /// step boundary.
 caf::actor spawn_master(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
-                        caf::actor observer, caf::actor evaluator);
+                        caf::actor observer, caf::actor evaluator, elastic_hooks hooks = {});
 
 /// Spawns the scheduler: (submit_atom, job_request, observer) -> starts the job's actors and
 /// answers the job id, or answers a caf::error after sending (done_atom, job_outcome) with the

@@ -68,7 +68,18 @@ result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_
   auto& sys = self->home_system();
   job_actors ja;
   ja.evaluator = spawn_evaluator(sys, ctx);
-  ja.master = spawn_master(sys, ctx, observer, ja.evaluator);
+  // Parts added while the job runs start here too (the master links itself to them).
+  elastic_hooks hooks;
+  hooks.add_shard = [&sys, ctx](std::uint32_t id, const ps::job_config& c) -> result<caf::actor> {
+    return spawn_added_shard(sys, ctx, id, c);
+  };
+  hooks.add_worker = [&sys, ctx](std::uint32_t rank, const ps::job_config& c,
+                                 std::int64_t first) -> result<caf::actor> {
+    auto be = kernels::make_backend(ctx->spec.backend);
+    if (!be) return std::unexpected(be.error());
+    return spawn_added_worker(sys, ctx, rank, std::move(*be), c, first);
+  };
+  ja.master = spawn_master(sys, ctx, observer, ja.evaluator, std::move(hooks));
   for (std::uint32_t k = 0; k < req.shards; ++k)
     ja.shards.push_back(spawn_shard(sys, ctx, k, initial));
   for (std::uint32_t r = 0; r < req.workers; ++r)

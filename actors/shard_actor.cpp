@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <map>
 
+#include "actors/elastic_messages.hpp"
 #include "actors/roles.hpp"
 #include "ps/shard.hpp"
 
@@ -18,6 +19,29 @@ endpoint worker_endpoint(std::uint64_t job, std::uint32_t rank) {
   return {0, (job << 32) | (0x100000u + rank)};
 }
 
+endpoint job_context::shard_ep(std::uint32_t k) const {
+  if (k < shards.size()) return shards[k];
+  auto ep = shard_endpoint(job, k);
+  ep.host = master.host;
+  return ep;
+}
+
+endpoint job_context::worker_ep(std::uint32_t r) const {
+  if (r < workers.size()) return workers[r];
+  auto ep = worker_endpoint(job, r);
+  ep.host = master.host;
+  return ep;
+}
+
+ps::job_config job_context::initial_config() const {
+  ps::job_config c;
+  c.version = 1;
+  c.from_step = 0;
+  for (std::uint32_t r = 0; r < workers.size(); ++r) c.members.push_back(r);
+  c.map = map;
+  return c;
+}
+
 namespace {
 
 struct shard_state {
@@ -25,7 +49,19 @@ struct shard_state {
   endpoint self_ep;
   std::unique_ptr<kernels::backend> be;
   std::unique_ptr<ps::shard> core;
-  std::map<std::int64_t, std::vector<endpoint>> waiting;  ///< version -> who wants it
+  /// Pull and snapshot requests by version: answered with one message holding every range.
+  std::map<std::int64_t, std::vector<std::pair<endpoint, std::vector<ps::key_range>>>> waiting;
+  /// Who pushed to the open step: each gets the step's result piece by piece, as soon as the
+  /// pieces are updated (ps::piece), in params messages of about piece_floats floats.
+  std::vector<endpoint> pushers;
+  /// Finished pieces of the step being applied not sent yet: small pieces (a shard owning many
+  /// short ranges) go out together, so a push is answered in as few messages as the piece size
+  /// allows; each message costs several thread wake-ups (docs/performance.md, ps_bench).
+  std::vector<ps::piece> unsent;
+  std::size_t unsent_floats = 0;
+  /// Migrate orders and transfers waiting for this shard to reach their version.
+  std::vector<migrate_order> releases;
+  std::vector<ps::slice_transfer> adoptions;
   std::uint64_t protocol_errors = 0;
   static inline const char* name = "coach.ps_shard";
 
@@ -34,25 +70,37 @@ struct shard_state {
     std::fprintf(stderr, "coach: %s\n", e.to_string().c_str());
   }
 
-  /// Sends version `v` of the owned values to everyone waiting for it (one shared copy).
+  wire_message params_to(const endpoint& dst, std::int64_t version) const {
+    wire_message m;
+    m.hdr.src = self_ep;
+    m.hdr.dst = dst;
+    m.hdr.kind = msg_kind::params;
+    m.hdr.job = ctx->job;
+    m.hdr.map_version = ctx->map.version();
+    m.hdr.step = version;
+    return m;
+  }
+
+  /// Sends version `v` of the owned values to everyone waiting for it (one shared copy): the
+  /// keys each asked for that this shard owns (all it owns for a request without ranges).
   void serve(std::int64_t v) {
     auto it = waiting.find(v);
     if (it == waiting.end()) return;
     // Shared, not copied: the shard copies on write if a reader still holds it (ps/shard.hpp).
     auto values = core->share_values();
     std::shared_ptr<const void> owner = values;
-    for (const auto& dst : it->second) {
-      wire_message m;
-      m.hdr.src = self_ep;
-      m.hdr.dst = dst;
-      m.hdr.kind = msg_kind::params;
-      m.hdr.job = ctx->job;
-      m.hdr.map_version = ctx->map.version();
-      m.hdr.step = v;
-      m.hdr.ranges = core->ranges();
+    for (const auto& [dst, asked] : it->second) {
+      wire_message m = params_to(dst, v);
       std::size_t off = 0;
       for (const auto& r : core->ranges()) {
-        m.frames.push_back(frame::of(owner, values->data() + off, r.size()));
+        auto add = [&](std::uint64_t b, std::uint64_t e) {
+          m.hdr.ranges.push_back({b, e});
+          m.frames.push_back(frame::of(owner, values->data() + off + (b - r.begin), e - b));
+        };
+        if (asked.empty()) add(r.begin, r.end);
+        for (const auto& w : asked)
+          if (std::max(r.begin, w.begin) < std::min(r.end, w.end))
+            add(std::max(r.begin, w.begin), std::min(r.end, w.end));
         off += r.size();
       }
       ctx->net->send(std::move(m));
@@ -60,14 +108,119 @@ struct shard_state {
     waiting.erase(it);
   }
 
-  void want(std::int64_t v, const endpoint& who) {
+  /// Takes a finished piece of the step being applied; sends the pieces taken so far once they
+  /// hold piece_floats floats. A piece's values are final: the shard does not write them again
+  /// before the next step.
+  void on_piece(const ps::piece& p) {
+    unsent.push_back(p);
+    unsent_floats += p.keys.size();
+    if (unsent_floats >= core->options().piece_floats) send_pieces();
+  }
+
+  /// Sends the pieces not sent yet to everyone who pushed to the step, one message each.
+  void send_pieces() {
+    if (unsent.empty()) return;
+    auto values = core->share_values();
+    std::shared_ptr<const void> owner = values;
+    for (const auto& dst : pushers) {
+      wire_message m = params_to(dst, unsent.front().version);
+      for (const auto& p : unsent) {
+        m.hdr.ranges.push_back(p.keys);
+        m.frames.push_back(frame::of(owner, values->data() + p.offset, p.keys.size()));
+      }
+      ctx->net->send(std::move(m));
+    }
+    unsent.clear();
+    unsent_floats = 0;
+  }
+
+  /// Answers whoever waits for the current version (after steps completed outside a push).
+  void completed_outside_push() {
+    pushers.clear();
+    serve(core->applied_steps());
+  }
+
+  void on_configure(const wire_message& m) {
+    auto c = read_configure(m, ctx->model.num_params(), ctx->spec.slice_size);
+    if (!c) return report(c.error());
+    // Steps completed here (a removed worker was the last awaited, or held pushes were taken)
+    // are answered as a whole: their pushers get the version from serve().
+    auto before = core->applied_steps();
+    auto done = core->configure(*c);
+    if (!done) report(done.error());
+    if (core->applied_steps() > before) {
+      for (const auto& p : pushers) waiting[core->applied_steps()].push_back({p, {}});
+      completed_outside_push();
+    }
+  }
+
+  void on_migrate(const wire_message& m) {
+    auto o = read_migrate(m);
+    if (!o) return report(o.error());
+    if (o->at_version < core->applied_steps())
+      return report({errc::protocol_error,
+                     coach::format("shard {}: told to hand over keys at version {} but it is at {}",
+                                   core->id(), o->at_version, core->applied_steps())});
+    releases.push_back(std::move(*o));
+  }
+
+  void on_transfer(const wire_message& m) {
+    auto t = read_transfer(m, ctx->spec.optimizer.state_per_param());
+    if (!t) return report(t.error());
+    adoptions.push_back(std::move(*t));
+  }
+
+  /// Hands over and takes slices whose version has come (docs/design.md "Elastic jobs"). A
+  /// release waits until the step before the boundary is applied; an adoption until this shard
+  /// is at the transfer's version, or at once when it owns nothing.
+  void run_moves() {
+    // An adoption can make a release due (and the reverse): go on until nothing moves.
+    for (std::size_t before = SIZE_MAX; before != releases.size() + adoptions.size();) {
+      before = releases.size() + adoptions.size();
+      run_moves_once();
+    }
+  }
+
+  void run_moves_once() {
+    for (auto it = releases.begin(); it != releases.end();) {
+      if (core->applied_steps() != it->at_version) {
+        ++it;
+        continue;
+      }
+      auto t = core->release(it->ranges, it->to);
+      if (!t) {
+        report(t.error());
+      } else {
+        auto shared = std::make_shared<const ps::slice_transfer>(std::move(*t));
+        ctx->net->send(make_transfer(self_ep, ctx->shard_ep(it->to), ctx->job, shared));
+      }
+      it = releases.erase(it);
+    }
+    for (auto it = adoptions.begin(); it != adoptions.end();) {
+      if (!core->ranges().empty() && core->applied_steps() != it->version) {
+        ++it;
+        continue;
+      }
+      const transfer_ack ack{it->version, it->from, core->id()};
+      if (auto ok = core->adopt(*it); !ok) {
+        report(ok.error());
+      } else {
+        ctx->net->send(make_transfer_ack(self_ep, ctx->master, ctx->job, ack));
+        serve(core->applied_steps());  // a new shard may have pulls waiting for this version
+      }
+      it = adoptions.erase(it);
+    }
+  }
+
+  /// A pull or snapshot request: `asked` are the keys wanted (empty: all this shard owns).
+  void want(std::int64_t v, const endpoint& who, std::vector<ps::key_range> asked) {
     if (v < core->applied_steps()) {
       report(
           {errc::protocol_error, coach::format("shard {}: version {} requested but {} is current",
                                                core->id(), v, core->applied_steps())});
       return;
     }
-    waiting[v].push_back(who);
+    waiting[v].push_back({who, std::move(asked)});
     if (v == core->applied_steps()) serve(v);
   }
 
@@ -81,30 +234,36 @@ struct shard_state {
       c.keep_alive = m.frames.empty() ? nullptr : m.frames.front().owner;
     }
     const std::int64_t step = m.hdr.step;
-    auto done = core->push(step, std::move(c));
+    // A push asks for the next version too: the step's update comes back as its answer, in
+    // pieces, each sent while the next one is being updated.
+    pushers.push_back(m.hdr.src);
+    auto done = core->push(step, m.hdr.map_version, std::move(c),
+                           [this](const ps::piece& p) { on_piece(p); });
     if (!done) {
+      pushers.pop_back();
       report(done.error());
       return;
     }
-    // A push asks for the next version too: the step's update comes back as its answer.
-    waiting[step + 1].push_back(m.hdr.src);
-    if (*done) serve(core->applied_steps());
+    if (*done) {
+      send_pieces();  // the step's last pieces
+      pushers.clear();
+      serve(core->applied_steps());
+    }
   }
 };
 
 caf::behavior shard_actor(caf::stateful_actor<shard_state>* self,
                           std::shared_ptr<const job_context> ctx, std::uint32_t id,
-                          std::vector<float> initial_owned) {
+                          std::vector<ps::key_range> ranges, std::vector<float> initial_owned,
+                          ps::job_config cfg) {
   auto& st = self->state;
   st.ctx = ctx;
-  st.self_ep = ctx->shards.at(id);
+  st.self_ep = ctx->shard_ep(id);
   auto be = kernels::make_backend(kernels::backend_kind::cpu);
   st.be = std::move(*be);
-  st.core = std::make_unique<ps::shard>(id, ctx->spec.optimizer, *st.be, ctx->map.ranges_of(id),
+  st.core = std::make_unique<ps::shard>(id, ctx->spec.optimizer, *st.be, std::move(ranges),
                                         initial_owned);
-  std::vector<std::uint32_t> members;
-  for (std::uint32_t r = 0; r < ctx->workers.size(); ++r) members.push_back(r);
-  st.core->set_members(std::move(members));
+  if (auto ok = st.core->configure(cfg); !ok) st.report(ok.error());
   return {
       [self](wire_message& m) {
         auto& s = self->state;
@@ -114,13 +273,23 @@ caf::behavior shard_actor(caf::stateful_actor<shard_state>* self,
             break;
           case msg_kind::pull:
           case msg_kind::snapshot_request:
-            s.want(m.hdr.step, m.hdr.src);
+            s.want(m.hdr.step, m.hdr.src, m.hdr.ranges);
+            break;
+          case msg_kind::configure:
+            s.on_configure(m);
+            break;
+          case msg_kind::migrate:
+            s.on_migrate(m);
+            break;
+          case msg_kind::transfer:
+            s.on_transfer(m);
             break;
           default:
             s.report({errc::protocol_error,
                       coach::format("shard {}: unexpected message {} from {}", s.core->id(),
                                     to_string(m.hdr.kind), m.hdr.src.id)});
         }
+        s.run_moves();
       },
   };
 }
@@ -133,9 +302,22 @@ caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const job_context
   for (const auto& r : ctx->map.ranges_of(id))
     owned.insert(owned.end(), initial.begin() + std::ptrdiff_t(r.begin),
                  initial.begin() + std::ptrdiff_t(r.end));
-  auto ep = ctx->shards.at(id);
+  auto ep = ctx->shard_ep(id);
   auto net = ctx->net;
-  auto a = sys.spawn(shard_actor, std::move(ctx), id, std::move(owned));
+  auto ranges = ctx->map.ranges_of(id);
+  auto cfg = ctx->initial_config();
+  auto a = sys.spawn(shard_actor, std::move(ctx), id, std::move(ranges), std::move(owned),
+                     std::move(cfg));
+  net->bind(ep, a);
+  return a;
+}
+
+caf::actor spawn_added_shard(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
+                             std::uint32_t id, const ps::job_config& c) {
+  auto ep = ctx->shard_ep(id);
+  auto net = ctx->net;
+  auto a = sys.spawn(shard_actor, std::move(ctx), id, std::vector<ps::key_range>{},
+                     std::vector<float>{}, c);
   net->bind(ep, a);
   return a;
 }

@@ -1,11 +1,15 @@
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <map>
+#include <optional>
 
+#include "actors/elastic_messages.hpp"
 #include "actors/roles.hpp"
 #include "common/buffer_pool.hpp"
+#include "ps/key_coverage.hpp"
 
 namespace coach::actors {
 namespace {
@@ -17,15 +21,23 @@ struct worker_state {
   std::shared_ptr<kernels::backend> be;
   std::unique_ptr<worker::mlp_runner> runner;
   float* params = nullptr;  ///< backend memory: the parameters assembled from the shards
-  /// Zero copy: with a host backend and one shard owning the whole vector, the step computes
-  /// straight from the shard's shared values (held here until the step's gradient is computed).
+  /// Zero copy: with a host backend, while every piece of the version received so far is a view
+  /// of one buffer laid out as the whole vector (an in-process shard owning every key), the
+  /// step computes straight from that buffer (held here until the step's gradient is
+  /// computed). `whole` is the buffer (data = key 0), `held` the pieces taken from it. A piece
+  /// that breaks the pattern copies the held ones to `params`, and `copying` says so.
   frame whole;
+  std::vector<ps::key_range> held;
+  bool copying = false;
   float* grad = nullptr;  ///< backend memory (only for a backend whose memory is not the host's)
   bool host_backend = true;
   std::unique_ptr<buffer_pool> grads;              ///< host gradients pushed to the shards
-  std::vector<std::vector<ps::key_range>> ranges;  ///< per shard, from the map
+  std::vector<std::vector<ps::key_range>> ranges;  ///< per shard id, from cfg's map
+  ps::job_config cfg;                              ///< the configuration of `step`
+  /// Configurations received for later steps (a worker may still finish the step before).
+  std::map<std::int64_t, ps::job_config> upcoming;
   std::int64_t step = 0;
-  std::size_t params_received = 0;
+  std::optional<ps::key_coverage> received;     ///< keys of the current version received
   std::map<std::int64_t, wire_message> grants;  ///< chunk grants by step
   static inline const char* name = "coach.worker";
 
@@ -42,47 +54,108 @@ struct worker_state {
     m.hdr.dst = dst;
     m.hdr.kind = kind;
     m.hdr.job = ctx->job;
-    m.hdr.map_version = ctx->map.version();
+    m.hdr.map_version = cfg.version;
     m.hdr.rank = rank;
     m.hdr.step = step;
     return m;
   }
 
+  void use(ps::job_config c) {
+    cfg = std::move(c);
+    ranges.clear();
+    for (std::uint32_t k = 0; k < cfg.map.num_shards(); ++k) ranges.push_back(cfg.map.ranges_of(k));
+  }
+
+  /// Takes the configurations that govern the current step.
+  void catch_up() {
+    while (!upcoming.empty() && upcoming.begin()->first <= step) {
+      if (upcoming.begin()->second.version > cfg.version) use(std::move(upcoming.begin()->second));
+      upcoming.erase(upcoming.begin());
+    }
+  }
+
+  void on_configure(const wire_message& m) {
+    auto c = read_configure(m, ctx->model.num_params(), ctx->spec.slice_size);
+    if (!c) {
+      std::fprintf(stderr, "coach: worker %u: %s\n", rank, c.error().message.c_str());
+      return;
+    }
+    if (c->version <= cfg.version) return;
+    const auto from = c->from_step;
+    upcoming[from] = std::move(*c);
+    catch_up();
+  }
+
+  /// Pulls the keys of the current version from the shards that own them, then asks for work.
   void start() {
-    for (const auto& s : ctx->shards) ctx->net->send(to(s, msg_kind::pull));
+    for (std::uint32_t k = 0; k < ranges.size(); ++k) {
+      if (ranges[k].empty()) continue;
+      auto m = to(ctx->shard_ep(k), msg_kind::pull);
+      m.hdr.ranges = ranges[k];
+      ctx->net->send(std::move(m));
+    }
     ctx->net->send(to(ctx->master, msg_kind::chunk_request));
   }
 
+  /// Takes the values of one params message (a whole shard's ranges or one piece of them).
   void on_params(const wire_message& m) {
     if (m.hdr.step != step) {
       std::fprintf(stderr, "coach: worker %u: parameters of version %lld while at step %lld\n",
                    rank, static_cast<long long>(m.hdr.step), static_cast<long long>(step));
       return;
     }
-    const std::size_t n = ctx->model.num_params();
-    if (host_backend && m.frames.size() == 1 && m.hdr.ranges.size() == 1 &&
-        m.hdr.ranges[0] == ps::key_range{0, n} && m.frames[0].bytes == n * sizeof(float)) {
-      whole = m.frames[0];
-      ++params_received;
+    // Check the whole message before using any of it.
+    auto ok = [&]() -> result<void> {
+      if (m.hdr.ranges.size() != m.frames.size())
+        return fail(errc::protocol_error, "{} ranges but {} frames", m.hdr.ranges.size(),
+                    m.frames.size());
+      for (std::size_t i = 0; i < m.frames.size(); ++i)
+        if (m.hdr.ranges[i].begin > m.hdr.ranges[i].end ||
+            m.frames[i].bytes != m.hdr.ranges[i].size() * sizeof(float))
+          return fail(errc::protocol_error, "frame {} has {} bytes for range [{}, {})", i,
+                      m.frames[i].bytes, m.hdr.ranges[i].begin, m.hdr.ranges[i].end);
+      return received->add(m.hdr.ranges);
+    }();
+    if (!ok) {
+      std::fprintf(stderr, "coach: worker %u: malformed parameters from shard %llu: %s\n", rank,
+                   static_cast<unsigned long long>(m.hdr.src.id), ok.error().message.c_str());
       return;
     }
-    for (std::size_t i = 0; i < m.hdr.ranges.size() && i < m.frames.size(); ++i) {
+    for (std::size_t i = 0; i < m.frames.size(); ++i) {
       const auto& r = m.hdr.ranges[i];
-      const auto values = m.frames[i].as<float>();
-      if (values.size() != r.size() || r.end > ctx->model.num_params()) {
-        std::fprintf(stderr, "coach: worker %u: malformed parameters from shard %llu\n", rank,
-                     static_cast<unsigned long long>(m.hdr.src.id));
-        return;
-      }
-      be->upload(params + r.begin, values.data(), values.size());
+      const auto& f = m.frames[i];
+      if (r.size() == 0) continue;
+      if (hold(r, f)) continue;
+      be->upload(params + r.begin, f.as<float>().data(), r.size());
     }
-    ++params_received;
+  }
+
+  /// True when the piece `f` of keys `r` is a view of the buffer the step can compute from
+  /// directly (see `whole`): it is then held, not copied.
+  bool hold(const ps::key_range& r, const frame& f) {
+    if (!host_backend || copying) return false;
+    // Where key 0 would be if the piece is a view of a whole vector (compared, not read, until
+    // the held pieces cover every key).
+    const auto* base = reinterpret_cast<const std::byte*>(reinterpret_cast<std::uintptr_t>(f.data) -
+                                                          r.begin * sizeof(float));
+    if (held.empty()) {
+      whole = frame{f.owner, base, ctx->model.num_params() * sizeof(float)};
+    } else if (f.owner != whole.owner || base != whole.data) {
+      for (const auto& h : held)
+        be->upload(params + h.begin, whole.as<float>().data() + h.begin, h.size());
+      held.clear();
+      whole = frame{};
+      copying = true;
+      return false;
+    }
+    held.push_back(r);
+    return true;
   }
 
   /// Runs the step when its chunk and every shard's parameters are here.
   void try_step() {
     auto it = grants.find(step);
-    if (it == grants.end() || params_received < ctx->shards.size()) return;
+    if (it == grants.end() || !received->complete()) return;
     const wire_message& g = it->second;
     std::span<const std::uint32_t> indices;
     if (!(g.hdr.flags & flag::no_chunk) && !g.frames.empty())
@@ -91,17 +164,21 @@ struct worker_state {
     auto buf = grads->acquire();
     const auto t0 = std::chrono::steady_clock::now();
     float* out = host_backend ? buf->data() : grad;
-    const float* w = whole.data ? whole.as<float>().data() : params;
+    // Every key arrived exactly once (key_coverage): the held pieces alone cover the vector.
+    const float* w = held.empty() ? params : whole.as<float>().data();
     const double loss = runner->forward_backward(w, ctx->data->train, indices, out);
     whole = frame{};  // let the shard update in place
+    held.clear();
+    copying = false;
     if (!host_backend) be->download(buf->data(), grad, buf->size());
     const auto us =
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
             .count();
 
     std::shared_ptr<const void> owner = buf;
-    for (std::size_t k = 0; k < ctx->shards.size(); ++k) {
-      auto m = to(ctx->shards[k], msg_kind::push);
+    for (std::uint32_t k = 0; k < ranges.size(); ++k) {
+      if (ranges[k].empty()) continue;
+      auto m = to(ctx->shard_ep(k), msg_kind::push);
       m.hdr.samples = indices.size();
       if (!indices.empty()) {
         m.hdr.ranges = ranges[k];
@@ -121,18 +198,21 @@ struct worker_state {
 
     grants.erase(it);
     ++step;
-    params_received = 0;
+    catch_up();
+    received->clear();
     ctx->net->send(to(ctx->master, msg_kind::chunk_request));
   }
 };
 
 caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
                            std::shared_ptr<const job_context> ctx, std::uint32_t rank,
-                           std::shared_ptr<kernels::backend> be) {
+                           std::shared_ptr<kernels::backend> be, ps::job_config cfg,
+                           std::int64_t first_step) {
   auto& st = self->state;
   st.ctx = ctx;
   st.rank = rank;
-  st.self_ep = ctx->workers.at(rank);
+  st.self_ep = ctx->worker_ep(rank);
+  st.step = first_step;
   st.be = std::move(be);
   st.host_backend = st.be->name() == "cpu";
   const std::size_t n = ctx->model.num_params();
@@ -140,7 +220,8 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
   if (!st.host_backend) st.grad = st.be->alloc(n);
   st.runner = std::make_unique<worker::mlp_runner>(ctx->model, *st.be, ctx->spec.batch_size);
   st.grads = std::make_unique<buffer_pool>(n);
-  for (std::uint32_t k = 0; k < ctx->shards.size(); ++k) st.ranges.push_back(ctx->map.ranges_of(k));
+  st.received.emplace(n);
+  st.use(std::move(cfg));
   return {
       [self](start_atom) { self->state.start(); },
       [self](wire_message& m) {
@@ -157,6 +238,9 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
           case msg_kind::params:
             s.on_params(m);
             break;
+          case msg_kind::configure:
+            s.on_configure(m);
+            break;
           default:
             std::fprintf(stderr, "coach: worker %u: unexpected message %s\n", s.rank,
                          std::string(to_string(m.hdr.kind)).c_str());
@@ -171,9 +255,23 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
 
 caf::actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
                         std::uint32_t rank, std::shared_ptr<kernels::backend> be) {
-  auto ep = ctx->workers.at(rank);
+  auto ep = ctx->worker_ep(rank);
   auto net = ctx->net;
-  auto a = sys.spawn<caf::detached>(worker_actor, std::move(ctx), rank, std::move(be));
+  auto cfg = ctx->initial_config();
+  auto a = sys.spawn<caf::detached>(worker_actor, std::move(ctx), rank, std::move(be),
+                                    std::move(cfg), std::int64_t{0});
+  net->bind(ep, a);
+  caf::anon_send(a, start_atom::value);
+  return a;
+}
+
+caf::actor spawn_added_worker(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
+                              std::uint32_t rank, std::shared_ptr<kernels::backend> be,
+                              const ps::job_config& c, std::int64_t first_step) {
+  auto ep = ctx->worker_ep(rank);
+  auto net = ctx->net;
+  auto a =
+      sys.spawn<caf::detached>(worker_actor, std::move(ctx), rank, std::move(be), c, first_step);
   net->bind(ep, a);
   caf::anon_send(a, start_atom::value);
   return a;

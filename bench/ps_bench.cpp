@@ -5,9 +5,10 @@
 //   ps_bench [--sizes 4096,65536,1048576,16777216] [--shards 1,2,4] [--seconds 1] [--json]
 //
 // A round: the worker pushes a gradient for the whole vector (split by the shard map), every
-// shard applies it (plain SGD) and answers with its updated slice. Throughput counts the bytes
-// of both directions. The raw reference: a DEALER sends the same bytes to a ROUTER in another
-// process that echoes them back. The co-located line runs the shard in this process (no socket).
+// shard applies it (plain SGD) and answers with its updated slice, piece by piece (ps::piece).
+// Throughput counts the bytes of both directions. The raw reference: a DEALER sends the same
+// bytes to a ROUTER in another process that echoes them back. The co-located line runs the shard
+// in this process (no socket).
 
 #include <signal.h>
 #include <spawn.h>
@@ -27,6 +28,7 @@
 
 #include "actors/roles.hpp"
 #include "actors/zmq_transport.hpp"
+#include "ps/key_coverage.hpp"
 
 extern char** environ;
 
@@ -78,6 +80,10 @@ int serve_shard(std::uint32_t id, std::uint32_t shards, std::size_t floats,
   caf::actor_system_config cfg;
   cfg.set("logger.console", caf::atom("none"));
   cfg.set("scheduler.max-threads", std::size_t(1));
+  // As coach-node runs its actors: idle scheduler threads park on a condition variable. CAF's
+  // default (work stealing) polls with 50 us sleeps, which added ~60 us to every hand-off from
+  // the transport to the shard here, a cost a deployed shard does not pay.
+  cfg.set("scheduler.policy", caf::atom("sharing"));
   caf::actor_system sys{cfg};
   auto ctx = bench_context(floats, shards, *net);
   std::vector<float> initial(floats, 0.5f);
@@ -156,6 +162,19 @@ measurement summarize(std::vector<double>& us, std::size_t bytes_per_round) {
   return m;
 }
 
+/// Checks a params message (frames match the ranges, keys new and in range) and adds its keys.
+result<void> check_params(const wire_message& m, ps::key_coverage& received) {
+  if (m.hdr.ranges.size() != m.frames.size())
+    return fail(errc::protocol_error, "{} ranges but {} frames", m.hdr.ranges.size(),
+                m.frames.size());
+  for (std::size_t i = 0; i < m.frames.size(); ++i)
+    if (m.hdr.ranges[i].begin > m.hdr.ranges[i].end ||
+        m.frames[i].bytes != m.hdr.ranges[i].size() * sizeof(float))
+      return fail(errc::protocol_error, "frame {} has {} bytes for range [{}, {})", i,
+                  m.frames[i].bytes, m.hdr.ranges[i].begin, m.hdr.ranges[i].end);
+  return received.add(m.hdr.ranges);
+}
+
 /// Push+pull rounds from a worker endpoint on host 0 through `net` to the job's shards.
 measurement run_rounds(caf::actor_system& sys, const std::shared_ptr<job_context>& ctx,
                        std::size_t floats, double seconds) {
@@ -195,6 +214,7 @@ measurement run_rounds(caf::actor_system& sys, const std::shared_ptr<job_context
                   caf::after(std::chrono::milliseconds(50)) >> [&] { more = false; });
 
   std::vector<double> us;
+  ps::key_coverage received(floats);
   const auto deadline = clock_type::now() + std::chrono::duration<double>(seconds);
   for (std::int64_t step = 0; (clock_type::now() < deadline || us.size() < 5) && us.size() < 100000;
        ++step) {
@@ -208,10 +228,17 @@ measurement run_rounds(caf::actor_system& sys, const std::shared_ptr<job_context
         m.frames.push_back(frame::of(grad, grad->data() + r.begin, r.size()));
       ctx->net->send(std::move(m));
     }
-    std::uint32_t answers = 0;
-    while (answers < shards)
+    // The answer comes in pieces (one params message per piece of each shard): count keys.
+    received.clear();
+    while (!received.complete())
       self->receive([&](wire_message& m) {
-        if (m.hdr.kind == msg_kind::params && m.hdr.step == step + 1) ++answers;
+        if (m.hdr.kind != msg_kind::params || m.hdr.step != step + 1) return;
+        auto ok = check_params(m, received);
+        if (!ok) {
+          std::fprintf(stderr, "ps_bench: malformed parameters from shard %llu: %s\n",
+                       static_cast<unsigned long long>(m.hdr.src.id), ok.error().message.c_str());
+          std::exit(1);
+        }
       });
     us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
   }
@@ -279,6 +306,7 @@ int main(int argc, char** argv) {
   const auto shard_counts = parse_list(shards_text);
   caf::actor_system_config cfg;
   cfg.set("logger.console", caf::atom("none"));
+  cfg.set("scheduler.policy", caf::atom("sharing"));  // as coach-node and the embedded cluster
   caf::actor_system sys{cfg};
 
   std::printf("ps_bench: push+pull rounds, %.1f s per configuration\n", seconds);

@@ -2,14 +2,17 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "common/enforce.hpp"
 
 namespace coach::ps {
 
 shard::shard(std::uint32_t id, const optimizer_config& opt, kernels::backend& be,
-             std::vector<key_range> ranges, std::span<const float> initial)
-    : id_(id), opt_(opt), be_(be), ranges_(std::move(ranges)) {
+             std::vector<key_range> ranges, std::span<const float> initial, shard_options options)
+    : id_(id), opt_(opt), be_(be), options_(options), ranges_(std::move(ranges)) {
+  COACH_ENFORCE(options_.piece_floats >= 1 && options_.piece_floats % piece_multiple == 0,
+                "shard: piece_floats must be a positive multiple of ps::piece_multiple");
   std::size_t total = 0;
   for (const auto& r : ranges_) {
     offsets_.push_back(total);
@@ -22,17 +25,19 @@ shard::shard(std::uint32_t id, const optimizer_config& opt, kernels::backend& be
   const std::size_t per = opt_.state_per_param();
   if (per >= 1) state_a_.assign(total, 0.0f);
   if (per >= 2) state_b_.assign(total, 0.0f);
-  acc_.assign(total, 0.0f);
+  acc_.assign(std::min(total, options_.piece_floats), 0.0f);
 }
 
 void shard::set_members(std::vector<std::uint32_t> ranks) {
   COACH_ENFORCE(pending_.empty(), "set_members while a step is partially pushed");
   std::sort(ranks.begin(), ranks.end());
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  schedule_.clear();
+  schedule_[applied_] = ranks;
   members_ = std::move(ranks);
 }
 
-result<bool> shard::push(std::int64_t step, contribution c) {
+result<bool> shard::push(std::int64_t step, contribution c, const piece_callback& on_piece) {
   if (step != applied_)
     return fail(errc::protocol_error, "shard {}: rank {} pushed step {} but the open step is {}",
                 id_, c.rank, step, applied_);
@@ -51,67 +56,290 @@ result<bool> shard::push(std::int64_t step, contribution c) {
                     id_, c.rank, i, c.parts[i].size(), ranges_[i].size());
   }
   pending_.emplace(c.rank, std::move(c));
-  if (pending_.size() < members_.size()) return false;
-  apply();
+  return maybe_apply(on_piece);
+}
+
+result<bool> shard::push(std::int64_t step, std::uint64_t config_version, contribution c,
+                         const piece_callback& on_piece) {
+  if (config_version > config_version_) {
+    held_.push_back({step, config_version, std::move(c)});
+    return false;
+  }
+  return push(step, std::move(c), on_piece);
+}
+
+bool shard::maybe_apply(const piece_callback& on_piece) {
+  for (auto r : members_)
+    if (!pending_.contains(r)) return false;
+  apply(on_piece);
+  // The members of the step that opens now.
+  if (auto it = schedule_.upper_bound(applied_); it != schedule_.begin())
+    members_ = std::prev(it)->second;
   return true;
 }
 
-void shard::apply() {
+result<int> shard::configure(const job_config& c) {
+  if (c.version <= config_version_) return 0;
+  config_version_ = c.version;
+  auto members = c.members;
+  std::sort(members.begin(), members.end());
+  members.erase(std::unique(members.begin(), members.end()), members.end());
+  const std::int64_t from = std::max(c.from_step, applied_);
+  schedule_.erase(schedule_.lower_bound(from), schedule_.end());
+  schedule_[from] = std::move(members);
+  if (from == applied_) members_ = schedule_[from];
+  // A removed member may have been the last one the open step waited for.
+  int completed = !pending_.empty() && maybe_apply({}) ? 1 : 0;
+  auto more = take_held();
+  if (!more) return std::unexpected(more.error());
+  return completed + *more;
+}
+
+result<int> shard::take_held() {
+  std::vector<held_push> ready, later;
+  for (auto& h : held_)
+    (h.config_version <= config_version_ ? ready : later).push_back(std::move(h));
+  held_ = std::move(later);
+  std::stable_sort(ready.begin(), ready.end(), [](const held_push& a, const held_push& b) {
+    return a.step != b.step ? a.step < b.step : a.c.rank < b.c.rank;
+  });
+  int completed = 0;
+  std::optional<coach::error> first;
+  for (auto& h : ready) {
+    auto done = push(h.step, std::move(h.c));
+    if (!done && !first) first = done.error();
+    if (done && *done) ++completed;
+  }
+  if (first) return std::unexpected(*first);
+  return completed;
+}
+
+namespace {
+
+/// A run of keys and where its values start in a shard's buffers.
+struct key_run {
+  key_range range;
+  std::size_t offset = 0;
+};
+
+/// Appends the values of `p` in `src` (if src is not empty) to `dst`.
+void append(std::vector<float>& dst, const std::vector<float>& src, const key_run& p) {
+  if (src.empty()) return;
+  dst.insert(dst.end(), src.begin() + std::ptrdiff_t(p.offset),
+             src.begin() + std::ptrdiff_t(p.offset + p.range.size()));
+}
+
+/// Sorts ranges and merges adjacent ones.
+std::vector<key_range> merged(std::vector<key_range> rs) {
+  std::sort(rs.begin(), rs.end(), [](auto& a, auto& b) { return a.begin < b.begin; });
+  std::vector<key_range> out;
+  for (const auto& r : rs) {
+    if (r.size() == 0) continue;
+    if (!out.empty() && out.back().end == r.begin)
+      out.back().end = r.end;
+    else
+      out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace
+
+result<slice_transfer> shard::release(const std::vector<key_range>& ranges, std::uint32_t to) {
+  if (!pending_.empty() || !held_.empty())
+    return fail(errc::protocol_error,
+                "shard {}: cannot hand over slices while step {} is partially pushed", id_,
+                applied_);
+  const auto cut = merged(ranges);
+  // Cut the owned runs into pieces that stay and pieces that go.
+  std::vector<key_run> keep, go;
+  std::size_t c = 0;
+  for (std::size_t i = 0; i < ranges_.size(); ++i) {
+    key_range r = ranges_[i];
+    std::size_t off = offsets_[i];
+    while (c < cut.size() && cut[c].begin < r.end) {
+      const auto& x = cut[c];
+      if (x.begin < r.begin || x.end > r.end)
+        return fail(errc::protocol_error, "shard {}: keys [{}, {}) are not owned here", id_,
+                    x.begin, x.end);
+      if (x.begin > r.begin) keep.push_back({{r.begin, x.begin}, off});
+      go.push_back({x, off + (x.begin - r.begin)});
+      off += x.end - r.begin;
+      r.begin = x.end;
+      ++c;
+    }
+    if (r.size() > 0) keep.push_back({r, off});
+  }
+  if (c < cut.size())
+    return fail(errc::protocol_error, "shard {}: keys [{}, {}) are not owned here", id_,
+                cut[c].begin, cut[c].end);
+  const std::vector<float> values(values_->data(), values_->data() + values_->size());
+  slice_transfer t;
+  t.from = id_;
+  t.to = to;
+  t.version = applied_;
+  t.updates = updates_;
+  for (const auto& p : go) {
+    t.ranges.push_back(p.range);
+    append(t.values, values, p);
+    append(t.state_a, state_a_, p);
+    append(t.state_b, state_b_, p);
+  }
+  t.ranges = merged(t.ranges);
+  std::vector<key_range> kr;
+  std::vector<float> kv, ka, kb;
+  for (const auto& p : keep) {
+    kr.push_back(p.range);
+    append(kv, values, p);
+    append(ka, state_a_, p);
+    append(kb, state_b_, p);
+  }
+  relayout(merged(kr), std::move(kv), std::move(ka), std::move(kb));
+  return t;
+}
+
+result<void> shard::adopt(const slice_transfer& t) {
+  std::size_t n = 0;
+  for (const auto& r : t.ranges) n += r.size();
+  const std::size_t per = opt_.state_per_param();
+  if (t.values.size() != n || t.state_a.size() != (per >= 1 ? n : 0) ||
+      t.state_b.size() != (per >= 2 ? n : 0))
+    return fail(errc::protocol_error,
+                "shard {}: a transfer from shard {} carries {} values for {} keys", id_, t.from,
+                t.values.size(), n);
+  const bool empty = ranges_.empty();
+  if (!empty && (t.version != applied_ || t.updates != updates_ || !pending_.empty()))
+    return fail(errc::protocol_error,
+                "shard {}: a transfer from shard {} is at version {} (update {}) but this shard "
+                "is at {} (update {})",
+                id_, t.from, t.version, t.updates, applied_, updates_);
+  // Every run, ours and theirs, in key order; overlapping ones are refused.
+  struct src_piece {
+    key_range range;
+    std::size_t offset;
+    bool theirs;
+  };
+  std::vector<src_piece> all;
+  for (std::size_t i = 0; i < ranges_.size(); ++i) all.push_back({ranges_[i], offsets_[i], false});
+  std::size_t off = 0;
+  for (const auto& r : t.ranges) {
+    all.push_back({r, off, true});
+    off += r.size();
+  }
+  std::sort(all.begin(), all.end(), [](auto& a, auto& b) { return a.range.begin < b.range.begin; });
+  for (std::size_t i = 1; i < all.size(); ++i)
+    if (all[i].range.begin < all[i - 1].range.end)
+      return fail(errc::protocol_error, "shard {}: keys [{}, {}) from shard {} are owned already",
+                  id_, all[i].range.begin, all[i].range.end, t.from);
+  const std::vector<float> values(values_->data(), values_->data() + values_->size());
+  std::vector<key_range> rs;
+  std::vector<float> v, a, b;
+  for (const auto& p : all) {
+    const key_run pc{p.range, p.offset};
+    rs.push_back(p.range);
+    append(v, p.theirs ? t.values : values, pc);
+    append(a, p.theirs ? t.state_a : state_a_, pc);
+    append(b, p.theirs ? t.state_b : state_b_, pc);
+  }
+  if (empty) {
+    applied_ = t.version;
+    updates_ = t.updates;
+    if (auto it = schedule_.upper_bound(applied_); it != schedule_.begin())
+      members_ = std::prev(it)->second;
+  }
+  relayout(merged(rs), std::move(v), std::move(a), std::move(b));
+  return {};
+}
+
+void shard::relayout(std::vector<key_range> ranges, std::vector<float> values, std::vector<float> a,
+                     std::vector<float> b) {
+  ranges_ = std::move(ranges);
+  offsets_.clear();
+  std::size_t total = 0;
+  for (const auto& r : ranges_) {
+    offsets_.push_back(total);
+    total += r.size();
+  }
+  COACH_ENFORCE(values.size() == total, "relayout: values do not match the ranges");
+  // A fresh pool: readers of the old values keep their buffer (its pool lives on with it).
+  pool_ = std::make_unique<buffer_pool>(total);
+  values_ = pool_->acquire();
+  std::copy(values.begin(), values.end(), values_->data());
+  const std::size_t per = opt_.state_per_param();
+  state_a_ = per >= 1 ? std::move(a) : std::vector<float>{};
+  state_b_ = per >= 2 ? std::move(b) : std::vector<float>{};
+  acc_.assign(std::min(total, options_.piece_floats), 0.0f);
+}
+
+void shard::apply(const piece_callback& on_piece) {
   // Sum in rank order (std::map iterates by rank): independent of arrival order.
   std::uint64_t samples = 0;
   double loss = 0;
-  const contribution* first = nullptr;
-  std::size_t with_data = 0;
+  with_data_.clear();
   for (const auto& [rank, c] : pending_) {
     loss += c.loss_sum;
     if (c.samples == 0) continue;
     samples += c.samples;
-    if (with_data++ == 0) {
-      first = &c;
-      continue;
-    }
-    if (with_data == 2) {
-      for (std::size_t i = 0; i < ranges_.size(); ++i)
-        std::memcpy(acc_.data() + offsets_[i], first->parts[i].data(),
-                    first->parts[i].size() * sizeof(float));
-    }
-    for (std::size_t i = 0; i < ranges_.size(); ++i)
-      be_.axpy(c.parts[i].size(), 1.0f, c.parts[i].data(), acc_.data() + offsets_[i]);
+    with_data_.push_back(&c);
   }
   if (samples > 0) {
     ++updates_;
-    if (values_.use_count() > 1) {  // someone still reads the current values: copy on write
+    // Once, before any piece of this step is written or shared: someone still reads the current
+    // values, so copy on write.
+    if (values_.use_count() > 1) {
       auto fresh = pool_->acquire();
       std::memcpy(fresh->data(), values_->data(), values_->size() * sizeof(float));
       values_ = std::move(fresh);
     }
-    const float scale = float(1.0 / double(samples));
-    for (std::size_t i = 0; i < ranges_.size(); ++i) {
-      const std::size_t off = offsets_[i];
-      const std::size_t n = ranges_[i].size();
-      const float* g = with_data == 1 ? first->parts[i].data() : acc_.data() + off;
-      float* w = values_->data() + off;
-      switch (opt_.kind) {
-        case optimizer_kind::sgd: {
-          kernels::sgd_options o = opt_.sgd;
-          o.momentum = 0.0f;
-          be_.sgd_update(w, nullptr, g, n, scale, o);
-          break;
+  }
+  const float scale = samples > 0 ? float(1.0 / double(samples)) : 0.0f;
+  const std::size_t most = options_.piece_floats;
+  for (std::size_t i = 0; i < ranges_.size(); ++i) {
+    const std::size_t n = ranges_[i].size();
+    for (std::size_t at = 0; at < n; at += most) {
+      const std::size_t len = std::min(most, n - at);
+      const std::size_t off = offsets_[i] + at;
+      if (samples > 0) {
+        // Each element's sum is first + second + ... in rank order, whatever the piece.
+        const float* g = with_data_[0]->parts[i].data() + at;
+        if (with_data_.size() > 1) {
+          std::memcpy(acc_.data(), g, len * sizeof(float));
+          for (std::size_t k = 1; k < with_data_.size(); ++k)
+            be_.axpy(len, 1.0f, with_data_[k]->parts[i].data() + at, acc_.data());
+          g = acc_.data();
         }
-        case optimizer_kind::momentum:
-          be_.sgd_update(w, state_a_.data() + off, g, n, scale, opt_.sgd);
-          break;
-        case optimizer_kind::adam:
-          be_.adam_update(w, state_a_.data() + off, state_b_.data() + off, g, n, scale, updates_,
-                          opt_.adam);
-          break;
+        update(off, len, g, scale);
+      }
+      if (on_piece) {
+        const std::uint64_t begin = ranges_[i].begin + at;
+        on_piece(piece{applied_ + 1, i, off, key_range{begin, begin + len}});
       }
     }
   }
+  with_data_.clear();
   last_samples_ = samples;
   last_loss_ = loss;
   pending_.clear();
   ++applied_;
+}
+
+void shard::update(std::size_t off, std::size_t n, const float* g, float scale) {
+  float* w = values_->data() + off;
+  switch (opt_.kind) {
+    case optimizer_kind::sgd: {
+      kernels::sgd_options o = opt_.sgd;
+      o.momentum = 0.0f;
+      be_.sgd_update(w, nullptr, g, n, scale, o);
+      break;
+    }
+    case optimizer_kind::momentum:
+      be_.sgd_update(w, state_a_.data() + off, g, n, scale, opt_.sgd);
+      break;
+    case optimizer_kind::adam:
+      be_.adam_update(w, state_a_.data() + off, state_b_.data() + off, g, n, scale, updates_,
+                      opt_.adam);
+      break;
+  }
 }
 
 }  // namespace coach::ps

@@ -8,10 +8,24 @@
 // Because the update is elementwise, the parameters after any step are bitwise the same however
 // the vector is cut into shards.
 //
+// A completed step is applied piece by piece (pieces of at most shard_options::piece_floats
+// floats, never crossing a range boundary): each piece's gradients are summed and its parameters
+// updated before the next piece is touched, and a caller may be told of each finished piece, so
+// that an actor sends piece i while piece i+1 is being updated. Summation order and the update
+// of each element do not depend on the pieces, so the result is bitwise that of a one-shot apply.
+//
+// Elastic (docs/design.md, "Elastic jobs"): the membership of each step comes from the job's
+// configurations (configure); a push made under a configuration the shard has not seen yet is
+// held until that configuration arrives. A contribution received from a rank that a later
+// configuration removes from the open step (the worker died) is still applied: every gradient a
+// shard accepted is applied exactly once. Slices move between shards at step boundaries with
+// release (the source) and adopt (the destination), values and optimizer state together.
+//
 // Not thread-safe: its actor calls it from one message handler at a time.
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -20,6 +34,7 @@
 #include "common/buffer_pool.hpp"
 #include "common/error.hpp"
 #include "kernels/backend.hpp"
+#include "ps/job_config.hpp"
 #include "ps/optimizer.hpp"
 #include "ps/shard_map.hpp"
 
@@ -36,12 +51,46 @@ struct contribution {
   std::shared_ptr<const void> keep_alive;  ///< owns the memory behind parts
 };
 
+/// Pieces are cut at multiples of this many floats from the start of a range. Why: the cpu
+/// backend's optimizer updates work in blocks of 1024 floats from the start of each call, and
+/// its Adam is not bitwise position-independent (Eigen's fast-math packet square root differs
+/// from the scalar one used at a call's unaligned head and tail), so an update cut anywhere else
+/// would change the last bit of some parameters. Cut at multiples of 1024, every block sees
+/// exactly the call a one-shot apply makes.
+inline constexpr std::size_t piece_multiple = 1024;
+
+/// Options of a shard.
+struct shard_options {
+  /// Most floats applied as one piece of a step (a piece never crosses a range boundary).
+  /// Must be a positive multiple of piece_multiple. Default 256 Ki floats (1 MiB): each piece
+  /// is one more params message, and on the 2-core machines measured (docs/performance.md,
+  /// ps_bench) a message costs more than the overlap it buys below about 1 MiB: 64 Ki-float
+  /// pieces made a 1 MiB round 10-15 % slower, while 1 MiB pieces made 16 MiB rounds ~5 %
+  /// faster. A shard owning at most 1 MiB answers a push in one message.
+  std::size_t piece_floats = 256 * 1024;
+};
+
+/// A finished piece of a step's update: its values are final for version `version` and are not
+/// written again before the next step.
+struct piece {
+  std::int64_t version = 0;  ///< the version being produced (applied_steps() after the step)
+  std::size_t range = 0;     ///< index of the range in ranges() that holds it
+  std::size_t offset = 0;    ///< offset of its first float within values()
+  key_range keys;            ///< the keys it covers, within ranges()[range]
+};
+
+/// Told of every piece of a completed step in order, after that piece is updated (also when the
+/// step had no data and nothing changed). share_values() inside it returns the buffer that
+/// holds the piece; sharing it there is allowed (see share_values()).
+using piece_callback = std::function<void(const piece&)>;
+
 class shard {
  public:
   /// A shard owning `ranges` with initial values `initial` (the ranges' values concatenated).
-  /// `be` runs the optimizer; REQUIRES: a backend whose memory is host memory (cpu).
+  /// `be` runs the optimizer; REQUIRES: a backend whose memory is host memory (cpu),
+  /// `options.piece_floats` a positive multiple of piece_multiple.
   shard(std::uint32_t id, const optimizer_config& opt, kernels::backend& be,
-        std::vector<key_range> ranges, std::span<const float> initial);
+        std::vector<key_range> ranges, std::span<const float> initial, shard_options options = {});
 
   std::uint32_t id() const noexcept { return id_; }
   const std::vector<key_range>& ranges() const noexcept { return ranges_; }
@@ -51,8 +100,11 @@ class shard {
   std::span<const float> values() const noexcept { return values_->span(); }
   /// The current values as a shared, immutable buffer (no copy): valid for as long as the
   /// caller holds it. The shard never writes a buffer it has shared: the next update copies the
-  /// values to a fresh buffer first if anyone still holds this one (copy on write). In BSP the
-  /// holders (workers) let go before the next step completes, so no copy is made.
+  /// values to a fresh buffer first if anyone still holds this one (copy on write, checked once
+  /// when a step starts to be applied). In BSP the holders (workers) let go before the next step
+  /// completes, so no copy is made. Called from a piece_callback, it returns the buffer the
+  /// step is being written to: the pieces reported so far are final and never written again
+  /// (the later pieces of the step are, so a reader reads only the pieces it was told of).
   std::shared_ptr<const float_buffer> share_values() const noexcept { return values_; }
   /// Steps applied so far: the version of values(). Step s's gradients are computed on version s.
   std::int64_t applied_steps() const noexcept { return applied_; }
@@ -60,32 +112,81 @@ class shard {
   /// Sets the ranks expected to contribute to each step from now on.
   /// REQUIRES: no step is partially pushed.
   void set_members(std::vector<std::uint32_t> ranks);
+  /// The ranks expected to contribute to the open step.
   const std::vector<std::uint32_t>& members() const noexcept { return members_; }
 
+  /// Takes a configuration of the job: its members govern steps from max(c.from_step, the open
+  /// step) on. Pushes held for it are taken now. Returns the number of steps this completed (a
+  /// removed member may have been the last one awaited). A configuration older than the
+  /// newest seen is ignored; protocol_error if a held push turns out invalid (the first such).
+  result<int> configure(const job_config& c);
+  /// The newest configuration version seen (0 before the first).
+  std::uint64_t config_version() const noexcept { return config_version_; }
+
+  /// push() under configuration `config_version`: held (returns false) while the shard has not
+  /// seen that configuration.
+  result<bool> push(std::int64_t step, std::uint64_t config_version, contribution c,
+                    const piece_callback& on_piece = {});
+
+  /// Hands over the slices in `ranges` (each within what this shard owns) to shard `to`: their
+  /// values and optimizer state at the current version; the shard owns them no more.
+  /// Errors: protocol_error when a step is partially pushed, or a range is not owned here.
+  result<slice_transfer> release(const std::vector<key_range>& ranges, std::uint32_t to);
+  /// Takes slices handed over by release(). A shard that owns nothing takes the transfer's
+  /// version and update count (a shard added to a running job); one that owns slices requires
+  /// them to equal its own. Errors: protocol_error on a version mismatch, overlapping ranges,
+  /// or sizes that disagree with the ranges.
+  result<void> adopt(const slice_transfer& t);
+  /// Steps applied with samples (Adam's t).
+  std::int64_t updates() const noexcept { return updates_; }
+
   /// Adds a worker's contribution to step `step`. Returns true when it completed the step (the
-  /// update is applied and applied_steps() advanced). Errors (protocol_error, naming the rank and
-  /// step): a step other than the open one, a rank not in the membership, a second push from one
-  /// rank, parts that do not match the ranges.
-  result<bool> push(std::int64_t step, contribution c);
+  /// update is applied, piece by piece, `on_piece` told of each piece as soon as it is final, and
+  /// applied_steps() advanced). Errors (protocol_error, naming the rank and step): a step other
+  /// than the open one, a rank not in the membership, a second push from one rank, parts that do
+  /// not match the ranges. REQUIRES: on_piece does not call push() or set_members().
+  result<bool> push(std::int64_t step, contribution c, const piece_callback& on_piece = {});
+
+  const shard_options& options() const noexcept { return options_; }
 
   /// Totals of the last applied step.
   std::uint64_t last_step_samples() const noexcept { return last_samples_; }
   double last_step_loss() const noexcept { return last_loss_; }
 
  private:
-  void apply();
+  void apply(const piece_callback& on_piece);
+  void update(std::size_t off, std::size_t n, const float* g, float scale);
 
   std::uint32_t id_;
   optimizer_config opt_;
   kernels::backend& be_;
+  shard_options options_;
   std::vector<key_range> ranges_;
   std::vector<std::size_t> offsets_;   ///< offset of each range within values_
   std::unique_ptr<buffer_pool> pool_;  ///< buffers for values_ (copy on write)
   std::shared_ptr<float_buffer> values_;
-  std::vector<float> state_a_;  ///< momentum velocity or Adam m
-  std::vector<float> state_b_;  ///< Adam v
-  std::vector<float> acc_;      ///< aggregation buffer
+  std::vector<float> state_a_;                  ///< momentum velocity or Adam m
+  std::vector<float> state_b_;                  ///< Adam v
+  std::vector<float> acc_;                      ///< gradient sum of one piece
+  std::vector<const contribution*> with_data_;  ///< of the step being applied, in rank order
+  /// Replaces the owned ranges and their values and state (migration).
+  void relayout(std::vector<key_range> ranges, std::vector<float> values, std::vector<float> a,
+                std::vector<float> b);
+  /// Completes the open step if every expected member has pushed; true if it did.
+  bool maybe_apply(const piece_callback& on_piece);
+  /// Takes the held pushes whose configuration is known now, in step then rank order.
+  result<int> take_held();
+
+  struct held_push {
+    std::int64_t step;
+    std::uint64_t config_version;
+    contribution c;
+  };
+
   std::vector<std::uint32_t> members_;
+  std::map<std::int64_t, std::vector<std::uint32_t>> schedule_;  ///< from step -> members
+  std::uint64_t config_version_ = 0;
+  std::vector<held_push> held_;
   std::map<std::uint32_t, contribution> pending_;  ///< by rank: summed in rank order
   std::int64_t applied_ = 0;
   std::int64_t updates_ = 0;  ///< applied steps with samples (Adam's t)

@@ -63,6 +63,34 @@ TEST(train_embedded, final_parameters_are_bitwise_equal_for_1_and_4_shards) {
   EXPECT_EQ(0, std::memcmp(finals[0].data(), finals[1].data(), finals[0].size() * sizeof(float)));
 }
 
+TEST(train_embedded, parameters_are_bitwise_equal_when_shards_answer_in_pieces) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  auto spec = digits_spec();
+  spec.epochs = 1;
+  // 675,010 parameters: one shard answers a push in 3 pieces (ps::shard_options::piece_floats,
+  // 256 Ki floats), each of 2 shards in 2, each of 4 shards in 1. Adam, whose cpu update is
+  // bitwise the same only when cut at multiples of ps::piece_multiple.
+  spec.model.hidden = {9000};
+  spec.optimizer.kind = ps::optimizer_kind::adam;
+  spec.optimizer.adam.learning_rate = 0.001f;
+  std::vector<std::vector<float>> finals;
+  for (std::uint32_t shards : {1u, 2u, 4u}) {
+    train_options opt;
+    opt.workers = 2;
+    opt.shards = shards;
+    auto r = train_embedded(spec, opt);
+    ASSERT_TRUE(r) << r.error().to_string();
+    ASSERT_EQ(r->num_params, 675010u);
+    EXPECT_EQ(r->epochs.at(0).samples, 1438u);
+    finals.push_back(r->params);
+  }
+  for (std::size_t k = 1; k < finals.size(); ++k) {
+    ASSERT_EQ(finals[0].size(), finals[k].size());
+    EXPECT_EQ(0, std::memcmp(finals[0].data(), finals[k].data(), finals[0].size() * sizeof(float)))
+        << "run " << k;
+  }
+}
+
 TEST(train_embedded, same_seed_same_result_different_seed_different_result) {
   if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
   auto spec = digits_spec();
@@ -96,7 +124,8 @@ TEST(train_embedded, fashion_mnist_subset_learns) {
 // The README's main job, as shipped: >= 0.87 test accuracy within its 5 epochs (about 16 s on
 // 2 cores).
 TEST(train_embedded, fashion_mnist_example_reaches_87_percent_in_5_epochs) {
-  if (!have_fashion()) GTEST_SKIP() << "Fashion-MNIST missing: apt-get install dataset-fashion-mnist";
+  if (!have_fashion())
+    GTEST_SKIP() << "Fashion-MNIST missing: apt-get install dataset-fashion-mnist";
   auto spec = scheduler::load_job_spec("examples/fashion-mlp.yaml");
   ASSERT_TRUE(spec) << spec.error().to_string();
   ASSERT_LE(spec->epochs, 5);
@@ -154,6 +183,69 @@ TEST(train_embedded, stop_flag_ends_the_job_cleanly) {
   EXPECT_GE(r->epochs.size(), 2u);
   EXPECT_LT(r->epochs.size(), 1000u);
   EXPECT_EQ(r->params.size(), r->num_params);
+}
+
+}  // namespace
+}  // namespace coach::actors
+
+namespace coach::actors {
+namespace {
+
+/// The elastic example with `schedule` replaced.
+scheduler::job_spec elastic_spec(std::vector<scheduler::schedule_action> schedule, int epochs) {
+  auto spec = scheduler::load_job_spec("examples/elastic.yaml");
+  EXPECT_TRUE(spec) << (spec ? "" : spec.error().to_string());
+  spec->schedule = std::move(schedule);
+  spec->epochs = epochs;
+  return *spec;
+}
+
+TEST(train_elastic, example_rescales_mid_epoch_and_reaches_95_percent) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  auto spec = scheduler::load_job_spec("examples/elastic.yaml");
+  ASSERT_TRUE(spec) << spec.error().to_string();
+  ASSERT_EQ(spec->schedule.size(), 6u);
+  auto r = train_embedded(*spec);
+  ASSERT_TRUE(r) << r.error().to_string();
+  ASSERT_EQ(r->epochs.size(), std::size_t(spec->epochs));
+  EXPECT_GE(r->test_accuracy, 0.95);
+  // Every epoch processed every sample exactly once, whatever joined or left during it.
+  for (const auto& e : r->epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
+  // Each epoch reports the counts of its last step, which follow the schedule: 45 chunks an
+  // epoch, 2 a step until step 10 and 3 after, so epoch 1 ends at step 18, epoch 2 at step 33.
+  EXPECT_EQ(r->epochs[0].workers, 3u);
+  EXPECT_EQ(r->epochs[0].shards, 1u);
+  EXPECT_EQ(r->epochs[1].workers, 3u);
+  EXPECT_EQ(r->epochs[1].shards, 3u);
+  EXPECT_EQ(r->workers, 2u);
+  EXPECT_EQ(r->shards, 2u);
+}
+
+TEST(train_elastic, migrating_and_adding_shards_is_invisible_to_the_math) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  using k = scheduler::schedule_action::kind_type;
+  // The same worker changes at the same steps, with and without shard changes in between.
+  auto plain = elastic_spec({{7, k::workers, 3}, {25, k::workers, 2}}, 3);
+  auto moving = elastic_spec({{4, k::shards, 3},
+                              {7, k::workers, 3},
+                              {12, k::migrate, 1},
+                              {19, k::shards, 1},
+                              {25, k::workers, 2},
+                              {31, k::migrate, 0}},
+                             3);
+  auto a = train_embedded(plain);
+  auto b = train_embedded(moving);
+  ASSERT_TRUE(a) << a.error().to_string();
+  ASSERT_TRUE(b) << b.error().to_string();
+  ASSERT_EQ(a->params.size(), b->params.size());
+  ASSERT_FALSE(a->params.empty());
+  EXPECT_EQ(0, std::memcmp(a->params.data(), b->params.data(), a->params.size() * sizeof(float)));
+  for (const auto& e : b->epochs) EXPECT_EQ(e.samples, 1438u);
+  // And the worker changes did happen: the run differs from one without them.
+  auto fixed = elastic_spec({}, 3);
+  auto c = train_embedded(fixed);
+  ASSERT_TRUE(c);
+  EXPECT_NE(a->params, c->params);
 }
 
 }  // namespace

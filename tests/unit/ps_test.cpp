@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common/buffer_pool.hpp"
+#include "ps/key_coverage.hpp"
 #include "ps/shard.hpp"
 
 namespace coach::ps {
@@ -205,6 +206,215 @@ TEST(shard, shared_values_are_never_written_and_unshared_ones_are_updated_in_pla
   EXPECT_FLOAT_EQ(held->data()[0], 0.0f);  // the reader's copy is version 1, untouched
   EXPECT_FLOAT_EQ(s.values()[0], -1.0f);   // the shard moved on to version 2
   EXPECT_NE(s.share_values().get(), held.get());
+}
+
+/// What a run of piecewise applies produced: the final values and every reported piece.
+struct piecewise_run {
+  std::vector<float> values;
+  std::vector<piece> pieces;  ///< of the last step
+  bool pieces_final = true;   ///< every piece's values, read when reported, were the final ones
+  bool one_buffer = true;     ///< every piece of a step was reported in one buffer
+};
+
+/// Runs 12 BSP steps of 3 workers (rank 1 pushes no data in step 3) with random gradients on one
+/// shard owning `ranges`, applied in pieces of at most `piece_floats` floats.
+piecewise_run run_pieces(const std::vector<key_range>& ranges, optimizer_kind kind,
+                         std::size_t piece_floats) {
+  std::size_t n = 0;
+  for (auto r : ranges) n += r.size();
+  optimizer_config opt;
+  opt.kind = kind;
+  opt.sgd = {0.1f, kind == optimizer_kind::momentum ? 0.9f : 0.0f, 1e-4f};
+  opt.adam.learning_rate = 0.01f;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist;
+  std::vector<float> init(n);
+  for (auto& v : init) v = dist(rng);
+  auto be = cpu();
+  shard s(0, opt, *be, ranges, init, shard_options{piece_floats});
+  s.set_members({0, 1, 2});
+  piecewise_run out;
+  for (int step = 0; step < 12; ++step) {
+    out.pieces.clear();
+    struct seen {
+      piece p;
+      std::vector<float> values;
+    };
+    std::vector<seen> reported;
+    const float_buffer* buffer = nullptr;
+    for (std::uint32_t rank : {2u, 0u, 1u}) {
+      contribution c;
+      c.rank = rank;
+      if (!(step == 3 && rank == 1)) {
+        auto g = std::make_shared<std::vector<float>>(n);
+        for (auto& v : *g) v = dist(rng);
+        c.samples = 5 + rank;
+        std::size_t off = 0;
+        for (auto r : ranges) {
+          c.parts.emplace_back(g->data() + off, r.size());
+          off += r.size();
+        }
+        c.keep_alive = g;
+      }
+      auto done = s.push(step, std::move(c), [&](const piece& p) {
+        auto shared = s.share_values();  // as an actor does: shared while the step goes on
+        if (buffer && buffer != shared.get()) out.one_buffer = false;
+        buffer = shared.get();
+        reported.push_back(
+            {p, {shared->data() + p.offset, shared->data() + p.offset + p.keys.size()}});
+      });
+      EXPECT_TRUE(done);
+    }
+    for (const auto& r : reported) {
+      out.pieces.push_back(r.p);
+      if (!std::equal(r.values.begin(), r.values.end(), s.values().begin() + r.p.offset))
+        out.pieces_final = false;
+    }
+  }
+  out.values.assign(s.values().begin(), s.values().end());
+  return out;
+}
+
+struct piecewise_case {
+  optimizer_kind kind;
+  std::size_t piece_floats;
+};
+
+class piecewise_apply : public ::testing::TestWithParam<piecewise_case> {};
+
+TEST_P(piecewise_apply, gives_bitwise_the_parameters_of_a_one_shot_apply) {
+  // Ranges smaller than a piece, equal to one, and several pieces long (with a short last piece),
+  // at offsets in the values that are not multiples of 4 (the backend's head and tail paths).
+  const std::vector<key_range> ranges{{0, 3},       {10, 1034},   {2000, 7000},
+                                      {8000, 8001}, {9000, 9700}, {10000, 12049}};
+  const auto one_shot = run_pieces(ranges, GetParam().kind, std::size_t(1) << 40);
+  const auto pieces = run_pieces(ranges, GetParam().kind, GetParam().piece_floats);
+  ASSERT_EQ(one_shot.values.size(), pieces.values.size());
+  EXPECT_EQ(0, std::memcmp(one_shot.values.data(), pieces.values.data(),
+                           one_shot.values.size() * sizeof(float)));
+  EXPECT_EQ(one_shot.pieces.size(), ranges.size());  // one piece per range
+  EXPECT_TRUE(pieces.pieces_final);
+  EXPECT_TRUE(pieces.one_buffer);
+}
+
+INSTANTIATE_TEST_SUITE_P(kinds_and_sizes, piecewise_apply,
+                         ::testing::Values(piecewise_case{optimizer_kind::sgd, 1024},
+                                           piecewise_case{optimizer_kind::sgd, 4096},
+                                           piecewise_case{optimizer_kind::momentum, 1024},
+                                           piecewise_case{optimizer_kind::momentum, 4096},
+                                           piecewise_case{optimizer_kind::adam, 1024},
+                                           piecewise_case{optimizer_kind::adam, 2048},
+                                           piecewise_case{optimizer_kind::adam, 4096}));
+
+TEST(shard, pieces_cover_the_ranges_in_order_and_never_cross_a_range) {
+  const std::vector<key_range> ranges{{0, 3}, {10, 1034}, {2000, 7000}, {8000, 8001}};
+  const auto run = run_pieces(ranges, optimizer_kind::sgd, 1024);
+  std::size_t at = 0, off = 0;
+  std::size_t range = 0;
+  std::uint64_t next_key = ranges[0].begin;
+  for (const auto& p : run.pieces) {
+    EXPECT_EQ(p.version, 12);
+    EXPECT_LE(p.keys.size(), 1024u);
+    EXPECT_GT(p.keys.size(), 0u);
+    if (next_key == ranges[range].end) {
+      ++range;
+      ASSERT_LT(range, ranges.size());
+      next_key = ranges[range].begin;
+    }
+    EXPECT_EQ(p.range, range);
+    EXPECT_EQ(p.keys.begin, next_key);
+    EXPECT_LE(p.keys.end, ranges[range].end);
+    EXPECT_EQ(p.offset, off);
+    next_key = p.keys.end;
+    off += p.keys.size();
+    ++at;
+  }
+  EXPECT_EQ(range, ranges.size() - 1);
+  EXPECT_EQ(next_key, ranges.back().end);
+  EXPECT_EQ(off, run.values.size());
+  EXPECT_EQ(at, 1u + 1u + 5u + 1u);  // 3 | 1024 | 4 x 1024 + 904 | 1
+}
+
+TEST(shard, copy_on_write_is_decided_once_before_the_first_piece) {
+  auto be = cpu();
+  optimizer_config opt;
+  opt.sgd.learning_rate = 1.0f;
+  std::vector<float> init(2500, 1.0f);
+  shard s(0, opt, *be, {{0, 2500}}, init, shard_options{1024});
+  s.set_members({0});
+  auto held = s.share_values();  // a reader of version 0
+  std::vector<const float_buffer*> buffers;
+  std::vector<std::shared_ptr<const float_buffer>> shared;
+  ASSERT_TRUE(s.push(0, make(0, std::vector<float>(2500, 1.0f), 1), [&](const piece& p) {
+    shared.push_back(s.share_values());  // pieces shared one by one while the step goes on
+    buffers.push_back(shared.back().get());
+    EXPECT_EQ(p.version, 1);
+  }));
+  ASSERT_EQ(buffers.size(), 3u);  // 1024 + 1024 + 452
+  EXPECT_NE(buffers[0], held.get());
+  EXPECT_EQ(buffers[0], buffers[1]);  // not copied again although piece 0 was shared
+  EXPECT_EQ(buffers[1], buffers[2]);
+  for (float v : held->span()) EXPECT_EQ(v, 1.0f);  // version 0 untouched
+  for (float v : s.values()) EXPECT_EQ(v, 0.0f);
+  held.reset();
+  shared.clear();
+  const float* before = s.share_values()->data();
+  ASSERT_TRUE(s.push(1, make(0, std::vector<float>(2500, 1.0f), 1)));
+  EXPECT_EQ(s.share_values()->data(), before);  // nobody held it: updated in place
+}
+
+TEST(shard, a_step_without_data_still_reports_every_piece) {
+  auto be = cpu();
+  std::vector<float> init(2100, 2.0f);
+  shard s(0, optimizer_config{}, *be, {{0, 2100}}, init, shard_options{1024});
+  s.set_members({0});
+  contribution empty;
+  std::vector<key_range> keys;
+  ASSERT_TRUE(s.push(0, std::move(empty), [&](const piece& p) { keys.push_back(p.keys); }));
+  EXPECT_EQ(keys, (std::vector<key_range>{{0, 1024}, {1024, 2048}, {2048, 2100}}));
+  for (float v : s.values()) EXPECT_EQ(v, 2.0f);
+  EXPECT_EQ(s.applied_steps(), 1);
+}
+
+TEST(key_coverage, counts_each_key_once_whatever_the_order) {
+  key_coverage c(100);
+  const std::vector<key_range> a{{50, 100}}, b{{0, 10}, {10, 20}}, d{{20, 50}, {30, 30}};
+  ASSERT_TRUE(c.add(a));
+  ASSERT_TRUE(c.add(b));
+  EXPECT_FALSE(c.complete());
+  EXPECT_EQ(c.covered(), 70u);
+  ASSERT_TRUE(c.add(d));
+  EXPECT_TRUE(c.complete());
+  c.clear();
+  EXPECT_EQ(c.covered(), 0u);
+  EXPECT_FALSE(c.complete());
+}
+
+TEST(key_coverage, refuses_overlaps_and_out_of_range_keys_all_or_none) {
+  key_coverage c(100);
+  const std::vector<key_range> first{{10, 20}};
+  ASSERT_TRUE(c.add(first));
+  const std::vector<key_range> overlap{{0, 5}, {19, 25}};
+  auto r = c.add(overlap);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::protocol_error);
+  EXPECT_NE(r.error().message.find("[19, 25) overlaps"), std::string::npos);
+  EXPECT_EQ(c.covered(), 10u);  // [0, 5) was not kept either
+  const std::vector<key_range> inside{{12, 13}}, around{{5, 30}}, twice{{40, 50}, {45, 46}};
+  EXPECT_FALSE(c.add(inside));
+  EXPECT_FALSE(c.add(around));
+  EXPECT_FALSE(c.add(twice));
+  const std::vector<key_range> past{{90, 101}}, reversed{{30, 29}};
+  auto p = c.add(past);
+  ASSERT_FALSE(p);
+  EXPECT_NE(p.error().message.find("reaches past the 100 keys"), std::string::npos);
+  auto q = c.add(reversed);
+  ASSERT_FALSE(q);
+  EXPECT_NE(q.error().message.find("ends before it begins"), std::string::npos);
+  EXPECT_EQ(c.covered(), 10u);
+  const std::vector<key_range> rest{{0, 10}, {20, 100}};
+  ASSERT_TRUE(c.add(rest));
+  EXPECT_TRUE(c.complete());
 }
 
 TEST(buffer_pool, reuses_released_buffers) {

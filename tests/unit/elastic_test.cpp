@@ -1,0 +1,626 @@
+// The elastic invariant of issue 4 on the shard logic alone: for random sequences of worker joins,
+// leaves and deaths, shard additions, drains and migrations at step boundaries, with messages
+// between master, workers and shards delivered in a random order (FIFO per sender and receiver
+// only, as over the transports), every gradient a shard accepts is applied exactly once and the
+// final parameters are exactly the expected ones.
+//
+// The job is deterministic with gradients known in advance: worker r's gradient at step s for key
+// i is a small integer g(r, s, i), and each step's samples add up to a power of two, so plain SGD
+// is exact in float and the expected parameters are computed directly. With momentum and Adam the
+// reference is one unmigrated shard fed the same contributions: migration is invisible to the math.
+//
+// The harness plays the job master's protocol (docs/design.md, "Elastic jobs"): a configuration
+// reaches every shard before the grants that refer to it; slices move at a step boundary (the
+// source releases once it has applied the step before, the destination adopts and acknowledges)
+// and the step's grants wait for the acknowledgements; a worker pushes step s once every shard it
+// pulls from has applied step s - 1 (its pull returned).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+
+#include "ps/job_config.hpp"
+#include "ps/shard.hpp"
+
+namespace coach::ps {
+namespace {
+
+constexpr std::size_t num_keys = 48;
+constexpr std::size_t slice_size = 4;  // 12 slices
+constexpr std::int64_t num_steps = 40;
+constexpr int master_id = -1;
+constexpr int worker_base = 1000;  // node id of worker r: worker_base + r
+
+float known_gradient(std::uint32_t rank, std::int64_t step, std::size_t key) {
+  std::uint64_t h = (std::uint64_t(rank) * 1000003u + std::uint64_t(step)) * 1000033u + key;
+  h ^= h >> 29;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 32;
+  return float(int(h % 17) - 8);  // -8 .. 8
+}
+
+struct message {
+  enum class kind { config, push, migrate, transfer, ack } k = kind::config;
+  job_config cfg;  // config
+  // push
+  std::int64_t step = 0;
+  std::uint64_t config_version = 0;
+  std::uint32_t rank = 0;
+  std::uint64_t samples = 0;
+  std::vector<key_range> ranges;
+  // migrate: hand `ranges` to `to` once `step` steps are applied
+  std::uint32_t to = 0;
+  slice_transfer t;  // transfer
+};
+
+struct grant {
+  std::int64_t step = 0;
+  std::uint64_t config_version = 0;
+  std::uint64_t samples = 0;
+  shard_map map;
+};
+
+struct worker_sim {
+  std::deque<grant> grants;
+  bool alive = true;
+  std::optional<std::int64_t> dies_at;  ///< pushes this step to some shards only, then dies
+};
+
+/// What each shard counted for a step: (rank, samples).
+using counted_log = std::map<std::pair<std::uint32_t, std::int64_t>,
+                             std::vector<std::pair<std::uint32_t, std::uint64_t>>>;
+
+struct run_result {
+  std::vector<float> params;
+  std::vector<float> initial;
+  std::vector<shard_map> maps;                                                ///< by step
+  counted_log counted;                                                        ///< by (shard, step)
+  std::vector<std::vector<std::pair<std::uint32_t, std::uint64_t>>> members;  ///< by step
+  int joins = 0, leaves = 0, deaths = 0, adds = 0, drains = 0, migrations = 0;
+};
+
+class elastic_sim {
+ public:
+  elastic_sim(optimizer_config opt, std::uint64_t seed, bool deaths)
+      : opt_(opt),
+        rng_(seed),
+        deaths_(deaths),
+        be_(std::move(*kernels::make_backend(kernels::backend_kind::cpu))) {}
+
+  run_result run() {
+    run_result out;
+    // Initial parameters: small integers. Two shards, two workers.
+    out.initial.resize(num_keys);
+    for (std::size_t i = 0; i < num_keys; ++i) out.initial[i] = float(int(i % 7) - 3);
+    cfg_.version = 1;
+    cfg_.from_step = 0;
+    cfg_.members = {0, 1};
+    cfg_.map = shard_map::even(num_keys, slice_size, 2);
+    next_rank_ = 2;
+    for (std::uint32_t k = 0; k < 2; ++k) {
+      std::vector<float> owned;
+      for (auto r : cfg_.map.ranges_of(k))
+        owned.insert(owned.end(), out.initial.begin() + std::ptrdiff_t(r.begin),
+                     out.initial.begin() + std::ptrdiff_t(r.end));
+      shards_[k] = std::make_unique<shard>(k, opt_, *be_, cfg_.map.ranges_of(k), owned);
+      shards_[k]->configure(cfg_);
+    }
+    workers_[0];
+    workers_[1];
+
+    for (std::int64_t s = 0; s < num_steps; ++s) {
+      boundary(s, out);
+      out.maps.push_back(cfg_.map);
+      open_step(s, out);
+      // Deliver a random amount before the next boundary, so boundaries overlap steps in flight.
+      const int spin = int(rng_() % 40);
+      for (int i = 0; i < spin && tick(out); ++i) {
+      }
+      // A death is announced before the next boundary (the master orders configurations).
+      while (pending_death_) EXPECT_TRUE(tick(out)) << "stuck waiting for a death";
+    }
+    while (tick(out)) {
+    }
+    // Every shard that owns slices applied every step.
+    std::vector<float> params(num_keys, std::nanf(""));
+    for (auto& [k, sh] : shards_) {
+      if (sh->ranges().empty()) continue;
+      EXPECT_EQ(sh->applied_steps(), num_steps) << "shard " << k;
+      EXPECT_EQ(sh->ranges(), cfg_.map.ranges_of(k)) << "shard " << k;
+      std::size_t off = 0;
+      for (auto r : sh->ranges()) {
+        std::copy_n(sh->values().data() + off, r.size(), params.begin() + std::ptrdiff_t(r.begin));
+        off += r.size();
+      }
+    }
+    out.params = std::move(params);
+    return out;
+  }
+
+ private:
+  void send(int from, int to, message m) { channels_[{from, to}].push_back(std::move(m)); }
+
+  std::vector<std::uint32_t> live_shards() const {
+    std::vector<std::uint32_t> out;
+    const auto n = cfg_.map.load();
+    for (std::uint32_t k = 0; k < n.size(); ++k)
+      if (n[k] > 0) out.push_back(k);
+    return out;
+  }
+
+  /// Maybe one change of the configuration, taking effect at step s.
+  void boundary(std::int64_t s, run_result& out) {
+    if (s == 0 || rng_() % 10 >= 4) return;
+    job_config next = cfg_;
+    next.version = cfg_.version + 1;
+    next.from_step = s;
+    std::vector<slice_move> moves;
+    const auto live = live_shards();
+    switch (rng_() % 5) {
+      case 0:  // a worker joins
+        if (next.members.size() >= 6) return;
+        next.members.push_back(next_rank_);
+        workers_[next_rank_++];
+        ++out.joins;
+        break;
+      case 1: {  // a worker leaves
+        if (next.members.size() <= 1) return;
+        next.members.erase(next.members.begin() + std::ptrdiff_t(rng_() % next.members.size()));
+        ++out.leaves;
+        break;
+      }
+      case 2: {  // a shard is added
+        const std::uint32_t k = next_shard();
+        moves = cfg_.map.plan_add(k);
+        ++out.adds;
+        break;
+      }
+      case 3:  // a shard is drained
+        if (live.size() <= 1) return;
+        moves = cfg_.map.plan_drain(live[rng_() % live.size()]);
+        ++out.drains;
+        break;
+      case 4:  // a shard migrates whole to a new place
+        moves = cfg_.map.plan_migrate(live[rng_() % live.size()], next_shard());
+        ++out.migrations;
+        break;
+    }
+    next.map.apply(moves);
+    // Group the moves by (from, to): one release per pair.
+    std::map<std::pair<std::uint32_t, std::uint32_t>, std::vector<key_range>> groups;
+    for (const auto& m : moves) groups[{m.from, m.to}].push_back(cfg_.map.slice_range(m.slice));
+    for (auto& [ft, ranges] : groups) {
+      message m;
+      m.k = message::kind::migrate;
+      m.step = s;
+      m.ranges = ranges;
+      m.to = ft.second;
+      send(master_id, int(ft.first), std::move(m));
+      ++acks_awaited_;
+    }
+    while (acks_awaited_ > 0) ASSERT_TRUE(tick(out)) << "stuck waiting for transfers";
+    cfg_ = std::move(next);
+    for (auto& [k, sh] : shards_) {
+      message m;
+      m.k = message::kind::config;
+      m.cfg = cfg_;
+      send(master_id, int(k), std::move(m));
+    }
+  }
+
+  std::uint32_t next_shard() {
+    const std::uint32_t k = next_shard_id_++;
+    shards_[k] =
+        std::make_unique<shard>(k, opt_, *be_, std::vector<key_range>{}, std::span<const float>{});
+    // A shard started now learns the configuration first, as a node starts it with the job's.
+    shards_[k]->configure(cfg_);
+    return k;
+  }
+
+  /// Grants step s to every member, with samples adding up to 16 (8 + 8 with a death).
+  void open_step(std::int64_t s, run_result& out) {
+    const auto& members = cfg_.members;
+    std::optional<std::uint32_t> victim;
+    if (deaths_ && members.size() >= 2 && rng_() % 10 == 0)
+      victim = members[rng_() % members.size()];
+    std::map<std::uint32_t, std::uint64_t> samples;
+    for (auto r : members) samples[r] = 0;
+    const std::uint64_t shared = victim ? 8 : 16;
+    std::vector<std::uint32_t> others;
+    for (auto r : members)
+      if (r != victim) others.push_back(r);
+    for (std::uint64_t i = 0; i < shared; ++i) ++samples[others[rng_() % others.size()]];
+    if (victim) {
+      samples[*victim] = 8;
+      workers_[*victim].dies_at = s;
+      pending_death_ = true;
+      ++out.deaths;
+    }
+    out.members.emplace_back(samples.begin(), samples.end());
+    for (auto r : members) workers_[r].grants.push_back({s, cfg_.version, samples[r], cfg_.map});
+  }
+
+  /// One event: a ready worker pushes, or one message is delivered. False when nothing is left.
+  bool tick(run_result& out) {
+    std::vector<std::uint32_t> ready;
+    for (auto& [r, w] : workers_)
+      if (w.alive && !w.grants.empty() && can_push(w.grants.front())) ready.push_back(r);
+    std::vector<std::pair<int, int>> busy;
+    for (auto& [key, q] : channels_)
+      if (!q.empty()) busy.push_back(key);
+    if (ready.empty() && busy.empty()) return false;
+    const std::size_t pick = rng_() % (ready.size() + busy.size());
+    if (pick < ready.size())
+      push_from(ready[pick]);
+    else
+      deliver(busy[pick - ready.size()], out);
+    return true;
+  }
+
+  /// A worker's pull of version g.step returned: every shard it pulls from has applied g.step.
+  bool can_push(const grant& g) const {
+    const auto n = g.map.load();
+    for (std::uint32_t k = 0; k < n.size(); ++k)
+      if (n[k] > 0 && shards_.at(k)->applied_steps() < g.step) return false;
+    return true;
+  }
+
+  void push_from(std::uint32_t r) {
+    auto& w = workers_[r];
+    grant g = std::move(w.grants.front());
+    w.grants.pop_front();
+    const bool dying = w.dies_at && *w.dies_at == g.step;
+    const auto n = g.map.load();
+    for (std::uint32_t k = 0; k < n.size(); ++k) {
+      if (n[k] == 0) continue;
+      if (dying && rng_() % 2 == 0) continue;  // died before this push left
+      message m;
+      m.k = message::kind::push;
+      m.step = g.step;
+      m.config_version = g.config_version;
+      m.rank = r;
+      m.samples = g.samples;
+      m.ranges = g.map.ranges_of(k);
+      send(worker_base + int(r), int(k), std::move(m));
+    }
+    if (dying) {
+      w.alive = false;
+      w.grants.clear();
+      // The master notices and removes it from the open step on.
+      cfg_.version += 1;
+      cfg_.from_step = g.step;
+      std::erase(cfg_.members, r);
+      death_version_[g.step] = cfg_.version;
+      for (auto& [k, sh] : shards_) {
+        message m;
+        m.k = message::kind::config;
+        m.cfg = cfg_;
+        send(master_id, int(k), std::move(m));
+      }
+      pending_death_ = false;
+    }
+  }
+
+  void deliver(std::pair<int, int> key, run_result& out) {
+    message m = std::move(channels_[key].front());
+    channels_[key].pop_front();
+    const int from = key.first;
+    const int to = key.second;
+    if (to == master_id) {
+      ASSERT_EQ(m.k, message::kind::ack);
+      --acks_awaited_;
+      return;
+    }
+    auto& sh = *shards_.at(std::uint32_t(to));
+    switch (m.k) {
+      case message::kind::config: {
+        auto done = sh.configure(m.cfg);
+        ASSERT_TRUE(done) << done.error().message;
+        if (death_version_.contains(m.cfg.from_step) &&
+            death_version_[m.cfg.from_step] == m.cfg.version)
+          death_seen_.insert({std::uint32_t(to), m.cfg.from_step});
+        run_deferred(std::uint32_t(to));
+        break;
+      }
+      case message::kind::push: {
+        const bool from_victim = workers_[m.rank].dies_at && *workers_[m.rank].dies_at == m.step;
+        const bool counted = !from_victim || !death_seen_.contains({std::uint32_t(to), m.step});
+        contribution c;
+        c.rank = m.rank;
+        c.samples = m.samples;
+        if (m.samples > 0) {
+          auto g = std::make_shared<std::vector<float>>();
+          for (auto r : m.ranges)
+            for (auto i = r.begin; i < r.end; ++i) g->push_back(known_gradient(m.rank, m.step, i));
+          std::size_t off = 0;
+          for (auto r : m.ranges) {
+            c.parts.emplace_back(g->data() + off, r.size());
+            off += r.size();
+          }
+          c.keep_alive = g;
+        }
+        auto done = sh.push(m.step, m.config_version, std::move(c));
+        if (counted) {
+          ASSERT_TRUE(done) << "shard " << to << " refused a push of rank " << m.rank << " step "
+                            << m.step << ": " << done.error().message;
+          out.counted[{std::uint32_t(to), m.step}].push_back({m.rank, m.samples});
+        } else {
+          ASSERT_FALSE(done) << "shard " << to << " took a push of dead rank " << m.rank
+                             << " after its removal";
+        }
+        run_deferred(std::uint32_t(to));
+        break;
+      }
+      case message::kind::migrate:
+        deferred_[std::uint32_t(to)].push_back(std::move(m));
+        run_deferred(std::uint32_t(to));
+        break;
+      case message::kind::transfer:
+        deferred_[std::uint32_t(to)].push_back(std::move(m));
+        run_deferred(std::uint32_t(to));
+        break;
+      case message::kind::ack:
+        FAIL() << "an ack for a shard from " << from;
+    }
+  }
+
+  /// A source releases once it has applied every step before the boundary; a destination that
+  /// owns slices adopts once it is at the transfer's version too (one that owns none at once).
+  void run_deferred(std::uint32_t k) {
+    auto& d = deferred_[k];
+    auto& sh = *shards_.at(k);
+    for (bool again = true; again;) {
+      again = false;
+      for (auto it = d.begin(); it != d.end();) {
+        const bool adopt = it->k == message::kind::transfer;
+        const std::int64_t at = adopt ? it->t.version : it->step;
+        if (!(adopt && sh.ranges().empty()) && sh.applied_steps() != at) {
+          ASSERT_LT(sh.applied_steps(), at) << "shard " << k << " passed a boundary";
+          ++it;
+          continue;
+        }
+        if (adopt) {
+          auto ok = sh.adopt(it->t);
+          ASSERT_TRUE(ok) << ok.error().message;
+          message a;
+          a.k = message::kind::ack;
+          send(int(k), master_id, std::move(a));
+        } else {
+          auto t = sh.release(it->ranges, it->to);
+          ASSERT_TRUE(t) << t.error().message;
+          message m;
+          m.k = message::kind::transfer;
+          m.t = std::move(*t);
+          send(int(k), int(it->to), std::move(m));
+        }
+        it = d.erase(it);
+        again = true;
+      }
+    }
+  }
+
+  optimizer_config opt_;
+  std::mt19937_64 rng_;
+  bool deaths_;
+  std::unique_ptr<kernels::backend> be_;
+  job_config cfg_;
+  std::map<std::uint32_t, std::unique_ptr<shard>> shards_;
+  std::map<std::uint32_t, worker_sim> workers_;
+  std::map<std::pair<int, int>, std::deque<message>> channels_;
+  std::map<std::uint32_t, std::vector<message>> deferred_;
+  std::map<std::int64_t, std::uint64_t>
+      death_version_;  ///< step -> the config that removed its victim
+  std::set<std::pair<std::uint32_t, std::int64_t>> death_seen_;
+  std::uint32_t next_rank_ = 0;
+  std::uint32_t next_shard_id_ = 2;
+  int acks_awaited_ = 0;
+  bool pending_death_ = false;
+};
+
+/// The parameters plain SGD (lr 0.5) must end with, from what each shard counted.
+std::vector<float> expected_sgd(const run_result& r) {
+  std::vector<float> w = r.initial;
+  for (std::int64_t s = 0; s < num_steps; ++s) {
+    const auto& map = r.maps[std::size_t(s)];
+    for (std::uint32_t k = 0; k < map.num_shards(); ++k) {
+      auto it = r.counted.find({k, s});
+      if (map.ranges_of(k).empty()) continue;
+      EXPECT_NE(it, r.counted.end()) << "shard " << k << " counted nothing at step " << s;
+      if (it == r.counted.end()) continue;
+      std::uint64_t total = 0;
+      for (auto [rank, n] : it->second) total += n;
+      if (total == 0) continue;
+      EXPECT_TRUE(total == 8 || total == 16) << total;
+      for (auto range : map.ranges_of(k))
+        for (auto i = range.begin; i < range.end; ++i) {
+          float sum = 0;
+          for (auto [rank, n] : it->second)
+            if (n > 0) sum += known_gradient(rank, s, i);
+          w[i] -= 0.5f * (float(1.0 / double(total)) * sum);
+        }
+    }
+  }
+  return w;
+}
+
+/// The same contributions through one shard that never migrates.
+std::vector<float> unmigrated(const run_result& r, const optimizer_config& opt) {
+  auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
+  shard one(0, opt, *be, {{0, num_keys}}, r.initial);
+  for (std::int64_t s = 0; s < num_steps; ++s) {
+    std::vector<std::uint32_t> ranks;
+    for (auto [rank, n] : r.members[std::size_t(s)]) ranks.push_back(rank);
+    one.set_members(ranks);
+    for (auto [rank, n] : r.members[std::size_t(s)]) {
+      auto g = std::make_shared<std::vector<float>>(num_keys);
+      for (std::size_t i = 0; i < num_keys; ++i) (*g)[i] = known_gradient(rank, s, i);
+      contribution c;
+      c.rank = rank;
+      c.samples = n;
+      if (n > 0) c.parts.emplace_back(g->data(), num_keys);
+      c.keep_alive = g;
+      EXPECT_TRUE(one.push(s, std::move(c)));
+    }
+  }
+  return {one.values().begin(), one.values().end()};
+}
+
+TEST(elastic_property, random_rescales_migrations_and_deaths_apply_every_gradient_once) {
+  optimizer_config opt;
+  opt.kind = optimizer_kind::sgd;
+  opt.sgd = {0.5f, 0.0f, 0.0f};
+  int joins = 0, leaves = 0, deaths = 0, adds = 0, drains = 0, migrations = 0;
+  for (std::uint64_t seed = 1; seed <= 60; ++seed) {
+    elastic_sim sim(opt, seed, true);
+    auto r = sim.run();
+    if (HasFatalFailure()) return;
+    const auto want = expected_sgd(r);
+    for (std::size_t i = 0; i < num_keys; ++i)
+      ASSERT_EQ(r.params[i], want[i]) << "seed " << seed << " key " << i;
+    joins += r.joins, leaves += r.leaves, deaths += r.deaths;
+    adds += r.adds, drains += r.drains, migrations += r.migrations;
+  }
+  // The seeds exercise every kind of change many times.
+  EXPECT_GT(joins, 20);
+  EXPECT_GT(leaves, 20);
+  EXPECT_GT(deaths, 20);
+  EXPECT_GT(adds, 20);
+  EXPECT_GT(drains, 20);
+  EXPECT_GT(migrations, 20);
+}
+
+class elastic_invisible : public ::testing::TestWithParam<optimizer_kind> {};
+
+TEST_P(elastic_invisible, migrated_run_is_bitwise_equal_to_one_unmigrated_shard) {
+  optimizer_config opt;
+  opt.kind = GetParam();
+  opt.sgd = {0.05f, GetParam() == optimizer_kind::momentum ? 0.9f : 0.0f, 1e-3f};
+  opt.adam.learning_rate = 0.01f;
+  for (std::uint64_t seed = 100; seed < 120; ++seed) {
+    elastic_sim sim(opt, seed, false);
+    auto r = sim.run();
+    if (HasFatalFailure()) return;
+    const auto want = unmigrated(r, opt);
+    ASSERT_EQ(0, std::memcmp(r.params.data(), want.data(), num_keys * sizeof(float)))
+        << "seed " << seed;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(optimizers, elastic_invisible,
+                         ::testing::Values(optimizer_kind::sgd, optimizer_kind::momentum,
+                                           optimizer_kind::adam));
+
+TEST(shard_elastic, release_and_adopt_move_values_and_state) {
+  auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
+  optimizer_config opt;
+  opt.kind = optimizer_kind::momentum;
+  opt.sgd = {1.0f, 0.5f, 0.0f};
+  std::vector<float> init{0, 1, 2, 3, 4, 5, 6, 7};
+  shard a(0, opt, *be, {{0, 8}}, init);
+  a.set_members({0});
+  contribution c;
+  auto g = std::make_shared<std::vector<float>>(8, 2.0f);
+  c.rank = 0;
+  c.samples = 2;
+  c.parts.emplace_back(g->data(), 8);
+  c.keep_alive = g;
+  ASSERT_TRUE(a.push(0, std::move(c)));  // w -= 1 * (0 + 1): velocity 1 everywhere
+  auto t = a.release({{2, 4}, {6, 8}}, 1);
+  ASSERT_TRUE(t) << t.error().message;
+  EXPECT_EQ(t->version, 1);
+  EXPECT_EQ(t->updates, 1);
+  EXPECT_EQ(t->ranges, (std::vector<key_range>{{2, 4}, {6, 8}}));
+  EXPECT_EQ(t->values, (std::vector<float>{1, 2, 5, 6}));
+  EXPECT_EQ(t->state_a, (std::vector<float>{1, 1, 1, 1}));
+  EXPECT_EQ(a.ranges(), (std::vector<key_range>{{0, 2}, {4, 6}}));
+  EXPECT_EQ(std::vector<float>(a.values().begin(), a.values().end()),
+            (std::vector<float>{-1, 0, 3, 4}));
+
+  shard b(1, opt, *be, {}, {});
+  ASSERT_TRUE(b.adopt(*t));
+  EXPECT_EQ(b.applied_steps(), 1);
+  EXPECT_EQ(b.updates(), 1);
+  EXPECT_EQ(b.ranges(), t->ranges);
+  // Handing them back merges adjacent runs again.
+  auto back = b.release({{2, 4}, {6, 8}}, 0);
+  ASSERT_TRUE(back);
+  ASSERT_TRUE(a.adopt(*back));
+  EXPECT_EQ(a.ranges(), (std::vector<key_range>{{0, 8}}));
+  EXPECT_EQ(std::vector<float>(a.values().begin(), a.values().end()),
+            (std::vector<float>{-1, 0, 1, 2, 3, 4, 5, 6}));
+}
+
+TEST(shard_elastic, bad_transfers_and_releases_are_refused_with_the_reason) {
+  auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
+  optimizer_config opt;
+  std::vector<float> init(8, 1.0f);
+  shard a(0, opt, *be, {{0, 8}}, init);
+  a.set_members({0, 1});
+  auto not_owned = a.release({{6, 10}}, 1);
+  ASSERT_FALSE(not_owned);
+  EXPECT_NE(not_owned.error().message.find("keys [6, 10) are not owned here"), std::string::npos)
+      << not_owned.error().message;
+  contribution c;
+  c.rank = 0;
+  ASSERT_TRUE(a.push(0, std::move(c)));
+  auto mid_step = a.release({{0, 4}}, 1);
+  ASSERT_FALSE(mid_step);
+  EXPECT_NE(mid_step.error().message.find("partially pushed"), std::string::npos);
+
+  slice_transfer t;
+  t.from = 3;
+  t.version = 0;
+  t.ranges = {{4, 12}};
+  t.values.assign(8, 0.0f);
+  auto overlap = a.adopt(t);
+  ASSERT_FALSE(overlap);
+  shard fresh(2, opt, *be, {}, {});
+  t.values.resize(3);
+  auto short_values = fresh.adopt(t);
+  ASSERT_FALSE(short_values);
+  EXPECT_NE(short_values.error().message.find("carries 3 values for 8 keys"), std::string::npos);
+}
+
+TEST(shard_elastic, a_push_under_an_unseen_configuration_waits_for_it) {
+  auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
+  optimizer_config opt;
+  opt.sgd.learning_rate = 1.0f;
+  std::vector<float> init{10};
+  shard s(0, opt, *be, {{0, 1}}, init);
+  job_config c1;
+  c1.version = 1;
+  c1.members = {0};
+  ASSERT_TRUE(s.configure(c1));
+  auto g = std::make_shared<std::vector<float>>(1, 4.0f);
+  auto contrib = [&](std::uint32_t rank) {
+    contribution c;
+    c.rank = rank;
+    c.samples = 2;
+    c.parts.emplace_back(g->data(), 1);
+    c.keep_alive = g;
+    return c;
+  };
+  // Rank 1 joins at step 0 under configuration 2; its push arrives first.
+  auto early = s.push(0, 2, contrib(1));
+  ASSERT_TRUE(early);
+  EXPECT_FALSE(*early);
+  auto also_early = s.push(0, 2, contrib(0));
+  ASSERT_TRUE(also_early);
+  EXPECT_FALSE(*also_early);
+  EXPECT_EQ(s.applied_steps(), 0);  // under configuration 1, rank 0 alone would complete it
+  job_config c2 = c1;
+  c2.version = 2;
+  c2.members = {0, 1};
+  auto done = s.configure(c2);
+  ASSERT_TRUE(done);
+  EXPECT_EQ(*done, 1);
+  EXPECT_EQ(s.applied_steps(), 1);
+  EXPECT_FLOAT_EQ(s.values()[0], 8.0f);  // 10 - (4 + 4) / 4
+}
+
+}  // namespace
+}  // namespace coach::ps
