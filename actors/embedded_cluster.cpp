@@ -34,6 +34,8 @@ result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
   req.spec = spec;
   if (opt.backend) req.spec.backend = *opt.backend;
   req.workers = *workers;
+  if (opt.kill_worker)
+    req.kill = job_request::kill_point{opt.kill_worker->first, opt.kill_worker->second};
   req.shards = *shards;
   req.data = std::make_shared<const worker::dataset_pair>(std::move(*data));
 

@@ -25,6 +25,8 @@ struct train_options {
   const std::atomic<bool>* stop = nullptr;
   /// CAF scheduler threads for message handling (workers compute on threads of their own).
   std::size_t caf_threads = 2;
+  /// Fault injection (tests): worker `rank` dies in step `step` after pushing to its first shard.
+  std::optional<std::pair<std::uint32_t, std::int64_t>> kill_worker;
 };
 
 /// Runs `spec` to completion (or cancellation) and returns its result, final parameters

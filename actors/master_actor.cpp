@@ -6,6 +6,7 @@
 #include <optional>
 
 #include <deque>
+#include <set>
 
 #include "actors/elastic_messages.hpp"
 #include "actors/roles.hpp"
@@ -78,6 +79,15 @@ struct master_state {
   std::size_t acks_awaited = 0;
   std::uint32_t next_rank = 0;
   std::uint32_t next_shard = 0;
+  /// Every configuration published, by first step: the members each step expects.
+  std::map<std::int64_t, std::vector<std::uint32_t>> history;
+  std::map<std::uint32_t, std::int64_t> last_report;  ///< by rank: the last step reported
+  std::map<caf::actor_addr, std::uint32_t> watched;   ///< worker actors, to their ranks
+  /// Worker actors, stopped when the master stops (shared with the master's exit functor).
+  std::shared_ptr<std::vector<caf::actor>> worker_actors =
+      std::make_shared<std::vector<caf::actor>>();
+  /// Monitors a worker: its death drops it from the job (workers_lost).
+  std::function<void(std::uint32_t, const caf::actor&)> watch;
   static inline const char* name = "coach.job_master";
 
   /// Shards that own slices now.
@@ -148,7 +158,7 @@ struct master_state {
             next.members.pop_back();
             break;
           }
-          link(*ok);
+          watch(r, *ok);
         }
         break;
       }
@@ -216,6 +226,11 @@ struct master_state {
   void publish() {
     cfg = std::move(*next_cfg);
     next_cfg.reset();
+    send_config();
+  }
+
+  void send_config() {
+    history[cfg.from_step] = cfg.members;
     for (std::uint32_t k = 0; k < next_shard; ++k)
       ctx->net->send(make_configure(ctx->master, ctx->shard_ep(k), ctx->job, cfg));
     for (auto r : cfg.members)
@@ -235,6 +250,69 @@ struct master_state {
     if (--acks_awaited > 0) return;
     publish();
     regrant_parked();
+  }
+
+  /// Workers that died leave the job (docs/design.md "Elastic jobs"): every step from the
+  /// first one they did not report expects them no more (the shards complete those steps with
+  /// what they got), and the chunks they held go back to the dispenser.
+  void workers_lost(const std::vector<std::uint32_t>& ranks) {
+    if (done) return;
+    std::int64_t from = open_step + 1;
+    for (auto r : ranks) {
+      auto it = last_report.find(r);
+      from = std::min(from, it == last_report.end() ? std::int64_t{0} : it->second + 1);
+    }
+    auto without = [&](std::vector<std::uint32_t> m) {
+      std::erase_if(m, [&](std::uint32_t r) { return std::ranges::find(ranks, r) != ranks.end(); });
+      return m;
+    };
+    // Re-issue every configuration that governs a step from `from` on, without them.
+    std::vector<std::pair<std::int64_t, std::vector<std::uint32_t>>> redo;
+    auto h = history.upper_bound(from);
+    if (h != history.begin()) redo.push_back({from, without(std::prev(h)->second)});
+    for (; h != history.end(); ++h) redo.push_back({h->first, without(h->second)});
+    for (auto& [step, members] : redo) {
+      cfg.version += 1;
+      cfg.from_step = step;
+      cfg.members = std::move(members);
+      send_config();
+    }
+    if (next_cfg)
+      next_cfg->members = without(next_cfg->members), next_cfg->version = cfg.version + 1;
+    // Their chunks of steps they did not report go back; those steps wait for them no more.
+    std::set<std::uint32_t> epochs_reopened;
+    for (auto it = plans.lower_bound(from); it != plans.end();) {
+      auto& plan = it->second;
+      for (auto r : ranks) {
+        auto mine = plan.by_rank.find(r);
+        if (mine == plan.by_rank.end()) continue;
+        if (mine->second) {
+          dispenser->give_back(*mine->second);
+          epochs_reopened.insert(mine->second->epoch);
+        }
+        plan.by_rank.erase(mine);
+        plan.expected = plan.expected > 0 ? plan.expected - 1 : 0;
+      }
+      auto next = std::next(it);
+      forget_if_closed(it);
+      it = next;
+    }
+    // An epoch whose end was announced is not over: its snapshot is taken again at its new end.
+    std::erase_if(assemblies, [&](const auto& a) {
+      return !a.second.final && epochs_reopened.contains(a.second.epoch);
+    });
+    for (auto r : ranks)
+      std::fprintf(stderr, "coach: job %llu: worker %u is gone; steps from %lld go on without it\n",
+                   static_cast<unsigned long long>(ctx->job), r, static_cast<long long>(from));
+    if (cfg.members.empty())
+      fail_job({errc::resource_exhausted, "every worker of the job is gone"});
+    regrant_parked();
+  }
+
+  void fail_job(coach::error why) {
+    if (done) return;
+    done = true;
+    caf::anon_send(observer, done_atom::value, job_outcome{std::move(why), {}});
   }
 
   void regrant_parked() {
@@ -348,6 +426,8 @@ struct master_state {
     if (mine == it->second.by_rank.end()) return;
     auto& c = mine->second;
     ++it->second.reported;
+    auto& last = last_report.try_emplace(m.hdr.rank, -1).first->second;
+    last = std::max(last, m.hdr.step);
     if (c && dispenser->complete(*c)) {
       auto& e = epochs[c->epoch];
       e.samples += c->size();
@@ -459,6 +539,23 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
   st.cfg = ctx->initial_config();
   st.hooks = std::move(hooks);
   st.link = [self](const caf::actor& a) { self->link_to(a); };
+  st.history[0] = st.cfg.members;
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& s = self->state;
+    auto it = s.watched.find(dm.source);
+    if (it == s.watched.end()) return;
+    const auto rank = it->second;
+    s.watched.erase(it);
+    if (dm.reason != caf::exit_reason::normal) s.workers_lost({rank});
+  });
+  self->attach_functor([workers = st.worker_actors] {
+    for (auto& w : *workers) caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
+  });
+  st.watch = [self](std::uint32_t rank, const caf::actor& w) {
+    self->state.watched[w.address()] = rank;
+    self->state.worker_actors->push_back(w);
+    self->monitor(w);
+  };
   st.actions.assign(ctx->spec.schedule.begin(), ctx->spec.schedule.end());
   st.next_rank = std::uint32_t(ctx->workers.size());
   st.next_shard = std::uint32_t(ctx->shards.size());
@@ -490,6 +587,7 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
         }
       },
       [self](eval_atom, eval_result& r) { self->state.on_eval(r); },
+      [self](watch_atom, std::uint32_t rank, caf::actor& w) { self->state.watch(rank, w); },
       [self](cancel_atom) {
         auto& s = self->state;
         if (s.done || s.cancelled) return;

@@ -110,4 +110,6 @@ using done_atom = caf::atom_constant<caf::atom("done")>;
 using eval_atom = caf::atom_constant<caf::atom("eval")>;
 using submit_atom = caf::atom_constant<caf::atom("submit")>;
 using traffic_atom = caf::atom_constant<caf::atom("traffic")>;
+/// (watch_atom, rank, worker): the job master watches a worker; its death drops it from the job.
+using watch_atom = caf::atom_constant<caf::atom("watch")>;
 }  // namespace coach::actors

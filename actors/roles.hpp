@@ -21,7 +21,8 @@ caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const job_context
 /// Spawns worker `rank` (a detached actor: its forward and backward run on a thread of its own)
 /// computing on `be`. It starts pulling and asking for chunks at once.
 caf::actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
-                        std::uint32_t rank, std::shared_ptr<kernels::backend> be);
+                        std::uint32_t rank, std::shared_ptr<kernels::backend> be,
+                        std::int64_t die_at_step = -1);
 
 /// Spawns the evaluator of a job (detached): (eval_atom, param_snapshot) -> eval_result to sender.
 caf::actor spawn_evaluator(caf::actor_system& sys, std::shared_ptr<const job_context> ctx);

@@ -82,13 +82,17 @@ result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_
   ja.master = spawn_master(sys, ctx, observer, ja.evaluator, std::move(hooks));
   for (std::uint32_t k = 0; k < req.shards; ++k)
     ja.shards.push_back(spawn_shard(sys, ctx, k, initial));
-  for (std::uint32_t r = 0; r < req.workers; ++r)
-    ja.workers.push_back(spawn_worker(sys, ctx, r, backends[r]));
+  for (std::uint32_t r = 0; r < req.workers; ++r) {
+    const std::int64_t die_at = req.kill && req.kill->rank == r ? req.kill->step : -1;
+    ja.workers.push_back(spawn_worker(sys, ctx, r, backends[r], die_at));
+    // The master watches its workers: one that dies leaves the job, which goes on.
+    self->send(ja.master, watch_atom::value, r, ja.workers.back());
+  }
   // Linked: when the scheduler stops, every actor of its jobs stops with it.
   self->link_to(ja.master);
   self->link_to(ja.evaluator);
   for (auto& a : ja.shards) self->link_to(a);
-  for (auto& a : ja.workers) self->link_to(a);
+  // Workers are not linked: the master stops them when it stops (and survives their deaths).
   self->state.jobs.emplace(ctx->job, std::move(ja));
   return ctx->job;
 }

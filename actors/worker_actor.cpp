@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <optional>
 
@@ -36,6 +37,8 @@ struct worker_state {
   ps::job_config cfg;                              ///< the configuration of `step`
   /// Configurations received for later steps (a worker may still finish the step before).
   std::map<std::int64_t, ps::job_config> upcoming;
+  std::int64_t die_at = -1;  ///< fault injection: die in this step after the first push
+  std::function<void()> die;
   std::int64_t step = 0;
   std::optional<ps::key_coverage> received;     ///< keys of the current version received
   std::map<std::int64_t, wire_message> grants;  ///< chunk grants by step
@@ -186,6 +189,7 @@ struct worker_state {
           m.frames.push_back(frame::of(owner, buf->data() + r.begin, r.size()));
       }
       ctx->net->send(std::move(m));
+      if (step == die_at) return die();  // a crash between two pushes
     }
     auto report = to(ctx->master, msg_kind::step_report);
     report.hdr.samples = indices.size();
@@ -207,12 +211,17 @@ struct worker_state {
 caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
                            std::shared_ptr<const job_context> ctx, std::uint32_t rank,
                            std::shared_ptr<kernels::backend> be, ps::job_config cfg,
-                           std::int64_t first_step) {
+                           std::int64_t first_step, std::int64_t die_at_step) {
   auto& st = self->state;
   st.ctx = ctx;
   st.rank = rank;
   st.self_ep = ctx->worker_ep(rank);
   st.step = first_step;
+  st.die_at = die_at_step;
+  st.die = [self] {
+    self->state.ctx->net->unbind(self->state.self_ep);
+    self->quit(caf::exit_reason::kill);
+  };
   st.be = std::move(be);
   st.host_backend = st.be->name() == "cpu";
   const std::size_t n = ctx->model.num_params();
@@ -254,12 +263,13 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
 }  // namespace
 
 caf::actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
-                        std::uint32_t rank, std::shared_ptr<kernels::backend> be) {
+                        std::uint32_t rank, std::shared_ptr<kernels::backend> be,
+                        std::int64_t die_at_step) {
   auto ep = ctx->worker_ep(rank);
   auto net = ctx->net;
   auto cfg = ctx->initial_config();
   auto a = sys.spawn<caf::detached>(worker_actor, std::move(ctx), rank, std::move(be),
-                                    std::move(cfg), std::int64_t{0});
+                                    std::move(cfg), std::int64_t{0}, die_at_step);
   net->bind(ep, a);
   caf::anon_send(a, start_atom::value);
   return a;
@@ -270,8 +280,8 @@ caf::actor spawn_added_worker(caf::actor_system& sys, std::shared_ptr<const job_
                               const ps::job_config& c, std::int64_t first_step) {
   auto ep = ctx->worker_ep(rank);
   auto net = ctx->net;
-  auto a =
-      sys.spawn<caf::detached>(worker_actor, std::move(ctx), rank, std::move(be), c, first_step);
+  auto a = sys.spawn<caf::detached>(worker_actor, std::move(ctx), rank, std::move(be), c,
+                                    first_step, std::int64_t{-1});
   net->bind(ep, a);
   caf::anon_send(a, start_atom::value);
   return a;

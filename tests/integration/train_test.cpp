@@ -250,3 +250,28 @@ TEST(train_elastic, migrating_and_adding_shards_is_invisible_to_the_math) {
 
 }  // namespace
 }  // namespace coach::actors
+
+namespace coach::actors {
+namespace {
+
+TEST(train_elastic, a_worker_that_dies_mid_step_leaves_and_the_job_completes) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  for (std::int64_t step : {0, 10, 22}) {  // its first step, mid-epoch, an epoch's last step
+    auto spec = elastic_spec({}, 6);
+    train_options opt;
+    opt.workers = 3;
+    opt.shards = 2;
+    // Worker 1 dies after its push reached shard 0 and before it reached shard 1.
+    opt.kill_worker = std::pair<std::uint32_t, std::int64_t>{1, step};
+    auto r = train_embedded(spec, opt);
+    ASSERT_TRUE(r) << r.error().to_string();
+    ASSERT_EQ(r->epochs.size(), 6u) << "killed at step " << step;
+    // Its chunk went back to the queue: every sample of every epoch processed exactly once.
+    for (const auto& e : r->epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
+    EXPECT_EQ(r->workers, 2u);
+    EXPECT_GE(r->test_accuracy, 0.93) << "killed at step " << step;
+  }
+}
+
+}  // namespace
+}  // namespace coach::actors

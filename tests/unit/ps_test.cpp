@@ -304,7 +304,11 @@ INSTANTIATE_TEST_SUITE_P(kinds_and_sizes, piecewise_apply,
                                            piecewise_case{optimizer_kind::momentum, 4096},
                                            piecewise_case{optimizer_kind::adam, 1024},
                                            piecewise_case{optimizer_kind::adam, 2048},
-                                           piecewise_case{optimizer_kind::adam, 4096}));
+                                           piecewise_case{optimizer_kind::adam, 4096}),
+                         [](const auto& info) {
+                           return std::string(to_string(info.param.kind)) + "_" +
+                                  std::to_string(info.param.piece_floats);
+                         });
 
 TEST(shard, pieces_cover_the_ranges_in_order_and_never_cross_a_range) {
   const std::vector<key_range> ranges{{0, 3}, {10, 1034}, {2000, 7000}, {8000, 8001}};
