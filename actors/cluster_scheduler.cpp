@@ -263,11 +263,30 @@ struct scheduler_state {
       if (!n.alive || now - n.seen <= opt.node_timeout) continue;
       n.alive = false;
       std::fprintf(stderr, "coach-node: node '%s' stopped heartbeating\n", n.last.name.c_str());
-      for (auto& [id, job] : jobs)
-        if (!job.over() && job.hosts.contains(host))
+      for (auto& [id, job] : jobs) {
+        if (job.over() || !job.hosts.contains(host)) continue;
+        // A node that ran only workers of a running job: the job goes on without them (its
+        // master drops them and re-dispenses their chunks). Shards or a job still starting: fail.
+        const auto& sh = job.start.shard_hosts;
+        std::vector<std::uint32_t> ranks;
+        for (std::uint32_t r = 0; r < job.start.worker_hosts.size(); ++r)
+          if (job.start.worker_hosts[r] == host) ranks.push_back(r);
+        const bool only_workers =
+            std::find(sh.begin(), sh.end(), host) == sh.end() && host != job.start.master_host &&
+            job.status.state == job_state::running && ranks.size() < job.start.worker_hosts.size();
+        if (!only_workers) {
           end(job, job_state::failed,
               coach::error{errc::resource_exhausted,
                            coach::format("node '{}' stopped heartbeating", n.last.name)});
+          continue;
+        }
+        job.hosts.erase(host);
+        job.status.workers -= std::uint32_t(ranks.size());
+        for (auto r : ranks) job.status.worker_nodes[r] += " (lost)";
+        std::fprintf(stderr, "coach-node: job %llu goes on without the %zu worker(s) of '%s'\n",
+                     static_cast<unsigned long long>(id), ranks.size(), n.last.name.c_str());
+        caf::anon_send(job.master, lost_atom::value, std::move(ranks));
+      }
     }
   }
 

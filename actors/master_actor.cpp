@@ -588,6 +588,7 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
       },
       [self](eval_atom, eval_result& r) { self->state.on_eval(r); },
       [self](watch_atom, std::uint32_t rank, caf::actor& w) { self->state.watch(rank, w); },
+      [self](lost_atom, std::vector<std::uint32_t>& ranks) { self->state.workers_lost(ranks); },
       [self](cancel_atom) {
         auto& s = self->state;
         if (s.done || s.cancelled) return;

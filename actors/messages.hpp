@@ -112,4 +112,7 @@ using submit_atom = caf::atom_constant<caf::atom("submit")>;
 using traffic_atom = caf::atom_constant<caf::atom("traffic")>;
 /// (watch_atom, rank, worker): the job master watches a worker; its death drops it from the job.
 using watch_atom = caf::atom_constant<caf::atom("watch")>;
+/// (lost_atom, ranks): workers of the job died (their node stopped heartbeating); the job
+/// master drops them and goes on.
+using lost_atom = caf::atom_constant<caf::atom("lost")>;
 }  // namespace coach::actors

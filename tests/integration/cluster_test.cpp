@@ -239,6 +239,48 @@ TEST_F(cluster, a_cancelled_job_ends_cancelled) {
   EXPECT_EQ(state, "cancelled");
 }
 
+TEST_F(cluster, a_job_outlives_a_killed_node_that_ran_only_a_worker) {
+  // A fourth node: workers 0-3 land on nodes a-d, shards on a and b, so d runs worker 3 only.
+  auto d = start_node({"--listen", free_address(), "--join", sched_addr_, "--name", "node-d",
+                       "--heartbeat", "0.25"},
+                      "node-d");
+  ASSERT_GT(d.pid, 0);
+  bool up = false;
+  for (int i = 0; i < 100 && !up; ++i) {
+    up = count(coach("nodes --json --at " + sched_addr_).out, "\"alive\": true") == 4;
+    if (!up) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(up) << slurp(d.log);
+  auto r =
+      coach("submit examples/fashion-mlp.yaml --workers 4 --shards 2 --json --at " + sched_addr_);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string job = std::to_string(long(json_number(r.out, "job")));
+  // Mid-epoch: once some samples of the first epoch are done, node d dies without a word.
+  bool training = false;
+  for (int i = 0; i < 300 && !training; ++i) {
+    auto st = coach("status " + job + " --json --at " + sched_addr_);
+    training = json_number(st.out, "samples_done") > 5000;
+    if (!training) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(training);
+  ASSERT_EQ(::kill(d.pid, SIGKILL), 0);
+  ::waitpid(d.pid, nullptr, 0);
+  std::string final_status;
+  for (int i = 0; i < 1200; ++i) {
+    auto st = coach("status " + job + " --json --at " + sched_addr_);
+    if (st.out.find("\"state\": \"running\"") == std::string::npos &&
+        st.out.find("\"state\": \"queued\"") == std::string::npos) {
+      final_status = st.out;
+      break;
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_NE(final_status.find("\"state\": \"succeeded\""), std::string::npos) << final_status;
+  EXPECT_NE(final_status.find("node-d (lost)"), std::string::npos) << final_status;
+  EXPECT_EQ(json_number(final_status, "epochs_done"), 5) << final_status;
+  EXPECT_GE(json_number(final_status, "test_accuracy"), 0.85) << final_status;
+}
+
 // Last (gtest runs a suite's tests in order): it takes a node away.
 TEST_F(cluster, sigterm_drains_a_node_which_exits_cleanly) {
   auto& c = nodes_.back();
