@@ -398,6 +398,7 @@ caf::behavior cluster_scheduler(caf::stateful_actor<scheduler_state>* self,
         if (it == self->state.jobs.end()) return;
         auto& st = it->second.status;
         st.epochs_done = e.epoch + 1;
+        st.epoch_samples.push_back(e.samples);
         st.test_accuracy = e.test_accuracy;
         st.samples_per_second = e.samples_per_s;
         st.loss = e.train_loss;

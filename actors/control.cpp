@@ -39,6 +39,7 @@ namespace wire = coach::schemas;
 constexpr std::size_t max_payload_bytes = 16 << 20;  // a whole ControlMessage, checked first
 constexpr std::size_t max_spec_bytes = 1 << 20;      // start_job / submit_request spec_yaml
 constexpr std::size_t max_text_bytes = 4096;  // every other text: names, addresses, paths, errors
+constexpr std::size_t max_epochs = 1 << 20;   // epochs listed in one job status
 constexpr std::size_t max_items = 4096;       // nodes, jobs, peers, hosts by shard or rank
 constexpr std::size_t max_links = 1 << 16;    // traffic entries of one heartbeat or job status
 constexpr std::size_t max_gpus = 1024;        // ids in one GPU list
@@ -182,6 +183,8 @@ void put_job_status(wire::JobStatus::Builder b, const job_status& s) {
   put_texts([&](unsigned n) { return b.initWorkerNodes(n); }, s.worker_nodes);
   put_texts([&](unsigned n) { return b.initShardNodes(n); }, s.shard_nodes);
   b.setSeconds(s.seconds);
+  auto es = b.initEpochSamples(static_cast<unsigned>(s.epoch_samples.size()));
+  for (unsigned i = 0; i < s.epoch_samples.size(); ++i) es.set(i, s.epoch_samples[i]);
 }
 
 void put_reply(wire::Reply::Builder b, const api_reply& r) {
@@ -395,6 +398,10 @@ job_status get_job_status(wire::JobStatus::Reader r) {
   s.error_code = r.getErrorCode();
   if (s.error_code > max_errc) refuse("job status has unknown error code {}", s.error_code);
   s.seconds = r.getSeconds();
+  const auto es = r.getEpochSamples();
+  if (es.size() > max_epochs)
+    refuse("job status lists {} epochs (at most {})", es.size(), max_epochs);
+  for (auto n : es) s.epoch_samples.push_back(n);
   return s;
 }
 

@@ -69,6 +69,10 @@ std::string to_json(const actors::job_status& s) {
   };
   out += coach::format("\"worker_nodes\": {}, \"shard_nodes\": {}, ", names(s.worker_nodes),
                        names(s.shard_nodes));
+  std::string epochs = "[";
+  for (std::size_t i = 0; i < s.epoch_samples.size(); ++i)
+    epochs += coach::format("{}{}", i ? ", " : "", s.epoch_samples[i]);
+  out += coach::format("\"epoch_samples\": {}], ", epochs);
   out += coach::format("\"seconds\": {}, \"error\": {}, \"error_code\": {}, ",
                        json_number(s.seconds), json_string(s.error), s.error_code);
   out += coach::format("\"cross_host_bytes\": {}, \"traffic\": [", cross_host_bytes(s));

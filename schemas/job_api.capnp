@@ -74,6 +74,7 @@ struct JobStatus {
   workerNodes @15 :List(Text); # node name by worker rank
   shardNodes @16 :List(Text);  # node name by shard id
   seconds @17 :Float64;        # since the job started running
+  epochSamples @18 :List(UInt64);  # samples trained in each finished epoch, in order
 }
 
 struct StatusReply {

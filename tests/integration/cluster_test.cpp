@@ -279,6 +279,10 @@ TEST_F(cluster, a_job_outlives_a_killed_node_that_ran_only_a_worker) {
   EXPECT_NE(final_status.find("node-d (lost)"), std::string::npos) << final_status;
   EXPECT_EQ(json_number(final_status, "epochs_done"), 5) << final_status;
   EXPECT_GE(json_number(final_status, "test_accuracy"), 0.85) << final_status;
+  // Worker 3's chunks went back to the queue: every epoch trained every sample exactly once.
+  EXPECT_NE(final_status.find("\"epoch_samples\": [60000, 60000, 60000, 60000, 60000]"),
+            std::string::npos)
+      << final_status;
 }
 
 // Last (gtest runs a suite's tests in order): it takes a node away.

@@ -74,6 +74,7 @@ job_status full_job_status(std::uint64_t job) {
   s.loss = 0.125;
   s.samples_done = 30000;
   s.samples_epoch = 60000;
+  s.epoch_samples = {60000, 60000, 59999};
   s.workers = 3;
   s.shards = 2;
   s.worker_nodes = {"node-a", "node-b", "node-a"};
@@ -153,6 +154,7 @@ void expect_same(const job_status& a, const job_status& b) {
   expect_same_double(a.loss, b.loss, "loss");
   EXPECT_EQ(a.samples_done, b.samples_done);
   EXPECT_EQ(a.samples_epoch, b.samples_epoch);
+  EXPECT_EQ(a.epoch_samples, b.epoch_samples);
   EXPECT_EQ(a.workers, b.workers);
   EXPECT_EQ(a.shards, b.shards);
   EXPECT_EQ(a.worker_nodes, b.worker_nodes);
