@@ -206,6 +206,12 @@ TEST_F(cluster, a_spec_error_reaches_the_submitter_as_one_line) {
   EXPECT_NE(r.err.find("optimizer.lr"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(":4:"), std::string::npos) << r.err;
   EXPECT_EQ(count(r.err, "\n"), 1u) << r.err;
+  // A schedule of elastic changes runs with `coach train` only in this version: said in a line.
+  auto sched = coach("submit examples/elastic.yaml --at " + sched_addr_);
+  EXPECT_NE(sched.code, 0);
+  EXPECT_NE(sched.err.find("'schedule' runs with `coach train` in this version"), std::string::npos)
+      << sched.err;
+  EXPECT_EQ(count(sched.err, "\n"), 1u) << sched.err;
 }
 
 TEST_F(cluster, unknown_job_and_missing_scheduler_are_clear_errors) {
