@@ -490,6 +490,37 @@ TEST_P(backend_test, optimizer_updates_in_pieces_equal_one_update_bit_for_bit) {
   EXPECT_EQ(run(true, true), run(false, true));
 }
 
+TEST_P(backend_test, optimizer_updates_element_by_element_equal_one_update_bit_for_bit) {
+  // The harshest cut: every element on its own (a slice or piece may start anywhere).
+  constexpr std::size_t n = 300;
+  const auto w0 = random_floats(n, 70);
+  const auto g = random_floats(n, 71);
+  adam_options adam;
+  adam.weight_decay = 0.01f;
+  sgd_options sgd;
+  sgd.momentum = 0.9f;
+  for (bool use_adam : {false, true}) {
+    auto run = [&](std::size_t step) {
+      float* w = dev(w0);
+      float* a = dev(std::vector<float>(n, 0.0f));
+      float* b = dev(std::vector<float>(n, 0.0f));
+      float* dg = dev(g);
+      for (std::int64_t t = 1; t <= 2; ++t)
+        for (std::size_t off = 0; off < n; off += step) {
+          const std::size_t len = std::min(step, n - off);
+          if (use_adam)
+            be_->adam_update(w + off, a + off, b + off, dg + off, len, 0.5f, t, adam);
+          else
+            be_->sgd_update(w + off, a + off, dg + off, len, 0.5f, sgd);
+        }
+      return host(w, n);
+    };
+    const auto whole = run(n);
+    for (std::size_t step : {std::size_t(1), std::size_t(3), std::size_t(7)})
+      EXPECT_EQ(run(step), whole) << (use_adam ? "adam" : "sgd") << " in pieces of " << step;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(all, backend_test, ::testing::ValuesIn(tested_backends()),
                          [](const ::testing::TestParamInfo<backend_kind>& info) {
                            return std::string(to_string(info.param));
