@@ -367,13 +367,8 @@ caf::behavior cluster_scheduler(caf::stateful_actor<scheduler_state>* self,
       },
       [self](wire_message& m) {
         auto& s = self->state;
-        if (m.hdr.kind != msg_kind::control || m.frames.empty()) return;
-        auto msg = control_codec::decode({m.frames[0].data, m.frames[0].bytes});
-        if (!msg) {
-          std::fprintf(stderr, "coach-node: dropped a control message from host %u: %s\n",
-                       m.hdr.src.host, msg.error().message.c_str());
-          return;
-        }
+        auto msg = read_control(m);
+        if (!msg) return;
         if (auto* hb = std::get_if<node_heartbeat>(&*msg)) {
           if (hb->host != m.hdr.src.host) return;  // a heartbeat speaks for its own host only
           s.on_heartbeat(*hb);

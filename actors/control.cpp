@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -635,6 +636,17 @@ wire_message make_control(const endpoint& src, const endpoint& dst, const contro
   const std::size_t size = bytes->size();
   msg.frames.push_back(frame{std::move(bytes), data, size});
   return msg;
+}
+
+std::optional<control_message> read_control(const wire_message& m) {
+  if (m.hdr.kind != msg_kind::control || m.frames.empty()) return std::nullopt;
+  auto msg = control_codec::decode({m.frames[0].data, m.frames[0].bytes});
+  if (!msg) {
+    std::fprintf(stderr, "coach-node: dropped a control message from host %u: %s\n", m.hdr.src.host,
+                 msg.error().message.c_str());
+    return std::nullopt;
+  }
+  return std::move(*msg);
 }
 
 }  // namespace coach::actors

@@ -161,5 +161,8 @@ result<control_message> decode(std::span<const std::byte> bytes);
 
 /// Builds the wire_message carrying `m` from `src` to `dst`.
 wire_message make_control(const endpoint& src, const endpoint& dst, const control_message& m);
+/// The control message `m` carries; nothing for a message of another kind, or (logged on stderr
+/// as dropped, naming the sender's host) for one that does not decode.
+std::optional<control_message> read_control(const wire_message& m);
 
 }  // namespace coach::actors

@@ -277,8 +277,10 @@ struct master_state {
       cfg.members = std::move(members);
       send_config();
     }
-    if (next_cfg)
-      next_cfg->members = without(next_cfg->members), next_cfg->version = cfg.version + 1;
+    if (next_cfg) {
+      next_cfg->members = without(next_cfg->members);
+      next_cfg->version = cfg.version + 1;
+    }
     // Their chunks of steps they did not report go back; those steps wait for them no more.
     std::set<std::uint32_t> epochs_reopened;
     for (auto it = plans.lower_bound(from); it != plans.end();) {
@@ -463,14 +465,7 @@ struct master_state {
     auto it = assemblies.find(m.hdr.step);
     if (it == assemblies.end()) return;
     auto& a = it->second;
-    // The whole message is checked before any of it is used; every key counts once.
-    bool sizes_ok = m.hdr.ranges.size() == m.frames.size();
-    for (std::size_t i = 0; sizes_ok && i < m.frames.size(); ++i)
-      sizes_ok = m.hdr.ranges[i].begin <= m.hdr.ranges[i].end &&
-                 m.frames[i].bytes == m.hdr.ranges[i].size() * sizeof(float);
-    auto ok = sizes_ok
-                  ? a.received->add(m.hdr.ranges)
-                  : coach::result<void>(fail(errc::protocol_error, "frames disagree with ranges"));
+    auto ok = accept_params(m, *a.received);  // every key counts once
     if (!ok) {
       std::fprintf(stderr, "coach: job master: malformed snapshot from shard %llu: %s\n",
                    static_cast<unsigned long long>(m.hdr.src.id), ok.error().message.c_str());

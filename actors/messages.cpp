@@ -32,6 +32,18 @@ std::string_view to_string(msg_kind k) noexcept {
   return "unknown";
 }
 
+result<void> accept_params(const wire_message& m, ps::key_coverage& received) {
+  if (m.hdr.ranges.size() != m.frames.size())
+    return fail(errc::protocol_error, "{} ranges but {} frames", m.hdr.ranges.size(),
+                m.frames.size());
+  for (std::size_t i = 0; i < m.frames.size(); ++i)
+    if (m.hdr.ranges[i].begin > m.hdr.ranges[i].end ||
+        m.frames[i].bytes != m.hdr.ranges[i].size() * sizeof(float))
+      return fail(errc::protocol_error, "frame {} has {} bytes for range [{}, {})", i,
+                  m.frames[i].bytes, m.hdr.ranges[i].begin, m.hdr.ranges[i].end);
+  return received.add(m.hdr.ranges);
+}
+
 std::size_t wire_message::payload_bytes() const noexcept {
   std::size_t n = 0;
   for (const auto& f : frames) n += f.bytes;

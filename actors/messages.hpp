@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/error.hpp"
+#include "ps/key_coverage.hpp"
 #include "ps/shard_map.hpp"
 
 namespace coach::actors {
@@ -99,6 +101,13 @@ struct wire_message {
 }  // namespace coach::actors
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::actors::wire_message)
+
+namespace coach::actors {
+/// Checks a params message as a whole before any of it is used (one frame of floats per range,
+/// every key in range and not received before) and adds its keys to `received`. Errors:
+/// protocol_error naming what disagrees; `received` is unchanged then.
+result<void> accept_params(const wire_message& m, ps::key_coverage& received);
+}  // namespace coach::actors
 
 namespace coach::actors {
 // Control atoms (local to a process in this version). CAF 0.17 atoms: at most 10 characters.

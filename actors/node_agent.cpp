@@ -199,13 +199,8 @@ caf::behavior node_agent(caf::stateful_actor<agent_state, caf::event_based_actor
       },
       [self](wire_message& m) {
         auto& s = self->state;
-        if (m.hdr.kind != msg_kind::control || m.frames.empty()) return;
-        auto msg = control_codec::decode({m.frames[0].data, m.frames[0].bytes});
-        if (!msg) {
-          std::fprintf(stderr, "coach-node: dropped a control message from host %u: %s\n",
-                       m.hdr.src.host, msg.error().message.c_str());
-          return;
-        }
+        auto msg = read_control(m);
+        if (!msg) return;
         if (auto* sj = std::get_if<start_job>(&*msg)) {
           command_reply reply{sj->job, std::nullopt};
           if (auto ok = s.start(*sj); !ok) {

@@ -76,7 +76,7 @@ struct shard_state {
     m.hdr.dst = dst;
     m.hdr.kind = msg_kind::params;
     m.hdr.job = ctx->job;
-    m.hdr.map_version = ctx->map.version();
+    m.hdr.map_version = core->config_version();
     m.hdr.step = version;
     return m;
   }

@@ -107,18 +107,7 @@ struct worker_state {
                    rank, static_cast<long long>(m.hdr.step), static_cast<long long>(step));
       return;
     }
-    // Check the whole message before using any of it.
-    auto ok = [&]() -> result<void> {
-      if (m.hdr.ranges.size() != m.frames.size())
-        return fail(errc::protocol_error, "{} ranges but {} frames", m.hdr.ranges.size(),
-                    m.frames.size());
-      for (std::size_t i = 0; i < m.frames.size(); ++i)
-        if (m.hdr.ranges[i].begin > m.hdr.ranges[i].end ||
-            m.frames[i].bytes != m.hdr.ranges[i].size() * sizeof(float))
-          return fail(errc::protocol_error, "frame {} has {} bytes for range [{}, {})", i,
-                      m.frames[i].bytes, m.hdr.ranges[i].begin, m.hdr.ranges[i].end);
-      return received->add(m.hdr.ranges);
-    }();
+    auto ok = accept_params(m, *received);
     if (!ok) {
       std::fprintf(stderr, "coach: worker %u: malformed parameters from shard %llu: %s\n", rank,
                    static_cast<unsigned long long>(m.hdr.src.id), ok.error().message.c_str());

@@ -162,19 +162,6 @@ measurement summarize(std::vector<double>& us, std::size_t bytes_per_round) {
   return m;
 }
 
-/// Checks a params message (frames match the ranges, keys new and in range) and adds its keys.
-result<void> check_params(const wire_message& m, ps::key_coverage& received) {
-  if (m.hdr.ranges.size() != m.frames.size())
-    return fail(errc::protocol_error, "{} ranges but {} frames", m.hdr.ranges.size(),
-                m.frames.size());
-  for (std::size_t i = 0; i < m.frames.size(); ++i)
-    if (m.hdr.ranges[i].begin > m.hdr.ranges[i].end ||
-        m.frames[i].bytes != m.hdr.ranges[i].size() * sizeof(float))
-      return fail(errc::protocol_error, "frame {} has {} bytes for range [{}, {})", i,
-                  m.frames[i].bytes, m.hdr.ranges[i].begin, m.hdr.ranges[i].end);
-  return received.add(m.hdr.ranges);
-}
-
 /// Push+pull rounds from a worker endpoint on host 0 through `net` to the job's shards.
 measurement run_rounds(caf::actor_system& sys, const std::shared_ptr<job_context>& ctx,
                        std::size_t floats, double seconds) {
@@ -233,7 +220,7 @@ measurement run_rounds(caf::actor_system& sys, const std::shared_ptr<job_context
     while (!received.complete())
       self->receive([&](wire_message& m) {
         if (m.hdr.kind != msg_kind::params || m.hdr.step != step + 1) return;
-        auto ok = check_params(m, received);
+        auto ok = accept_params(m, received);
         if (!ok) {
           std::fprintf(stderr, "ps_bench: malformed parameters from shard %llu: %s\n",
                        static_cast<unsigned long long>(m.hdr.src.id), ok.error().message.c_str());

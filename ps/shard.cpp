@@ -123,7 +123,7 @@ struct key_run {
 };
 
 /// Appends the values of `p` in `src` (if src is not empty) to `dst`.
-void append(std::vector<float>& dst, const std::vector<float>& src, const key_run& p) {
+void append(std::vector<float>& dst, std::span<const float> src, const key_run& p) {
   if (src.empty()) return;
   dst.insert(dst.end(), src.begin() + std::ptrdiff_t(p.offset),
              src.begin() + std::ptrdiff_t(p.offset + p.range.size()));
@@ -173,7 +173,7 @@ result<slice_transfer> shard::release(const std::vector<key_range>& ranges, std:
   if (c < cut.size())
     return fail(errc::protocol_error, "shard {}: keys [{}, {}) are not owned here", id_,
                 cut[c].begin, cut[c].end);
-  const std::vector<float> values(values_->data(), values_->data() + values_->size());
+  const std::span<const float> values = values_->span();  // read in place, not copied
   slice_transfer t;
   t.from = id_;
   t.to = to;
@@ -231,13 +231,13 @@ result<void> shard::adopt(const slice_transfer& t) {
     if (all[i].range.begin < all[i - 1].range.end)
       return fail(errc::protocol_error, "shard {}: keys [{}, {}) from shard {} are owned already",
                   id_, all[i].range.begin, all[i].range.end, t.from);
-  const std::vector<float> values(values_->data(), values_->data() + values_->size());
+  const std::span<const float> values = values_->span();  // read in place, not copied
   std::vector<key_range> rs;
   std::vector<float> v, a, b;
   for (const auto& p : all) {
     const key_run pc{p.range, p.offset};
     rs.push_back(p.range);
-    append(v, p.theirs ? t.values : values, pc);
+    append(v, p.theirs ? std::span<const float>(t.values) : values, pc);
     append(a, p.theirs ? t.state_a : state_a_, pc);
     append(b, p.theirs ? t.state_b : state_b_, pc);
   }
