@@ -4,11 +4,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "actors/cluster.hpp"
 #include "actors/roles.hpp"
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::actors::added_part)
 
 namespace coach::actors {
 namespace {
@@ -21,6 +25,17 @@ struct node_entry {
   bool alive = true;
 };
 
+/// A part a job master asked for while its job runs: placed on `host`, announced to every node
+/// of the job; the master hears of it once all of them acknowledged.
+struct part_add {
+  added_part part;
+  std::string node;  ///< asked for by name (coach migrate --to); empty: the scheduler picks
+  std::uint32_t host = 0;
+  std::set<std::uint32_t> pending;  ///< nodes that have not acknowledged
+  std::optional<coach::error> failure;
+  bool sent = false;
+};
+
 struct job_entry {
   job_status status;
   start_job start;                  ///< what every node of the job was told
@@ -30,6 +45,7 @@ struct job_entry {
   caf::actor evaluator;
   caf::actor relay;
   std::shared_ptr<job_context> ctx;
+  std::deque<part_add> adds;  ///< one at a time, in the order asked
   clock_type::time_point started = clock_type::now();
   bool cancel_requested = false;
 
@@ -43,6 +59,8 @@ struct job_entry {
 using job_progress_atom = caf::atom_constant<caf::atom("jprogress")>;
 using job_epoch_atom = caf::atom_constant<caf::atom("jepoch")>;
 using job_done_atom = caf::atom_constant<caf::atom("jdone")>;
+// (add_part_atom, job, part, node): the job's master asks for a new shard or worker.
+using add_part_atom = caf::atom_constant<caf::atom("addpart")>;
 
 struct scheduler_state {
   std::shared_ptr<zmq_transport> net;
@@ -107,11 +125,6 @@ struct scheduler_state {
   result<std::uint64_t> submit(const submit_request& req) {
     auto spec = scheduler::parse_job_spec(req.spec_yaml, req.source_name, req.base_dir);
     if (!spec) return std::unexpected(spec.error());
-    if (!spec->schedule.empty())
-      return fail(errc::unsupported,
-                  "{}: 'schedule' runs with `coach train` in this version; a cluster of "
-                  "coach-nodes does not change a job's workers or shards yet",
-                  req.source_name);
     auto pick = [&](std::uint32_t asked, const scheduler::count_range& range,
                     const char* what) -> result<std::uint32_t> {
       if (asked == 0) return std::uint32_t(range.initial);
@@ -180,7 +193,19 @@ struct scheduler_state {
     });
     auto& sys = self->home_system();
     job.evaluator = spawn_evaluator(sys, job.ctx);
-    job.master = spawn_master(sys, job.ctx, job.relay, job.evaluator);
+    // Parts added while the job runs are placed by this scheduler and started by node agents.
+    elastic_hooks hooks;
+    hooks.add_worker = [me, id](std::uint32_t rank, const ps::job_config& c, std::int64_t first,
+                                const std::string& node) -> result<caf::actor> {
+      caf::anon_send(me, add_part_atom::value, id, to_added_part(true, rank, c, first), node);
+      return caf::actor{};
+    };
+    hooks.add_shard = [me, id](std::uint32_t k, const ps::job_config& c,
+                               const std::string& node) -> result<caf::actor> {
+      caf::anon_send(me, add_part_atom::value, id, to_added_part(false, k, c, 0), node);
+      return caf::actor{};
+    };
+    job.master = spawn_master(sys, job.ctx, job.relay, job.evaluator, std::move(hooks));
     net->bind(job.ctx->master, job.master);
 
     // Phase 1: every shard; phase 2 (on their acknowledgements): every worker.
@@ -210,10 +235,117 @@ struct scheduler_state {
     }
   }
 
+  static added_part to_added_part(bool worker, std::uint32_t id, const ps::job_config& c,
+                                  std::int64_t first_step) {
+    return {worker, id, first_step, c.version, c.from_step, c.members, c.map.owners()};
+  }
+
+  /// Hosts of the job that run (or ran) a part of it and have not been lost.
+  std::set<std::uint32_t> part_hosts(const job_entry& job) const {
+    std::set<std::uint32_t> out;
+    auto add = [&](std::uint32_t h) {
+      if (job.hosts.contains(h)) out.insert(h);
+    };
+    for (auto h : job.start.shard_hosts) add(h);
+    for (auto h : job.start.worker_hosts) add(h);
+    for (const auto& p : job.start.added_shards) add(p.host);
+    for (const auto& p : job.start.added_workers) add(p.host);
+    return out;
+  }
+
+  /// The node a new part of `job` goes to: the named one, or the live node running the fewest
+  /// parts of that kind of the job (then the fewest actors, then by name).
+  result<std::uint32_t> place_part(const job_entry& job, bool worker, const std::string& name) {
+    if (!name.empty()) {
+      for (const auto& [host, n] : nodes) {
+        if (n.last.name != name) continue;
+        if (!n.alive) return fail(errc::resource_exhausted, "node '{}' is not heartbeating", name);
+        if (n.last.draining) return fail(errc::resource_exhausted, "node '{}' is draining", name);
+        return host;
+      }
+      return fail(errc::not_found, "no node named '{}'", name);
+    }
+    std::map<std::uint32_t, std::size_t> count;
+    auto tally = [&](std::uint32_t h) { ++count[h]; };
+    if (worker) {
+      for (auto h : job.start.worker_hosts) tally(h);
+      for (const auto& p : job.start.added_workers) tally(p.host);
+    } else {
+      for (auto h : job.start.shard_hosts) tally(h);
+      for (const auto& p : job.start.added_shards) tally(p.host);
+    }
+    const node_entry* best = nullptr;
+    for (const auto& [host, n] : nodes) {
+      if (!n.alive || n.last.draining) continue;
+      if (!best) {
+        best = &n;
+        continue;
+      }
+      auto key = [&](const node_entry* e) {
+        return std::tuple(count[e->last.host], e->last.actors_running, e->last.name);
+      };
+      if (key(&n) < key(best)) best = &n;
+    }
+    if (!best) return fail(errc::resource_exhausted, "no live node to run a new part");
+    return best->last.host;
+  }
+
+  void on_add_part(std::uint64_t id, added_part& part, std::string& node) {
+    auto it = jobs.find(id);
+    if (it == jobs.end() || it->second.over()) return;
+    it->second.adds.push_back({std::move(part), std::move(node), 0, {}, std::nullopt, false});
+    next_add(it->second);
+  }
+
+  /// Places and announces the job's next asked-for part, unless one is in flight.
+  void next_add(job_entry& job) {
+    while (!job.adds.empty() && !job.adds.front().sent && job.pending.empty()) {
+      auto& a = job.adds.front();
+      const char* what = a.part.worker ? "worker" : "shard";
+      auto host = place_part(job, a.part.worker, a.node);
+      if (!host) {
+        // Listed anyway: the node lists stay indexed by rank and shard id.
+        (a.part.worker ? job.status.worker_nodes : job.status.shard_nodes)
+            .push_back("(not started)");
+        caf::anon_send(job.master, ready_atom::value, a.part.worker, a.part.id,
+                       host.error().message);
+        job.adds.pop_front();
+        continue;
+      }
+      a.host = *host;
+      a.sent = true;
+      auto& sj = job.start;
+      (a.part.worker ? sj.added_workers : sj.added_shards).push_back({a.part.id, a.host});
+      if (std::none_of(sj.peers.begin(), sj.peers.end(),
+                       [&](const auto& p) { return p.host == a.host; }))
+        sj.peers.push_back({a.host, nodes.at(a.host).last.address});
+      job.hosts.insert(a.host);
+      job.ctx->added->place(a.part.worker, a.part.id, a.host);  // the master's view
+      (a.part.worker ? job.status.worker_nodes : job.status.shard_nodes)
+          .push_back(node_name(a.host));
+      start_job msg = sj;
+      msg.start = a.part;
+      a.pending = part_hosts(job);
+      for (auto h : a.pending) send({h, node_agent_id}, msg);
+      std::fprintf(stderr, "coach-node: job %llu: %s %u goes to '%s'\n",
+                   static_cast<unsigned long long>(job.status.job), what, a.part.id,
+                   node_name(a.host).c_str());
+    }
+  }
+
   void on_command_reply(std::uint32_t from, const command_reply& r) {
     auto it = jobs.find(r.job);
     if (it == jobs.end() || it->second.over()) return;
     auto& job = it->second;
+    if (job.pending.empty() && !job.adds.empty() && job.adds.front().sent) {
+      auto& a = job.adds.front();
+      if (r.failure && !a.failure) a.failure = r.failure;
+      if (!a.pending.erase(from) || !a.pending.empty()) return;
+      caf::anon_send(job.master, ready_atom::value, a.part.worker, a.part.id,
+                     a.failure ? a.failure->message : std::string{});
+      job.adds.pop_front();
+      return next_add(job);
+    }
     if (r.failure) return end(job, job_state::failed, *r.failure);
     if (!job.pending.erase(from) || !job.pending.empty()) return;
     if (!job.start.workers_phase) {
@@ -221,6 +353,7 @@ struct scheduler_state {
     } else {
       job.status.state = job_state::running;
       job.started = clock_type::now();
+      next_add(job);  // parts asked for while the last workers were starting
     }
   }
 
@@ -267,13 +400,19 @@ struct scheduler_state {
         if (job.over() || !job.hosts.contains(host)) continue;
         // A node that ran only workers of a running job: the job goes on without them (its
         // master drops them and re-dispenses their chunks). Shards or a job still starting: fail.
-        const auto& sh = job.start.shard_hosts;
+        const auto& sj = job.start;
         std::vector<std::uint32_t> ranks;
-        for (std::uint32_t r = 0; r < job.start.worker_hosts.size(); ++r)
-          if (job.start.worker_hosts[r] == host) ranks.push_back(r);
+        for (std::uint32_t r = 0; r < sj.worker_hosts.size(); ++r)
+          if (sj.worker_hosts[r] == host) ranks.push_back(r);
+        for (const auto& p : sj.added_workers)
+          if (p.host == host) ranks.push_back(p.id);
+        const bool has_shard =
+            std::find(sj.shard_hosts.begin(), sj.shard_hosts.end(), host) != sj.shard_hosts.end() ||
+            std::any_of(sj.added_shards.begin(), sj.added_shards.end(),
+                        [&](const part_host& p) { return p.host == host; });
+        // (The master fails the job itself when no worker is left.)
         const bool only_workers =
-            std::find(sh.begin(), sh.end(), host) == sh.end() && host != job.start.master_host &&
-            job.status.state == job_state::running && ranks.size() < job.start.worker_hosts.size();
+            !has_shard && host != sj.master_host && job.status.state == job_state::running;
         if (!only_workers) {
           end(job, job_state::failed,
               coach::error{errc::resource_exhausted,
@@ -281,8 +420,9 @@ struct scheduler_state {
           continue;
         }
         job.hosts.erase(host);
-        job.status.workers -= std::uint32_t(ranks.size());
-        for (auto r : ranks) job.status.worker_nodes[r] += " (lost)";
+        job.status.workers -= std::min(job.status.workers, std::uint32_t(ranks.size()));
+        for (auto r : ranks)
+          if (r < job.status.worker_nodes.size()) job.status.worker_nodes[r] += " (lost)";
         std::fprintf(stderr, "coach-node: job %llu goes on without the %zu worker(s) of '%s'\n",
                      static_cast<unsigned long long>(id), ranks.size(), n.last.name.c_str());
         caf::anon_send(job.master, lost_atom::value, std::move(ranks));
@@ -299,6 +439,58 @@ struct scheduler_state {
       for (const auto& l : n.last.traffic)
         if (l.job == s.job) s.traffic.push_back(l);
     return s;
+  }
+
+  /// Rescale and migrate: checked here, then asked of the job's master, which answers when it
+  /// has queued the change for the job's next step boundary. False for other requests.
+  bool forward(const endpoint& client, const api_request& req) {
+    auto refuse = [&](coach::error e) {
+      api_reply reply;
+      reply.failure = std::move(e);
+      send(client, reply);
+      return true;
+    };
+    auto running_job = [&](std::uint64_t id) -> result<job_entry*> {
+      auto it = jobs.find(id);
+      if (it == jobs.end()) return fail(errc::not_found, "no job {}", id);
+      if (it->second.over())
+        return fail(errc::invalid_argument, "job {} already {}", id,
+                    to_string(it->second.status.state));
+      if (it->second.status.state != job_state::running)
+        return fail(errc::invalid_argument, "job {} is still starting; try again in a moment", id);
+      return &it->second;
+    };
+    auto relay =
+        [this, client](caf::response_handle<caf::event_based_actor, caf::message, false>&& handle) {
+          handle.then(
+              [this, client](std::string& why) {
+                api_reply reply;
+                if (!why.empty()) reply.failure = coach::error{errc::invalid_argument, why};
+                send(client, reply);
+              },
+              [this, client](caf::error& e) {
+                api_reply reply;
+                reply.failure =
+                    coach::error{errc::internal, "the job master did not answer: " + to_string(e)};
+                send(client, reply);
+              });
+        };
+    constexpr auto timeout = std::chrono::seconds(10);
+    if (const auto* r = std::get_if<rescale_request>(&req)) {
+      auto job = running_job(r->job);
+      if (!job) return refuse(job.error());
+      relay(self->request((*job)->master, timeout, rescale_atom::value, r->workers, r->shards));
+      return true;
+    }
+    if (const auto* m = std::get_if<migrate_request>(&req)) {
+      auto job = running_job(m->job);
+      if (!job) return refuse(job.error());
+      if (m->to_node.empty()) return refuse({errc::invalid_argument, "--to NODE is empty"});
+      if (auto host = place_part(**job, false, m->to_node); !host) return refuse(host.error());
+      relay(self->request((*job)->master, timeout, migrate_atom::value, m->shard, m->to_node));
+      return true;
+    }
+    return false;
   }
 
   api_reply answer(const api_request& req) {
@@ -375,7 +567,7 @@ caf::behavior cluster_scheduler(caf::stateful_actor<scheduler_state>* self,
         } else if (auto* r = std::get_if<command_reply>(&*msg)) {
           s.on_command_reply(m.hdr.src.host, *r);
         } else if (auto* req = std::get_if<api_request>(&*msg)) {
-          s.send(m.hdr.src, s.answer(*req));
+          if (!s.forward(m.hdr.src, *req)) s.send(m.hdr.src, s.answer(*req));
         }
       },
       [self](job_progress_atom, std::uint64_t id, scheduler::progress_event& p) {
@@ -387,6 +579,11 @@ caf::behavior cluster_scheduler(caf::stateful_actor<scheduler_state>* self,
         st.samples_epoch = p.samples_total;
         st.loss = p.train_loss;
         st.samples_per_second = p.samples_per_s;
+        st.workers = p.workers;
+        st.shards = p.shards;
+      },
+      [self](add_part_atom, std::uint64_t id, added_part& part, std::string& node) {
+        self->state.on_add_part(id, part, node);
       },
       [self](job_epoch_atom, std::uint64_t id, scheduler::epoch_report& e) {
         auto it = self->state.jobs.find(id);

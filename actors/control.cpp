@@ -44,6 +44,8 @@ constexpr std::size_t max_epochs = 1 << 20;   // epochs listed in one job status
 constexpr std::size_t max_items = 4096;       // nodes, jobs, peers, hosts by shard or rank
 constexpr std::size_t max_links = 1 << 16;    // traffic entries of one heartbeat or job status
 constexpr std::size_t max_gpus = 1024;        // ids in one GPU list
+constexpr std::size_t max_slices = 1 << 24;   // slice owners of one job configuration
+constexpr std::size_t max_config_members = 1 << 16;  // worker ranks of one configuration
 
 constexpr std::uint16_t max_errc = std::uint16_t(errc::internal);  // highest code in error.hpp
 constexpr std::size_t word_bytes = sizeof(capnp::word);
@@ -131,6 +133,25 @@ void put_start_job(wire::StartJob::Builder b, const start_job& s) {
     peers[i].setHost(s.peers[i].host);
     put_text([&](unsigned n) { return peers[i].initAddress(n); }, s.peers[i].address);
   }
+  auto put_parts = [](auto list, const std::vector<part_host>& parts) {
+    for (unsigned i = 0; i < parts.size(); ++i) {
+      list[i].setId(parts[i].id);
+      list[i].setHost(parts[i].host);
+    }
+  };
+  put_parts(b.initAddedShards(static_cast<unsigned>(s.added_shards.size())), s.added_shards);
+  put_parts(b.initAddedWorkers(static_cast<unsigned>(s.added_workers.size())), s.added_workers);
+  if (s.start) {
+    auto p = b.initStart();
+    p.setWorker(s.start->worker);
+    p.setId(s.start->id);
+    p.setFirstStep(s.start->first_step);
+    auto c = p.initConfig();
+    c.setVersion(s.start->version);
+    c.setFromStep(s.start->from_step);
+    put_u32s([&](unsigned n) { return c.initMembers(n); }, s.start->members);
+    put_u32s([&](unsigned n) { return c.initSliceOwners(n); }, s.start->slice_owners);
+  }
 }
 
 void put_request(wire::Request::Builder b, const api_request& r) {
@@ -149,9 +170,19 @@ void put_request(wire::Request::Builder b, const api_request& r) {
           b.initStatus().setJob(q.job);
         } else if constexpr (std::is_same_v<T, nodes_request>) {
           b.initNodes();
-        } else {
-          static_assert(std::is_same_v<T, cancel_request>);
+        } else if constexpr (std::is_same_v<T, cancel_request>) {
           b.initCancel().setJob(q.job);
+        } else if constexpr (std::is_same_v<T, rescale_request>) {
+          auto r = b.initRescale();
+          r.setJob(q.job);
+          r.setWorkers(q.workers);
+          r.setShards(q.shards);
+        } else {
+          static_assert(std::is_same_v<T, migrate_request>);
+          auto m = b.initMigrate();
+          m.setJob(q.job);
+          m.setShard(q.shard);
+          put_text([&](unsigned n) { return m.initToNode(n); }, q.to_node);
         }
       },
       r);
@@ -278,9 +309,9 @@ std::vector<int> get_gpus(capnp::List<std::uint32_t>::Reader list, std::string_v
   return ids;
 }
 
-std::vector<std::uint32_t> get_u32s(capnp::List<std::uint32_t>::Reader list,
-                                    std::string_view what) {
-  check_count(list, what, max_items);
+std::vector<std::uint32_t> get_u32s(capnp::List<std::uint32_t>::Reader list, std::string_view what,
+                                    std::size_t max = max_items) {
+  check_count(list, what, max);
   std::vector<std::uint32_t> out;
   out.reserve(list.size());
   for (const std::uint32_t v : list) out.push_back(v);
@@ -342,6 +373,37 @@ start_job get_start_job(wire::StartJob::Reader r) {
   s.peers.reserve(peers.size());
   for (const auto p : peers)
     s.peers.push_back({p.getHost(), get_text(p.getAddress(), "startJob peer address")});
+  auto get_parts = [](auto list, std::string_view what) {
+    check_count(list, what, max_items);
+    std::vector<part_host> out;
+    out.reserve(list.size());
+    for (const auto p : list) out.push_back({p.getId(), p.getHost()});
+    return out;
+  };
+  s.added_shards = get_parts(r.getAddedShards(), "startJob addedShards");
+  s.added_workers = get_parts(r.getAddedWorkers(), "startJob addedWorkers");
+  if (r.hasStart()) {
+    const auto p = r.getStart();
+    if (!p.hasConfig()) refuse("startJob start has no config");
+    const auto c = p.getConfig();
+    added_part a;
+    a.worker = p.getWorker();
+    a.id = p.getId();
+    a.first_step = p.getFirstStep();
+    a.version = c.getVersion();
+    a.from_step = c.getFromStep();
+    a.members = get_u32s(c.getMembers(), "startJob start members", max_config_members);
+    a.slice_owners = get_u32s(c.getSliceOwners(), "startJob start sliceOwners", max_slices);
+    if (a.first_step < 0 || a.from_step < 0) refuse("startJob start has a negative step");
+    if (!std::is_sorted(a.members.begin(), a.members.end()) ||
+        std::adjacent_find(a.members.begin(), a.members.end()) != a.members.end())
+      refuse("startJob start members are not ascending and distinct");
+    const auto& added = a.worker ? s.added_workers : s.added_shards;
+    if (std::none_of(added.begin(), added.end(), [&](const part_host& h) { return h.id == a.id; }))
+      refuse("startJob start names {} {}, which the added list does not place",
+             a.worker ? "worker" : "shard", a.id);
+    s.start = std::move(a);
+  }
   return s;
 }
 
@@ -366,10 +428,16 @@ api_request get_request(wire::Request::Reader r) {
     case wire::Request::CANCEL:
       if (!r.hasCancel()) refuse("job API request cancel is null");
       return cancel_request{r.getCancel().getJob()};
-    case wire::Request::RESCALE:
-      refuse("job API request rescale is not served by this version");
-    case wire::Request::MIGRATE:
-      refuse("job API request migrate is not served by this version");
+    case wire::Request::RESCALE: {
+      if (!r.hasRescale()) refuse("job API request rescale is null");
+      const auto q = r.getRescale();
+      return rescale_request{q.getJob(), q.getWorkers(), q.getShards()};
+    }
+    case wire::Request::MIGRATE: {
+      if (!r.hasMigrate()) refuse("job API request migrate is null");
+      const auto q = r.getMigrate();
+      return migrate_request{q.getJob(), q.getShard(), get_text(q.getToNode(), "migrate toNode")};
+    }
     case wire::Request::POLICY:
       refuse("job API request policy is not served by this version");
   }
@@ -620,9 +688,14 @@ wire_message make_control(const endpoint& src, const endpoint& dst, const contro
                       std::is_same_v<T, command_reply>) {
           return v.job;
         } else if constexpr (std::is_same_v<T, api_request>) {
-          if (const auto* s = std::get_if<status_request>(&v)) return s->job;
-          if (const auto* c = std::get_if<cancel_request>(&v)) return c->job;
-          return 0;
+          return std::visit(
+              [](const auto& q) -> std::uint64_t {
+                if constexpr (requires { q.job; })
+                  return q.job;
+                else
+                  return 0;
+              },
+              v);
         } else if constexpr (std::is_same_v<T, api_reply>) {
           if (const auto* s = std::get_if<submit_reply>(&v.body)) return s->job;
           return 0;

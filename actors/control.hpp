@@ -14,6 +14,7 @@
 #include "actors/messages.hpp"
 #include "actors/transport.hpp"
 #include "common/error.hpp"
+#include "ps/job_config.hpp"
 #include "scheduler/host_probe.hpp"
 
 namespace coach::actors {
@@ -34,10 +35,32 @@ struct node_heartbeat {
   std::vector<job_link_traffic> traffic;  ///< cumulative, what this node's transport sent
 };
 
+/// A shard or worker added to a running job (docs/design.md "Elastic jobs"), with the
+/// configuration it starts under.
+struct added_part {
+  bool worker = false;                 ///< a worker (else a shard)
+  std::uint32_t id = 0;                ///< its rank or shard id
+  std::int64_t first_step = 0;         ///< a worker's first step
+  std::uint64_t version = 0;           ///< the configuration: version, first step, members and the
+  std::int64_t from_step = 0;          ///< owner of each slice (the map itself is rebuilt by the
+  std::vector<std::uint32_t> members;  ///< receiver, which knows the job's size)
+  std::vector<std::uint32_t> slice_owners;
+  friend bool operator==(const added_part&, const added_part&) = default;
+};
+
+/// Where a part added while the job runs is.
+struct part_host {
+  std::uint32_t id = 0;  ///< shard id or worker rank
+  std::uint32_t host = 0;
+  friend bool operator==(const part_host&, const part_host&) = default;
+};
+
 /// Scheduler -> node: run your part of a job. Every node of the job gets the same description;
 /// a node runs the shards (workers_phase false) or the worker ranks (workers_phase true) placed on
 /// its host. The scheduler starts every shard before any worker, so a worker's first pull finds
-/// its shards.
+/// its shards. A running job that grows sends it again with `start` set: the node that the added
+/// lists place that part on starts it, and every node of the job learns where it runs before
+/// the job master uses it.
 struct start_job {
   std::uint64_t job = 0;
   bool workers_phase = false;
@@ -52,7 +75,10 @@ struct start_job {
     std::string address;
     friend bool operator==(const peer&, const peer&) = default;
   };
-  std::vector<peer> peers;  ///< address of every host of the job
+  std::vector<peer> peers;               ///< address of every host of the job
+  std::vector<part_host> added_shards;   ///< shards added while the job runs
+  std::vector<part_host> added_workers;  ///< workers added while the job runs
+  std::optional<added_part> start;       ///< the part to start (a running job grows)
 };
 
 /// Scheduler -> node: stop every actor of the job (it ended, failed or was cancelled).
@@ -114,7 +140,20 @@ struct nodes_request {};
 struct cancel_request {
   std::uint64_t job = 0;
 };
-using api_request = std::variant<submit_request, status_request, nodes_request, cancel_request>;
+/// coach rescale JOB --workers N [--shards M] (0: unchanged).
+struct rescale_request {
+  std::uint64_t job = 0;
+  std::uint32_t workers = 0;
+  std::uint32_t shards = 0;
+};
+/// coach migrate JOB --shard K --to NODE.
+struct migrate_request {
+  std::uint64_t job = 0;
+  std::uint32_t shard = 0;
+  std::string to_node;
+};
+using api_request = std::variant<submit_request, status_request, nodes_request, cancel_request,
+                                 rescale_request, migrate_request>;
 
 struct submit_reply {
   std::uint64_t job = 0;
@@ -151,7 +190,7 @@ std::uint32_t client_host_id() noexcept;
 // refuses a spec over 1 MiB, so a sender checks the size of a user's spec before sending it.
 // decode also refuses payloads over 16 MiB, lists of more than 4096 nodes, jobs, peers or hosts,
 // 65536 traffic entries or 1024 GPU ids, unknown enum values and error codes, and a union left
-// unset. Job API requests rescale, migrate, policy (in the schema) are refused by this version.
+// unset. The job API request policy (in the schema) is refused by this version.
 namespace control_codec {
 /// Encodes `m` as the payload of a control message (a Cap'n Proto ControlMessage).
 std::vector<std::byte> encode(const control_message& m);

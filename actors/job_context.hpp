@@ -5,8 +5,10 @@
 #include <caf/allowed_unsafe_message_type.hpp>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
+#include <shared_mutex>
 #include <vector>
 
 #include "actors/messages.hpp"
@@ -21,6 +23,27 @@
 
 namespace coach::actors {
 
+/// Hosts of the parts added to a running job, as this process knows them. In a cluster the node
+/// agent records a part here before the job master first uses it (the scheduler waits for every
+/// node of the job to acknowledge); the job's actors read it under the lock.
+struct part_directory {
+  mutable std::shared_mutex mutex;
+  std::map<std::uint32_t, std::uint32_t> shard_hosts;   ///< by shard id
+  std::map<std::uint32_t, std::uint32_t> worker_hosts;  ///< by rank
+
+  void place(bool worker, std::uint32_t id, std::uint32_t host) {
+    std::unique_lock lock(mutex);
+    (worker ? worker_hosts : shard_hosts)[id] = host;
+  }
+  std::optional<std::uint32_t> host_of(bool worker, std::uint32_t id) const {
+    std::shared_lock lock(mutex);
+    const auto& m = worker ? worker_hosts : shard_hosts;
+    auto it = m.find(id);
+    if (it == m.end()) return std::nullopt;
+    return it->second;
+  }
+};
+
 struct job_context {
   std::uint64_t job = 1;
   scheduler::job_spec spec;
@@ -33,8 +56,11 @@ struct job_context {
   std::vector<endpoint> shards;   ///< by shard id, those the job started with
   std::vector<endpoint> workers;  ///< by rank, those the job started with
 
-  /// The endpoint of shard `k` or worker `r`, also of one added while the job runs (on the
-  /// master's host: elastic parts run in the master's process in this version).
+  /// Parts added while the job runs (shared: the job's actors and the node agent here).
+  std::shared_ptr<part_directory> added = std::make_shared<part_directory>();
+
+  /// The endpoint of shard `k` or worker `r`, also of one added while the job runs (where the
+  /// directory places it; on the master's host when it does not: the embedded cluster).
   endpoint shard_ep(std::uint32_t k) const;
   endpoint worker_ep(std::uint32_t r) const;
   /// The configuration the job starts with: version 1, ranks 0..workers-1, `map`.

@@ -10,6 +10,7 @@
 
 #include "actors/elastic_messages.hpp"
 #include "actors/roles.hpp"
+#include "common/format.hpp"
 #include "ps/key_coverage.hpp"
 #include "worker/chunk_dispenser.hpp"
 
@@ -51,6 +52,13 @@ struct assembly {
   std::optional<ps::key_coverage> received;  ///< keys arrived (shards answer in pieces)
 };
 
+/// A change of the running job's workers or shards: from the spec's schedule, or asked for
+/// while it runs (`coach rescale`, `coach migrate`), with the node a new shard goes to.
+struct change_request {
+  scheduler::schedule_action action;
+  std::string node;  ///< empty: where the hooks decide
+};
+
 struct master_state {
   std::shared_ptr<const job_context> ctx;
   caf::actor me;  ///< this actor, for answers from the evaluator (dropped with the state)
@@ -74,8 +82,13 @@ struct master_state {
   elastic_hooks hooks;  ///< starts new workers and shards
   /// Links this master to a part it added, so the job's parts stop together.
   std::function<void(const caf::actor&)> link;
-  std::deque<scheduler::schedule_action> actions;  ///< the spec's schedule, not yet done
-  std::optional<ps::job_config> next_cfg;          ///< a change waiting for its transfers
+  std::deque<change_request> actions;      ///< by step: the changes not yet begun
+  std::optional<ps::job_config> next_cfg;  ///< a change waiting for its parts and transfers
+  /// Parts of that change starting elsewhere (ready_atom awaited), and the migrate orders sent
+  /// once they are up (a transfer to a shard that does not exist yet would be lost).
+  std::size_t parts_awaited = 0;
+  bool change_failed = false;  ///< a new shard of the change could not start: it is dropped
+  std::vector<std::pair<endpoint, migrate_order>> orders_waiting;
   std::size_t acks_awaited = 0;
   std::uint32_t next_rank = 0;
   std::uint32_t next_shard = 0;
@@ -113,8 +126,10 @@ struct master_state {
   }
 
   /// Starts the change `a` at step s: new parts, slices to move. True when it is done at once
-  /// (nothing to transfer); otherwise step s waits for the transfers' acknowledgements.
-  bool begin_change(std::int64_t s, const scheduler::schedule_action& a) {
+  /// (nothing to start elsewhere or transfer); otherwise step s waits for the new parts and the
+  /// transfers' acknowledgements.
+  bool begin_change(std::int64_t s, const change_request& req) {
+    const auto& a = req.action;
     using kind = scheduler::schedule_action::kind_type;
     ps::job_config next = cfg;
     next.version = cfg.version + 1;
@@ -127,13 +142,16 @@ struct master_state {
         return std::nullopt;
       }
       const std::uint32_t k = next_shard++;
-      auto ok = hooks.add_shard(k, cfg);
+      auto ok = hooks.add_shard(k, cfg, req.node);
       if (!ok) {
         std::fprintf(stderr, "coach: job master: cannot add shard %u: %s\n", k,
                      ok.error().message.c_str());
         return std::nullopt;
       }
-      link(*ok);
+      if (*ok)
+        link(*ok);
+      else
+        ++parts_awaited;  // starting on another node
       return k;
     };
     auto move = [&](const std::vector<ps::slice_move>& mv) {
@@ -151,14 +169,17 @@ struct master_state {
           }
           const std::uint32_t r = next_rank++;
           next.members.push_back(r);
-          auto ok = hooks.add_worker(r, next, s);
+          auto ok = hooks.add_worker(r, next, s, std::string{});
           if (!ok) {
             std::fprintf(stderr, "coach: job master: cannot add worker %u: %s\n", r,
                          ok.error().message.c_str());
             next.members.pop_back();
             break;
           }
-          watch(r, *ok);
+          if (*ok)
+            watch(r, *ok);
+          else
+            ++parts_awaited;  // starting on another node
         }
         break;
       }
@@ -212,13 +233,112 @@ struct master_state {
         else
           o.ranges.push_back(r);
       }
-      ctx->net->send(make_migrate(ctx->master, ctx->shard_ep(ft.first), ctx->job, o));
-      ++acks_awaited;
+      orders_waiting.emplace_back(ctx->shard_ep(ft.first), std::move(o));
     }
     next_cfg = std::move(next);
+    change_failed = false;
+    if (parts_awaited > 0) return false;
+    return send_orders();
+  }
+
+  /// The change's parts are up: sends its migrate orders. True when it is done at once.
+  bool send_orders() {
+    for (auto& [src, o] : orders_waiting) {
+      ctx->net->send(make_migrate(ctx->master, src, ctx->job, o));
+      ++acks_awaited;
+    }
+    orders_waiting.clear();
     if (acks_awaited > 0) return false;
     publish();
     return true;
+  }
+
+  /// A part started elsewhere is up (or could not start: `why` says why).
+  void on_ready(bool worker, std::uint32_t id, const std::string& why) {
+    if (parts_awaited == 0 || !next_cfg) {
+      std::fprintf(stderr, "coach: job master: unexpected news of %s %u\n",
+                   worker ? "worker" : "shard", id);
+      return;
+    }
+    if (!why.empty()) {
+      std::fprintf(stderr, "coach: job %llu: cannot add %s %u: %s\n",
+                   static_cast<unsigned long long>(ctx->job), worker ? "worker" : "shard", id,
+                   why.c_str());
+      if (worker)
+        std::erase(next_cfg->members, id);  // the change goes on without it
+      else
+        change_failed = true;  // slices cannot move to it: the whole change is dropped
+    }
+    if (--parts_awaited > 0) return;
+    if (change_failed) {
+      std::fprintf(stderr,
+                   "coach: job %llu: the change at step %lld is dropped; the job goes on "
+                   "as it was\n",
+                   static_cast<unsigned long long>(ctx->job),
+                   static_cast<long long>(next_cfg->from_step));
+      orders_waiting.clear();
+      next_cfg.reset();
+    } else if (!send_orders()) {
+      return;  // transfers under way
+    }
+    regrant_parked();
+  }
+
+  /// The live shards once the changes begun are done.
+  std::vector<std::uint32_t> planned_live_shards() const {
+    const auto n = (next_cfg ? next_cfg->map : cfg.map).load();
+    std::vector<std::uint32_t> out;
+    for (std::uint32_t k = 0; k < n.size(); ++k)
+      if (n[k] > 0) out.push_back(k);
+    return out;
+  }
+
+  /// Queues a change asked for while the job runs, for its next step boundary. Empty: queued;
+  /// otherwise why it is refused.
+  std::string request_change(change_request c) {
+    if (done || cancelled) return "the job is ending";
+    c.action.at_step = open_step + 1;
+    auto at = std::upper_bound(
+        actions.begin(), actions.end(), c.action.at_step,
+        [](std::int64_t s, const change_request& x) { return s < x.action.at_step; });
+    actions.insert(at, std::move(c));
+    std::fprintf(stderr, "coach: job %llu: change asked for at step %lld\n",
+                 static_cast<unsigned long long>(ctx->job), static_cast<long long>(open_step + 1));
+    // Workers waiting at the boundary (a step that could not open) try again.
+    regrant_parked();
+    return {};
+  }
+
+  std::string rescale(std::uint32_t workers, std::uint32_t shards) {
+    using kind = scheduler::schedule_action::kind_type;
+    const auto& sp = ctx->spec;
+    if (workers != 0 && (int(workers) < sp.workers.min || int(workers) > sp.workers.max))
+      return coach::format("--workers {} is outside the job's workers range [{}, {}]", workers,
+                           sp.workers.min, sp.workers.max);
+    if (shards != 0 && (int(shards) < sp.shards.min || int(shards) > sp.shards.max))
+      return coach::format("--shards {} is outside the job's shards range [{}, {}]", shards,
+                           sp.shards.min, sp.shards.max);
+    if (workers == 0 && shards == 0) return "nothing to change: give --workers or --shards";
+    if (workers > (next_cfg ? next_cfg->members : cfg.members).size() && !hooks.add_worker)
+      return "this job cannot add workers here";
+    if (shards > planned_live_shards().size() && !hooks.add_shard)
+      return "this job cannot add shards here";
+    if (workers != 0)
+      if (auto why = request_change({{0, kind::workers, workers}, {}}); !why.empty()) return why;
+    if (shards != 0) return request_change({{0, kind::shards, shards}, {}});
+    return {};
+  }
+
+  std::string migrate(std::uint32_t shard, const std::string& node) {
+    using kind = scheduler::schedule_action::kind_type;
+    if (!hooks.add_shard) return "this job cannot add shards here";
+    const auto live = planned_live_shards();
+    if (std::find(live.begin(), live.end(), shard) == live.end()) {
+      std::string names;
+      for (auto k : live) names += (names.empty() ? "" : ", ") + std::to_string(k);
+      return coach::format("shard {} owns no slices (live shards: {})", shard, names);
+    }
+    return request_change({{0, kind::migrate, shard}, node});
   }
 
   /// Makes the waiting configuration current and sends it to every shard and member worker,
@@ -340,7 +460,7 @@ struct master_state {
   /// Opens step s if it can: false when the epoch's last chunks are still being processed.
   bool open(std::int64_t s) {
     if (next_cfg) return false;  // a change waits for its transfers
-    if (!cancelled && !actions.empty() && actions.front().at_step <= s) {
+    if (!cancelled && !actions.empty() && actions.front().action.at_step <= s) {
       const auto a = actions.front();
       actions.pop_front();
       if (!begin_change(s, a)) return false;
@@ -458,6 +578,8 @@ struct master_state {
     p.train_loss = e.samples ? e.loss_sum / double(e.samples) : 0.0;
     p.seconds = seconds_since(e.start);
     p.samples_per_s = p.seconds > 0 ? double(e.samples) / p.seconds : 0.0;
+    p.workers = std::uint32_t(cfg.members.size());
+    p.shards = std::uint32_t(live_shards().size());
     caf::anon_send(observer, progress_atom::value, p);
   }
 
@@ -551,7 +673,7 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
     self->state.worker_actors->push_back(w);
     self->monitor(w);
   };
-  st.actions.assign(ctx->spec.schedule.begin(), ctx->spec.schedule.end());
+  for (const auto& a : ctx->spec.schedule) st.actions.push_back({a, {}});
   st.next_rank = std::uint32_t(ctx->workers.size());
   st.next_shard = std::uint32_t(ctx->shards.size());
   st.me = caf::actor_cast<caf::actor>(self);
@@ -584,6 +706,15 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
       [self](eval_atom, eval_result& r) { self->state.on_eval(r); },
       [self](watch_atom, std::uint32_t rank, caf::actor& w) { self->state.watch(rank, w); },
       [self](lost_atom, std::vector<std::uint32_t>& ranks) { self->state.workers_lost(ranks); },
+      [self](ready_atom, bool worker, std::uint32_t id, std::string& why) {
+        self->state.on_ready(worker, id, why);
+      },
+      [self](rescale_atom, std::uint32_t workers, std::uint32_t shards) {
+        return self->state.rescale(workers, shards);
+      },
+      [self](migrate_atom, std::uint32_t shard, std::string& node) {
+        return self->state.migrate(shard, node);
+      },
       [self](cancel_atom) {
         auto& s = self->state;
         if (s.done || s.cancelled) return;

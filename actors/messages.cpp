@@ -28,6 +28,8 @@ std::string_view to_string(msg_kind k) noexcept {
       return "transfer";
     case msg_kind::transfer_ack:
       return "transfer_ack";
+    case msg_kind::moved:
+      return "moved";
   }
   return "unknown";
 }

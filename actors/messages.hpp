@@ -37,9 +37,10 @@ enum class msg_kind : std::uint16_t {
   migrate = 10,       ///< master -> source shard: hand keys over at a step boundary
   transfer = 11,      ///< shard -> shard: keys' values and optimizer state
   transfer_ack = 12,  ///< destination shard -> master: a transfer is adopted
+  moved = 13,         ///< shard -> requester: keys asked for that it no longer owns (ranges)
 };
 /// One more than the highest msg_kind (arrays indexed by kind number leave index 0 unused).
-inline constexpr std::size_t msg_kind_count = 13;
+inline constexpr std::size_t msg_kind_count = 14;
 std::string_view to_string(msg_kind k) noexcept;
 
 /// Where an actor lives: a host number and an id unique on the cluster.
@@ -124,4 +125,13 @@ using watch_atom = caf::atom_constant<caf::atom("watch")>;
 /// (lost_atom, ranks): workers of the job died (their node stopped heartbeating); the job
 /// master drops them and goes on.
 using lost_atom = caf::atom_constant<caf::atom("lost")>;
+/// (ready_atom, worker?, id, error): a part the job master asked for through its elastic hooks
+/// started elsewhere (error empty) or could not start (error says why).
+using ready_atom = caf::atom_constant<caf::atom("ready")>;
+/// (rescale_atom, workers, shards) -> std::string: change a running job's counts at its next
+/// step boundary (0: unchanged); the answer is empty, or why the change is refused.
+using rescale_atom = caf::atom_constant<caf::atom("rescale")>;
+/// (migrate_atom, shard, node) -> std::string: move every slice of a shard to a new shard (on
+/// `node`, when not empty) at the next step boundary; the answer is empty, or why not.
+using migrate_atom = caf::atom_constant<caf::atom("migrate")>;
 }  // namespace coach::actors

@@ -119,6 +119,7 @@ struct agent_state {
     }
     auto& ctx = part.ctx;
     auto& sys = self_system();
+    if (sj.start) return start_added(sj, part);
     if (!sj.workers_phase) {
       std::vector<float> initial(ctx->model.num_params());
       ctx->model.init_params(initial, ctx->spec.seed);
@@ -144,6 +145,45 @@ struct agent_state {
       watch(part.actors.back());
       part.bound.push_back(ctx->workers[ranks[i]]);
     }
+    return {};
+  }
+
+  /// A running job grows (start_job with `start`): learn where every added part runs and the
+  /// peers of the job, and start the new part if it is placed here.
+  result<void> start_added(const start_job& sj, job_part& part) {
+    auto& ctx = part.ctx;
+    for (const auto& p : sj.peers)
+      if (p.host != opt.host) net->add_peer(p.host, p.address);  // idempotent
+    for (const auto& h : sj.added_shards) ctx->added->place(false, h.id, h.host);
+    for (const auto& h : sj.added_workers) ctx->added->place(true, h.id, h.host);
+    const auto& a = *sj.start;
+    if (ctx->added->host_of(a.worker, a.id) != opt.host) return {};
+    if (draining)
+      return fail(errc::resource_exhausted, "node '{}' is draining and takes no new work",
+                  opt.name);
+    const char* what = a.worker ? "worker" : "shard";
+    if ((a.worker && a.id < ctx->workers.size()) || (!a.worker && a.id < ctx->shards.size()))
+      return fail(errc::invalid_argument, "node '{}': {} {} of job {} already exists", opt.name,
+                  what, a.id, sj.job);
+    auto map = ps::shard_map::from_owners(ctx->model.num_params(), ctx->spec.slice_size,
+                                          a.slice_owners, a.version);
+    if (!map)
+      return fail(errc::invalid_argument, "node '{}': added {} {}: {}", opt.name, what, a.id,
+                  map.error().message);
+    ps::job_config c{a.version, a.from_step, a.members, std::move(*map)};
+    auto& sys = self_system();
+    if (a.worker) {
+      auto be = kernels::make_backend(ctx->spec.backend);
+      if (!be) return fail(be.error().code, "node '{}': {}", opt.name, be.error().message);
+      part.actors.push_back(spawn_added_worker(sys, ctx, a.id, std::move(*be), c, a.first_step));
+      part.bound.push_back(ctx->worker_ep(a.id));
+    } else {
+      part.actors.push_back(spawn_added_shard(sys, ctx, a.id, c));
+      part.bound.push_back(ctx->shard_ep(a.id));
+    }
+    watch(part.actors.back());
+    std::fprintf(stderr, "coach-node: job %llu: started %s %u\n",
+                 static_cast<unsigned long long>(sj.job), what, a.id);
     return {};
   }
 
@@ -205,7 +245,10 @@ caf::behavior node_agent(caf::stateful_actor<agent_state, caf::event_based_actor
           command_reply reply{sj->job, std::nullopt};
           if (auto ok = s.start(*sj); !ok) {
             reply.failure = ok.error();
-            s.stop(sj->job);
+            // A part that could not be added leaves the job's other parts here running.
+            if (auto it = s.parts.find(sj->job);
+                !sj->start || it == s.parts.end() || it->second.actors.empty())
+              s.stop(sj->job);
           }
           s.send(m.hdr.src, reply);
         } else if (auto* stop = std::get_if<stop_job>(&*msg)) {

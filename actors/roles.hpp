@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "actors/job_context.hpp"
 #include "kernels/backend.hpp"
@@ -29,14 +30,20 @@ caf::actor spawn_evaluator(caf::actor_system& sys, std::shared_ptr<const job_con
 
 /// What a job master needs to change a running job (docs/design.md "Elastic jobs"): start a
 /// worker of a new rank or an empty shard of a new id, each given the configuration it starts
-/// under. Empty functions: the job cannot grow (changes that need them are refused and logged).
+/// under, on `node` when that is not empty (else where the hook decides). A hook answers the
+/// actor it started in this process, which the master links to (shards) or watches (workers),
+/// or a default caf::actor when the part starts elsewhere: the master then waits for
+/// (ready_atom, worker?, id, error) before it uses the part. Empty functions: the job cannot
+/// grow (changes that need them are refused and logged).
 struct elastic_hooks {
   /// Starts worker `rank`, whose first step is `first_step`, under `c`.
   std::function<result<caf::actor>(std::uint32_t rank, const ps::job_config& c,
-                                   std::int64_t first_step)>
+                                   std::int64_t first_step, const std::string& node)>
       add_worker;
   /// Starts shard `id`, owning nothing yet, under `c`.
-  std::function<result<caf::actor>(std::uint32_t id, const ps::job_config& c)> add_shard;
+  std::function<result<caf::actor>(std::uint32_t id, const ps::job_config& c,
+                                   const std::string& node)>
+      add_shard;
 };
 
 /// Spawns shard `id` added to a running job: it owns nothing until a transfer arrives and

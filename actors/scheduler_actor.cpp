@@ -70,11 +70,13 @@ result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_
   ja.evaluator = spawn_evaluator(sys, ctx);
   // Parts added while the job runs start here too (the master links itself to them).
   elastic_hooks hooks;
-  hooks.add_shard = [&sys, ctx](std::uint32_t id, const ps::job_config& c) -> result<caf::actor> {
+  // One process: a node name has no meaning here.
+  hooks.add_shard = [&sys, ctx](std::uint32_t id, const ps::job_config& c,
+                                const std::string&) -> result<caf::actor> {
     return spawn_added_shard(sys, ctx, id, c);
   };
-  hooks.add_worker = [&sys, ctx](std::uint32_t rank, const ps::job_config& c,
-                                 std::int64_t first) -> result<caf::actor> {
+  hooks.add_worker = [&sys, ctx](std::uint32_t rank, const ps::job_config& c, std::int64_t first,
+                                 const std::string&) -> result<caf::actor> {
     auto be = kernels::make_backend(ctx->spec.backend);
     if (!be) return std::unexpected(be.error());
     return spawn_added_worker(sys, ctx, rank, std::move(*be), c, first);

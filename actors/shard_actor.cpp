@@ -1,5 +1,6 @@
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -22,14 +23,14 @@ endpoint worker_endpoint(std::uint64_t job, std::uint32_t rank) {
 endpoint job_context::shard_ep(std::uint32_t k) const {
   if (k < shards.size()) return shards[k];
   auto ep = shard_endpoint(job, k);
-  ep.host = master.host;
+  ep.host = added->host_of(false, k).value_or(master.host);
   return ep;
 }
 
 endpoint job_context::worker_ep(std::uint32_t r) const {
   if (r < workers.size()) return workers[r];
   auto ep = worker_endpoint(job, r);
-  ep.host = master.host;
+  ep.host = added->host_of(true, r).value_or(master.host);
   return ep;
 }
 
@@ -81,8 +82,27 @@ struct shard_state {
     return m;
   }
 
+  /// The keys of `asked` outside this shard's ranges (both ascending and disjoint).
+  std::vector<ps::key_range> not_owned(std::vector<ps::key_range> asked) const {
+    std::sort(asked.begin(), asked.end(), [](auto& a, auto& b) { return a.begin < b.begin; });
+    std::vector<ps::key_range> out;
+    const auto& own = core->ranges();
+    std::size_t j = 0;
+    for (auto r : asked) {
+      while (j < own.size() && own[j].end <= r.begin) ++j;
+      for (std::size_t i = j; i < own.size() && own[i].begin < r.end; ++i) {
+        if (own[i].begin > r.begin) out.push_back({r.begin, own[i].begin});
+        r.begin = std::max(r.begin, own[i].end);
+      }
+      if (r.begin < r.end) out.push_back(r);
+    }
+    return out;
+  }
+
   /// Sends version `v` of the owned values to everyone waiting for it (one shared copy): the
-  /// keys each asked for that this shard owns (all it owns for a request without ranges).
+  /// keys each asked for that this shard owns (all it owns for a request without ranges). Keys
+  /// asked for that it no longer owns (a pull that arrived after they moved away) are answered
+  /// with a `moved` message: the requester asks their new owner.
   void serve(std::int64_t v) {
     auto it = waiting.find(v);
     if (it == waiting.end()) return;
@@ -103,7 +123,14 @@ struct shard_state {
             add(std::max(r.begin, w.begin), std::min(r.end, w.end));
         off += r.size();
       }
-      ctx->net->send(std::move(m));
+      if (!m.hdr.ranges.empty()) ctx->net->send(std::move(m));
+      if (asked.empty()) continue;
+      if (auto gone = not_owned(asked); !gone.empty()) {
+        wire_message moved = params_to(dst, v);
+        moved.hdr.kind = msg_kind::moved;
+        moved.hdr.ranges = std::move(gone);
+        ctx->net->send(std::move(moved));
+      }
     }
     waiting.erase(it);
   }
@@ -231,7 +258,16 @@ struct shard_state {
     c.loss_sum = m.hdr.loss;
     if (c.samples > 0) {
       for (const auto& f : m.frames) c.parts.push_back(f.as<float>());
-      c.keep_alive = m.frames.empty() ? nullptr : m.frames.front().owner;
+      // The contribution is read when the step's last push arrives: every frame's memory must
+      // live until then. A local push's frames share one owner (the worker's gradient buffer);
+      // a received one's frames each own their own ZeroMQ message, so all of them are kept.
+      const bool one_owner = std::all_of(m.frames.begin(), m.frames.end(), [&](const frame& f) {
+        return f.owner == m.frames.front().owner;
+      });
+      if (m.frames.empty() || one_owner)
+        c.keep_alive = m.frames.empty() ? nullptr : m.frames.front().owner;
+      else
+        c.keep_alive = std::make_shared<const std::vector<frame>>(std::move(m.frames));
     }
     const std::int64_t step = m.hdr.step;
     // A push asks for the next version too: the step's update comes back as its answer, in

@@ -40,7 +40,12 @@ struct worker_state {
   std::int64_t die_at = -1;  ///< fault injection: die in this step after the first push
   std::function<void()> die;
   std::int64_t step = 0;
-  std::optional<ps::key_coverage> received;     ///< keys of the current version received
+  std::optional<ps::key_coverage> received;  ///< keys of the current version received
+  /// Keys of the current version that a shard said it no longer owns (a `moved` answer), to be
+  /// pulled from their owner once this worker's configuration is at least `moved_version`.
+  std::vector<ps::key_range> moved_keys;
+  std::uint64_t moved_version = 0;
+  std::vector<endpoint> moved_from;  ///< shards that said so: never asked again for this step
   std::map<std::int64_t, wire_message> grants;  ///< chunk grants by step
   static inline const char* name = "coach.worker";
 
@@ -75,6 +80,40 @@ struct worker_state {
       if (upcoming.begin()->second.version > cfg.version) use(std::move(upcoming.begin()->second));
       upcoming.erase(upcoming.begin());
     }
+    pull_moved();
+  }
+
+  /// A shard answered a pull of the current version with keys it no longer owns: they moved in
+  /// a configuration this worker may not have yet (docs/design.md "Elastic jobs").
+  void on_moved(const wire_message& m) {
+    if (m.hdr.step != step) return;  // a version this worker is done with
+    moved_keys.insert(moved_keys.end(), m.hdr.ranges.begin(), m.hdr.ranges.end());
+    moved_version = std::max(moved_version, m.hdr.map_version);
+    moved_from.push_back(m.hdr.src);
+    pull_moved();
+  }
+
+  /// Pulls the moved keys from their owners, once the configuration that moved them is here.
+  void pull_moved() {
+    if (moved_keys.empty() || cfg.version < moved_version) return;
+    for (std::uint32_t k = 0; k < ranges.size(); ++k) {
+      auto m = to(ctx->shard_ep(k), msg_kind::pull);
+      const bool disowned =
+          std::find(moved_from.begin(), moved_from.end(), m.hdr.dst) != moved_from.end();
+      for (const auto& own : ranges[k])
+        for (const auto& r : moved_keys)
+          if (std::max(own.begin, r.begin) < std::min(own.end, r.end))
+            m.hdr.ranges.push_back({std::max(own.begin, r.begin), std::min(own.end, r.end)});
+      if (m.hdr.ranges.empty()) continue;
+      if (disowned) {  // the configurations disagree: asking again would go round in circles
+        std::fprintf(stderr,
+                     "coach: worker %u: shard %u disowns keys configuration %llu gives it\n", rank,
+                     k, static_cast<unsigned long long>(cfg.version));
+        continue;
+      }
+      ctx->net->send(std::move(m));
+    }
+    moved_keys.clear();
   }
 
   void on_configure(const wire_message& m) {
@@ -191,8 +230,10 @@ struct worker_state {
 
     grants.erase(it);
     ++step;
-    catch_up();
+    moved_keys.clear();
+    moved_from.clear();
     received->clear();
+    catch_up();
     ctx->net->send(to(ctx->master, msg_kind::chunk_request));
   }
 };
@@ -238,6 +279,9 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
             break;
           case msg_kind::configure:
             s.on_configure(m);
+            break;
+          case msg_kind::moved:
+            s.on_moved(m);
             break;
           default:
             std::fprintf(stderr, "coach: worker %u: unexpected message %s\n", s.rank,

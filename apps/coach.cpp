@@ -1,5 +1,6 @@
 // coach: the command-line front end. `train` runs the whole cluster in this process; `submit`,
-// `status`, `nodes` and `cancel` talk to a coach-node scheduler (apps/coach_api.hpp).
+// `status`, `nodes`, `cancel`, `rescale` and `migrate` talk to a coach-node scheduler
+// (apps/coach_api.hpp).
 //
 // Exit codes: 0 success; 1 the job failed (or the scheduler cannot be reached); 2 bad input
 // (command line, job spec, unknown job); 130 stopped by Ctrl-C or cancelled (the report still
@@ -144,6 +145,20 @@ int main(int argc, char** argv) {
   auto* cancel = app.add_subcommand("cancel", "Cancel a job");
   cancel->add_option("JOB", job, "Job id")->required();
   add_at(cancel);
+  auto* rescale = app.add_subcommand(
+      "rescale", "Change a running job's workers and/or shards at its next step (no restart)");
+  rescale->add_option("JOB", job, "Job id")->required();
+  rescale->add_option("--workers", workers, "The new number of workers");
+  rescale->add_option("--shards", shards, "The new number of shards");
+  add_at(rescale);
+  std::uint32_t shard = 0;
+  std::string to_node;
+  auto* migrate = app.add_subcommand(
+      "migrate", "Move a running job's shard to another node at its next step (no restart)");
+  migrate->add_option("JOB", job, "Job id")->required();
+  migrate->add_option("--shard", shard, "The shard id (coach status JOB lists them)")->required();
+  migrate->add_option("--to", to_node, "The node's name (coach nodes lists them)")->required();
+  add_at(migrate);
 
   try {
     app.parse(argc, argv);
@@ -166,5 +181,7 @@ int main(int argc, char** argv) {
   if (*submit) return coach::apps::run_submit(address, submit_path, workers, shards, wait, json);
   if (*status) return coach::apps::run_status(address, job, json);
   if (*nodes) return coach::apps::run_nodes(address, json);
+  if (*rescale) return coach::apps::run_rescale(address, job, workers, shards, json);
+  if (*migrate) return coach::apps::run_migrate(address, job, shard, to_node, json);
   return coach::apps::run_cancel(address, job, json);
 }

@@ -1,4 +1,5 @@
-// The job API commands of `coach`: submit, status, nodes, cancel (apps/coach_api.hpp).
+// The job API commands of `coach`: submit, status, nodes, cancel, rescale, migrate
+// (apps/coach_api.hpp).
 
 #include "coach_api.hpp"
 
@@ -296,6 +297,40 @@ int run_cancel(const std::string& at, std::uint64_t job, bool json) {
   else
     std::fprintf(stderr, "coach: job %llu is being cancelled\n",
                  static_cast<unsigned long long>(job));
+  return 0;
+}
+
+int run_rescale(const std::string& at, std::uint64_t job, std::uint32_t workers,
+                std::uint32_t shards, bool json) {
+  if (workers == 0 && shards == 0)
+    return report_error({errc::invalid_argument, "rescale: give --workers N and/or --shards M"});
+  auto reply = call(at, actors::rescale_request{job, workers, shards});
+  if (!reply) return report_error(reply.error());
+  if (reply->failure) return report_error(*reply->failure);
+  if (json) {
+    std::printf("{\"job\": %llu, \"workers\": %u, \"shards\": %u, \"accepted\": true}\n",
+                static_cast<unsigned long long>(job), workers, shards);
+  } else {
+    std::string what;
+    if (workers) what += coach::format("{} worker(s)", workers);
+    if (shards) what += coach::format("{}{} shard(s)", what.empty() ? "" : " and ", shards);
+    std::fprintf(stderr, "coach: job %llu goes to %s at its next step\n",
+                 static_cast<unsigned long long>(job), what.c_str());
+  }
+  return 0;
+}
+
+int run_migrate(const std::string& at, std::uint64_t job, std::uint32_t shard,
+                const std::string& node, bool json) {
+  auto reply = call(at, actors::migrate_request{job, shard, node});
+  if (!reply) return report_error(reply.error());
+  if (reply->failure) return report_error(*reply->failure);
+  if (json)
+    std::printf("{\"job\": %llu, \"shard\": %u, \"to\": %s, \"accepted\": true}\n",
+                static_cast<unsigned long long>(job), shard, json_string(node).c_str());
+  else
+    std::fprintf(stderr, "coach: job %llu: shard %u moves to node '%s' at the next step\n",
+                 static_cast<unsigned long long>(job), shard, node.c_str());
   return 0;
 }
 

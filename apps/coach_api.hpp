@@ -17,5 +17,11 @@ int run_submit(const std::string& at, const std::string& spec_path, std::uint32_
 int run_status(const std::string& at, std::uint64_t job, bool json);
 int run_nodes(const std::string& at, bool json);
 int run_cancel(const std::string& at, std::uint64_t job, bool json);
+/// Asks for `workers` workers and/or `shards` shards (0: unchanged) from the job's next step on.
+int run_rescale(const std::string& at, std::uint64_t job, std::uint32_t workers,
+                std::uint32_t shards, bool json);
+/// Asks to move every slice of shard `shard` to a new shard on node `node`.
+int run_migrate(const std::string& at, std::uint64_t job, std::uint32_t shard,
+                const std::string& node, bool json);
 
 }  // namespace coach::apps

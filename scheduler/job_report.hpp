@@ -17,6 +17,8 @@ struct progress_event {
   double train_loss = 0;            ///< mean loss over the epoch's samples so far
   double samples_per_s = 0;         ///< over the epoch so far
   double seconds = 0;               ///< since the epoch began
+  std::uint32_t workers = 0;        ///< members of the current configuration
+  std::uint32_t shards = 0;         ///< shards owning slices now
 };
 
 /// One finished epoch.

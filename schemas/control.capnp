@@ -31,11 +31,37 @@ struct StartJob {
   shardHosts @6 :List(UInt32);   # host of each shard, by shard id
   workerHosts @7 :List(UInt32);  # host of each worker, by rank
   peers @8 :List(Peer);        # the data-path address of every host of the job
+  addedShards @9 :List(PartHost);   # shards added while the job runs (ids past shardHosts)
+  addedWorkers @10 :List(PartHost); # workers added while the job runs (ranks past workerHosts)
+  start @11 :AddedPart;        # set: a running job grows by this part, started by the node
+                               # that addedShards/addedWorkers place it on (every other node of
+                               # the job learns where it runs); null: workersPhase says what
 
   struct Peer {
     host @0 :UInt32;
     address @1 :Text;          # "tcp://IP:PORT"
   }
+
+  struct PartHost {
+    id @0 :UInt32;             # shard id or worker rank
+    host @1 :UInt32;
+  }
+}
+
+# A shard or worker added to a running job, and the job configuration it starts under.
+struct AddedPart {
+  worker @0 :Bool;             # a worker (else a shard)
+  id @1 :UInt32;               # its rank or shard id
+  firstStep @2 :Int64;         # a worker's first step
+  config @3 :JobConfig;
+}
+
+# ps::job_config: members and the owner of every slice of the parameter vector, from a step on.
+struct JobConfig {
+  version @0 :UInt64;
+  fromStep @1 :Int64;
+  members @2 :List(UInt32);    # worker ranks, ascending
+  sliceOwners @3 :List(UInt32);  # shard id per slice (the job spec's slice_size)
 }
 
 # Scheduler -> node agent: stop every actor of the job (actors::stop_job).

@@ -206,12 +206,121 @@ TEST_F(cluster, a_spec_error_reaches_the_submitter_as_one_line) {
   EXPECT_NE(r.err.find("optimizer.lr"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(":4:"), std::string::npos) << r.err;
   EXPECT_EQ(count(r.err, "\n"), 1u) << r.err;
-  // A schedule of elastic changes runs with `coach train` only in this version: said in a line.
-  auto sched = coach("submit examples/elastic.yaml --at " + sched_addr_);
-  EXPECT_NE(sched.code, 0);
-  EXPECT_NE(sched.err.find("'schedule' runs with `coach train` in this version"), std::string::npos)
-      << sched.err;
-  EXPECT_EQ(count(sched.err, "\n"), 1u) << sched.err;
+}
+
+/// Polls `coach status JOB` until the job leaves queued/running; its last status.
+std::string wait_for_end(const std::string& job, const std::string& at) {
+  for (int i = 0; i < 1800; ++i) {
+    auto st = coach("status " + job + " --json --at " + at);
+    if (st.code == 0 && st.out.find("\"state\": \"running\"") == std::string::npos &&
+        st.out.find("\"state\": \"queued\"") == std::string::npos)
+      return st.out;
+    std::this_thread::sleep_for(100ms);
+  }
+  return "(still running after 180 s)";
+}
+
+TEST_F(cluster, an_elastic_schedule_runs_over_nodes_with_the_math_of_coach_train) {
+  // examples/elastic.yaml adds a worker, adds two shards, migrates one, adds a worker, drains a
+  // shard and removes two workers, all mid-epoch. New parts start on other nodes; BSP makes the
+  // result independent of where anything runs, so the accuracy is exactly coach train's.
+  const auto report = work_dir() / "elastic-train.json";
+  auto t = coach("train examples/elastic.yaml --report " + report.string());
+  ASSERT_EQ(t.code, 0) << t.err;
+  const double expected = json_number(slurp(report), "test_accuracy");
+  ASSERT_GE(expected, 0.95);
+
+  auto r = coach("submit examples/elastic.yaml --wait --json --at " + sched_addr_);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const std::string job = std::to_string(long(json_number(r.out, "job")));
+  auto st = coach("status " + job + " --json --at " + sched_addr_);
+  ASSERT_EQ(st.code, 0) << st.err;
+  EXPECT_NE(st.out.find("\"state\": \"succeeded\""), std::string::npos) << st.out;
+  EXPECT_DOUBLE_EQ(json_number(st.out, "test_accuracy"), expected) << st.out;
+  // Every sample of every epoch trained once, across all the changes.
+  std::string per_epoch = "\"epoch_samples\": [1438";
+  for (int e = 1; e < 20; ++e) per_epoch += ", 1438";
+  EXPECT_NE(st.out.find(per_epoch + "]"), std::string::npos) << st.out;
+  // Four worker ranks and four shards ran, on more than one node; two of each are left.
+  const auto workers_at = st.out.find("\"worker_nodes\": [");
+  const auto shards_at = st.out.find("\"shard_nodes\": [");
+  ASSERT_NE(workers_at, std::string::npos) << st.out;
+  ASSERT_NE(shards_at, std::string::npos) << st.out;
+  const auto list = [&](std::size_t at) { return st.out.substr(at, st.out.find(']', at) - at); };
+  EXPECT_EQ(count(list(workers_at), "\"node-"), 4u) << st.out;
+  EXPECT_EQ(count(list(shards_at), "\"node-"), 4u) << st.out;
+  std::set<std::string> used;
+  for (const char* n : {"node-a", "node-b", "node-c"})
+    if (list(shards_at).find(n) != std::string::npos) used.insert(n);
+  EXPECT_GE(used.size(), 2u) << st.out;
+  EXPECT_EQ(json_number(st.out, "workers"), 2) << st.out;
+  EXPECT_EQ(json_number(st.out, "shards"), 2) << st.out;
+}
+
+TEST_F(cluster, rescale_and_migrate_change_a_running_job_from_the_command_line) {
+  // Two epochs of Fashion-MNIST: 2 workers and 1 shard to start with.
+  const auto spec = work_dir() / "fashion-2.yaml";
+  {
+    std::ifstream in(std::string(COACH_SOURCE_DIR) + "/examples/fashion-mlp.yaml");
+    std::ofstream out(spec);
+    for (std::string line; std::getline(in, line);)
+      out << (line.starts_with("epochs:") ? "epochs: 2" : line) << "\n";
+  }
+  auto r = coach("submit " + spec.string() + " --workers 2 --shards 1 --json --at " + sched_addr_);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string job = std::to_string(long(json_number(r.out, "job")));
+  bool training = false;
+  for (int i = 0; i < 300 && !training; ++i) {
+    auto st = coach("status " + job + " --json --at " + sched_addr_);
+    training = json_number(st.out, "samples_done") > 3000;
+    if (!training) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(training);
+
+  // Wrong requests: one clear line each, exit code 2, the job untouched.
+  auto range = coach("rescale " + job + " --workers 99 --at " + sched_addr_);
+  EXPECT_EQ(range.code, 2) << range.err;
+  EXPECT_NE(range.err.find("--workers 99 is outside the job's workers range [1, 8]"),
+            std::string::npos)
+      << range.err;
+  EXPECT_EQ(count(range.err, "\n"), 1u) << range.err;
+  auto shard = coach("migrate " + job + " --shard 7 --to node-b --at " + sched_addr_);
+  EXPECT_EQ(shard.code, 2) << shard.err;
+  EXPECT_NE(shard.err.find("shard 7 owns no slices (live shards: 0)"), std::string::npos)
+      << shard.err;
+  auto node = coach("migrate " + job + " --shard 0 --to node-z --at " + sched_addr_);
+  EXPECT_EQ(node.code, 2) << node.err;
+  EXPECT_NE(node.err.find("no node named 'node-z'"), std::string::npos) << node.err;
+  auto none = coach("rescale 999 --workers 2 --at " + sched_addr_);
+  EXPECT_EQ(none.code, 2) << none.err;
+  EXPECT_NE(none.err.find("no job 999"), std::string::npos) << none.err;
+
+  // Grow to 3 workers and 2 shards, then move shard 0 to node b: all mid-epoch.
+  auto grow = coach("rescale " + job + " --workers 3 --shards 2 --at " + sched_addr_);
+  ASSERT_EQ(grow.code, 0) << grow.err;
+  EXPECT_NE(grow.err.find("goes to 3 worker(s) and 2 shard(s)"), std::string::npos) << grow.err;
+  auto move = coach("migrate " + job + " --shard 0 --to node-b --json --at " + sched_addr_);
+  ASSERT_EQ(move.code, 0) << move.err;
+  EXPECT_NE(move.out.find("\"accepted\": true"), std::string::npos) << move.out;
+
+  const std::string final_status = wait_for_end(job, sched_addr_);
+  EXPECT_NE(final_status.find("\"state\": \"succeeded\""), std::string::npos) << final_status;
+  EXPECT_GE(json_number(final_status, "test_accuracy"), 0.83) << final_status;
+  EXPECT_NE(final_status.find("\"epoch_samples\": [60000, 60000]"), std::string::npos)
+      << final_status;
+  EXPECT_EQ(json_number(final_status, "workers"), 3) << final_status;
+  EXPECT_EQ(json_number(final_status, "shards"), 2) << final_status;
+  // Shards 0 (start), 1 (rescale), 2 (migrate: on node b).
+  const auto shards_at = final_status.find("\"shard_nodes\": [");
+  ASSERT_NE(shards_at, std::string::npos) << final_status;
+  const auto shards = final_status.substr(shards_at, final_status.find(']', shards_at) - shards_at);
+  EXPECT_EQ(count(shards, "\"node-"), 3u) << final_status;
+  EXPECT_NE(shards.rfind("\"node-b\""), std::string::npos) << final_status;
+  EXPECT_EQ(shards.rfind("\"node-b\""), shards.size() - 8) << final_status;
+  // A finished job cannot change.
+  auto late = coach("rescale " + job + " --workers 2 --at " + sched_addr_);
+  EXPECT_EQ(late.code, 2) << late.err;
+  EXPECT_NE(late.err.find("already succeeded"), std::string::npos) << late.err;
 }
 
 TEST_F(cluster, unknown_job_and_missing_scheduler_are_clear_errors) {

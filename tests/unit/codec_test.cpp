@@ -29,7 +29,8 @@ constexpr msg_kind all_kinds[] = {
     msg_kind::chunk_request, msg_kind::chunk_grant, msg_kind::pull,
     msg_kind::push,          msg_kind::params,      msg_kind::snapshot_request,
     msg_kind::step_report,   msg_kind::control,     msg_kind::configure,
-    msg_kind::migrate,       msg_kind::transfer,    msg_kind::transfer_ack};
+    msg_kind::migrate,       msg_kind::transfer,    msg_kind::transfer_ack,
+    msg_kind::moved};
 
 /// An envelope with every field set to a value unlike its default and unlike the others.
 envelope full(msg_kind kind) {
@@ -352,8 +353,8 @@ TEST(codec, foreign_wire_version_is_refused) {
 TEST(codec, unknown_kind_is_refused) {
   EXPECT_EQ(decode_error(raw([](auto root) { root.setKind(schemas::MsgKind::UNKNOWN); })),
             "unknown message kind 0");
-  EXPECT_EQ(decode_error(raw([](auto root) { root.setKind(static_cast<schemas::MsgKind>(13)); })),
-            "unknown message kind 13");
+  EXPECT_EQ(decode_error(raw([](auto root) { root.setKind(static_cast<schemas::MsgKind>(14)); })),
+            "unknown message kind 14");
   EXPECT_EQ(decode_error(raw([](auto root) { root.setKind(static_cast<schemas::MsgKind>(300)); })),
             "unknown message kind 300");
 }

@@ -62,6 +62,22 @@ start_job full_start_job() {
   return s;
 }
 
+/// A running job grows: a worker (or a shard) added, placed, with its configuration.
+start_job growing_start_job(bool worker) {
+  start_job s = full_start_job();
+  s.workers_phase = false;
+  s.added_shards = {{4, 2}, {5, 0x7fff'fffe}};
+  s.added_workers = {{3, 1}, {9, 3}};
+  s.start = added_part{.worker = worker,
+                       .id = worker ? 9u : 5u,
+                       .first_step = worker ? 1234 : 0,
+                       .version = 17,
+                       .from_step = 1200,
+                       .members = {0, 1, 2, 9},
+                       .slice_owners = {0, 0, 5, 2, 1, 5, 4}};
+  return s;
+}
+
 job_status full_job_status(std::uint64_t job) {
   job_status s;
   s.job = job;
@@ -134,6 +150,9 @@ void expect_same(const start_job& a, const start_job& b) {
   EXPECT_EQ(a.shard_hosts, b.shard_hosts);
   EXPECT_EQ(a.worker_hosts, b.worker_hosts);
   EXPECT_EQ(a.peers, b.peers);
+  EXPECT_EQ(a.added_shards, b.added_shards);
+  EXPECT_EQ(a.added_workers, b.added_workers);
+  EXPECT_EQ(a.start, b.start);
 }
 
 void expect_same(const std::optional<error>& a, const std::optional<error>& b) {
@@ -178,6 +197,16 @@ void expect_same(const api_request& a, const api_request& b) {
     EXPECT_EQ(s->job, std::get<status_request>(b).job);
   } else if (const auto* c = std::get_if<cancel_request>(&a)) {
     EXPECT_EQ(c->job, std::get<cancel_request>(b).job);
+  } else if (const auto* r = std::get_if<rescale_request>(&a)) {
+    const auto& y = std::get<rescale_request>(b);
+    EXPECT_EQ(r->job, y.job);
+    EXPECT_EQ(r->workers, y.workers);
+    EXPECT_EQ(r->shards, y.shards);
+  } else if (const auto* m = std::get_if<migrate_request>(&a)) {
+    const auto& y = std::get<migrate_request>(b);
+    EXPECT_EQ(m->job, y.job);
+    EXPECT_EQ(m->shard, y.shard);
+    EXPECT_EQ(m->to_node, y.to_node);
   }
 }
 
@@ -253,6 +282,8 @@ std::vector<control_message> every_variant() {
   std::vector<control_message> all;
   all.push_back(full_heartbeat());
   all.push_back(full_start_job());
+  all.push_back(growing_start_job(true));
+  all.push_back(growing_start_job(false));
   all.push_back(stop_job{0xfeedull});
   all.push_back(command_reply{77, std::nullopt});
   all.push_back(command_reply{78, error{errc::not_found, "no such dataset: mnist/train"}});
@@ -260,6 +291,8 @@ std::vector<control_message> every_variant() {
   all.push_back(api_request{status_request{99}});
   all.push_back(api_request{nodes_request{}});
   all.push_back(api_request{cancel_request{100}});
+  all.push_back(api_request{rescale_request{101, 7, 3}});
+  all.push_back(api_request{migrate_request{102, 4, "node-b"}});
   const error why{errc::invalid_argument, "field 'workers' must be > 0"};
   for (const bool failed : {false, true}) {
     const auto failure = failed ? std::optional<error>(why) : std::nullopt;
@@ -458,9 +491,47 @@ TEST(control_codec, null_member_and_unknown_member_are_refused) {
   EXPECT_EQ(decode_error(unknown), "control message refused: unknown control message member 9");
 }
 
+TEST(control_codec, a_part_to_start_must_be_placed_and_well_formed) {
+  auto with = [](auto edit) {
+    return decode_error(raw([&](auto root) {
+      auto sj = root.initStartJob();
+      auto added = sj.initAddedWorkers(1);
+      added[0].setId(3);
+      added[0].setHost(1);
+      auto p = sj.initStart();
+      p.setWorker(true);
+      p.setId(3);
+      auto c = p.initConfig();
+      auto m = c.initMembers(2);
+      m.set(0, 0);
+      m.set(1, 3);
+      edit(sj, p, c);
+    }));
+  };
+  EXPECT_EQ(with([](auto, auto, auto) {}), "(decoded)");
+  EXPECT_EQ(with([](auto, auto p, auto) { p.setId(4); }),
+            "control message refused: startJob start names worker 4, which the added list does "
+            "not place");
+  EXPECT_EQ(with([](auto, auto p, auto) { p.setWorker(false); }),
+            "control message refused: startJob start names shard 3, which the added list does "
+            "not place");
+  EXPECT_EQ(with([](auto, auto p, auto) { p.setFirstStep(-1); }),
+            "control message refused: startJob start has a negative step");
+  EXPECT_EQ(with([](auto, auto, auto c) {
+              auto m = c.initMembers(2);
+              m.set(0, 3);
+              m.set(1, 3);
+            }),
+            "control message refused: startJob start members are not ascending and distinct");
+  EXPECT_EQ(decode_error(raw([](auto root) {
+              auto sj = root.initStartJob();
+              sj.initAddedShards(1)[0].setId(0);
+              sj.initStart();
+            })),
+            "control message refused: startJob start has no config");
+}
+
 TEST(control_codec, requests_and_replies_this_version_does_not_serve_are_refused) {
-  EXPECT_EQ(decode_error(raw([](auto root) { root.initRequest().initRescale().setJob(1); })),
-            "control message refused: job API request rescale is not served by this version");
   EXPECT_EQ(decode_error(raw([](auto root) { root.initRequest().initPolicy().setGet(); })),
             "control message refused: job API request policy is not served by this version");
   EXPECT_EQ(decode_error(raw([](auto root) { root.initReply().initPolicy(); })),
