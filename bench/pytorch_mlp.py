@@ -4,7 +4,8 @@ Debian's dataset-fashion-mnist), so one run can print Coach's samples/s next to 
 
     pip install torch numpy          # only for this benchmark; never needed by the build or tests
     python3 bench/pytorch_mlp.py [--samples 20000] [--batch 64] [--hidden 256,128]
-                                 [--optimizer adam|momentum|sgd] [--lr 0.001] [--threads 1] [--device cpu|cuda]
+                                 [--optimizer adam|momentum|sgd] [--lr 0.001] [--threads 1]
+                                 [--device cpu|cuda]
                                  [--epochs 1] [--json]
 
 Throughput is measured over the training steps of each epoch (data already in memory, batches
@@ -42,11 +43,18 @@ def main():
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cuda: compare with train_bench --backend cuda (FP32, no TF32)")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
 
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("pytorch_mlp: --device cuda, but torch sees no CUDA device "
+                         f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})")
+    # Full FP32 matrix products, as Coach's cuBLAS backend (no TF32 rounding of the inputs).
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     dev = torch.device(a.device)

@@ -3,10 +3,13 @@
 // with the same batch, optimizer and data (no actors, no shards), measured in the same run.
 //
 //   train_bench [--spec examples/fashion-mlp.yaml] [--samples 20000] [--repeat 3]
-//               [--configs 1x1,2x1,4x1,1x2,2x2,4x2] [--backend cpu] [--json]
+//               [--configs 1x1,2x1,4x1,1x2,2x2,4x2] [--backend cpu|cuda|auto] [--json]
 //
 // Each figure is the training throughput of one epoch over `samples` training rows (the
 // evaluation after the epoch is not timed). The ratio divides by the plain loop's samples/s.
+// --backend applies to both sides: the cluster's workers and the plain loop compute on it (the
+// shards' optimizer stays on the cpu, as in every run), so the ratio compares like with like.
+// auto is resolved once, before the rounds, and the backend used is printed.
 
 #include <CLI/CLI.hpp>
 
@@ -28,9 +31,12 @@ using namespace coach;
 
 /// The reference: one thread, one backend, forward/backward then the optimizer on the whole
 /// vector, over the same shuffled chunks the dispenser hands out.
-double plain_loop_samples_per_s(const scheduler::job_spec& spec, const worker::dataset_pair& data,
-                                kernels::backend_kind kind) {
-  auto be = std::move(*kernels::make_backend(kind));
+result<double> plain_loop_samples_per_s(const scheduler::job_spec& spec,
+                                        const worker::dataset_pair& data,
+                                        kernels::backend_kind kind) {
+  auto made = kernels::make_backend(kind);
+  if (!made) return std::unexpected(made.error());
+  auto be = std::move(*made);
   worker::mlp model(spec.model, int(data.train.features), data.train.classes);
   const std::size_t n = model.num_params();
   std::vector<float> host(n);
@@ -88,7 +94,7 @@ int main(int argc, char** argv) {
   app.add_option("--spec", spec_path, "Job spec whose model, batch, optimizer and data are used");
   app.add_option("--samples", samples, "Training rows per measured epoch");
   app.add_option("--configs", configs_text, "WORKERSxSHARDS list");
-  app.add_option("--backend", backend, "cpu | cuda | auto");
+  app.add_option("--backend", backend, "cpu | cuda | auto: the workers' and the plain loop's");
   app.add_option("--repeat", repeat, "Rounds; each figure is the best of its rounds");
   app.add_flag("--json", json, "Print one JSON object on the last line");
   CLI11_PARSE(app, argc, argv);
@@ -102,6 +108,17 @@ int main(int argc, char** argv) {
   if (!kind) {
     std::fprintf(stderr, "train_bench: %s\n", kind.error().message.c_str());
     return 2;
+  }
+  {
+    // Made once here so a backend that cannot run (cuda without a device) is a clear error, and
+    // auto becomes the backend it picks for every measurement below.
+    auto probe = kernels::make_backend(*kind);
+    if (!probe) {
+      std::fprintf(stderr, "train_bench: %s\n", probe.error().to_string().c_str());
+      return 2;
+    }
+    backend = std::string((*probe)->name());
+    kind = kernels::parse_backend_kind(backend);
   }
   spec->epochs = 1;
   spec->dataset.train_limit = samples;
@@ -130,7 +147,12 @@ int main(int argc, char** argv) {
   double plain = 0;
   std::vector<double> best(configs.size(), 0.0);
   for (int r = 0; r < repeat; ++r) {
-    plain = std::max(plain, plain_loop_samples_per_s(*spec, *data, *kind));
+    auto p = plain_loop_samples_per_s(*spec, *data, *kind);
+    if (!p) {
+      std::fprintf(stderr, "train_bench: %s\n", p.error().to_string().c_str());
+      return 1;
+    }
+    plain = std::max(plain, *p);
     for (std::size_t i = 0; i < configs.size(); ++i) {
       auto s = *spec;
       const auto& c = configs[i];
@@ -161,7 +183,7 @@ int main(int argc, char** argv) {
     results += item;
   }
   if (json)
-    std::printf("{\"plain_loop_samples_per_s\": %.1f, \"results\": [%s]}\n", plain,
-                results.c_str());
+    std::printf("{\"backend\": \"%s\", \"plain_loop_samples_per_s\": %.1f, \"results\": [%s]}\n",
+                backend.c_str(), plain, results.c_str());
   return 0;
 }

@@ -1,6 +1,9 @@
 #include "kernels/backend.hpp"
 
 #include "kernels/cpu/cpu_backend.hpp"
+#ifdef COACH_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.hpp"
+#endif
 
 namespace coach::kernels {
 
@@ -32,8 +35,13 @@ result<std::unique_ptr<backend>> make_backend(backend_kind kind) {
       return std::unique_ptr<backend>(std::make_unique<cpu_backend>());
     case backend_kind::cuda:
 #ifdef COACH_HAVE_CUDA
-      // TODO(cuda): return the cuBLAS backend once kernels/cuda/ has one.
-      return fail(errc::unsupported, "CUDA backend not implemented yet");
+    {
+      // Device 0 of those visible; a caller placing workers on several devices uses
+      // cuda_backend::make(device). Without a device: unsupported, saying why.
+      auto made = cuda_backend::make(0);
+      if (!made) return std::unexpected(made.error());
+      return std::unique_ptr<backend>(std::move(*made));
+    }
 #else
       return fail(errc::unsupported,
                   "this build has no CUDA backend (configure with COACH_ENABLE_CUDA=ON on a host "
@@ -45,16 +53,20 @@ result<std::unique_ptr<backend>> make_backend(backend_kind kind) {
 }
 
 std::string_view compiled_backends() noexcept {
-  // "cpu,cuda" once kernels/cuda/ holds a backend (issue 5); COACH_HAVE_CUDA alone only says the
-  // toolkit was found.
+#ifdef COACH_HAVE_CUDA
+  return "cpu,cuda";
+#else
   return "cpu";
+#endif
 }
 
 bool cuda_device_present() noexcept {
-  // With COACH_HAVE_CUDA this becomes cudaGetDeviceCount(&n) == cudaSuccess && n > 0, in a
-  // kernels/cuda/ source (this file stays plain C++). Until the CUDA backend exists, saying
-  // false keeps auto_select on the cpu backend, which is the only one that can be made.
+#ifdef COACH_HAVE_CUDA
+  // cudaGetDeviceCount, probed once per process (kernels/cuda/cuda_backend.cpp).
+  return cuda_device_count() > 0;
+#else
   return false;
+#endif
 }
 
 }  // namespace coach::kernels

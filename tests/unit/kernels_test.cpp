@@ -20,8 +20,12 @@ constexpr float nan_f = std::numeric_limits<float>::quiet_NaN();
 
 /// Backends the parameterized suite runs on. The cuda backend joins this list once it is built
 /// (COACH_HAVE_CUDA) and make_backend(backend_kind::cuda) returns one.
+/// Every op's finite-difference and reference checks run on each backend this host can make
+/// (cuda where a device is visible: the GPU machine).
 std::vector<backend_kind> tested_backends() {
-  return {backend_kind::cpu};
+  std::vector<backend_kind> out{backend_kind::cpu};
+  if (cuda_device_present()) out.push_back(backend_kind::cuda);
+  return out;
 }
 
 std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float lo = -1.0f,
