@@ -1,0 +1,525 @@
+#include "scheduler/job_store.hpp"
+
+#include <sqlite3.h>
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "common/format.hpp"
+
+namespace coach::scheduler {
+namespace {
+
+/// The schema this build reads and writes; a store with another version is refused rather than
+/// misread. docs/scheduler.md explains each table.
+constexpr std::string_view schema_version = "1";
+constexpr const char* schema_sql = R"sql(
+CREATE TABLE IF NOT EXISTS meta (
+  key   TEXT PRIMARY KEY,
+  value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+  id                INTEGER PRIMARY KEY,
+  name              TEXT NOT NULL,
+  model             TEXT NOT NULL,
+  spec              TEXT NOT NULL,
+  source_name       TEXT NOT NULL,
+  base_dir          TEXT NOT NULL,
+  submitted         REAL NOT NULL,
+  elastic           INTEGER NOT NULL,
+  min_workers       INTEGER NOT NULL,
+  max_workers       INTEGER NOT NULL,
+  requested_workers INTEGER NOT NULL,
+  min_shards        INTEGER NOT NULL,
+  max_shards        INTEGER NOT NULL,
+  requested_shards  INTEGER NOT NULL,
+  gpus_per_worker   INTEGER NOT NULL,
+  epochs_total      INTEGER NOT NULL,
+  state             TEXT NOT NULL,
+  state_since       REAL NOT NULL,
+  workers           INTEGER NOT NULL,
+  shards            INTEGER NOT NULL,
+  worker_nodes      TEXT NOT NULL,
+  shard_nodes       TEXT NOT NULL,
+  epochs_done       INTEGER NOT NULL,
+  message           TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS job_states (
+  job     INTEGER NOT NULL REFERENCES jobs(id),
+  at      REAL NOT NULL,
+  state   TEXT NOT NULL,
+  message TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS job_states_by_job ON job_states(job);
+CREATE TABLE IF NOT EXISTS allocations (
+  job          INTEGER NOT NULL REFERENCES jobs(id),
+  at           REAL NOT NULL,
+  workers      INTEGER NOT NULL,
+  shards       INTEGER NOT NULL,
+  worker_nodes TEXT NOT NULL,
+  shard_nodes  TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS allocations_by_job ON allocations(job);
+CREATE TABLE IF NOT EXISTS epochs (
+  job               INTEGER NOT NULL REFERENCES jobs(id),
+  epoch             INTEGER NOT NULL,
+  at                REAL NOT NULL,
+  workers           INTEGER NOT NULL,
+  shards            INTEGER NOT NULL,
+  seconds           REAL NOT NULL,
+  samples           INTEGER NOT NULL,
+  train_loss        REAL,
+  test_loss         REAL,
+  test_accuracy     REAL,
+  predicted_seconds REAL,
+  PRIMARY KEY (job, epoch));
+)sql";
+
+/// A prepared statement, finalized on destruction. Bind indices are 1-based, columns 0-based.
+class statement {
+ public:
+  statement(sqlite3* db, const char* sql) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~statement() { sqlite3_finalize(stmt_); }
+  statement(const statement&) = delete;
+  statement& operator=(const statement&) = delete;
+
+  bool ok() const { return rc_ == SQLITE_OK || rc_ == SQLITE_ROW || rc_ == SQLITE_DONE; }
+  statement& bind(int i, std::int64_t v) {
+    if (ok()) rc_ = sqlite3_bind_int64(stmt_, i, v);
+    return *this;
+  }
+  statement& bind(int i, int v) { return bind(i, std::int64_t(v)); }
+  statement& bind(int i, std::uint64_t v) { return bind(i, std::int64_t(v)); }
+  /// NaN and infinities are stored as NULL (SQLite turns NaN into NULL anyway).
+  statement& bind(int i, double v) {
+    if (ok())
+      rc_ = std::isfinite(v) ? sqlite3_bind_double(stmt_, i, v) : sqlite3_bind_null(stmt_, i);
+    return *this;
+  }
+  statement& bind(int i, std::optional<double> v) { return v ? bind(i, *v) : bind_null(i); }
+  statement& bind(int i, std::string_view v) {
+    // An empty view may have a null data(), which SQLite would store as NULL, not "".
+    if (ok())
+      rc_ = sqlite3_bind_text(stmt_, i, v.empty() ? "" : v.data(), int(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  statement& bind_null(int i) {
+    if (ok()) rc_ = sqlite3_bind_null(stmt_, i);
+    return *this;
+  }
+  /// SQLITE_ROW, SQLITE_DONE, or an error code.
+  int step() {
+    if (!ok()) return rc_;
+    rc_ = sqlite3_step(stmt_);
+    return rc_;
+  }
+  std::int64_t integer(int c) const { return sqlite3_column_int64(stmt_, c); }
+  double real(int c) const {
+    return sqlite3_column_type(stmt_, c) == SQLITE_NULL ? std::numeric_limits<double>::quiet_NaN()
+                                                        : sqlite3_column_double(stmt_, c);
+  }
+  std::optional<double> optional_real(int c) const {
+    if (sqlite3_column_type(stmt_, c) == SQLITE_NULL) return std::nullopt;
+    return sqlite3_column_double(stmt_, c);
+  }
+  std::string text(int c) const {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, c));
+    return p ? std::string(p, std::size_t(sqlite3_column_bytes(stmt_, c))) : std::string();
+  }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_ = SQLITE_OK;
+};
+
+std::string encode_nodes(std::span<const std::uint32_t> nodes) {
+  std::string out;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(nodes[i]);
+  }
+  return out;
+}
+
+std::optional<std::vector<std::uint32_t>> decode_nodes(std::string_view text) {
+  std::vector<std::uint32_t> out;
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    std::uint32_t v = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc{} || end != item.data() + item.size()) return std::nullopt;
+    out.push_back(v);
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+  }
+  return out;
+}
+
+constexpr const char* job_columns =
+    "id, name, model, spec, source_name, base_dir, submitted, elastic, min_workers, max_workers, "
+    "requested_workers, min_shards, max_shards, requested_shards, gpus_per_worker, epochs_total, "
+    "state, state_since, workers, shards, worker_nodes, shard_nodes, epochs_done, message";
+
+/// BEGIN IMMEDIATE ... COMMIT, rolled back unless commit() succeeds.
+class transaction {
+ public:
+  explicit transaction(sqlite3* db) : db_(db) {
+    ok_ = sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK;
+  }
+  ~transaction() {
+    if (ok_ && !done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  bool ok() const { return ok_; }
+  bool commit() {
+    done_ = sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) == SQLITE_OK;
+    return done_;
+  }
+
+ private:
+  sqlite3* db_;
+  bool ok_ = false;
+  bool done_ = false;
+};
+
+std::unexpected<error> sql_error(sqlite3* db, const std::string& path, std::string_view what) {
+  return std::unexpected<error>(
+      error{errc::io_error, coach::format("job store '{}': {}: {}", path, what,
+                                          db ? sqlite3_errmsg(db) : "out of memory")});
+}
+
+result<job_record> read_job(const statement& s, const std::string& path) {
+  job_record j;
+  j.id = std::uint64_t(s.integer(0));
+  j.name = s.text(1);
+  j.model = s.text(2);
+  j.spec_yaml = s.text(3);
+  j.source_name = s.text(4);
+  j.base_dir = s.text(5);
+  j.submitted = s.real(6);
+  j.elastic = s.integer(7) != 0;
+  j.min_workers = int(s.integer(8));
+  j.max_workers = int(s.integer(9));
+  j.requested_workers = int(s.integer(10));
+  j.min_shards = int(s.integer(11));
+  j.max_shards = int(s.integer(12));
+  j.requested_shards = int(s.integer(13));
+  j.gpus_per_worker = int(s.integer(14));
+  j.epochs_total = int(s.integer(15));
+  const std::string state = s.text(16);
+  auto parsed = parse_job_state(state);
+  if (!parsed)
+    return fail(errc::parse_error, "job store '{}': job {} has an unknown state '{}'", path, j.id,
+                state);
+  j.state = *parsed;
+  j.state_since = s.real(17);
+  j.workers = int(s.integer(18));
+  j.shards = int(s.integer(19));
+  auto wn = decode_nodes(s.text(20));
+  auto sn = decode_nodes(s.text(21));
+  if (!wn || !sn)
+    return fail(errc::parse_error, "job store '{}': job {} has a malformed node list", path, j.id);
+  j.worker_nodes = std::move(*wn);
+  j.shard_nodes = std::move(*sn);
+  j.epochs_done = int(s.integer(22));
+  j.message = s.text(23);
+  return j;
+}
+
+}  // namespace
+
+result<job_store> job_store::open(const std::string& path) {
+  sqlite3* db = nullptr;
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  job_store store(db, path);  // closes db on every return below
+  if (rc != SQLITE_OK) return sql_error(db, path, "cannot open");
+  sqlite3_busy_timeout(db, 5000);
+  sqlite3_extended_result_codes(db, 1);
+  if (path != ":memory:" &&
+      sqlite3_exec(db, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr) != SQLITE_OK)
+    return sql_error(db, path, "cannot use it");
+  if (sqlite3_exec(db, "PRAGMA foreign_keys=ON; PRAGMA synchronous=NORMAL", nullptr, nullptr,
+                   nullptr) != SQLITE_OK ||
+      sqlite3_exec(db, schema_sql, nullptr, nullptr, nullptr) != SQLITE_OK)
+    return sql_error(db, path, "cannot create its tables");
+  auto version = store.setting("schema");
+  if (!version) return std::unexpected(version.error());
+  if (!*version) {
+    if (auto set = store.set_setting("schema", schema_version); !set)
+      return std::unexpected(set.error());
+  } else if (**version != schema_version) {
+    return fail(errc::unsupported, "job store '{}' has schema version {}; this build reads {}",
+                path, **version, schema_version);
+  }
+  return store;
+}
+
+job_store::job_store(job_store&& other) noexcept
+    : db_(std::exchange(other.db_, nullptr)), path_(std::move(other.path_)) {}
+
+job_store& job_store::operator=(job_store&& other) noexcept {
+  if (this != &other) {
+    if (db_) sqlite3_close(db_);
+    db_ = std::exchange(other.db_, nullptr);
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+job_store::~job_store() {
+  if (db_) sqlite3_close(db_);
+}
+
+result<std::uint64_t> job_store::add_job(const job_record& job) {
+  transaction tx(db_);
+  if (!tx.ok()) return sql_error(db_, path_, "cannot begin a transaction");
+  std::uint64_t id = job.id;
+  if (id == 0) {
+    statement q(db_, "SELECT COALESCE(MAX(id), 0) + 1 FROM jobs");
+    if (q.step() != SQLITE_ROW) return sql_error(db_, path_, "cannot pick a job id");
+    id = std::uint64_t(q.integer(0));
+  } else {
+    statement q(db_, "SELECT 1 FROM jobs WHERE id = ?");
+    q.bind(1, id);
+    const int rc = q.step();
+    if (rc == SQLITE_ROW)
+      return fail(errc::invalid_argument, "job store '{}': job {} exists already", path_, id);
+    if (rc != SQLITE_DONE) return sql_error(db_, path_, "cannot look up a job");
+  }
+  const std::string sql = coach::format(
+      "INSERT INTO jobs ({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+      "?, ?, ?, ?)",
+      job_columns);
+  statement ins(db_, sql.c_str());
+  ins.bind(1, id)
+      .bind(2, std::string_view(job.name))
+      .bind(3, std::string_view(job.model))
+      .bind(4, std::string_view(job.spec_yaml))
+      .bind(5, std::string_view(job.source_name))
+      .bind(6, std::string_view(job.base_dir))
+      .bind(7, job.submitted)
+      .bind(8, job.elastic ? 1 : 0)
+      .bind(9, job.min_workers)
+      .bind(10, job.max_workers)
+      .bind(11, job.requested_workers)
+      .bind(12, job.min_shards)
+      .bind(13, job.max_shards)
+      .bind(14, job.requested_shards)
+      .bind(15, job.gpus_per_worker)
+      .bind(16, job.epochs_total)
+      .bind(17, to_string(job.state))
+      .bind(18, job.state_since)
+      .bind(19, job.workers)
+      .bind(20, job.shards)
+      .bind(21, std::string_view(encode_nodes(job.worker_nodes)))
+      .bind(22, std::string_view(encode_nodes(job.shard_nodes)))
+      .bind(23, job.epochs_done)
+      .bind(24, std::string_view(job.message));
+  if (ins.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot add a job");
+  statement st(db_, "INSERT INTO job_states (job, at, state, message) VALUES (?, ?, ?, ?)");
+  st.bind(1, id)
+      .bind(2, job.state_since)
+      .bind(3, to_string(job.state))
+      .bind(4, std::string_view(job.message));
+  if (st.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot add a state");
+  statement al(db_,
+               "INSERT INTO allocations (job, at, workers, shards, worker_nodes, shard_nodes) "
+               "VALUES (?, ?, ?, ?, ?, ?)");
+  al.bind(1, id)
+      .bind(2, job.state_since)
+      .bind(3, job.workers)
+      .bind(4, job.shards)
+      .bind(5, std::string_view(encode_nodes(job.worker_nodes)))
+      .bind(6, std::string_view(encode_nodes(job.shard_nodes)));
+  if (al.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot add an allocation");
+  if (!tx.commit()) return sql_error(db_, path_, "cannot commit");
+  return id;
+}
+
+result<void> job_store::set_state(std::uint64_t job, job_state state, double at,
+                                  std::string_view message) {
+  transaction tx(db_);
+  if (!tx.ok()) return sql_error(db_, path_, "cannot begin a transaction");
+  statement up(db_, "UPDATE jobs SET state = ?, state_since = ?, message = ? WHERE id = ?");
+  up.bind(1, to_string(state)).bind(2, at).bind(3, message).bind(4, job);
+  if (up.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot change a state");
+  if (sqlite3_changes(db_) == 0)
+    return fail(errc::not_found, "job store '{}': no job {}", path_, job);
+  statement st(db_, "INSERT INTO job_states (job, at, state, message) VALUES (?, ?, ?, ?)");
+  st.bind(1, job).bind(2, at).bind(3, to_string(state)).bind(4, message);
+  if (st.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot add a state");
+  if (!tx.commit()) return sql_error(db_, path_, "cannot commit");
+  return {};
+}
+
+result<void> job_store::set_allocation(std::uint64_t job, double at, int workers, int shards,
+                                       std::span<const std::uint32_t> worker_nodes,
+                                       std::span<const std::uint32_t> shard_nodes) {
+  const std::string wn = encode_nodes(worker_nodes), sn = encode_nodes(shard_nodes);
+  transaction tx(db_);
+  if (!tx.ok()) return sql_error(db_, path_, "cannot begin a transaction");
+  statement up(db_,
+               "UPDATE jobs SET workers = ?, shards = ?, worker_nodes = ?, shard_nodes = ? "
+               "WHERE id = ?");
+  up.bind(1, workers).bind(2, shards).bind(3, std::string_view(wn)).bind(4, std::string_view(sn));
+  up.bind(5, job);
+  if (up.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot change an allocation");
+  if (sqlite3_changes(db_) == 0)
+    return fail(errc::not_found, "job store '{}': no job {}", path_, job);
+  statement al(db_,
+               "INSERT INTO allocations (job, at, workers, shards, worker_nodes, shard_nodes) "
+               "VALUES (?, ?, ?, ?, ?, ?)");
+  al.bind(1, job).bind(2, at).bind(3, workers).bind(4, shards);
+  al.bind(5, std::string_view(wn)).bind(6, std::string_view(sn));
+  if (al.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot add an allocation");
+  if (!tx.commit()) return sql_error(db_, path_, "cannot commit");
+  return {};
+}
+
+result<void> job_store::add_epoch(std::uint64_t job, const epoch_record& e) {
+  transaction tx(db_);
+  if (!tx.ok()) return sql_error(db_, path_, "cannot begin a transaction");
+  statement up(db_, "UPDATE jobs SET epochs_done = MAX(epochs_done, ?) WHERE id = ?");
+  up.bind(1, std::int64_t(e.epoch) + 1).bind(2, job);
+  if (up.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot update a job");
+  if (sqlite3_changes(db_) == 0)
+    return fail(errc::not_found, "job store '{}': no job {}", path_, job);
+  statement ins(db_,
+                "INSERT OR REPLACE INTO epochs (job, epoch, at, workers, shards, seconds, samples, "
+                "train_loss, test_loss, test_accuracy, predicted_seconds) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  ins.bind(1, job)
+      .bind(2, std::int64_t(e.epoch))
+      .bind(3, e.at)
+      .bind(4, e.workers)
+      .bind(5, e.shards)
+      .bind(6, e.seconds)
+      .bind(7, e.samples)
+      .bind(8, e.train_loss)
+      .bind(9, e.test_loss)
+      .bind(10, e.test_accuracy)
+      .bind(11, e.predicted_seconds);
+  if (ins.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot add an epoch");
+  if (!tx.commit()) return sql_error(db_, path_, "cannot commit");
+  return {};
+}
+
+result<std::vector<job_record>> job_store::jobs() const {
+  const std::string sql = coach::format("SELECT {} FROM jobs ORDER BY id", job_columns);
+  statement q(db_, sql.c_str());
+  std::vector<job_record> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    auto j = read_job(q, path_);
+    if (!j) return std::unexpected(j.error());
+    out.push_back(std::move(*j));
+  }
+  if (rc != SQLITE_DONE) return sql_error(db_, path_, "cannot read the jobs");
+  return out;
+}
+
+result<job_record> job_store::job(std::uint64_t id) const {
+  const std::string sql = coach::format("SELECT {} FROM jobs WHERE id = ?", job_columns);
+  statement q(db_, sql.c_str());
+  q.bind(1, id);
+  const int rc = q.step();
+  if (rc == SQLITE_DONE) return fail(errc::not_found, "job store '{}': no job {}", path_, id);
+  if (rc != SQLITE_ROW) return sql_error(db_, path_, "cannot read a job");
+  return read_job(q, path_);
+}
+
+result<std::vector<epoch_record>> job_store::epochs(std::uint64_t job) const {
+  statement q(db_,
+              "SELECT epoch, at, workers, shards, seconds, samples, train_loss, test_loss, "
+              "test_accuracy, predicted_seconds FROM epochs WHERE job = ? ORDER BY epoch");
+  q.bind(1, job);
+  std::vector<epoch_record> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    epoch_record e;
+    e.epoch = std::uint32_t(q.integer(0));
+    e.at = q.real(1);
+    e.workers = int(q.integer(2));
+    e.shards = int(q.integer(3));
+    e.seconds = q.real(4);
+    e.samples = std::uint64_t(q.integer(5));
+    e.train_loss = q.real(6);
+    e.test_loss = q.real(7);
+    e.test_accuracy = q.real(8);
+    e.predicted_seconds = q.optional_real(9);
+    out.push_back(e);
+  }
+  if (rc != SQLITE_DONE) return sql_error(db_, path_, "cannot read epochs");
+  return out;
+}
+
+result<std::vector<state_change>> job_store::states(std::uint64_t job) const {
+  statement q(db_, "SELECT at, state, message FROM job_states WHERE job = ? ORDER BY rowid");
+  q.bind(1, job);
+  std::vector<state_change> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    const std::string text = q.text(1);
+    auto state = parse_job_state(text);
+    if (!state)
+      return fail(errc::parse_error, "job store '{}': job {} has an unknown state '{}'", path_, job,
+                  text);
+    out.push_back(state_change{q.real(0), *state, q.text(2)});
+  }
+  if (rc != SQLITE_DONE) return sql_error(db_, path_, "cannot read states");
+  return out;
+}
+
+result<std::vector<allocation_change>> job_store::allocations(std::uint64_t job) const {
+  statement q(db_,
+              "SELECT at, workers, shards, worker_nodes, shard_nodes FROM allocations WHERE job "
+              "= ? ORDER BY rowid");
+  q.bind(1, job);
+  std::vector<allocation_change> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    auto wn = decode_nodes(q.text(3));
+    auto sn = decode_nodes(q.text(4));
+    if (!wn || !sn)
+      return fail(errc::parse_error, "job store '{}': job {} has a malformed node list", path_,
+                  job);
+    out.push_back(allocation_change{q.real(0), int(q.integer(1)), int(q.integer(2)), std::move(*wn),
+                                    std::move(*sn)});
+  }
+  if (rc != SQLITE_DONE) return sql_error(db_, path_, "cannot read allocations");
+  return out;
+}
+
+result<void> job_store::set_setting(std::string_view key, std::string_view value) {
+  statement q(db_, "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)");
+  q.bind(1, key).bind(2, value);
+  if (q.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot store a setting");
+  return {};
+}
+
+result<std::optional<std::string>> job_store::setting(std::string_view key) const {
+  statement q(db_, "SELECT value FROM meta WHERE key = ?");
+  q.bind(1, key);
+  const int rc = q.step();
+  if (rc == SQLITE_DONE) return std::optional<std::string>();
+  if (rc != SQLITE_ROW) return sql_error(db_, path_, "cannot read a setting");
+  return std::optional<std::string>(q.text(0));
+}
+
+result<std::size_t> job_store::replay_epochs(perf_model& model) const {
+  statement q(db_,
+              "SELECT e.job, j.model, e.workers, e.shards, e.seconds FROM epochs e JOIN jobs j "
+              "ON j.id = e.job ORDER BY e.job, e.epoch");
+  std::size_t n = 0;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    model.observe(std::uint64_t(q.integer(0)), q.text(1), int(q.integer(2)), int(q.integer(3)),
+                  q.real(4));
+    ++n;
+  }
+  if (rc != SQLITE_DONE) return sql_error(db_, path_, "cannot read epochs");
+  return n;
+}
+
+}  // namespace coach::scheduler

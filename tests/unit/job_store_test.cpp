@@ -1,0 +1,265 @@
+// scheduler::job_store: what is stored comes back after the store is closed and reopened (a
+// restarted scheduler): every job with its state and allocation, the histories, the epochs,
+// the settings, fresh ids that do not reuse old ones, and a performance model relearned from
+// the stored epochs. Bad paths and foreign files are errors, not crashes.
+
+#include "scheduler/job_store.hpp"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <unistd.h>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace coach::scheduler {
+namespace {
+
+namespace fs = std::filesystem;
+
+::testing::AssertionResult has(const std::string& text, std::string_view part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
+}
+
+/// A temporary directory, removed with everything in it at the end of the test.
+class temp_dir {
+ public:
+  temp_dir() {
+    static std::atomic<int> counter{0};
+    path_ = fs::temp_directory_path() /
+            ("coach_job_store_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(path_);
+  }
+  ~temp_dir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+job_record sample_job(const std::string& name, const std::string& model) {
+  job_record j;
+  j.name = name;
+  j.model = model;
+  j.spec_yaml = "name: " + name + "\nepochs: 3\n";
+  j.source_name = name + ".yaml";
+  j.base_dir = "/home/user";
+  j.submitted = 1.7e9 + 0.25;
+  j.elastic = true;
+  j.min_workers = 1;
+  j.max_workers = 8;
+  j.requested_workers = 2;
+  j.min_shards = 1;
+  j.max_shards = 4;
+  j.requested_shards = 2;
+  j.gpus_per_worker = 1;
+  j.epochs_total = 3;
+  j.state_since = j.submitted;
+  return j;
+}
+
+TEST(job_store, a_reopened_store_returns_every_job_it_knew) {
+  temp_dir dir;
+  const std::string path = dir.file("jobs.db");
+  std::vector<job_record> expected;
+  {
+    auto store = job_store::open(path);
+    ASSERT_TRUE(store) << store.error().message;
+    auto a = sample_job("fashion", "mlp-256");
+    auto b = sample_job("digits", "mlp-64");
+    b.elastic = false;
+    auto c = sample_job("cancelled-one", "mlp-64");
+    for (auto* j : {&a, &b, &c}) {
+      auto id = store->add_job(*j);
+      ASSERT_TRUE(id) << id.error().message;
+      j->id = *id;
+    }
+    EXPECT_EQ(a.id, 1u);
+    EXPECT_EQ(b.id, 2u);
+    EXPECT_EQ(c.id, 3u);
+
+    // a: started, grew, ran two epochs. b: started, then failed. c: cancelled while queued.
+    ASSERT_TRUE(store->set_state(a.id, job_state::running, 1.7e9 + 10));
+    const std::vector<std::uint32_t> wn{7, 9}, sn{7};
+    ASSERT_TRUE(store->set_allocation(a.id, 1.7e9 + 10, 2, 1, wn, sn));
+    const std::vector<std::uint32_t> wn2{7, 9, 9, 11}, sn2{7, 11};
+    ASSERT_TRUE(store->set_allocation(a.id, 1.7e9 + 50, 4, 2, wn2, sn2));
+    epoch_record e0{0, 1.7e9 + 40, 2, 1, 30.0, 60000, 0.9, 0.8, 0.7, std::nullopt};
+    epoch_record e1{1, 1.7e9 + 60, 4, 2, 16.0, 60000, 0.5, 0.45, 0.83, 15.5};
+    ASSERT_TRUE(store->add_epoch(a.id, e0));
+    ASSERT_TRUE(store->add_epoch(a.id, e1));
+    ASSERT_TRUE(store->set_state(b.id, job_state::running, 1.7e9 + 11));
+    ASSERT_TRUE(store->set_state(b.id, job_state::failed, 1.7e9 + 12, "worker died"));
+    ASSERT_TRUE(store->set_state(c.id, job_state::cancelled, 1.7e9 + 13, "by the user"));
+    ASSERT_TRUE(store->set_setting("policy", "coach"));
+
+    a.state = job_state::running;
+    a.state_since = 1.7e9 + 10;
+    a.workers = 4;
+    a.shards = 2;
+    a.worker_nodes = wn2;
+    a.shard_nodes = sn2;
+    a.epochs_done = 2;
+    b.state = job_state::failed;
+    b.state_since = 1.7e9 + 12;
+    b.message = "worker died";
+    c.state = job_state::cancelled;
+    c.state_since = 1.7e9 + 13;
+    c.message = "by the user";
+    expected = {a, b, c};
+  }
+  // A restarted scheduler.
+  auto store = job_store::open(path);
+  ASSERT_TRUE(store) << store.error().message;
+  auto jobs = store->jobs();
+  ASSERT_TRUE(jobs) << jobs.error().message;
+  ASSERT_EQ(jobs->size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ((*jobs)[i], expected[i]) << "job " << i + 1;
+  auto one = store->job(2);
+  ASSERT_TRUE(one);
+  EXPECT_EQ(*one, expected[1]);
+
+  auto states = store->states(1);
+  ASSERT_TRUE(states);
+  ASSERT_EQ(states->size(), 2u);
+  EXPECT_EQ((*states)[0], (state_change{1.7e9 + 0.25, job_state::queued, ""}));
+  EXPECT_EQ((*states)[1], (state_change{1.7e9 + 10, job_state::running, ""}));
+  auto failed = store->states(2);
+  ASSERT_TRUE(failed);
+  ASSERT_EQ(failed->size(), 3u);
+  EXPECT_EQ(failed->back().message, "worker died");
+
+  auto allocations = store->allocations(1);
+  ASSERT_TRUE(allocations);
+  ASSERT_EQ(allocations->size(), 3u);  // the initial (none), then 2 workers, then 4
+  EXPECT_EQ((*allocations)[0].workers, 0);
+  EXPECT_EQ((*allocations)[1], (allocation_change{1.7e9 + 10, 2, 1, {7, 9}, {7}}));
+  EXPECT_EQ((*allocations)[2], (allocation_change{1.7e9 + 50, 4, 2, {7, 9, 9, 11}, {7, 11}}));
+
+  auto epochs = store->epochs(1);
+  ASSERT_TRUE(epochs);
+  ASSERT_EQ(epochs->size(), 2u);
+  EXPECT_EQ((*epochs)[0],
+            (epoch_record{0, 1.7e9 + 40, 2, 1, 30.0, 60000, 0.9, 0.8, 0.7, std::nullopt}));
+  EXPECT_EQ((*epochs)[1].predicted_seconds, 15.5);
+
+  auto policy = store->setting("policy");
+  ASSERT_TRUE(policy);
+  EXPECT_EQ(*policy, std::optional<std::string>("coach"));
+  auto missing = store->setting("nothing");
+  ASSERT_TRUE(missing);
+  EXPECT_FALSE(*missing);
+
+  // New ids continue after the old ones.
+  auto d = store->add_job(sample_job("next", "mlp-64"));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(*d, 4u);
+}
+
+TEST(job_store, errors_name_the_job_and_keep_the_store_usable) {
+  auto store = job_store::open(":memory:");
+  ASSERT_TRUE(store) << store.error().message;
+  auto j = sample_job("a", "m");
+  j.id = 10;
+  ASSERT_TRUE(store->add_job(j));
+  auto again = store->add_job(j);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, errc::invalid_argument);
+  EXPECT_TRUE(has(again.error().message, "job 10 exists already"));
+  auto unknown = store->set_state(99, job_state::running, 1);
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().code, errc::not_found);
+  EXPECT_EQ(unknown.error().message, "job store ':memory:': no job 99");
+  EXPECT_EQ(store->set_allocation(99, 1, 1, 1, {}, {}).error().code, errc::not_found);
+  EXPECT_EQ(store->add_epoch(99, {}).error().code, errc::not_found);
+  EXPECT_EQ(store->job(99).error().code, errc::not_found);
+  // The failed calls left nothing behind: one job, its one state.
+  EXPECT_EQ(store->jobs()->size(), 1u);
+  EXPECT_EQ(store->states(10)->size(), 1u);
+  auto next = store->add_job(sample_job("b", "m"));
+  ASSERT_TRUE(next);
+  EXPECT_EQ(*next, 11u);
+}
+
+TEST(job_store, an_epoch_recorded_twice_is_replaced_and_nan_losses_survive) {
+  auto store = job_store::open(":memory:");
+  ASSERT_TRUE(store);
+  const auto id = *store->add_job(sample_job("a", "m"));
+  epoch_record e{0, 5, 1, 1, 12, 100, NAN, NAN, 0.5, std::nullopt};
+  ASSERT_TRUE(store->add_epoch(id, e));
+  e.seconds = 11;
+  ASSERT_TRUE(store->add_epoch(id, e));
+  auto epochs = store->epochs(id);
+  ASSERT_TRUE(epochs);
+  ASSERT_EQ(epochs->size(), 1u);
+  EXPECT_EQ((*epochs)[0].seconds, 11);
+  EXPECT_TRUE(std::isnan((*epochs)[0].train_loss));
+  EXPECT_EQ(store->job(id)->epochs_done, 1);
+}
+
+TEST(job_store, a_restarted_scheduler_relearns_its_model_from_stored_epochs) {
+  const perf_theta truth{10, 600, 4, 1, 2};
+  temp_dir dir;
+  const std::string path = dir.file("jobs.db");
+  {
+    auto store = job_store::open(path);
+    ASSERT_TRUE(store);
+    for (int k = 0; k < 3; ++k) {
+      const auto id = *store->add_job(sample_job("j" + std::to_string(k), "resnet"));
+      std::uint32_t epoch = 0;
+      for (int w : {1, 2, 4, 8})
+        ASSERT_TRUE(store->add_epoch(id, {epoch++, 0, w, 2, epoch_seconds(truth, w, 2), 1000}));
+    }
+  }
+  auto store = job_store::open(path);
+  ASSERT_TRUE(store);
+  perf_model model;
+  auto n = store->replay_epochs(model);
+  ASSERT_TRUE(n) << n.error().message;
+  EXPECT_EQ(*n, 12u);
+  auto t = model.predict(100, "resnet", 6, 2);
+  ASSERT_TRUE(t);
+  EXPECT_NEAR(*t / epoch_seconds(truth, 6, 2), 1, 0.05);
+  const auto summary = model.summary();
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_EQ(summary[0].jobs, 3u);
+}
+
+TEST(job_store, bad_paths_and_foreign_files_are_errors) {
+  temp_dir dir;
+  auto missing_dir = job_store::open(dir.file("no/such/dir/jobs.db"));
+  ASSERT_FALSE(missing_dir);
+  EXPECT_EQ(missing_dir.error().code, errc::io_error);
+  EXPECT_TRUE(has(missing_dir.error().message, "no/such/dir/jobs.db"));
+
+  const std::string text = dir.file("notes.txt");
+  std::ofstream(text) << "this is not a database, but long enough to have a header page......\n";
+  auto foreign = job_store::open(text);
+  ASSERT_FALSE(foreign);
+  EXPECT_EQ(foreign.error().code, errc::io_error);
+  EXPECT_TRUE(has(foreign.error().message, "notes.txt"));
+
+  // A store written by a newer schema is refused, not misread.
+  const std::string newer = dir.file("newer.db");
+  ASSERT_TRUE(job_store::open(newer));
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(newer.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = '2' WHERE key = 'schema'", nullptr, nullptr,
+                         nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto refused = job_store::open(newer);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, errc::unsupported);
+  EXPECT_TRUE(has(refused.error().message, "schema version 2; this build reads 1"));
+}
+
+}  // namespace
+}  // namespace coach::scheduler
