@@ -383,6 +383,7 @@ struct scheduler_state {
     auto& job = it->second;
     if (o.failure) return end(job, job_state::failed, o.failure);
     job.status.test_accuracy = o.result.test_accuracy;
+    job.status.changes = o.result.changes;
     job.status.epochs_done = std::uint32_t(o.result.epochs.size());
     if (o.result.cancelled)
       end(job, job_state::cancelled, coach::error{errc::cancelled, "cancelled by the user"});

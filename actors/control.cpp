@@ -217,6 +217,20 @@ void put_job_status(wire::JobStatus::Builder b, const job_status& s) {
   b.setSeconds(s.seconds);
   auto es = b.initEpochSamples(static_cast<unsigned>(s.epoch_samples.size()));
   for (unsigned i = 0; i < s.epoch_samples.size(); ++i) es.set(i, s.epoch_samples[i]);
+  auto cs = b.initChanges(static_cast<unsigned>(s.changes.size()));
+  for (unsigned i = 0; i < s.changes.size(); ++i) {
+    const auto& c = s.changes[i];
+    put_text([&](unsigned n) { return cs[i].initWhat(n); }, c.what);
+    cs[i].setStep(c.step);
+    cs[i].setJoinMs(c.join_ms);
+    cs[i].setTransferMs(c.transfer_ms);
+    cs[i].setMovedBytes(c.moved_bytes);
+    cs[i].setGapMs(c.gap_ms);
+    cs[i].setStepMs(c.step_ms);
+    cs[i].setPauseMs(c.pause_ms);
+    cs[i].setSamplesPerSecondBefore(c.samples_per_s_before);
+    cs[i].setSamplesPerSecondAfter(c.samples_per_s_after);
+  }
 }
 
 void put_reply(wire::Reply::Builder b, const api_reply& r) {
@@ -471,6 +485,13 @@ job_status get_job_status(wire::JobStatus::Reader r) {
   if (es.size() > max_epochs)
     refuse("job status lists {} epochs (at most {})", es.size(), max_epochs);
   for (auto n : es) s.epoch_samples.push_back(n);
+  const auto cs = r.getChanges();
+  check_count(cs, "job status changes", max_items);
+  for (const auto c : cs)
+    s.changes.push_back({get_text(c.getWhat(), "job status change"), c.getStep(), c.getJoinMs(),
+                         c.getTransferMs(), c.getMovedBytes(), c.getGapMs(), c.getStepMs(),
+                         c.getPauseMs(), c.getSamplesPerSecondBefore(),
+                         c.getSamplesPerSecondAfter()});
   return s;
 }
 

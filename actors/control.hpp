@@ -16,6 +16,7 @@
 #include "common/error.hpp"
 #include "ps/job_config.hpp"
 #include "scheduler/host_probe.hpp"
+#include "scheduler/job_report.hpp"
 
 namespace coach::actors {
 
@@ -109,13 +110,14 @@ struct job_status {
   std::uint64_t samples_epoch = 0;  ///< per epoch
   std::uint32_t workers = 0;
   std::uint32_t shards = 0;
-  std::vector<std::string> worker_nodes;     ///< node name by rank
-  std::vector<std::string> shard_nodes;      ///< node name by shard id
-  std::vector<job_link_traffic> traffic;     ///< this job's bytes between hosts
-  std::string error;                         ///< why it failed; empty otherwise
-  std::uint16_t error_code = 0;              ///< coach::errc of the failure; 0 otherwise
-  double seconds = 0;                        ///< since it started running
-  std::vector<std::uint64_t> epoch_samples;  ///< samples trained in each finished epoch
+  std::vector<std::string> worker_nodes;          ///< node name by rank
+  std::vector<std::string> shard_nodes;           ///< node name by shard id
+  std::vector<job_link_traffic> traffic;          ///< this job's bytes between hosts
+  std::string error;                              ///< why it failed; empty otherwise
+  std::uint16_t error_code = 0;                   ///< coach::errc of the failure; 0 otherwise
+  double seconds = 0;                             ///< since it started running
+  std::vector<std::uint64_t> epoch_samples;       ///< samples trained in each finished epoch
+  std::vector<scheduler::change_report> changes;  ///< timed changes (once the job ended)
 };
 
 /// What `coach nodes` shows of one node.

@@ -56,8 +56,33 @@ struct assembly {
 /// while it runs (`coach rescale`, `coach migrate`), with the node a new shard goes to.
 struct change_request {
   scheduler::schedule_action action;
-  std::string node;  ///< empty: where the hooks decide
+  std::string node;                                 ///< empty: where the hooks decide
+  std::optional<clock_type::time_point> requested;  ///< empty: when its step comes (schedule)
 };
+
+/// A completed step: all its reports are in (its update is applied on every shard).
+struct step_done {
+  std::int64_t step = 0;
+  clock_type::time_point at;
+  std::uint64_t samples = 0;
+  double gap_ms = 0;  ///< since the step completed before it
+};
+
+/// A change being timed (scheduler::change_report).
+struct change_timing {
+  scheduler::change_report rep;
+  clock_type::time_point requested;
+  std::optional<clock_type::time_point> orders_sent;
+  bool adds_workers = false;
+  bool boundary_done = false;
+  std::size_t steps_after = 0;
+  std::uint64_t samples_after = 0;
+  clock_type::time_point after_start;
+};
+
+double ms_between(clock_type::time_point a, clock_type::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
 
 struct master_state {
   std::shared_ptr<const job_context> ctx;
@@ -90,6 +115,9 @@ struct master_state {
   bool change_failed = false;  ///< a new shard of the change could not start: it is dropped
   std::vector<std::pair<endpoint, migrate_order>> orders_waiting;
   std::size_t acks_awaited = 0;
+  // Timing of changes (scheduler::change_report): the last completed steps, the changes.
+  std::deque<step_done> recent;
+  std::vector<change_timing> timings;
   std::uint32_t next_rank = 0;
   std::uint32_t next_shard = 0;
   /// Every configuration published, by first step: the members each step expects.
@@ -130,6 +158,7 @@ struct master_state {
   /// transfers' acknowledgements.
   bool begin_change(std::int64_t s, const change_request& req) {
     const auto& a = req.action;
+    start_timing(s, req);
     using kind = scheduler::schedule_action::kind_type;
     ps::job_config next = cfg;
     next.version = cfg.version + 1;
@@ -180,6 +209,7 @@ struct master_state {
             watch(r, *ok);
           else
             ++parts_awaited;  // starting on another node
+          timings.back().adds_workers = true;
         }
         break;
       }
@@ -224,6 +254,10 @@ struct master_state {
     // One order per (source, destination) pair: the source hands over at version s.
     std::map<std::pair<std::uint32_t, std::uint32_t>, std::vector<ps::key_range>> orders;
     for (const auto& mv : moves) orders[{mv.from, mv.to}].push_back(cfg.map.slice_range(mv.slice));
+    const std::size_t floats_per_key = 1 + ctx->spec.optimizer.state_per_param();
+    for (const auto& mv : moves)
+      timings.back().rep.moved_bytes +=
+          cfg.map.slice_range(mv.slice).size() * floats_per_key * sizeof(float);
     for (auto& [ft, ranges] : orders) {
       migrate_order o{s, ft.second, next.version, {}};
       std::sort(ranges.begin(), ranges.end(), [](auto& x, auto& y) { return x.begin < y.begin; });
@@ -243,6 +277,7 @@ struct master_state {
 
   /// The change's parts are up: sends its migrate orders. True when it is done at once.
   bool send_orders() {
+    if (!orders_waiting.empty() && !timings.empty()) timings.back().orders_sent = clock_type::now();
     for (auto& [src, o] : orders_waiting) {
       ctx->net->send(make_migrate(ctx->master, src, ctx->job, o));
       ++acks_awaited;
@@ -298,6 +333,7 @@ struct master_state {
   std::string request_change(change_request c) {
     if (done || cancelled) return "the job is ending";
     c.action.at_step = open_step + 1;
+    c.requested = clock_type::now();
     auto at = std::upper_bound(
         actions.begin(), actions.end(), c.action.at_step,
         [](std::int64_t s, const change_request& x) { return s < x.action.at_step; });
@@ -346,7 +382,74 @@ struct master_state {
   void publish() {
     cfg = std::move(*next_cfg);
     next_cfg.reset();
+    if (!timings.empty() && timings.back().orders_sent)
+      timings.back().rep.transfer_ms = ms_between(*timings.back().orders_sent, clock_type::now());
     send_config();
+  }
+
+  /// A change begins at step s: what it is and, from the steps before, how fast the job went.
+  void start_timing(std::int64_t s, const change_request& req) {
+    using kind = scheduler::schedule_action::kind_type;
+    change_timing t;
+    t.requested = req.requested.value_or(clock_type::now());
+    const auto& a = req.action;
+    t.rep.what = coach::format("{} {}",
+                               a.kind == kind::workers  ? "workers"
+                               : a.kind == kind::shards ? "shards"
+                                                        : "migrate",
+                               a.value);
+    if (!req.node.empty()) t.rep.what += " to " + req.node;
+    t.rep.step = s;
+    // Before: the steps completed before the request (not those waiting at its boundary).
+    std::vector<double> gaps;
+    std::uint64_t samples = 0;
+    std::optional<clock_type::time_point> first, last;
+    for (const auto& d : recent) {
+      if (d.at > t.requested) break;
+      if (!first) {
+        first = d.at;
+      } else {
+        gaps.push_back(d.gap_ms);
+        samples += d.samples;
+      }
+      last = d.at;
+    }
+    if (!gaps.empty()) {
+      std::nth_element(gaps.begin(), gaps.begin() + std::ptrdiff_t(gaps.size() / 2), gaps.end());
+      t.rep.step_ms = gaps[gaps.size() / 2];
+      const double ms = ms_between(*first, *last);
+      if (ms > 0) t.rep.samples_per_s_before = double(samples) * 1000.0 / ms;
+    }
+    timings.push_back(std::move(t));
+  }
+
+  /// Step `step` is complete (every member reported): times the changes it concerns.
+  void step_completed(std::int64_t step, std::uint64_t samples) {
+    const auto now = clock_type::now();
+    step_done d{step, now, samples, 0};
+    for (auto it = recent.rbegin(); it != recent.rend(); ++it)
+      if (it->step < step) {
+        d.gap_ms = ms_between(it->at, now);
+        break;
+      }
+    recent.push_back(d);
+    while (recent.size() > 21) recent.pop_front();
+    for (auto& t : timings) {
+      if (t.boundary_done) {
+        if (t.steps_after >= 20 || step <= t.rep.step) continue;
+        ++t.steps_after;
+        t.samples_after += samples;
+        const double ms = ms_between(t.after_start, now);
+        if (ms > 0) t.rep.samples_per_s_after = double(t.samples_after) * 1000.0 / ms;
+        continue;
+      }
+      if (step != t.rep.step) continue;
+      t.boundary_done = true;
+      t.after_start = now;
+      t.rep.gap_ms = d.gap_ms;
+      if (t.rep.step_ms >= 0) t.rep.pause_ms = std::max(0.0, d.gap_ms - t.rep.step_ms);
+      if (t.adds_workers) t.rep.join_ms = ms_between(t.requested, now);
+    }
   }
 
   void send_config() {
@@ -548,6 +651,12 @@ struct master_state {
     if (mine == it->second.by_rank.end()) return;
     auto& c = mine->second;
     ++it->second.reported;
+    if (it->second.reported == it->second.expected) {
+      std::uint64_t samples = 0;
+      for (const auto& [r, chunk] : it->second.by_rank)
+        if (chunk) samples += chunk->size();
+      step_completed(it->first, samples);
+    }
     auto& last = last_report.try_emplace(m.hdr.rank, -1).first->second;
     last = std::max(last, m.hdr.step);
     if (c && dispenser->complete(*c)) {
@@ -643,6 +752,7 @@ struct master_state {
     result.backend = std::string(kernels::to_string(ctx->backend));
     result.num_params = ctx->model.num_params();
     result.bytes_moved = ctx->net->traffic().total_bytes();
+    for (const auto& t : timings) result.changes.push_back(t.rep);
     if (last_params) result.params = *last_params;
     caf::anon_send(observer, done_atom::value, job_outcome{std::nullopt, std::move(result)});
   }

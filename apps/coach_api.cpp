@@ -74,6 +74,10 @@ std::string to_json(const actors::job_status& s) {
   for (std::size_t i = 0; i < s.epoch_samples.size(); ++i)
     epochs += coach::format("{}{}", i ? ", " : "", s.epoch_samples[i]);
   out += coach::format("\"epoch_samples\": {}], ", epochs);
+  std::string changes;
+  for (std::size_t i = 0; i < s.changes.size(); ++i)
+    changes += (i ? ", " : "") + scheduler::to_json(s.changes[i]);
+  out += coach::format("\"changes\": [{}], ", changes);
   out += coach::format("\"seconds\": {}, \"error\": {}, \"error_code\": {}, ",
                        json_number(s.seconds), json_string(s.error), s.error_code);
   out += coach::format("\"cross_host_bytes\": {}, \"traffic\": [", cross_host_bytes(s));

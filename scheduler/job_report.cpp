@@ -53,6 +53,15 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
+std::string to_json(const change_report& c) {
+  return coach::format(
+      "{{\"what\": {}, \"step\": {}, \"join_ms\": {}, \"transfer_ms\": {}, "
+      "\"moved_bytes\": {}, \"gap_ms\": {}, \"step_ms\": {}, \"pause_ms\": {}, "
+      "\"samples_per_s_before\": {}, \"samples_per_s_after\": {}}}",
+      quoted(c.what), c.step, num(c.join_ms), num(c.transfer_ms), c.moved_bytes, num(c.gap_ms),
+      num(c.step_ms), num(c.pause_ms), num(c.samples_per_s_before), num(c.samples_per_s_after));
+}
+
 std::string to_json(const job_result& r) {
   std::string out = "{\n";
   out += coach::format("  \"name\": {},\n  \"cancelled\": {},\n", quoted(r.name),
@@ -73,7 +82,11 @@ std::string to_json(const job_result& r) {
         i ? "," : "", e.epoch + 1, num(e.train_loss), num(e.test_loss), num(e.test_accuracy),
         num(e.seconds), num(e.samples_per_s), e.samples, e.steps, e.workers, e.shards);
   }
-  out += r.epochs.empty() ? "]\n" : "\n  ]\n";
+  out += r.epochs.empty() ? "],\n" : "\n  ],\n";
+  out += "  \"changes\": [";
+  for (std::size_t i = 0; i < r.changes.size(); ++i)
+    out += coach::format("{}\n    {}", i ? "," : "", to_json(r.changes[i]));
+  out += r.changes.empty() ? "]\n" : "\n  ]\n";
   out += "}\n";
   return out;
 }

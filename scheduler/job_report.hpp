@@ -35,6 +35,21 @@ struct epoch_report {
   std::uint32_t shards = 0;
 };
 
+/// One change of a running job's workers or shards (docs/design.md "Elastic jobs"), timed by
+/// its job master. Times in milliseconds; -1 where it does not apply.
+struct change_report {
+  std::string what;               ///< "workers 3", "shards 2", "migrate 0 to node-b"
+  std::int64_t step = 0;          ///< the first step of the new configuration
+  double join_ms = -1;            ///< request -> the first step with the new workers is applied
+  double transfer_ms = -1;        ///< migrate orders sent -> the last slice adopted
+  std::uint64_t moved_bytes = 0;  ///< values and optimizer state of the slices moved
+  double gap_ms = -1;             ///< between the step before the change and its first step applied
+  double step_ms = -1;            ///< median gap between applied steps before the request
+  double pause_ms = -1;           ///< gap_ms - step_ms (the time the change added), at least 0
+  double samples_per_s_before = -1;  ///< over up to 20 steps before the request
+  double samples_per_s_after = -1;   ///< over up to 20 steps after the change
+};
+
 /// The outcome of a whole job.
 struct job_result {
   std::string name;
@@ -46,8 +61,9 @@ struct job_result {
   std::uint32_t shards = 0;
   std::string backend;
   std::uint64_t num_params = 0;
-  std::uint64_t bytes_moved = 0;  ///< data-path bytes counted by the transport
-  std::vector<float> params;      ///< final parameters (not written to the report)
+  std::uint64_t bytes_moved = 0;       ///< data-path bytes counted by the transport
+  std::vector<change_report> changes;  ///< every change of workers or shards, in order
+  std::vector<float> params;           ///< final parameters (not written to the report)
 };
 
 /// A JSON number (6 significant digits); null for NaN and infinities.
@@ -55,6 +71,8 @@ std::string json_number(double v);
 /// A JSON string literal, quotes included, with control characters escaped.
 std::string json_string(const std::string& s);
 
+/// One change as a JSON object (no newline).
+std::string to_json(const change_report& c);
 /// The report as one JSON object (docs/report.md lists the fields).
 std::string to_json(const job_result& r);
 

@@ -75,6 +75,21 @@ struct JobStatus {
   shardNodes @16 :List(Text);  # node name by shard id
   seconds @17 :Float64;        # since the job started running
   epochSamples @18 :List(UInt64);  # samples trained in each finished epoch, in order
+  changes @19 :List(ChangeReport);  # the job's changes of workers or shards (once it ended)
+}
+
+# One change of a running job, timed by its master (scheduler::change_report); -1 = n/a.
+struct ChangeReport {
+  what @0 :Text;               # "workers 3", "shards 2", "migrate 0 to node-b"
+  step @1 :Int64;              # first step of the new configuration
+  joinMs @2 :Float64;          # request -> first step with the new workers applied
+  transferMs @3 :Float64;      # migrate orders sent -> last slice adopted
+  movedBytes @4 :UInt64;       # values and optimizer state moved
+  gapMs @5 :Float64;           # between the step before the change and its first step applied
+  stepMs @6 :Float64;          # median gap between applied steps before the request
+  pauseMs @7 :Float64;         # gapMs - stepMs, at least 0
+  samplesPerSecondBefore @8 :Float64;
+  samplesPerSecondAfter @9 :Float64;
 }
 
 struct StatusReply {

@@ -219,6 +219,29 @@ TEST(train_elastic, example_rescales_mid_epoch_and_reaches_95_percent) {
   EXPECT_EQ(r->epochs[1].shards, 3u);
   EXPECT_EQ(r->workers, 2u);
   EXPECT_EQ(r->shards, 2u);
+  // The master timed every change (the report's "changes").
+  ASSERT_EQ(r->changes.size(), 6u);
+  const char* what[] = {"workers 3", "shards 3", "migrate 0", "workers 4", "shards 2", "workers 2"};
+  const std::size_t key_bytes = 2 * sizeof(float);  // momentum: value and velocity per key
+  for (std::size_t i = 0; i < 6; ++i) {
+    const auto& c = r->changes[i];
+    SCOPED_TRACE(c.what);
+    EXPECT_EQ(c.what, what[i]);
+    EXPECT_EQ(c.step, spec->schedule[i].at_step);
+    const bool grows = i == 0 || i == 3, moves = i == 1 || i == 2 || i == 4;
+    EXPECT_EQ(c.join_ms >= 0, grows);
+    EXPECT_EQ(c.transfer_ms >= 0, moves);
+    EXPECT_EQ(c.moved_bytes > 0, moves);
+    EXPECT_EQ(c.moved_bytes % key_bytes, 0u);
+    EXPECT_GE(c.gap_ms, 0);
+    EXPECT_GE(c.pause_ms, 0);
+    EXPECT_GT(c.samples_per_s_before, 0);
+    EXPECT_GT(c.samples_per_s_after, 0);
+  }
+  // 1 -> 3 shards moves about two thirds of the 4,810 keys; a migration all of one shard's.
+  EXPECT_GT(r->changes[1].moved_bytes, 4810 * key_bytes * 4 / 10);
+  EXPECT_LT(r->changes[1].moved_bytes, 4810 * key_bytes * 8 / 10);
+  EXPECT_LE(r->changes[2].moved_bytes, 4810 * key_bytes / 2);
 }
 
 TEST(train_elastic, migrating_and_adding_shards_is_invisible_to_the_math) {

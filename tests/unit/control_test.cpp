@@ -99,6 +99,8 @@ job_status full_job_status(std::uint64_t job) {
   s.error = "worker 2: out of memory";
   s.error_code = std::uint16_t(errc::resource_exhausted);
   s.seconds = 61.5;
+  s.changes = {{"workers 3", 10, 41.5, -1, 0, 12.25, 3.5, 8.75, 9000.5, 12000.25},
+               {"migrate 0 to node-b", 40, -1, 55.5, 1 << 30, 70.0, 5.0, 65.0, 1e6, 2e6}};
   return s;
 }
 
@@ -182,6 +184,21 @@ void expect_same(const job_status& a, const job_status& b) {
   EXPECT_EQ(a.error, b.error);
   EXPECT_EQ(a.error_code, b.error_code);
   expect_same_double(a.seconds, b.seconds, "seconds");
+  ASSERT_EQ(a.changes.size(), b.changes.size());
+  for (std::size_t i = 0; i < a.changes.size(); ++i) {
+    const auto &x = a.changes[i], &y = b.changes[i];
+    EXPECT_EQ(x.what, y.what);
+    EXPECT_EQ(x.step, y.step);
+    EXPECT_EQ(x.moved_bytes, y.moved_bytes);
+    for (auto [p, q] : {std::pair{x.join_ms, y.join_ms},
+                        {x.transfer_ms, y.transfer_ms},
+                        {x.gap_ms, y.gap_ms},
+                        {x.step_ms, y.step_ms},
+                        {x.pause_ms, y.pause_ms},
+                        {x.samples_per_s_before, y.samples_per_s_before},
+                        {x.samples_per_s_after, y.samples_per_s_after}})
+      expect_same_double(p, q, "change timing");
+  }
 }
 
 void expect_same(const api_request& a, const api_request& b) {
