@@ -229,7 +229,7 @@ struct shard_state {
         continue;
       }
       const transfer_ack ack{it->version, it->from, core->id()};
-      if (auto ok = core->adopt(*it); !ok) {
+      if (auto ok = core->adopt(std::move(*it)); !ok) {
         report(ok.error());
       } else {
         ctx->net->send(make_transfer_ack(self_ep, ctx->master, ctx->job, ack));

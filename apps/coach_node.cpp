@@ -14,6 +14,7 @@
 #include <string>
 
 #include "actors/cluster.hpp"
+#include "common/huge_pages.hpp"
 #include "scheduler/host_probe.hpp"
 
 namespace {
@@ -33,6 +34,7 @@ bool is_wildcard(const std::string& address) {
 
 int main(int argc, char** argv) {
   using namespace coach;
+  use_huge_pages(argv);  // large buffers on huge pages (common/huge_pages.hpp)
   CLI::App app{"coach-node: the Coach daemon of one host", "coach-node"};
   std::string listen, join, name, advertise, gpus_text;
   bool is_scheduler = false;

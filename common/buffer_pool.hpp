@@ -21,6 +21,10 @@ namespace coach {
 class float_buffer {
  public:
   explicit float_buffer(std::size_t n) : data_(n) {}
+  /// Takes `v` as its storage (no copy).
+  explicit float_buffer(std::vector<float> v) noexcept : data_(std::move(v)) {}
+  /// Gives its storage away (no copy); it is empty afterwards.
+  std::vector<float> take() noexcept { return std::move(data_); }
   float* data() noexcept { return data_.data(); }
   const float* data() const noexcept { return data_.data(); }
   std::size_t size() const noexcept { return data_.size(); }
@@ -39,6 +43,9 @@ class buffer_pool {
 
   /// A buffer of size floats(), contents unspecified (recycled buffers keep old values).
   std::shared_ptr<float_buffer> acquire();
+  /// `v` (of size floats()) as a buffer of this pool, without copying it: memory that is
+  /// already written costs no page faults to hand on.
+  std::shared_ptr<float_buffer> adopt(std::vector<float> v);
 
   std::size_t floats() const noexcept { return floats_; }
   /// Buffers created so far (a steady value in a loop means no allocation per message).

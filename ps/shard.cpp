@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include "common/enforce.hpp"
 
@@ -173,12 +174,23 @@ result<slice_transfer> shard::release(const std::vector<key_range>& ranges, std:
   if (c < cut.size())
     return fail(errc::protocol_error, "shard {}: keys [{}, {}) are not owned here", id_,
                 cut[c].begin, cut[c].end);
-  const std::span<const float> values = values_->span();  // read in place, not copied
   slice_transfer t;
   t.from = id_;
   t.to = to;
   t.version = applied_;
   t.updates = updates_;
+  if (keep.empty() && values_.use_count() == 1) {
+    // Everything goes and nobody reads the values: hand the storage over instead of copying
+    // it (the owned runs are laid out in key order, so it is the transfer's layout already).
+    for (const auto& p : go) t.ranges.push_back(p.range);
+    t.ranges = merged(t.ranges);
+    t.values = values_->take();
+    t.state_a = std::move(state_a_);
+    t.state_b = std::move(state_b_);
+    relayout({}, {}, {}, {});
+    return t;
+  }
+  const std::span<const float> values = values_->span();  // read in place, not copied
   for (const auto& p : go) {
     t.ranges.push_back(p.range);
     append(t.values, values, p);
@@ -196,6 +208,24 @@ result<slice_transfer> shard::release(const std::vector<key_range>& ranges, std:
   }
   relayout(merged(kr), std::move(kv), std::move(ka), std::move(kb));
   return t;
+}
+
+result<void> shard::adopt(slice_transfer&& t) {
+  if (!ranges_.empty()) return adopt(std::as_const(t));
+  // An empty shard takes a transfer's storage as its own (after the same checks as a copy).
+  std::size_t n = 0;
+  for (const auto& r : t.ranges) n += r.size();
+  const std::size_t per = opt_.state_per_param();
+  const auto sorted = merged(t.ranges);
+  if (t.values.size() != n || t.state_a.size() != (per >= 1 ? n : 0) ||
+      t.state_b.size() != (per >= 2 ? n : 0) || sorted != t.ranges)
+    return adopt(std::as_const(t));  // its refusal says what is wrong
+  applied_ = t.version;
+  updates_ = t.updates;
+  if (auto it = schedule_.upper_bound(applied_); it != schedule_.begin())
+    members_ = std::prev(it)->second;
+  relayout(sorted, std::move(t.values), std::move(t.state_a), std::move(t.state_b));
+  return {};
 }
 
 result<void> shard::adopt(const slice_transfer& t) {
@@ -261,10 +291,10 @@ void shard::relayout(std::vector<key_range> ranges, std::vector<float> values, s
     total += r.size();
   }
   COACH_ENFORCE(values.size() == total, "relayout: values do not match the ranges");
-  // A fresh pool: readers of the old values keep their buffer (its pool lives on with it).
+  // A fresh pool: readers of the old values keep their buffer (its pool lives on with it). The
+  // values become its first buffer without a copy.
   pool_ = std::make_unique<buffer_pool>(total);
-  values_ = pool_->acquire();
-  std::copy(values.begin(), values.end(), values_->data());
+  values_ = pool_->adopt(std::move(values));
   const std::size_t per = opt_.state_per_param();
   state_a_ = per >= 1 ? std::move(a) : std::vector<float>{};
   state_b_ = per >= 2 ? std::move(b) : std::vector<float>{};

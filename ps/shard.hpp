@@ -137,6 +137,8 @@ class shard {
   /// them to equal its own. Errors: protocol_error on a version mismatch, overlapping ranges,
   /// or sizes that disagree with the ranges.
   result<void> adopt(const slice_transfer& t);
+  /// The same; a shard that owns nothing takes the transfer's storage without copying it.
+  result<void> adopt(slice_transfer&& t);
   /// Steps applied with samples (Adam's t).
   std::int64_t updates() const noexcept { return updates_; }
 

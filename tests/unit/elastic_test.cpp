@@ -384,7 +384,7 @@ class elastic_sim {
           continue;
         }
         if (adopt) {
-          auto ok = sh.adopt(it->t);
+          auto ok = sh.adopt(std::move(it->t));  // an empty shard takes the storage
           ASSERT_TRUE(ok) << ok.error().message;
           message a;
           a.k = message::kind::ack;
@@ -552,6 +552,56 @@ TEST(shard_elastic, release_and_adopt_move_values_and_state) {
   EXPECT_EQ(a.ranges(), (std::vector<key_range>{{0, 8}}));
   EXPECT_EQ(std::vector<float>(a.values().begin(), a.values().end()),
             (std::vector<float>{-1, 0, 1, 2, 3, 4, 5, 6}));
+}
+
+TEST(shard_elastic, a_whole_shard_moves_without_copying_its_values) {
+  // A migration hands a shard's storage over (no copy, no page faults for large shards):
+  // release of everything it owns moves the buffers out, adoption by an empty shard moves
+  // them in. The values and state arrive intact and updates go on from them.
+  auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
+  optimizer_config opt;
+  opt.kind = optimizer_kind::momentum;
+  opt.sgd = {1.0f, 0.5f, 0.0f};
+  std::vector<float> init{0, 1, 2, 3, 4, 5};
+  shard a(0, opt, *be, {{0, 2}, {4, 8}}, init);
+  a.set_members({0});
+  const float* storage = a.values().data();
+  auto t = a.release({{4, 8}, {0, 2}}, 1);
+  ASSERT_TRUE(t) << t.error().message;
+  EXPECT_EQ(t->values.data(), storage) << "released by moving, not copying";
+  EXPECT_EQ(t->ranges, (std::vector<key_range>{{0, 2}, {4, 8}}));
+  EXPECT_EQ(t->values, init);
+  EXPECT_EQ(t->state_a, std::vector<float>(6, 0.0f));
+  EXPECT_TRUE(a.ranges().empty());
+  EXPECT_TRUE(a.values().empty());
+
+  shard b(1, opt, *be, {}, {});
+  const float* moved = t->values.data();
+  ASSERT_TRUE(b.adopt(std::move(*t)));
+  EXPECT_EQ(b.values().data(), moved) << "adopted by moving, not copying";
+  EXPECT_EQ(b.ranges(), (std::vector<key_range>{{0, 2}, {4, 8}}));
+  EXPECT_EQ(std::vector<float>(b.values().begin(), b.values().end()), init);
+  b.set_members({0});
+  contribution c;
+  auto g = std::make_shared<std::vector<float>>(6, 1.0f);
+  c.rank = 0;
+  c.samples = 1;
+  c.parts = {{g->data(), 2}, {g->data() + 2, 4}};
+  c.keep_alive = g;
+  ASSERT_TRUE(b.push(0, std::move(c)));
+  EXPECT_EQ(std::vector<float>(b.values().begin(), b.values().end()),
+            (std::vector<float>{-1, 0, 1, 2, 3, 4}));
+
+  // A shard someone still reads (a worker holds its values) copies instead: the reader's
+  // view stays valid.
+  std::vector<float> seven_eight{7, 8};
+  shard d(2, opt, *be, {{0, 2}}, seven_eight);
+  auto reader = d.share_values();
+  auto copied = d.release({{0, 2}}, 3);
+  ASSERT_TRUE(copied);
+  EXPECT_NE(copied->values.data(), reader->data());
+  EXPECT_EQ(reader->data()[1], 8.0f);
+  EXPECT_EQ(copied->values, (std::vector<float>{7, 8}));
 }
 
 TEST(shard_elastic, bad_transfers_and_releases_are_refused_with_the_reason) {

@@ -1,0 +1,437 @@
+// rescale_bench: what changing a running job costs, measured between processes on loopback
+// (docs/performance.md, "Rescale"). Two coach-node processes (node-a runs the scheduler and the
+// job masters) run digits jobs; the bench asks for changes through the job API as `coach
+// rescale` and `coach migrate` do, and reads the job master's timing of each change
+// (scheduler::change_report, in `coach status`) once the job has ended:
+//
+//   join:     a job of 1 worker grows to 2, 3, 4 workers; the time from each request to the
+//             first step with the new worker applied (join_ms).
+//   migrate:  a job of 1 worker (node-a) and 1 shard (node-b) whose model has 4, 64, 256 MiB of
+//             parameters (plain SGD: the shard's state is its values) moves the shard to
+//             node-a; the pause is the gap between the steps around the move less the median
+//             step before it, next to the transfer time of the shard's bytes at the throughput
+//             of raw ZeroMQ between two processes measured in the same run (an echo of the same
+//             size: one way takes half a round trip).
+//   throughput: samples/s over up to 20 steps before each change and after it.
+//
+// With --json, one JSON object on the last line:
+//   {"join_ms", "joins_ms": [...], "migrations": [{"size_bytes", "pause_ms", "transfer_ms",
+//    "handover_ms", "gap_ms", "step_ms", "link_gbps"}], "throughput": {...}}
+#include <CLI/CLI.hpp>
+#include <caf/all.hpp>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/api_client.hpp"
+#include "common/format.hpp"
+#include "scheduler/job_report.hpp"
+
+extern char** environ;
+
+namespace {
+
+using namespace coach;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+// --- processes ----------------------------------------------------------------------------
+
+struct child {
+  pid_t pid = -1;
+};
+
+child spawn(const std::string& program, const std::vector<std::string>& args,
+            const fs::path& log = {}) {
+  std::vector<std::string> all{program};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (!log.empty()) {
+    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  }
+  child c;
+  if (posix_spawn(&c.pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) c.pid = -1;
+  posix_spawn_file_actions_destroy(&fa);
+  return c;
+}
+
+void stop(std::vector<child>& children) {
+  for (auto& c : children)
+    if (c.pid > 0) ::kill(c.pid, SIGTERM);
+  for (auto& c : children) {
+    if (c.pid <= 0) continue;
+    // A draining node waits for its job parts; the bench cancels its jobs first, so this is
+    // short. Past 20 s something is wrong: kill it.
+    const auto deadline = clock_type::now() + 20s;
+    int status = 0;
+    while (::waitpid(c.pid, &status, WNOHANG) == 0) {
+      if (clock_type::now() > deadline) {
+        ::kill(c.pid, SIGKILL);
+        ::waitpid(c.pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  children.clear();
+}
+
+std::string free_address() {
+  zmq::context_t ctx;
+  zmq::socket_t s(ctx, zmq::socket_type::router);
+  s.bind("tcp://127.0.0.1:0");
+  return s.get(zmq::sockopt::last_endpoint);
+}
+
+int serve_echo(const std::string& listen) {
+  zmq::context_t ctx;
+  zmq::socket_t s(ctx, zmq::socket_type::router);
+  s.set(zmq::sockopt::linger, 0);
+  s.bind(listen);
+  std::vector<zmq::message_t> parts;
+  for (;;) {
+    parts.clear();
+    if (!zmq::recv_multipart(s, std::back_inserter(parts))) continue;
+    zmq::send_multipart(s, parts);
+  }
+}
+
+/// One-way throughput (GB/s) of raw ZeroMQ between two processes for messages of `bytes`: the
+/// median round trip of an echo, halved.
+double link_gbps(std::size_t bytes) {
+  std::vector<child> echo;
+  const std::string addr = free_address();
+  echo.push_back(spawn("/proc/self/exe", {"--serve-echo", addr}));
+  zmq::context_t ctx;
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(addr);
+  std::vector<char> payload(bytes, 'x');
+  zmq::message_t reply;
+  s.send(zmq::buffer(payload), zmq::send_flags::none);  // warm up; waits for the bind
+  (void)s.recv(reply);
+  std::vector<double> rtt;
+  const auto until = clock_type::now() + 1s;
+  while (rtt.size() < 5 || (clock_type::now() < until && rtt.size() < 200)) {
+    const auto t0 = clock_type::now();
+    s.send(zmq::buffer(payload), zmq::send_flags::none);
+    (void)s.recv(reply);
+    rtt.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
+  }
+  s.close();
+  for (auto& c : echo) ::kill(c.pid, SIGKILL), ::waitpid(c.pid, nullptr, 0);
+  std::sort(rtt.begin(), rtt.end());
+  return double(bytes) / (rtt[rtt.size() / 2] / 2) / 1e9;
+}
+
+// --- the cluster, through the job API -----------------------------------------------------
+
+struct cluster {
+  std::string at;
+  std::vector<child> nodes;
+  std::unique_ptr<actors::api_client> api;
+  fs::path dir;
+
+  result<actors::api_reply> call(const actors::api_request& r) {
+    auto reply = api->call(r, 30s);
+    if (!reply) return reply;
+    if (reply->failure) return std::unexpected(*reply->failure);
+    return reply;
+  }
+
+  result<actors::job_status> status(std::uint64_t job) {
+    auto r = call(actors::status_request{job});
+    if (!r) return std::unexpected(r.error());
+    const auto& jobs = std::get<actors::status_reply>(r->body).jobs;
+    if (jobs.empty()) return fail(errc::not_found, "no job {}", job);
+    return jobs.front();
+  }
+
+  /// Samples trained so far (every epoch).
+  result<std::uint64_t> progress(std::uint64_t job) {
+    auto s = status(job);
+    if (!s) return std::unexpected(s.error());
+    std::uint64_t n = s->samples_done;
+    for (auto e : s->epoch_samples) n += e;
+    if (s->state != actors::job_state::running && s->state != actors::job_state::queued)
+      return fail(errc::internal, "job {} ended ({}): {}", job, to_string(s->state), s->error);
+    return n;
+  }
+
+  /// Waits until job has trained `samples` more samples than `from`.
+  result<void> train_past(std::uint64_t job, std::uint64_t samples, std::chrono::seconds limit) {
+    const auto deadline = clock_type::now() + limit;
+    std::optional<std::uint64_t> start;
+    while (clock_type::now() < deadline) {
+      auto n = progress(job);
+      if (!n) return std::unexpected(n.error());
+      if (!start) start = *n;
+      if (*n >= *start + samples) return {};
+      std::this_thread::sleep_for(20ms);
+    }
+    return fail(errc::internal, "job {} made no progress for {} s", job, limit.count());
+  }
+
+  /// Cancels the job and waits for its end; its final status (with the changes).
+  result<actors::job_status> finish(std::uint64_t job) {
+    if (auto c = call(actors::cancel_request{job}); !c) return std::unexpected(c.error());
+    for (int i = 0; i < 1200; ++i) {
+      auto s = status(job);
+      if (!s) return s;
+      if (s->state != actors::job_state::running && s->state != actors::job_state::queued) return s;
+      std::this_thread::sleep_for(50ms);
+    }
+    return fail(errc::internal, "job {} did not stop", job);
+  }
+
+  result<std::uint64_t> submit(const std::string& spec_yaml) {
+    auto r = call(actors::submit_request{spec_yaml, "rescale_bench.yaml", dir.string(), 0, 0});
+    if (!r) return std::unexpected(r.error());
+    return std::get<actors::submit_reply>(r->body).job;
+  }
+};
+
+result<cluster> start_cluster(const fs::path& dir) {
+  cluster c;
+  c.dir = dir;
+  c.at = free_address();
+  const std::string node = std::string(COACH_BINARY_DIR) + "/apps/coach-node";
+  c.nodes.push_back(
+      spawn(node, {"--listen", c.at, "--scheduler", "--name", "node-a", "--heartbeat", "0.25"},
+            dir / "node-a.log"));
+  c.nodes.push_back(spawn(
+      node, {"--listen", free_address(), "--join", c.at, "--name", "node-b", "--heartbeat", "0.25"},
+      dir / "node-b.log"));
+  auto api = actors::api_client::open(c.at);
+  if (!api) return std::unexpected(api.error());
+  c.api = std::move(*api);
+  for (int i = 0; i < 100; ++i) {
+    auto r = c.api->call(actors::nodes_request{}, 2s);
+    if (r && !r->failure) {
+      const auto& nodes = std::get<actors::nodes_reply>(r->body).nodes;
+      if (std::count_if(nodes.begin(), nodes.end(), [](auto& n) { return n.alive; }) == 2) return c;
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  return fail(errc::internal, "the two coach-node processes did not come up (logs in {})",
+              dir.string());
+}
+
+std::string digits_spec(std::size_t hidden, int batch, const char* optimizer) {
+  return coach::format(
+      "name: rescale-bench\n"
+      "dataset: {{format: csv, path: {}/data/digits.csv.gz, test_fraction: 0.2}}\n"
+      "model: {{type: mlp, hidden: [{}], activation: relu}}\n"
+      "optimizer: {}\n"
+      "batch_size: {}\nepochs: 100000\nseed: 3\n"
+      "workers: {{min: 1, max: 4, initial: 1}}\nshards: {{min: 1, max: 4, initial: 1}}\n",
+      COACH_SOURCE_DIR, hidden, optimizer, batch);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string num(double v) {
+  return scheduler::json_number(v);
+}
+
+struct migration {
+  std::size_t size_bytes = 0;
+  double link_gbps = 0;
+  double transfer_ms = 0;                      ///< size / link throughput
+  std::vector<scheduler::change_report> reps;  ///< each migration of this size
+  scheduler::change_report rep;                ///< the one of median pause
+};
+
+int run(const std::vector<std::size_t>& sizes_mib, int joins, int repeat, bool json, bool keep) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("coach-rescale-bench-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto c = start_cluster(dir);
+  if (!c) {
+    std::fprintf(stderr, "rescale_bench: %s\n", c.error().message.c_str());
+    return 1;
+  }
+  auto fail_with = [&](const coach::error& e) {
+    std::fprintf(stderr, "rescale_bench: %s (node logs in %s)\n", e.message.c_str(),
+                 dir.string().c_str());
+    stop(c->nodes);
+    return 1;
+  };
+
+  // Joins: 1 -> 2 -> ... workers, a few steps apart.
+  std::vector<scheduler::change_report> join_reports;
+  {
+    auto job = c->submit(digits_spec(64, 32, "{type: sgd, learning_rate: 0.05}"));
+    if (!job) return fail_with(job.error());
+    if (auto ok = c->train_past(*job, 32 * 30, 60s); !ok) return fail_with(ok.error());
+    for (int n = 2; n <= 1 + joins; ++n) {
+      auto r = c->call(actors::rescale_request{*job, std::uint32_t(n), 0});
+      if (!r) return fail_with(r.error());
+      if (auto ok = c->train_past(*job, std::uint64_t(32 * n * 30), 60s); !ok)
+        return fail_with(ok.error());
+    }
+    auto end = c->finish(*job);
+    if (!end) return fail_with(end.error());
+    join_reports = end->changes;
+  }
+  std::vector<double> joins_ms;
+  for (const auto& r : join_reports) joins_ms.push_back(r.join_ms);
+  if (!json) {
+    std::printf("%-12s %10s %12s %12s\n", "change", "join_ms", "before_sps", "after_sps");
+    for (const auto& r : join_reports)
+      std::printf("%-12s %10.2f %12.0f %12.0f\n", r.what.c_str(), r.join_ms, r.samples_per_s_before,
+                  r.samples_per_s_after);
+  }
+
+  // Migrations of a shard of each size from node-b to node-a (the worker's node).
+  std::vector<migration> migrations;
+  for (const auto mib : sizes_mib) {
+    const std::size_t floats = mib << 18;                                     // MiB of f32
+    const std::size_t hidden = std::max<std::size_t>(1, (floats - 10) / 75);  // 64-H-10 MLP
+    migration m;
+    m.size_bytes = (75 * hidden + 10) * sizeof(float);
+    m.link_gbps = link_gbps(m.size_bytes);
+    m.transfer_ms = double(m.size_bytes) / (m.link_gbps * 1e9) * 1e3;
+    auto job = c->submit(digits_spec(hidden, 8, "{type: sgd, learning_rate: 0.01}"));
+    if (!job) return fail_with(job.error());
+    if (auto ok = c->train_past(*job, 8 * 6, 300s); !ok) return fail_with(ok.error());
+    // Shard i moves whole to a new shard i + 1, alternately on node-a (beside the worker) and
+    // node-b: every move crosses processes.
+    for (int i = 0; i < repeat; ++i) {
+      auto r =
+          c->call(actors::migrate_request{*job, std::uint32_t(i), i % 2 ? "node-b" : "node-a"});
+      if (!r) return fail_with(r.error());
+      if (auto ok = c->train_past(*job, 8 * 6, 300s); !ok) return fail_with(ok.error());
+    }
+    auto end = c->finish(*job);
+    if (!end) return fail_with(end.error());
+    if (end->changes.size() != std::size_t(repeat))
+      return fail_with({errc::internal, "a migration of a shard was not timed"});
+    m.reps = end->changes;
+    auto by_pause = m.reps;
+    std::sort(by_pause.begin(), by_pause.end(),
+              [](auto& a, auto& b) { return a.pause_ms < b.pause_ms; });
+    m.rep = by_pause[by_pause.size() / 2];
+    migrations.push_back(m);
+    if (!json)
+      for (const auto& rep : m.reps)
+        std::printf(
+            "migrate %4zu MiB: pause %8.1f ms (gap %8.1f - step %8.1f) | transfer at %.2f GB/s "
+            "%8.1f ms | handover %8.1f ms | %8.0f -> %8.0f samples/s\n",
+            mib, rep.pause_ms, rep.gap_ms, rep.step_ms, m.link_gbps, m.transfer_ms, rep.transfer_ms,
+            rep.samples_per_s_before, rep.samples_per_s_after);
+  }
+  stop(c->nodes);
+  if (!keep) fs::remove_all(dir);
+
+  const double join = median(joins_ms);
+  if (!json) {
+    std::printf("join: median %.2f ms over %zu joins (goal < 100 ms)\n", join, joins_ms.size());
+    for (const auto& m : migrations)
+      std::printf("migrate %zu bytes: median pause %.1f ms vs transfer %.1f ms + 20 ms: %s\n",
+                  m.size_bytes, m.rep.pause_ms, m.transfer_ms,
+                  m.rep.pause_ms <= m.transfer_ms + 20 ? "met" : "NOT met");
+    return 0;
+  }
+  std::string out = coach::format("{{\"join_ms\": {}, \"joins_ms\": [", num(join));
+  for (std::size_t i = 0; i < joins_ms.size(); ++i) out += (i ? ", " : "") + num(joins_ms[i]);
+  out += "], \"migrations\": [";
+  for (std::size_t i = 0; i < migrations.size(); ++i) {
+    const auto& m = migrations[i];
+    out += coach::format(
+        "{}{{\"size_bytes\": {}, \"pause_ms\": {}, \"transfer_ms\": {}, \"handover_ms\": {}, "
+        "\"gap_ms\": {}, \"step_ms\": {}, \"link_gbps\": {}, \"pauses_ms\": [",
+        i ? ", " : "", m.size_bytes, num(m.rep.pause_ms), num(m.transfer_ms),
+        num(m.rep.transfer_ms), num(m.rep.gap_ms), num(m.rep.step_ms), num(m.link_gbps));
+    for (std::size_t k = 0; k < m.reps.size(); ++k)
+      out += (k ? ", " : "") + num(m.reps[k].pause_ms);
+    out += "]}";
+  }
+  out += "], \"throughput\": {";
+  bool first = true;
+  auto add = [&](const std::string& key, const scheduler::change_report& r) {
+    out += coach::format("{}\"{}\": {{\"before\": {}, \"after\": {}}}", first ? "" : ", ", key,
+                         num(r.samples_per_s_before), num(r.samples_per_s_after));
+    first = false;
+  };
+  for (const auto& r : join_reports) add(r.what, r);
+  for (const auto& m : migrations) add(coach::format("migrate {} bytes", m.size_bytes), m.rep);
+  out += "}}";
+  std::printf("%s\n", out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Coach rescale_bench: the cost of changing a running job, between processes",
+               "rescale_bench"};
+  std::string sizes = "4,64,256";
+  int joins = 3, repeat = 3;
+  bool json = false, keep = false, no_huge_pages = false;
+  std::string echo;
+  app.add_option("--sizes", sizes, "Shard sizes to migrate, MiB, comma-separated");
+  app.add_option("--joins", joins, "Workers to add one by one to a 1-worker job")
+      ->check(CLI::Range(1, 3));
+  app.add_option("--repeat", repeat, "Migrations of each size (the median is reported)")
+      ->check(CLI::Range(1, 9));
+  app.add_flag("--no-huge-pages", no_huge_pages,
+               "Run the nodes and the raw ZeroMQ echo with ordinary pages (COACH_HUGE_PAGES=0; "
+               "by default coach-node puts large allocations on transparent huge pages)");
+  app.add_flag("--json", json, "Print one JSON object on the last line");
+  app.add_flag("--keep-logs", keep, "Keep the coach-node logs (their directory is printed)");
+  app.add_option("--serve-echo", echo)->group("");  // internal: the raw ZeroMQ echo process
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (!echo.empty()) return serve_echo(echo);
+  std::vector<std::size_t> list;
+  for (std::size_t at = 0; at < sizes.size();) {
+    const auto comma = std::min(sizes.find(',', at), sizes.size());
+    try {
+      const long v = std::stol(sizes.substr(at, comma - at));
+      if (v <= 0 || v > 4096) throw std::out_of_range("size");
+      list.push_back(std::size_t(v));
+    } catch (const std::exception&) {
+      std::fprintf(stderr, "rescale_bench: --sizes: '%s' is not a list of MiB in 1..4096\n",
+                   sizes.c_str());
+      return 2;
+    }
+    at = comma + 1;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  // The children inherit it: coach-node sets huge pages for itself unless told not to
+  // (common/huge_pages.hpp); the raw ZeroMQ echo gets the same pages as the nodes.
+  if (no_huge_pages)
+    ::setenv("COACH_HUGE_PAGES", "0", 1);
+  else
+    ::setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1", 1);
+  return run(list, joins, repeat, json, keep);
+}
