@@ -22,6 +22,7 @@
 #include "actors/control.hpp"
 #include "actors/job_context.hpp"
 #include "actors/zmq_transport.hpp"
+#include "scheduler/job_store.hpp"
 
 namespace coach::actors {
 
@@ -54,11 +55,21 @@ caf::actor spawn_node_agent(caf::actor_system& sys, std::shared_ptr<zmq_transpor
 struct scheduler_options {
   /// A node whose last heartbeat is older than this is dead; its jobs fail.
   std::chrono::milliseconds node_timeout{5000};
+  /// The job store (jobs, states, allocations, epochs, checkpoints, the active policy). The
+  /// scheduler resumes every job it holds; null: a store in memory (nothing survives).
+  std::shared_ptr<scheduler::job_store> store;
+  /// The policy when the store names none.
+  std::string policy = "fifo";
+  /// How often the policy is asked again with nothing else happening (heartbeats change what
+  /// is free; a policy's turn may end).
+  std::chrono::milliseconds decide_every{2000};
 };
 
 /// Spawns the cluster scheduler (detached) bound at {host, scheduler_id}: keeps the cluster view
-/// from heartbeats, answers the job API, places jobs over live nodes (spread), runs each job's
-/// master and evaluator in this process and tells the nodes to start and stop their parts.
+/// from heartbeats, answers the job API, asks the active policy (docs/scheduler.md) which jobs
+/// start, grow, shrink or are suspended, places their parts over live nodes (spread), runs each
+/// job's master and evaluator in this process, tells the nodes to start and stop their parts,
+/// records everything in the job store and resumes the jobs it finds there.
 caf::actor spawn_cluster_scheduler(caf::actor_system& sys, std::shared_ptr<zmq_transport> net,
                                    std::uint32_t host, scheduler_options opt = {});
 

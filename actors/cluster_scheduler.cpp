@@ -1,3 +1,16 @@
+// actors/cluster_scheduler.cpp: the cluster scheduler of a coach-node --scheduler. It turns
+// heartbeats into a scheduler::cluster_view, asks the active policy (scheduler/policy.hpp) what
+// to change, and carries the actions out: a start launches the job's master here and its parts
+// on the nodes; a resize asks the job's master to grow or shrink at its next step boundary (the
+// parts it adds are placed here); a suspend stops the job, keeping its last checkpoint. Every
+// job, state, allocation, epoch and checkpoint goes to the job store, so that a restarted
+// scheduler resumes every job it knew (docs/scheduler.md, "In the cluster scheduler").
+//
+// Resources: a worker takes gpus_per_worker GPUs and 1 CPU, a shard 1 CPU. A node's free GPUs
+// are the fewer of what its heartbeat measured free (other processes count) and its total less
+// what this scheduler gave out; its free CPUs are its advertised CPUs (coach-node --cpus caps
+// them) less what this scheduler gave out: a load average counts our own workers and lags by a
+// minute, so it cannot say what a new part would get.
 #include <caf/all.hpp>
 
 #include <algorithm>
@@ -11,6 +24,8 @@
 
 #include "actors/cluster.hpp"
 #include "actors/roles.hpp"
+#include "scheduler/job_report.hpp"
+#include "scheduler/policy.hpp"
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::actors::added_part)
 
@@ -18,6 +33,7 @@ namespace coach::actors {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+namespace sched = coach::scheduler;
 
 struct node_entry {
   node_heartbeat last;
@@ -38,6 +54,16 @@ struct part_add {
 
 struct job_entry {
   job_status status;
+  sched::job_record rec;  ///< as stored: spec, ranges, model name
+  /// The policy's state: queued (never ran), running (launched: starting or running),
+  /// suspended (stopped with its checkpoint kept), or an end state.
+  sched::job_state pstate = sched::job_state::queued;
+  double state_since = 0;
+  std::shared_ptr<const worker::dataset_pair> data;  ///< loaded at submit (or at launch)
+
+  // While launched (a master runs here).
+  bool launched = false;
+  std::uint32_t generation = 0;     ///< +1 per launch: reports of an older run are stale
   start_job start;                  ///< what every node of the job was told
   std::set<std::uint32_t> hosts;    ///< every host of the job (master's included)
   std::set<std::uint32_t> pending;  ///< hosts that have not acknowledged the current phase
@@ -49,18 +75,54 @@ struct job_entry {
   clock_type::time_point started = clock_type::now();
   bool cancel_requested = false;
 
+  // The allocation as the policy sees it: the host of each live worker (by rank) and shard (by
+  // id), and hosts chosen by a policy resize for parts the master has not asked for yet.
+  std::map<std::uint32_t, std::uint32_t> worker_at;
+  std::map<std::uint32_t, std::uint32_t> shard_at;
+  std::deque<std::uint32_t> planned_workers;
+  std::deque<std::uint32_t> planned_shards;
+  std::deque<std::uint32_t> migrating;  ///< shards a coach migrate empties (dropped on its add)
+
+  // Resume: the job restarts at first_epoch from `checkpoint` (the parameters after the epoch
+  // before), once every node that ran a part of an earlier run has stopped it.
+  std::uint32_t first_epoch = 0;
+  std::shared_ptr<const std::vector<float>> checkpoint;
+  std::uint32_t checkpoint_epoch = 0;   ///< the epoch `checkpoint` ends
+  std::set<std::uint32_t> stopping;     ///< hosts whose stop_job is unanswered
+  std::set<std::uint32_t> stop_unsent;  ///< hosts of an earlier process's run not seen yet
+
+  // The performance model's record of this job (coach status --json).
+  std::optional<double> last_predicted;
+  double last_observed = 0;
+  std::size_t predictions = 0;
+  double abs_rel_error = 0;
+
   bool over() const {
     return status.state == job_state::succeeded || status.state == job_state::failed ||
            status.state == job_state::cancelled;
   }
+  bool waiting() const {
+    return !over() && !launched &&
+           (pstate == sched::job_state::queued || pstate == sched::job_state::suspended);
+  }
+  int workers_now() const { return int(worker_at.size() + planned_workers.size()); }
+  int shards_now() const { return int(shard_at.size() + planned_shards.size()); }
 };
 
-// Messages from a job's relay (the master's observer) to the scheduler, tagged with the job.
+// Messages from a job's relay (the master's observer) to the scheduler, tagged with the job and
+// the run (generation) they belong to.
 using job_progress_atom = caf::atom_constant<caf::atom("jprogress")>;
 using job_epoch_atom = caf::atom_constant<caf::atom("jepoch")>;
 using job_done_atom = caf::atom_constant<caf::atom("jdone")>;
-// (add_part_atom, job, part, node): the job's master asks for a new shard or worker.
+using job_checkpoint_atom = caf::atom_constant<caf::atom("jcheckpt")>;
+// (add_part_atom, job, generation, part, node): the job's master asks for a new shard or worker.
 using add_part_atom = caf::atom_constant<caf::atom("addpart")>;
+// (decide_atom): ask the policy now.
+using decide_atom = caf::atom_constant<caf::atom("decide")>;
+
+double unix_now() {
+  return sched::to_seconds(sched::wall_clock{}.now());
+}
 
 struct scheduler_state {
   std::shared_ptr<zmq_transport> net;
@@ -68,7 +130,12 @@ struct scheduler_state {
   endpoint self_ep;
   std::map<std::uint32_t, node_entry> nodes;  ///< by host id
   std::map<std::uint64_t, job_entry> jobs;
-  std::uint64_t next_job = 1;
+  std::shared_ptr<sched::job_store> store;
+  std::optional<sched::policy_holder> holder;
+  sched::wall_clock clock;
+  clock_type::time_point born = clock_type::now();
+  clock_type::time_point last_decision{};
+  bool decide_queued = false;
   caf::event_based_actor* self = nullptr;
   static inline const char* name = "coach.cluster_scheduler";
 
@@ -81,12 +148,132 @@ struct scheduler_state {
     return it == nodes.end() ? coach::format("host {}", host) : it->second.last.name;
   }
 
+  /// Logs a failed store call: the scheduler goes on (the job runs; only its record is behind).
+  template <class T>
+  void logged(const result<T>& r, const char* what) {
+    if (!r)
+      std::fprintf(stderr, "coach-node: job store: %s: %s\n", what, r.error().message.c_str());
+  }
+
+  /// Asks the policy at the next turn of the mailbox (many events make one decision).
+  void poke() {
+    if (decide_queued) return;
+    decide_queued = true;
+    self->send(self, decide_atom::value);
+  }
+
+  // --- start-up -------------------------------------------------------------------------------
+
+  void open_store() {
+    if (!store) {
+      auto mem = sched::job_store::open(":memory:");
+      if (!mem) {
+        std::fprintf(stderr, "coach-node: %s\n", mem.error().message.c_str());
+        std::abort();  // SQLite cannot open a memory store: nothing sensible is left to do
+      }
+      store = std::make_shared<sched::job_store>(std::move(*mem));
+    }
+    std::string initial = opt.policy;
+    if (auto saved = store->setting("policy"); saved && *saved) initial = **saved;
+    auto h = sched::policy_holder::make(initial);
+    if (!h) {
+      std::fprintf(stderr, "coach-node: job store policy '%s': %s; using fifo\n", initial.c_str(),
+                   h.error().message.c_str());
+      h = sched::policy_holder::make("fifo");
+    }
+    holder.emplace(std::move(*h));
+    if (auto n = store->replay_epochs(*holder->model()); n && *n > 0)
+      std::fprintf(stderr, "coach-node: the performance model relearned %zu stored epoch(s)\n", *n);
+    auto all = store->jobs();
+    logged(all, "cannot read the jobs");
+    if (!all) return;
+    for (auto& rec : *all) resume(std::move(rec));
+    std::fprintf(stderr, "coach-node: policy %s, job store '%s' (%zu job(s))\n",
+                 holder->name().c_str(), store->path().c_str(), jobs.size());
+  }
+
+  /// A job found in the store at start-up.
+  void resume(sched::job_record rec) {
+    const std::uint64_t id = rec.id;
+    job_entry& job = jobs[id];
+    auto& st = job.status;
+    st.job = id;
+    st.name = rec.name;
+    st.epochs_total = std::uint32_t(rec.epochs_total);
+    st.test_accuracy = std::nan("");
+    st.workers = std::uint32_t(rec.workers);
+    st.shards = std::uint32_t(rec.shards);
+    job.pstate = rec.state;
+    job.state_since = rec.state_since;
+    if (auto epochs = store->epochs(id); epochs) {
+      for (const auto& e : *epochs) {
+        st.epoch_samples.push_back(e.samples);
+        st.test_accuracy = e.test_accuracy;
+      }
+    }
+    st.epochs_done = std::uint32_t(rec.epochs_done);
+    switch (rec.state) {
+      case sched::job_state::succeeded:
+        st.state = job_state::succeeded;
+        break;
+      case sched::job_state::failed:
+      case sched::job_state::cancelled:
+        st.state = rec.state == sched::job_state::failed ? job_state::failed : job_state::cancelled;
+        st.error = rec.message;
+        break;
+      case sched::job_state::queued:
+        st.state = job_state::queued;
+        break;
+      case sched::job_state::running:
+      case sched::job_state::suspended: {
+        // It ran under the previous process (or was suspended): it restarts from its checkpoint.
+        // Nodes that ran its parts are told to stop them first (when they heartbeat).
+        st.state = job_state::queued;
+        auto ckpt = store->checkpoint(id);
+        logged(ckpt, "cannot read a checkpoint");
+        if (ckpt && *ckpt) {
+          job.first_epoch = (*ckpt)->epoch + 1;
+          job.checkpoint_epoch = (*ckpt)->epoch;
+          job.checkpoint = std::make_shared<const std::vector<float>>(std::move((*ckpt)->params));
+        }
+        st.epochs_done = job.first_epoch;
+        st.epoch_samples.resize(std::min<std::size_t>(st.epoch_samples.size(), job.first_epoch));
+        for (auto h : rec.worker_nodes) job.stop_unsent.insert(h);
+        for (auto h : rec.shard_nodes) job.stop_unsent.insert(h);
+        job.stop_unsent.erase(self_ep.host);  // its parts here died with the old process
+        job.stopping = job.stop_unsent;
+        if (job.first_epoch >= std::uint32_t(rec.epochs_total)) {
+          // Killed between its last checkpoint and its end: nothing is left to train.
+          st.state = job_state::succeeded;
+          job.pstate = sched::job_state::succeeded;
+          logged(store->set_state(id, job.pstate, unix_now()), "cannot record a state");
+          break;
+        }
+        if (rec.state == sched::job_state::running) {
+          job.pstate = sched::job_state::suspended;
+          job.state_since = unix_now();
+          logged(store->set_state(id, job.pstate, job.state_since,
+                                  coach::format("the scheduler restarted; resumes at epoch {}",
+                                                job.first_epoch + 1)),
+                 "cannot record a state");
+        }
+        std::fprintf(stderr, "coach-node: job %llu '%s' resumes at epoch %u of %u\n",
+                     static_cast<unsigned long long>(id), st.name.c_str(), job.first_epoch + 1,
+                     st.epochs_total);
+        break;
+      }
+    }
+    job.rec = std::move(rec);
+  }
+
+  // --- nodes ----------------------------------------------------------------------------------
+
   void on_heartbeat(const node_heartbeat& hb) {
     auto [it, fresh] = nodes.try_emplace(hb.host);
     auto& n = it->second;
     const bool moved = fresh || n.last.address != hb.address;
-    if (!fresh && !n.alive)
-      std::fprintf(stderr, "coach-node: node '%s' is back\n", hb.name.c_str());
+    const bool back = !fresh && !n.alive;
+    if (back) std::fprintf(stderr, "coach-node: node '%s' is back\n", hb.name.c_str());
     if (fresh)
       std::fprintf(stderr, "coach-node: node '%s' joined (host %u, %s)\n", hb.name.c_str(), hb.host,
                    hb.address.c_str());
@@ -94,38 +281,338 @@ struct scheduler_state {
     n.seen = clock_type::now();
     n.alive = true;
     if (moved && hb.host != self_ep.host) net->add_peer(hb.host, hb.address);
+    if (fresh || back) {
+      // Parts of a run this process no longer drives (it restarted) may still run there.
+      for (auto& [id, job] : jobs)
+        if (job.stop_unsent.erase(hb.host)) send({hb.host, node_agent_id}, stop_job{id});
+      poke();
+    }
   }
 
-  /// Worker r on the r-th node, shards continuing the rotation: a plain spread.
-  result<void> place(const scheduler::job_spec& spec, std::uint32_t workers, std::uint32_t shards,
-                     start_job& sj) {
+  /// Resources of one part: a worker takes its GPUs and a CPU, a shard a CPU.
+  static sched::resources worker_cost(const sched::job_record& r) {
+    return {r.gpus_per_worker, 1.0, 0};
+  }
+  static sched::resources shard_cost(const sched::job_record&) { return {0, 1.0, 0}; }
+
+  /// What this scheduler gave out on each host: the parts of every launched job.
+  std::map<std::uint32_t, sched::resources> reserved() const {
+    std::map<std::uint32_t, sched::resources> out;
+    auto add = [&](std::uint32_t h, const sched::resources& r) {
+      auto& x = out[h];
+      x.gpus += r.gpus;
+      x.cpus += r.cpus;
+    };
+    for (const auto& [id, job] : jobs) {
+      if (!job.launched || job.over()) continue;
+      for (const auto& [r, h] : job.worker_at) add(h, worker_cost(job.rec));
+      for (auto h : job.planned_workers) add(h, worker_cost(job.rec));
+      for (const auto& [k, h] : job.shard_at) add(h, shard_cost(job.rec));
+      for (auto h : job.planned_shards) add(h, shard_cost(job.rec));
+    }
+    return out;
+  }
+
+  /// Live nodes that take work, by name (the order spread placement walks), as the policy sees
+  /// them (the file comment says how free resources are counted).
+  sched::cluster_view cluster() const {
     std::vector<const node_entry*> usable;
     for (const auto& [host, n] : nodes)
       if (n.alive && !n.last.draining) usable.push_back(&n);
-    if (usable.empty())
-      return fail(errc::resource_exhausted, "no live node to run job '{}'", spec.name);
     std::sort(usable.begin(), usable.end(),
               [](const node_entry* a, const node_entry* b) { return a->last.name < b->last.name; });
-    if (spec.gpus_per_worker > 0) {
-      std::erase_if(usable, [&](const node_entry* n) {
-        return std::int64_t(n->last.resources.gpus_free.size()) < spec.gpus_per_worker;
-      });
-      if (usable.empty())
-        return fail(errc::resource_exhausted,
-                    "job '{}' needs {} free GPU(s) per worker and no live node has them", spec.name,
-                    spec.gpus_per_worker);
+    const auto given = reserved();
+    sched::cluster_view view;
+    for (const auto* n : usable) {
+      const auto& r = n->last.resources;
+      sched::node_view v;
+      v.id = n->last.host;
+      v.total = {int(r.gpus_total.size()), double(r.cpus_total), r.memory_total};
+      sched::resources out{};
+      if (auto g = given.find(v.id); g != given.end()) out = g->second;
+      v.free.gpus = std::max(0, std::min(int(r.gpus_free.size()), v.total.gpus - out.gpus));
+      v.free.cpus = std::max(0.0, v.total.cpus - out.cpus);
+      v.free.memory = std::min(r.memory_free, v.total.memory);
+      view.nodes.push_back(v);
     }
-    const std::size_t n = usable.size();
-    for (std::uint32_t r = 0; r < workers; ++r) sj.worker_hosts.push_back(usable[r % n]->last.host);
-    for (std::uint32_t k = 0; k < shards; ++k)
-      sj.shard_hosts.push_back(usable[(workers + k) % n]->last.host);
-    return {};
+    return view;
   }
 
+  /// Places `workers` then `shards` parts on `pool` in spread order (part i tries the i-th node
+  /// first, then the ones after it), taking what each uses; all or nothing.
+  bool place_spread(sched::resource_pool& pool, const sched::cluster_view& view,
+                    const sched::job_record& rec, int workers, int shards,
+                    std::vector<std::uint32_t>& worker_hosts,
+                    std::vector<std::uint32_t>& shard_hosts) {
+    const std::size_t n = view.nodes.size();
+    if (n == 0) return workers + shards == 0;
+    std::vector<std::pair<std::uint32_t, sched::resources>> taken;
+    auto one = [&](std::size_t i, const sched::resources& cost) -> std::optional<std::uint32_t> {
+      for (std::size_t k = 0; k < n; ++k) {
+        const auto host = view.nodes[(i + k) % n].id;
+        if (pool.take_on(host, cost)) {
+          taken.push_back({host, cost});
+          return host;
+        }
+      }
+      return std::nullopt;
+    };
+    std::vector<std::uint32_t> w, s;
+    bool ok = true;
+    for (int r = 0; r < workers && ok; ++r) {
+      auto h = one(std::size_t(r), worker_cost(rec));
+      if (h) w.push_back(*h);
+      ok = bool(h);
+    }
+    for (int k = 0; k < shards && ok; ++k) {
+      auto h = one(std::size_t(workers + k), shard_cost(rec));
+      if (h) s.push_back(*h);
+      ok = bool(h);
+    }
+    if (!ok) {
+      for (const auto& [h, c] : taken) pool.give(h, c);
+      return false;
+    }
+    worker_hosts = std::move(w);
+    shard_hosts = std::move(s);
+    return true;
+  }
+
+  /// The node for one more part of `job` on `pool`: where it fits, the fewest parts of that kind
+  /// of the job first (then the fewest parts of any job, then the name); takes it.
+  std::optional<std::uint32_t> place_more(sched::resource_pool& pool,
+                                          const sched::cluster_view& view, const job_entry& job,
+                                          bool worker) {
+    std::map<std::uint32_t, std::size_t> mine;
+    if (worker) {
+      for (const auto& [r, h] : job.worker_at) ++mine[h];
+      for (auto h : job.planned_workers) ++mine[h];
+    } else {
+      for (const auto& [k, h] : job.shard_at) ++mine[h];
+      for (auto h : job.planned_shards) ++mine[h];
+    }
+    const auto cost = worker ? worker_cost(job.rec) : shard_cost(job.rec);
+    std::optional<std::uint32_t> best;
+    std::tuple<std::size_t, double, std::size_t> best_key{};
+    for (std::size_t i = 0; i < view.nodes.size(); ++i) {
+      const auto host = view.nodes[i].id;
+      const auto& f = pool.free(host);
+      if (f.gpus < cost.gpus || f.cpus < cost.cpus) continue;
+      const auto key = std::tuple(mine[host], -f.cpus, i);
+      if (!best || key < best_key) {
+        best = host;
+        best_key = key;
+      }
+    }
+    if (best) pool.take_on(*best, cost);
+    return best;
+  }
+
+  // --- the policy -----------------------------------------------------------------------------
+
+  void decide() {
+    decide_queued = false;
+    last_decision = clock_type::now();
+    const auto view = cluster();
+    // The views point into these vectors, which outlive the decide() call.
+    std::vector<sched::job_view> views;
+    std::vector<std::vector<std::uint32_t>> lists;
+    lists.reserve(2 * jobs.size());
+    for (auto& [id, job] : jobs) {
+      const bool eligible =
+          job.waiting() && job.stopping.empty() && job.stop_unsent.empty() && !job.cancel_requested;
+      if (!eligible && !(job.launched && !job.over())) continue;
+      sched::job_view v;
+      const auto& r = job.rec;
+      v.id = id;
+      v.state = job.launched ? sched::job_state::running : job.pstate;
+      v.submitted = sched::at_seconds(r.submitted);
+      v.state_since = sched::at_seconds(job.state_since);
+      v.model = r.model;
+      v.elastic = r.elastic;
+      v.min_workers = r.min_workers;
+      v.max_workers = r.max_workers;
+      v.requested_workers = r.requested_workers;
+      v.min_shards = r.min_shards;
+      v.max_shards = r.max_shards;
+      v.requested_shards = r.requested_shards;
+      v.per_worker = worker_cost(r);
+      v.per_shard = shard_cost(r);
+      if (job.launched) {
+        auto& w = lists.emplace_back();
+        for (const auto& [rank, h] : job.worker_at) w.push_back(h);
+        w.insert(w.end(), job.planned_workers.begin(), job.planned_workers.end());
+        auto& s = lists.emplace_back();
+        for (const auto& [k, h] : job.shard_at) s.push_back(h);
+        s.insert(s.end(), job.planned_shards.begin(), job.planned_shards.end());
+        v.workers = int(w.size());
+        v.shards = int(s.size());
+        v.worker_nodes = w;
+        v.shard_nodes = s;
+      }
+      v.epochs_total = double(r.epochs_total);
+      const auto& st = job.status;
+      double part = st.samples_epoch ? double(st.samples_done) / double(st.samples_epoch) : 0.0;
+      v.epochs_done = std::min(v.epochs_total, double(st.epochs_done) + std::min(part, 0.99));
+      views.push_back(v);
+    }
+    if (views.empty()) return;
+    const auto d = holder->decide(view, views, clock.now());
+    if (d.actions.empty()) return;
+    sched::resource_pool pool(view);
+    for (const auto& a : d.actions) {
+      auto it = jobs.find(a.job);
+      if (it == jobs.end()) continue;
+      auto& job = it->second;
+      std::fprintf(stderr, "coach-node: policy %s: %s\n", holder->name().c_str(),
+                   sched::to_string(a).c_str());
+      switch (a.kind) {
+        case sched::action::kind_type::start:
+          start(job, a.workers, a.shards, pool, view);
+          break;
+        case sched::action::kind_type::resize:
+          resize(job, a.workers, a.shards, pool, view);
+          break;
+        case sched::action::kind_type::suspend:
+          suspend(job, pool);
+          break;
+      }
+    }
+  }
+
+  void start(job_entry& job, int workers, int shards, sched::resource_pool& pool,
+             const sched::cluster_view& view) {
+    if (!job.waiting()) return;
+    std::vector<std::uint32_t> w, s;
+    if (!place_spread(pool, view, job.rec, workers, shards, w, s) &&
+        !pool.take_all(worker_cost(job.rec), workers, shard_cost(job.rec), shards, w, s)) {
+      std::fprintf(stderr, "coach-node: job %llu does not fit any more; it waits\n",
+                   static_cast<unsigned long long>(job.status.job));
+      return;
+    }
+    if (auto ok = launch(job, w, s); !ok) {
+      for (auto h : w) pool.give(h, worker_cost(job.rec));
+      for (auto h : s) pool.give(h, shard_cost(job.rec));
+      end(job, job_state::failed, ok.error());
+    }
+  }
+
+  /// A policy resize: the allocation changes here at once (so the next decision sees it); the
+  /// master changes the job at its next step boundary and asks for the parts added, which go
+  /// where this placed them.
+  void resize(job_entry& job, int workers, int shards, sched::resource_pool& pool,
+              const sched::cluster_view& view) {
+    if (!job.launched || job.over() || job.status.state != job_state::running ||
+        job.cancel_requested)
+      return;  // still starting or ending: the next decision sees it again
+    const int w0 = job.workers_now(), s0 = job.shards_now();
+    if (workers == w0 && shards == s0) return;
+    const auto saved =
+        std::tuple(job.worker_at, job.shard_at, job.planned_workers, job.planned_shards);
+    auto shrink = [&](std::map<std::uint32_t, std::uint32_t>& at,
+                      std::deque<std::uint32_t>& planned, int to, const sched::resources& cost) {
+      while (int(at.size() + planned.size()) > to) {
+        std::uint32_t h;
+        if (!planned.empty()) {
+          h = planned.back();
+          planned.pop_back();
+        } else {
+          h = std::prev(at.end())->second;  // the highest rank (shard id) leaves
+          at.erase(std::prev(at.end()));
+        }
+        if (pool.contains(h)) pool.give(h, cost);
+      }
+    };
+    shrink(job.worker_at, job.planned_workers, workers, worker_cost(job.rec));
+    shrink(job.shard_at, job.planned_shards, shards, shard_cost(job.rec));
+    while (job.workers_now() < workers) {
+      auto h = place_more(pool, view, job, true);
+      if (!h) break;
+      job.planned_workers.push_back(*h);
+    }
+    while (job.shards_now() < shards) {
+      auto h = place_more(pool, view, job, false);
+      if (!h) break;
+      job.planned_shards.push_back(*h);
+    }
+    const int w1 = job.workers_now(), s1 = job.shards_now();
+    const std::uint64_t id = job.status.job;
+    const std::uint32_t gen = job.generation;
+    record_allocation(job);
+    self->request(job.master, std::chrono::seconds(10), rescale_atom::value,
+                  std::uint32_t(w1 != w0 ? w1 : 0), std::uint32_t(s1 != s0 ? s1 : 0))
+        .then(
+            [this, id, gen, saved](std::string& why) {
+              if (why.empty()) return;
+              auto it = jobs.find(id);
+              if (it == jobs.end() || it->second.generation != gen || it->second.over()) return;
+              // Refused (the job is ending, say): the allocation stays what it was.
+              std::fprintf(stderr, "coach-node: job %llu: the resize is refused: %s\n",
+                           static_cast<unsigned long long>(id), why.c_str());
+              auto& j = it->second;
+              std::tie(j.worker_at, j.shard_at, j.planned_workers, j.planned_shards) = saved;
+            },
+            [](caf::error&) {});
+  }
+
+  /// Stops a running job and keeps its checkpoint: it resumes from there when the policy
+  /// starts it again (the epoch it was in is trained again).
+  void suspend(job_entry& job, sched::resource_pool& pool) {
+    if (!job.launched || job.over()) return;
+    for (const auto& [r, h] : job.worker_at)
+      if (pool.contains(h)) pool.give(h, worker_cost(job.rec));
+    for (const auto& [k, h] : job.shard_at)
+      if (pool.contains(h)) pool.give(h, shard_cost(job.rec));
+    stop_run(job);
+    job.stopping = job.hosts;  // it may start again once every one of them has answered
+    for (auto h : job.hosts) send({h, node_agent_id}, stop_job{job.status.job});
+    job.first_epoch = job.checkpoint ? job.checkpoint_epoch + 1 : 0;
+    job.status.epochs_done = job.first_epoch;
+    job.status.epoch_samples.resize(
+        std::min<std::size_t>(job.status.epoch_samples.size(), job.first_epoch));
+    job.status.state = job_state::queued;
+    job.status.samples_done = 0;
+    job.pstate = sched::job_state::suspended;
+    job.state_since = unix_now();
+    logged(store->set_state(job.status.job, job.pstate, job.state_since,
+                            coach::format("suspended by {}; resumes at epoch {}", holder->name(),
+                                          job.first_epoch + 1)),
+           "cannot record a state");
+    record_allocation(job);
+  }
+
+  /// Stops the master, evaluator and relay of the job's current run and forgets its parts.
+  void stop_run(job_entry& job) {
+    if (job.ctx) net->unbind(job.ctx->master);
+    for (auto* a : {&job.master, &job.evaluator, &job.relay})
+      if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+    job.launched = false;
+    ++job.generation;
+    job.pending.clear();
+    job.adds.clear();
+    job.worker_at.clear();
+    job.shard_at.clear();
+    job.planned_workers.clear();
+    job.planned_shards.clear();
+    job.migrating.clear();
+  }
+
+  void record_allocation(const job_entry& job) {
+    std::vector<std::uint32_t> w, s;
+    for (const auto& [r, h] : job.worker_at) w.push_back(h);
+    w.insert(w.end(), job.planned_workers.begin(), job.planned_workers.end());
+    for (const auto& [k, h] : job.shard_at) s.push_back(h);
+    s.insert(s.end(), job.planned_shards.begin(), job.planned_shards.end());
+    logged(store->set_allocation(job.status.job, unix_now(), int(w.size()), int(s.size()), w, s),
+           "cannot record an allocation");
+  }
+
+  // --- jobs -----------------------------------------------------------------------------------
+
   result<std::uint64_t> submit(const submit_request& req) {
-    auto spec = scheduler::parse_job_spec(req.spec_yaml, req.source_name, req.base_dir);
+    auto spec = sched::parse_job_spec(req.spec_yaml, req.source_name, req.base_dir);
     if (!spec) return std::unexpected(spec.error());
-    auto pick = [&](std::uint32_t asked, const scheduler::count_range& range,
+    auto pick = [&](std::uint32_t asked, const sched::count_range& range,
                     const char* what) -> result<std::uint32_t> {
       if (asked == 0) return std::uint32_t(range.initial);
       if (int(asked) < range.min || int(asked) > range.max)
@@ -138,56 +625,179 @@ struct scheduler_state {
     auto shards = pick(req.shards, spec->shards, "shards");
     if (!shards) return std::unexpected(shards.error());
 
-    start_job sj;
-    sj.job = next_job;
-    sj.spec_yaml = req.spec_yaml;
-    sj.source_name = req.source_name;
-    sj.base_dir = req.base_dir;
-    sj.master_host = self_ep.host;
-    if (auto ok = place(*spec, *workers, *shards, sj); !ok) return std::unexpected(ok.error());
+    sched::job_record rec;
+    rec.name = spec->name;
+    // Jobs of one name share a performance curve (the same model and data, as a rule).
+    rec.model = spec->name;
+    rec.spec_yaml = req.spec_yaml;
+    rec.source_name = req.source_name;
+    rec.base_dir = req.base_dir;
+    rec.submitted = unix_now();
+    rec.elastic = spec->workers.min < spec->workers.max || spec->shards.min < spec->shards.max;
+    rec.min_workers = spec->workers.min;
+    rec.max_workers = spec->workers.max;
+    rec.requested_workers = int(*workers);
+    rec.min_shards = spec->shards.min;
+    rec.max_shards = spec->shards.max;
+    rec.requested_shards = int(*shards);
+    rec.gpus_per_worker = spec->gpus_per_worker;
+    rec.epochs_total = spec->epochs;
+    rec.state_since = rec.submitted;
+
+    // A job whose minimum would not fit the whole cluster, empty, would wait for ever: refused.
+    // One whose request would not fit asks for the most that does (a policy that runs jobs at
+    // their request would otherwise never start it).
+    const auto view = cluster();
+    if (view.nodes.empty())
+      return fail(errc::resource_exhausted, "no live node to run job '{}'", spec->name);
+    {
+      sched::cluster_view empty = view;
+      for (auto& n : empty.nodes) n.free = n.total;
+      auto fits = [&](int workers, int shards) {
+        sched::resource_pool pool(empty);
+        std::vector<std::uint32_t> w, s;
+        return pool.take_all(worker_cost(rec), workers, shard_cost(rec), shards, w, s);
+      };
+      if (fits(rec.min_workers, rec.min_shards) &&
+          !fits(rec.requested_workers, rec.requested_shards)) {
+        const int asked_w = rec.requested_workers, asked_s = rec.requested_shards;
+        bool found = false;
+        for (int w = asked_w; w >= rec.min_workers && !found; --w)
+          for (int s = asked_s; s >= rec.min_shards && !found; --s)
+            if (fits(w, s)) {
+              rec.requested_workers = w;
+              rec.requested_shards = s;
+              found = true;
+            }
+        std::fprintf(stderr,
+                     "coach-node: job '%s' asks for %d worker(s) and %d shard(s), more than the "
+                     "cluster has; it asks for %d and %d\n",
+                     spec->name.c_str(), asked_w, asked_s, rec.requested_workers,
+                     rec.requested_shards);
+      }
+      if (!fits(rec.min_workers, rec.min_shards)) {
+        int gpus = 0;
+        double cpus = 0;
+        for (const auto& n : view.nodes) {
+          gpus += n.total.gpus;
+          cpus += n.total.cpus;
+        }
+        if (spec->gpus_per_worker > 0 &&
+            std::none_of(view.nodes.begin(), view.nodes.end(),
+                         [&](const auto& n) { return n.total.gpus >= spec->gpus_per_worker; }))
+          return fail(errc::resource_exhausted,
+                      "job '{}' needs {} free GPU(s) per worker and no live node has them",
+                      spec->name, spec->gpus_per_worker);
+        return fail(errc::resource_exhausted,
+                    "job '{}' needs at least {} worker(s) and {} shard(s) (1 CPU each, {} GPU(s) "
+                    "per worker); the live nodes have {} CPU(s) and {} GPU(s) in all",
+                    spec->name, rec.min_workers, rec.min_shards, spec->gpus_per_worker, cpus, gpus);
+      }
+    }
     // The master and evaluator run here and need the data set (its test half, its size).
     auto data = worker::load_dataset(spec->dataset, spec->seed);
     if (!data) return std::unexpected(data.error());
     if (data->train.rows == 0 || data->test.rows == 0)
       return fail(errc::invalid_argument, "job '{}': the data set is empty", spec->name);
-    ++next_job;
 
-    job_entry& job = jobs[sj.job];
-    job.hosts.insert(self_ep.host);
-    for (auto h : sj.shard_hosts) job.hosts.insert(h);
-    for (auto h : sj.worker_hosts) job.hosts.insert(h);
-    for (auto h : job.hosts) {
-      auto it = nodes.find(h);
-      sj.peers.push_back({h, it != nodes.end() ? it->second.last.address : net->bound_address()});
-    }
-    job.ctx = make_job_context(sj.job, *spec,
-                               std::make_shared<const worker::dataset_pair>(std::move(*data)), net,
-                               sj.master_host, sj.shard_hosts, sj.worker_hosts);
+    auto id = store->add_job(rec);
+    if (!id) return std::unexpected(id.error());
+    rec.id = *id;
+    job_entry& job = jobs[*id];
+    job.rec = std::move(rec);
+    job.data = std::make_shared<const worker::dataset_pair>(std::move(*data));
+    job.state_since = job.rec.submitted;
     auto& st = job.status;
-    st.job = sj.job;
+    st.job = *id;
     st.name = spec->name;
     st.state = job_state::queued;
     st.epochs_total = std::uint32_t(spec->epochs);
     st.test_accuracy = std::nan("");
-    st.workers = *workers;
-    st.shards = *shards;
-    st.samples_epoch = job.ctx->data->train.rows;
-    for (auto h : sj.worker_hosts) st.worker_nodes.push_back(node_name(h));
-    for (auto h : sj.shard_hosts) st.shard_nodes.push_back(node_name(h));
+    st.samples_epoch = job.data->train.rows;
+    std::fprintf(stderr, "coach-node: job %llu '%s' submitted (%u worker(s), %u shard(s) asked)\n",
+                 static_cast<unsigned long long>(*id), spec->name.c_str(), *workers, *shards);
+    poke();
+    return *id;
+  }
 
-    // The master's observer: tags what the master reports with the job.
+  /// Starts a run of the job on these hosts: its master and evaluator here, then every shard
+  /// (from the checkpoint when it resumes), then every worker.
+  result<void> launch(job_entry& job, const std::vector<std::uint32_t>& worker_hosts,
+                      const std::vector<std::uint32_t>& shard_hosts) {
+    const std::uint64_t id = job.status.job;
+    const auto& rec = job.rec;
+    auto spec = sched::parse_job_spec(rec.spec_yaml, rec.source_name, rec.base_dir);
+    if (!spec) return std::unexpected(spec.error());
+    if (!job.data) {  // resumed after a restart: load it now
+      auto data = worker::load_dataset(spec->dataset, spec->seed);
+      if (!data) return std::unexpected(data.error());
+      if (data->train.rows == 0 || data->test.rows == 0)
+        return fail(errc::invalid_argument, "job '{}': the data set is empty", spec->name);
+      job.data = std::make_shared<const worker::dataset_pair>(std::move(*data));
+    }
+    start_job sj;
+    sj.job = id;
+    sj.spec_yaml = rec.spec_yaml;
+    sj.source_name = rec.source_name;
+    sj.base_dir = rec.base_dir;
+    sj.master_host = self_ep.host;
+    sj.worker_hosts = worker_hosts;
+    sj.shard_hosts = shard_hosts;
+    job.hosts.clear();
+    job.hosts.insert(self_ep.host);
+    for (auto h : shard_hosts) job.hosts.insert(h);
+    for (auto h : worker_hosts) job.hosts.insert(h);
+    for (auto h : job.hosts) {
+      auto it = nodes.find(h);
+      sj.peers.push_back({h, it != nodes.end() ? it->second.last.address : net->bound_address()});
+    }
+    job.ctx =
+        make_job_context(id, *spec, job.data, net, sj.master_host, sj.shard_hosts, sj.worker_hosts);
+    const bool resumed = job.first_epoch > 0 || job.pstate == sched::job_state::suspended;
+    if (job.first_epoch > 0 && job.checkpoint) {
+      if (job.checkpoint->size() != job.ctx->model.num_params())
+        return fail(errc::invalid_argument,
+                    "job {}: its checkpoint has {} parameters, the model {}", id,
+                    job.checkpoint->size(), job.ctx->model.num_params());
+      sj.initial_params = job.checkpoint;
+    } else {
+      job.first_epoch = 0;  // no checkpoint: from the seed, from the first epoch
+    }
+    ++job.generation;
+    const std::uint32_t gen = job.generation;
+    auto& st = job.status;
+    st.state = job_state::queued;
+    st.workers = std::uint32_t(worker_hosts.size());
+    st.shards = std::uint32_t(shard_hosts.size());
+    st.samples_done = 0;
+    st.samples_epoch = job.data->train.rows;
+    st.error.clear();
+    st.error_code = 0;
+    st.worker_nodes.clear();
+    st.shard_nodes.clear();
+    for (auto h : worker_hosts) st.worker_nodes.push_back(node_name(h));
+    for (auto h : shard_hosts) st.shard_nodes.push_back(node_name(h));
+    if (resumed) ++st.resumes;
+    job.worker_at.clear();
+    job.shard_at.clear();
+    for (std::uint32_t r = 0; r < worker_hosts.size(); ++r) job.worker_at[r] = worker_hosts[r];
+    for (std::uint32_t k = 0; k < shard_hosts.size(); ++k) job.shard_at[k] = shard_hosts[k];
+
+    // The master's observer: tags what the master reports with the job and this run.
     auto me = caf::actor_cast<caf::actor>(self);
-    const std::uint64_t id = sj.job;
-    job.relay = self->home_system().spawn([me, id](caf::event_based_actor*) -> caf::behavior {
+    job.relay = self->home_system().spawn([me, id, gen](caf::event_based_actor*) -> caf::behavior {
       return {
-          [=](progress_atom, scheduler::progress_event& p) {
-            caf::anon_send(me, job_progress_atom::value, id, std::move(p));
+          [=](progress_atom, sched::progress_event& p) {
+            caf::anon_send(me, job_progress_atom::value, id, gen, std::move(p));
           },
-          [=](epoch_atom, scheduler::epoch_report& e) {
-            caf::anon_send(me, job_epoch_atom::value, id, std::move(e));
+          [=](epoch_atom, sched::epoch_report& e) {
+            caf::anon_send(me, job_epoch_atom::value, id, gen, std::move(e));
+          },
+          [=](checkpoint_atom, param_snapshot& p) {
+            caf::anon_send(me, job_checkpoint_atom::value, id, gen, std::move(p));
           },
           [=](done_atom, job_outcome& o) {
-            caf::anon_send(me, job_done_atom::value, id, std::move(o));
+            caf::anon_send(me, job_done_atom::value, id, gen, std::move(o));
           },
       };
     });
@@ -195,18 +805,31 @@ struct scheduler_state {
     job.evaluator = spawn_evaluator(sys, job.ctx);
     // Parts added while the job runs are placed by this scheduler and started by node agents.
     elastic_hooks hooks;
-    hooks.add_worker = [me, id](std::uint32_t rank, const ps::job_config& c, std::int64_t first,
-                                const std::string& node) -> result<caf::actor> {
-      caf::anon_send(me, add_part_atom::value, id, to_added_part(true, rank, c, first), node);
+    hooks.add_worker = [me, id, gen](std::uint32_t rank, const ps::job_config& c,
+                                     std::int64_t first,
+                                     const std::string& node) -> result<caf::actor> {
+      caf::anon_send(me, add_part_atom::value, id, gen, to_added_part(true, rank, c, first), node);
       return caf::actor{};
     };
-    hooks.add_shard = [me, id](std::uint32_t k, const ps::job_config& c,
-                               const std::string& node) -> result<caf::actor> {
-      caf::anon_send(me, add_part_atom::value, id, to_added_part(false, k, c, 0), node);
+    hooks.add_shard = [me, id, gen](std::uint32_t k, const ps::job_config& c,
+                                    const std::string& node) -> result<caf::actor> {
+      caf::anon_send(me, add_part_atom::value, id, gen, to_added_part(false, k, c, 0), node);
       return caf::actor{};
     };
-    job.master = spawn_master(sys, job.ctx, job.relay, job.evaluator, std::move(hooks));
+    master_options mo;
+    mo.first_epoch = job.first_epoch;
+    mo.report_params = true;
+    job.master = spawn_master(sys, job.ctx, job.relay, job.evaluator, std::move(hooks), mo);
     net->bind(job.ctx->master, job.master);
+    job.launched = true;
+    job.pstate = sched::job_state::running;
+    job.state_since = unix_now();
+    job.started = clock_type::now();
+    logged(store->set_state(
+               id, job.pstate, job.state_since,
+               resumed ? coach::format("resumed at epoch {}", job.first_epoch + 1) : std::string{}),
+           "cannot record a state");
+    record_allocation(job);
 
     // Phase 1: every shard; phase 2 (on their acknowledgements): every worker.
     job.start = std::move(sj);
@@ -218,10 +841,13 @@ struct scheduler_state {
       job.pending.insert(h);
       send({h, node_agent_id}, job.start);
     }
-    std::fprintf(stderr, "coach-node: job %llu '%s': %u worker(s), %u shard(s) over %zu host(s)\n",
-                 static_cast<unsigned long long>(id), spec->name.c_str(), *workers, *shards,
-                 job.hosts.size());
-    return id;
+    job.start.initial_params.reset();  // only the shards need it; the added parts start empty
+    std::fprintf(stderr,
+                 "coach-node: job %llu '%s': %zu worker(s), %zu shard(s) over %zu host(s)%s\n",
+                 static_cast<unsigned long long>(id), spec->name.c_str(), worker_hosts.size(),
+                 shard_hosts.size(), job.hosts.size(),
+                 resumed ? coach::format(", from epoch {}", job.first_epoch + 1).c_str() : "");
+    return {};
   }
 
   void start_workers(job_entry& job) {
@@ -253,9 +879,11 @@ struct scheduler_state {
     return out;
   }
 
-  /// The node a new part of `job` goes to: the named one, or the live node running the fewest
-  /// parts of that kind of the job (then the fewest actors, then by name).
-  result<std::uint32_t> place_part(const job_entry& job, bool worker, const std::string& name) {
+  /// The node a new part of `job` goes to: the named one; else the one a policy resize chose
+  /// for it; else a live node where it fits, running the fewest parts of that kind of the job
+  /// (then the fewest actors, then by name); else (a user's coach rescale beyond what is free)
+  /// any live node by the same order.
+  result<std::uint32_t> place_part(job_entry& job, bool worker, const std::string& name) {
     if (!name.empty()) {
       for (const auto& [host, n] : nodes) {
         if (n.last.name != name) continue;
@@ -265,34 +893,42 @@ struct scheduler_state {
       }
       return fail(errc::not_found, "no node named '{}'", name);
     }
+    auto& planned = worker ? job.planned_workers : job.planned_shards;
+    while (!planned.empty()) {
+      const auto h = planned.front();
+      planned.pop_front();
+      if (auto it = nodes.find(h);
+          it != nodes.end() && it->second.alive && !it->second.last.draining)
+        return h;
+    }
     std::map<std::uint32_t, std::size_t> count;
     auto tally = [&](std::uint32_t h) { ++count[h]; };
     if (worker) {
-      for (auto h : job.start.worker_hosts) tally(h);
-      for (const auto& p : job.start.added_workers) tally(p.host);
+      for (const auto& [r, h] : job.worker_at) tally(h);
     } else {
-      for (auto h : job.start.shard_hosts) tally(h);
-      for (const auto& p : job.start.added_shards) tally(p.host);
+      for (const auto& [k, h] : job.shard_at) tally(h);
     }
+    const auto view = cluster();
+    const auto cost = worker ? worker_cost(job.rec) : shard_cost(job.rec);
+    std::set<std::uint32_t> fits;
+    for (const auto& n : view.nodes)
+      if (n.free.gpus >= cost.gpus && n.free.cpus >= cost.cpus) fits.insert(n.id);
     const node_entry* best = nullptr;
     for (const auto& [host, n] : nodes) {
       if (!n.alive || n.last.draining) continue;
-      if (!best) {
-        best = &n;
-        continue;
-      }
       auto key = [&](const node_entry* e) {
-        return std::tuple(count[e->last.host], e->last.actors_running, e->last.name);
+        return std::tuple(!fits.contains(e->last.host), count[e->last.host], e->last.actors_running,
+                          e->last.name);
       };
-      if (key(&n) < key(best)) best = &n;
+      if (!best || key(&n) < key(best)) best = &n;
     }
     if (!best) return fail(errc::resource_exhausted, "no live node to run a new part");
     return best->last.host;
   }
 
-  void on_add_part(std::uint64_t id, added_part& part, std::string& node) {
+  void on_add_part(std::uint64_t id, std::uint32_t gen, added_part& part, std::string& node) {
     auto it = jobs.find(id);
-    if (it == jobs.end() || it->second.over()) return;
+    if (it == jobs.end() || it->second.over() || it->second.generation != gen) return;
     it->second.adds.push_back({std::move(part), std::move(node), 0, {}, std::nullopt, false});
     next_add(it->second);
   }
@@ -314,6 +950,16 @@ struct scheduler_state {
       }
       a.host = *host;
       a.sent = true;
+      if (a.part.worker) {
+        job.worker_at[a.part.id] = a.host;
+      } else {
+        job.shard_at[a.part.id] = a.host;
+        if (!a.node.empty() && !job.migrating.empty()) {  // coach migrate: the old one empties
+          job.shard_at.erase(job.migrating.front());
+          job.migrating.pop_front();
+        }
+      }
+      record_allocation(job);
       auto& sj = job.start;
       (a.part.worker ? sj.added_workers : sj.added_shards).push_back({a.part.id, a.host});
       if (std::none_of(sj.peers.begin(), sj.peers.end(),
@@ -335,14 +981,25 @@ struct scheduler_state {
 
   void on_command_reply(std::uint32_t from, const command_reply& r) {
     auto it = jobs.find(r.job);
-    if (it == jobs.end() || it->second.over()) return;
+    if (it == jobs.end()) return;
     auto& job = it->second;
+    // A node answers in the order it was told: the answer to a stop of an earlier run comes
+    // before any answer about the next one.
+    if (job.stopping.erase(from)) {
+      if (job.stopping.empty()) poke();
+      return;
+    }
+    if (job.over() || !job.launched) return;
     if (job.pending.empty() && !job.adds.empty() && job.adds.front().sent) {
       auto& a = job.adds.front();
       if (r.failure && !a.failure) a.failure = r.failure;
       if (!a.pending.erase(from) || !a.pending.empty()) return;
       caf::anon_send(job.master, ready_atom::value, a.part.worker, a.part.id,
                      a.failure ? a.failure->message : std::string{});
+      if (a.failure) {
+        (a.part.worker ? job.worker_at : job.shard_at).erase(a.part.id);
+        record_allocation(job);
+      }
       job.adds.pop_front();
       return next_add(job);
     }
@@ -354,6 +1011,7 @@ struct scheduler_state {
       job.status.state = job_state::running;
       job.started = clock_type::now();
       next_add(job);  // parts asked for while the last workers were starting
+      poke();         // a running job may be resized
     }
   }
 
@@ -365,48 +1023,138 @@ struct scheduler_state {
       job.status.error = why->message;
       job.status.error_code = std::uint16_t(why->code);
     }
-    job.status.seconds = std::chrono::duration<double>(clock_type::now() - job.started).count();
+    if (job.launched)
+      job.status.seconds = std::chrono::duration<double>(clock_type::now() - job.started).count();
     for (auto h : job.hosts) send({h, node_agent_id}, stop_job{job.status.job});
-    net->unbind(job.ctx->master);
-    for (auto* a : {&job.master, &job.evaluator, &job.relay})
-      if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
-    job.pending.clear();
+    stop_run(job);
+    job.data.reset();
+    job.checkpoint.reset();
+    holder->model()->forget_job(job.status.job);
+    job.pstate = state == job_state::succeeded ? sched::job_state::succeeded
+                 : state == job_state::failed  ? sched::job_state::failed
+                                               : sched::job_state::cancelled;
+    logged(store->set_state(job.status.job, job.pstate, unix_now(), why ? why->message : ""),
+           "cannot record a state");
+    record_allocation(job);
     std::fprintf(stderr, "coach-node: job %llu '%s' %s%s%s\n",
                  static_cast<unsigned long long>(job.status.job), job.status.name.c_str(),
                  std::string(to_string(state)).c_str(), why ? ": " : "",
                  why ? why->message.c_str() : "");
+    poke();  // what it held is free
   }
 
-  void on_done(std::uint64_t id, job_outcome& o) {
+  job_entry* current(std::uint64_t id, std::uint32_t gen) {
     auto it = jobs.find(id);
-    if (it == jobs.end()) return;
-    auto& job = it->second;
-    if (o.failure) return end(job, job_state::failed, o.failure);
-    job.status.test_accuracy = o.result.test_accuracy;
-    job.status.changes = o.result.changes;
-    job.status.epochs_done = std::uint32_t(o.result.epochs.size());
+    if (it == jobs.end() || it->second.generation != gen || !it->second.launched) return nullptr;
+    return &it->second;
+  }
+
+  void on_done(std::uint64_t id, std::uint32_t gen, job_outcome& o) {
+    auto* job = current(id, gen);
+    if (!job) return;
+    if (o.failure) return end(*job, job_state::failed, o.failure);
+    if (!std::isnan(o.result.test_accuracy) && !o.result.epochs.empty())
+      job->status.test_accuracy = o.result.test_accuracy;
+    job->status.changes = o.result.changes;
+    job->status.epochs_done =
+        std::max(job->status.epochs_done, job->first_epoch + std::uint32_t(o.result.epochs.size()));
     if (o.result.cancelled)
-      end(job, job_state::cancelled, coach::error{errc::cancelled, "cancelled by the user"});
+      end(*job, job_state::cancelled, coach::error{errc::cancelled, "cancelled by the user"});
     else
-      end(job, job_state::succeeded, std::nullopt);
+      end(*job, job_state::succeeded, std::nullopt);
+  }
+
+  void on_progress(std::uint64_t id, std::uint32_t gen, const sched::progress_event& p) {
+    auto* job = current(id, gen);
+    if (!job) return;
+    auto& st = job->status;
+    st.epochs_done = p.epoch;
+    st.samples_done = p.samples_done;
+    st.samples_epoch = p.samples_total;
+    st.loss = p.train_loss;
+    st.samples_per_second = p.samples_per_s;
+    st.workers = p.workers;
+    st.shards = p.shards;
+  }
+
+  /// An epoch ended: into the status, the store and the performance model (predicted first,
+  /// so the prediction is made without the epoch it predicts).
+  void on_epoch(std::uint64_t id, std::uint32_t gen, const sched::epoch_report& e) {
+    auto* job = current(id, gen);
+    if (!job) return;
+    auto& st = job->status;
+    st.epochs_done = e.epoch + 1;
+    st.epoch_samples.resize(std::min<std::size_t>(st.epoch_samples.size(), e.epoch));
+    st.epoch_samples.push_back(e.samples);
+    st.test_accuracy = e.test_accuracy;
+    st.samples_per_second = e.samples_per_s;
+    st.loss = e.train_loss;
+    auto& model = *holder->model();
+    const int w = int(e.workers), p = int(e.shards);
+    std::optional<double> predicted;
+    if (w >= 1 && p >= 1) {
+      predicted = model.predict(id, job->rec.model, w, p);
+      model.observe(id, job->rec.model, w, p, e.seconds);
+    }
+    job->last_predicted = predicted;
+    job->last_observed = e.seconds;
+    if (predicted && e.seconds > 0) {
+      ++job->predictions;
+      job->abs_rel_error += std::abs(*predicted - e.seconds) / e.seconds;
+    }
+    sched::epoch_record rec;
+    rec.epoch = e.epoch;
+    rec.at = unix_now();
+    rec.workers = w;
+    rec.shards = p;
+    rec.seconds = e.seconds;
+    rec.samples = e.samples;
+    rec.train_loss = e.train_loss;
+    rec.test_loss = e.test_loss;
+    rec.test_accuracy = e.test_accuracy;
+    rec.predicted_seconds = predicted;
+    logged(store->add_epoch(id, rec), "cannot record an epoch");
+  }
+
+  void on_checkpoint(std::uint64_t id, std::uint32_t gen, const param_snapshot& snap) {
+    auto* job = current(id, gen);
+    if (!job || !snap.values) return;
+    auto saved = store->save_checkpoint(id, snap.epoch, unix_now(), *snap.values);
+    logged(saved, "cannot store a checkpoint");
+    if (saved) {
+      job->checkpoint = snap.values;
+      job->checkpoint_epoch = snap.epoch;
+    }
   }
 
   void check_nodes() {
     const auto now = clock_type::now();
+    // Nodes of an earlier process's runs that have not come back within the node timeout are
+    // taken for dead: their parts died with them.
+    if (now - born > opt.node_timeout) {
+      for (auto& [id, job] : jobs) {
+        std::erase_if(job.stop_unsent, [&](std::uint32_t h) {
+          auto it = nodes.find(h);
+          if (it != nodes.end() && it->second.alive) return false;
+          job.stopping.erase(h);
+          return true;
+        });
+      }
+    }
     for (auto& [host, n] : nodes) {
       if (!n.alive || now - n.seen <= opt.node_timeout) continue;
       n.alive = false;
       std::fprintf(stderr, "coach-node: node '%s' stopped heartbeating\n", n.last.name.c_str());
+      poke();
       for (auto& [id, job] : jobs) {
-        if (job.over() || !job.hosts.contains(host)) continue;
+        if (job.stopping.erase(host) && job.stopping.empty()) poke();
+        if (job.over() || !job.launched || !job.hosts.contains(host)) continue;
         // A node that ran only workers of a running job: the job goes on without them (its
         // master drops them and re-dispenses their chunks). Shards or a job still starting: fail.
         const auto& sj = job.start;
         std::vector<std::uint32_t> ranks;
-        for (std::uint32_t r = 0; r < sj.worker_hosts.size(); ++r)
-          if (sj.worker_hosts[r] == host) ranks.push_back(r);
-        for (const auto& p : sj.added_workers)
-          if (p.host == host) ranks.push_back(p.id);
+        for (const auto& [r, h] : job.worker_at)
+          if (h == host) ranks.push_back(r);
         const bool has_shard =
             std::find(sj.shard_hosts.begin(), sj.shard_hosts.end(), host) != sj.shard_hosts.end() ||
             std::any_of(sj.added_shards.begin(), sj.added_shards.end(),
@@ -421,6 +1169,9 @@ struct scheduler_state {
           continue;
         }
         job.hosts.erase(host);
+        for (auto r : ranks) job.worker_at.erase(r);
+        std::erase(job.planned_workers, host);
+        record_allocation(job);
         job.status.workers -= std::min(job.status.workers, std::uint32_t(ranks.size()));
         for (auto r : ranks)
           if (r < job.status.worker_nodes.size()) job.status.worker_nodes[r] += " (lost)";
@@ -431,7 +1182,41 @@ struct scheduler_state {
     }
   }
 
-  job_status snapshot(const job_entry& job) const {
+  /// The performance model's view of a job (coach status --json "model").
+  std::string model_json(const job_entry& job) {
+    using sched::json_number;
+    using sched::json_string;
+    auto& model = *holder->model();
+    const std::uint64_t id = job.status.job;
+    std::string out = "{";
+    out += coach::format("\"model\": {}, ", json_string(job.rec.model));
+    auto theta = model.job_theta(id, job.rec.model);
+    std::string t = "null";
+    if (theta) {
+      t = "[";
+      for (std::size_t i = 0; i < theta->size(); ++i)
+        t += (i ? ", " : "") + json_number((*theta)[i]);
+      t += "]";
+    }
+    out += coach::format("\"theta\": {}, ", t);
+    const int w = int(job.status.workers), p = int(job.status.shards);
+    std::string predicted = "null";
+    if (w >= 1 && p >= 1)
+      if (auto x = model.predict(id, job.rec.model, w, p)) predicted = json_number(*x);
+    out += coach::format("\"workers\": {}, \"shards\": {}, \"predicted_epoch_s\": {}, ", w, p,
+                         predicted);
+    out += coach::format("\"last_predicted_s\": {}, \"last_observed_s\": {}, ",
+                         job.last_predicted ? json_number(*job.last_predicted) : "null",
+                         json_number(job.last_observed));
+    out += coach::format(
+        "\"predictions\": {}, \"mean_abs_rel_error\": {}, ", job.predictions,
+        job.predictions ? json_number(job.abs_rel_error / double(job.predictions)) : "null");
+    out += coach::format("\"policy\": {}, \"perf_model\": {}}", json_string(holder->name()),
+                         model.to_json());
+    return out;
+  }
+
+  job_status snapshot(job_entry& job, bool with_model) {
     job_status s = job.status;
     if (!job.over() && s.state == job_state::running)
       s.seconds = std::chrono::duration<double>(clock_type::now() - job.started).count();
@@ -439,6 +1224,7 @@ struct scheduler_state {
     for (const auto& [host, n] : nodes)
       for (const auto& l : n.last.traffic)
         if (l.job == s.job) s.traffic.push_back(l);
+    if (with_model) s.model_json = model_json(job);
     return s;
   }
 
@@ -457,30 +1243,60 @@ struct scheduler_state {
       if (it->second.over())
         return fail(errc::invalid_argument, "job {} already {}", id,
                     to_string(it->second.status.state));
+      if (!it->second.launched)
+        return fail(errc::invalid_argument, "job {} is waiting for resources; it has no workers",
+                    id);
       if (it->second.status.state != job_state::running)
         return fail(errc::invalid_argument, "job {} is still starting; try again in a moment", id);
       return &it->second;
     };
-    auto relay =
-        [this, client](caf::response_handle<caf::event_based_actor, caf::message, false>&& handle) {
-          handle.then(
-              [this, client](std::string& why) {
-                api_reply reply;
-                if (!why.empty()) reply.failure = coach::error{errc::invalid_argument, why};
-                send(client, reply);
-              },
-              [this, client](caf::error& e) {
-                api_reply reply;
-                reply.failure =
-                    coach::error{errc::internal, "the job master did not answer: " + to_string(e)};
-                send(client, reply);
-              });
-        };
+    // On success, `done` adjusts the scheduler's record of the job's allocation.
+    auto relay = [this, client](
+                     caf::response_handle<caf::event_based_actor, caf::message, false>&& handle,
+                     std::function<void()> done) {
+      handle.then(
+          [this, client, done](std::string& why) {
+            api_reply reply;
+            if (!why.empty())
+              reply.failure = coach::error{errc::invalid_argument, why};
+            else
+              done();
+            send(client, reply);
+          },
+          [this, client](caf::error& e) {
+            api_reply reply;
+            reply.failure =
+                coach::error{errc::internal, "the job master did not answer: " + to_string(e)};
+            send(client, reply);
+          });
+    };
     constexpr auto timeout = std::chrono::seconds(10);
     if (const auto* r = std::get_if<rescale_request>(&req)) {
       auto job = running_job(r->job);
       if (!job) return refuse(job.error());
-      relay(self->request((*job)->master, timeout, rescale_atom::value, r->workers, r->shards));
+      const std::uint64_t id = r->job;
+      const std::uint32_t gen = (*job)->generation;
+      const std::uint32_t workers = r->workers, shards = r->shards;
+      relay(self->request((*job)->master, timeout, rescale_atom::value, workers, shards),
+            [this, id, gen, workers, shards] {
+              // Fewer: the highest ranks (shard ids) leave now as far as resources go; more:
+              // the parts are recorded when the master asks for them.
+              auto* j = current(id, gen);
+              if (!j) return;
+              auto trim = [](std::map<std::uint32_t, std::uint32_t>& at,
+                             std::deque<std::uint32_t>& planned, std::uint32_t to) {
+                if (to == 0) return;
+                while (at.size() + planned.size() > to) {
+                  if (!planned.empty())
+                    planned.pop_back();
+                  else
+                    at.erase(std::prev(at.end()));
+                }
+              };
+              trim(j->worker_at, j->planned_workers, workers);
+              trim(j->shard_at, j->planned_shards, shards);
+              record_allocation(*j);
+            });
       return true;
     }
     if (const auto* m = std::get_if<migrate_request>(&req)) {
@@ -488,7 +1304,12 @@ struct scheduler_state {
       if (!job) return refuse(job.error());
       if (m->to_node.empty()) return refuse({errc::invalid_argument, "--to NODE is empty"});
       if (auto host = place_part(**job, false, m->to_node); !host) return refuse(host.error());
-      relay(self->request((*job)->master, timeout, migrate_atom::value, m->shard, m->to_node));
+      const std::uint64_t id = m->job;
+      const std::uint32_t gen = (*job)->generation, shard = m->shard;
+      relay(self->request((*job)->master, timeout, migrate_atom::value, m->shard, m->to_node),
+            [this, id, gen, shard] {
+              if (auto* j = current(id, gen)) j->migrating.push_back(shard);
+            });
       return true;
     }
     return false;
@@ -509,9 +1330,9 @@ struct scheduler_state {
         if (it == jobs.end())
           reply.failure = coach::error{errc::not_found, coach::format("no job {}", st->job)};
         else
-          out.jobs.push_back(snapshot(it->second));
+          out.jobs.push_back(snapshot(it->second, true));
       } else {
-        for (const auto& [id, job] : jobs) out.jobs.push_back(snapshot(job));
+        for (auto& [id, job] : jobs) out.jobs.push_back(snapshot(job, false));
       }
       reply.body = std::move(out);
     } else if (std::get_if<nodes_request>(&req)) {
@@ -531,12 +1352,25 @@ struct scheduler_state {
       } else {
         auto& job = it->second;
         job.cancel_requested = true;
-        if (job.status.state == job_state::running)
+        if (job.launched && job.status.state == job_state::running)
           caf::anon_send(job.master, cancel_atom::value);
-        else  // still starting: nothing has trained yet
+        else  // waiting or still starting: nothing more will train
           end(job, job_state::cancelled, coach::error{errc::cancelled, "cancelled by the user"});
         reply.body = ack_reply{};
       }
+    } else if (auto* p = std::get_if<policy_request>(&req)) {
+      if (p->set) {
+        // Between two decisions: running jobs keep what they have; the next decision is the
+        // new policy's.
+        if (auto ok = holder->set(*p->set); !ok) {
+          reply.failure = ok.error();
+        } else {
+          logged(store->set_setting("policy", holder->name()), "cannot record the policy");
+          std::fprintf(stderr, "coach-node: policy is now %s\n", holder->name().c_str());
+          poke();
+        }
+      }
+      reply.body = policy_reply{holder->name()};
     }
     return reply;
   }
@@ -548,16 +1382,21 @@ caf::behavior cluster_scheduler(caf::stateful_actor<scheduler_state>* self,
   auto& st = self->state;
   st.net = std::move(net);
   st.opt = opt;
+  st.store = opt.store;
   st.self_ep = {host, scheduler_id};
   st.self = self;
+  st.open_store();
   st.net->bind(st.self_ep, caf::actor_cast<caf::actor>(self));
   self->attach_functor([net = st.net, ep = st.self_ep] { net->unbind(ep); });
   self->delayed_send(self, std::chrono::milliseconds(500), tick_atom::value);
   return {
       [self](tick_atom) {
-        self->state.check_nodes();
+        auto& s = self->state;
+        s.check_nodes();
+        if (clock_type::now() - s.last_decision >= s.opt.decide_every) s.poke();
         self->delayed_send(self, std::chrono::milliseconds(500), tick_atom::value);
       },
+      [self](decide_atom) { self->state.decide(); },
       [self](wire_message& m) {
         auto& s = self->state;
         auto msg = read_control(m);
@@ -571,32 +1410,20 @@ caf::behavior cluster_scheduler(caf::stateful_actor<scheduler_state>* self,
           if (!s.forward(m.hdr.src, *req)) s.send(m.hdr.src, s.answer(*req));
         }
       },
-      [self](job_progress_atom, std::uint64_t id, scheduler::progress_event& p) {
-        auto it = self->state.jobs.find(id);
-        if (it == self->state.jobs.end()) return;
-        auto& st = it->second.status;
-        st.epochs_done = p.epoch;
-        st.samples_done = p.samples_done;
-        st.samples_epoch = p.samples_total;
-        st.loss = p.train_loss;
-        st.samples_per_second = p.samples_per_s;
-        st.workers = p.workers;
-        st.shards = p.shards;
+      [self](job_progress_atom, std::uint64_t id, std::uint32_t gen, sched::progress_event& p) {
+        self->state.on_progress(id, gen, p);
       },
-      [self](add_part_atom, std::uint64_t id, added_part& part, std::string& node) {
-        self->state.on_add_part(id, part, node);
+      [self](add_part_atom, std::uint64_t id, std::uint32_t gen, added_part& part,
+             std::string& node) { self->state.on_add_part(id, gen, part, node); },
+      [self](job_epoch_atom, std::uint64_t id, std::uint32_t gen, sched::epoch_report& e) {
+        self->state.on_epoch(id, gen, e);
       },
-      [self](job_epoch_atom, std::uint64_t id, scheduler::epoch_report& e) {
-        auto it = self->state.jobs.find(id);
-        if (it == self->state.jobs.end()) return;
-        auto& st = it->second.status;
-        st.epochs_done = e.epoch + 1;
-        st.epoch_samples.push_back(e.samples);
-        st.test_accuracy = e.test_accuracy;
-        st.samples_per_second = e.samples_per_s;
-        st.loss = e.train_loss;
+      [self](job_checkpoint_atom, std::uint64_t id, std::uint32_t gen, param_snapshot& p) {
+        self->state.on_checkpoint(id, gen, p);
       },
-      [self](job_done_atom, std::uint64_t id, job_outcome& o) { self->state.on_done(id, o); },
+      [self](job_done_atom, std::uint64_t id, std::uint32_t gen, job_outcome& o) {
+        self->state.on_done(id, gen, o);
+      },
   };
 }
 
@@ -604,7 +1431,7 @@ caf::behavior cluster_scheduler(caf::stateful_actor<scheduler_state>* self,
 
 caf::actor spawn_cluster_scheduler(caf::actor_system& sys, std::shared_ptr<zmq_transport> net,
                                    std::uint32_t host, scheduler_options opt) {
-  return sys.spawn<caf::detached>(cluster_scheduler, std::move(net), host, opt);
+  return sys.spawn<caf::detached>(cluster_scheduler, std::move(net), host, std::move(opt));
 }
 
 }  // namespace coach::actors

@@ -40,11 +40,12 @@ namespace wire = coach::schemas;
 constexpr std::size_t max_payload_bytes = 16 << 20;  // a whole ControlMessage, checked first
 constexpr std::size_t max_spec_bytes = 1 << 20;      // start_job / submit_request spec_yaml
 constexpr std::size_t max_text_bytes = 4096;  // every other text: names, addresses, paths, errors
-constexpr std::size_t max_epochs = 1 << 20;   // epochs listed in one job status
-constexpr std::size_t max_items = 4096;       // nodes, jobs, peers, hosts by shard or rank
-constexpr std::size_t max_links = 1 << 16;    // traffic entries of one heartbeat or job status
-constexpr std::size_t max_gpus = 1024;        // ids in one GPU list
-constexpr std::size_t max_slices = 1 << 24;   // slice owners of one job configuration
+constexpr std::size_t max_model_bytes = 1 << 20;  // a job status's model JSON
+constexpr std::size_t max_epochs = 1 << 20;       // epochs listed in one job status
+constexpr std::size_t max_items = 4096;           // nodes, jobs, peers, hosts by shard or rank
+constexpr std::size_t max_links = 1 << 16;        // traffic entries of one heartbeat or job status
+constexpr std::size_t max_gpus = 1024;            // ids in one GPU list
+constexpr std::size_t max_slices = 1 << 24;       // slice owners of one job configuration
 constexpr std::size_t max_config_members = 1 << 16;  // worker ranks of one configuration
 
 constexpr std::uint16_t max_errc = std::uint16_t(errc::internal);  // highest code in error.hpp
@@ -177,12 +178,18 @@ void put_request(wire::Request::Builder b, const api_request& r) {
           r.setJob(q.job);
           r.setWorkers(q.workers);
           r.setShards(q.shards);
-        } else {
-          static_assert(std::is_same_v<T, migrate_request>);
+        } else if constexpr (std::is_same_v<T, migrate_request>) {
           auto m = b.initMigrate();
           m.setJob(q.job);
           m.setShard(q.shard);
           put_text([&](unsigned n) { return m.initToNode(n); }, q.to_node);
+        } else {
+          static_assert(std::is_same_v<T, policy_request>);
+          auto p = b.initPolicy();
+          if (q.set)
+            put_text([&](unsigned n) { return p.initSet(n); }, *q.set);
+          else
+            p.setGet();
         }
       },
       r);
@@ -231,6 +238,8 @@ void put_job_status(wire::JobStatus::Builder b, const job_status& s) {
     cs[i].setSamplesPerSecondBefore(c.samples_per_s_before);
     cs[i].setSamplesPerSecondAfter(c.samples_per_s_after);
   }
+  put_text([&](unsigned n) { return b.initModel(n); }, s.model_json, max_model_bytes);
+  b.setResumes(s.resumes);
 }
 
 void put_reply(wire::Reply::Builder b, const api_reply& r) {
@@ -245,6 +254,8 @@ void put_reply(wire::Reply::Builder b, const api_reply& r) {
         } else if constexpr (std::is_same_v<T, status_reply>) {
           auto jobs = b.initStatus().initJobs(static_cast<unsigned>(body.jobs.size()));
           for (unsigned i = 0; i < body.jobs.size(); ++i) put_job_status(jobs[i], body.jobs[i]);
+        } else if constexpr (std::is_same_v<T, policy_reply>) {
+          put_text([&](unsigned n) { return b.initPolicy().initActive(n); }, body.active);
         } else {
           static_assert(std::is_same_v<T, nodes_reply>);
           auto nodes = b.initNodes().initStatuses(static_cast<unsigned>(body.nodes.size()));
@@ -452,8 +463,14 @@ api_request get_request(wire::Request::Reader r) {
       const auto q = r.getMigrate();
       return migrate_request{q.getJob(), q.getShard(), get_text(q.getToNode(), "migrate toNode")};
     }
-    case wire::Request::POLICY:
-      refuse("job API request policy is not served by this version");
+    case wire::Request::POLICY: {
+      if (!r.hasPolicy()) refuse("job API request policy is null");
+      const auto p = r.getPolicy();
+      if (p.which() == wire::PolicyRequest::GET) return policy_request{};
+      if (p.which() == wire::PolicyRequest::SET)
+        return policy_request{get_text(p.getSet(), "policy set")};
+      refuse("policy request has unknown member {}", std::uint16_t(p.which()));
+    }
   }
   refuse("unknown job API request {}", std::uint16_t(r.which()));
 }
@@ -492,6 +509,8 @@ job_status get_job_status(wire::JobStatus::Reader r) {
                          c.getTransferMs(), c.getMovedBytes(), c.getGapMs(), c.getStepMs(),
                          c.getPauseMs(), c.getSamplesPerSecondBefore(),
                          c.getSamplesPerSecondAfter()});
+  s.model_json = get_text(r.getModel(), "job status model", max_model_bytes);
+  s.resumes = r.getResumes();
   return s;
 }
 
@@ -543,8 +562,13 @@ api_reply get_reply(wire::Reply::Reader r) {
       if (!r.hasError() && a.hasError()) body_error = get_error(a.getError(), "ack reply");
       break;
     }
-    case wire::Reply::POLICY:
-      refuse("job API reply policy is not served by this version");
+    case wire::Reply::POLICY: {
+      if (!r.hasPolicy()) refuse("job API reply policy is null");
+      const auto p = r.getPolicy();
+      out.body = policy_reply{get_text(p.getActive(), "policy reply active")};
+      if (!r.hasError() && p.hasError()) body_error = get_error(p.getError(), "policy reply");
+      break;
+    }
     default:
       refuse("unknown job API reply {}", std::uint16_t(r.which()));
   }
@@ -729,17 +753,36 @@ wire_message make_control(const endpoint& src, const endpoint& dst, const contro
   const std::byte* data = bytes->data();
   const std::size_t size = bytes->size();
   msg.frames.push_back(frame{std::move(bytes), data, size});
+  // A resumed job's parameters go as raw floats next to the Cap'n Proto message: no copy into a
+  // builder, and no Cap'n Proto size limit on a large model.
+  if (const auto* sj = std::get_if<start_job>(&m); sj && sj->initial_params)
+    msg.frames.push_back(
+        frame::of(sj->initial_params, sj->initial_params->data(), sj->initial_params->size()));
   return msg;
 }
 
 std::optional<control_message> read_control(const wire_message& m) {
   if (m.hdr.kind != msg_kind::control || m.frames.empty()) return std::nullopt;
   auto msg = control_codec::decode({m.frames[0].data, m.frames[0].bytes});
-  if (!msg) {
+  auto drop = [&](const std::string& why) -> std::optional<control_message> {
     std::fprintf(stderr, "coach-node: dropped a control message from host %u: %s\n", m.hdr.src.host,
-                 msg.error().message.c_str());
+                 why.c_str());
     return std::nullopt;
-  }
+  };
+  if (!msg) return drop(msg.error().message);
+  if (m.frames.size() == 1) return std::move(*msg);
+  auto* sj = std::get_if<start_job>(&*msg);
+  if (!sj || m.frames.size() > 2)
+    return drop(coach::format("control message has {} payload frames (1, or 2 for a startJob)",
+                              m.frames.size()));
+  const auto& f = m.frames[1];
+  if (f.bytes % sizeof(float) != 0)
+    return drop(
+        coach::format("startJob initial parameters of {} bytes are not whole f32s", f.bytes));
+  // Copied: a ZeroMQ frame need not be aligned for floats, and the shards keep their own copy.
+  auto params = std::make_shared<std::vector<float>>(f.bytes / sizeof(float));
+  if (f.bytes > 0) std::memcpy(params->data(), f.data, f.bytes);
+  sj->initial_params = std::move(params);
   return std::move(*msg);
 }
 

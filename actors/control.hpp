@@ -6,6 +6,7 @@
 // (schemas/control.capnp); actors::control_codec converts. docs/wire.md describes them.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -80,6 +81,10 @@ struct start_job {
   std::vector<part_host> added_shards;   ///< shards added while the job runs
   std::vector<part_host> added_workers;  ///< workers added while the job runs
   std::optional<added_part> start;       ///< the part to start (a running job grows)
+  /// The job's parameters to start its shards from (a job resumed from a checkpoint), instead
+  /// of the model's seeded initialization. Not in the Cap'n Proto message: it travels as a
+  /// second payload frame of raw f32 (docs/wire.md), only with the shards phase.
+  std::shared_ptr<const std::vector<float>> initial_params;
 };
 
 /// Scheduler -> node: stop every actor of the job (it ended, failed or was cancelled).
@@ -118,6 +123,10 @@ struct job_status {
   double seconds = 0;                             ///< since it started running
   std::vector<std::uint64_t> epoch_samples;       ///< samples trained in each finished epoch
   std::vector<scheduler::change_report> changes;  ///< timed changes (once the job ended)
+  /// The performance model's view of the job, one JSON object (docs/scheduler.md, "In the
+  /// cluster scheduler"); empty when the scheduler sent none.
+  std::string model_json;
+  std::uint32_t resumes = 0;  ///< times the job restarted from its checkpoint
 };
 
 /// What `coach nodes` shows of one node.
@@ -154,8 +163,12 @@ struct migrate_request {
   std::uint32_t shard = 0;
   std::string to_node;
 };
+/// coach policy get | coach policy set NAME.
+struct policy_request {
+  std::optional<std::string> set;  ///< empty: get
+};
 using api_request = std::variant<submit_request, status_request, nodes_request, cancel_request,
-                                 rescale_request, migrate_request>;
+                                 rescale_request, migrate_request, policy_request>;
 
 struct submit_reply {
   std::uint64_t job = 0;
@@ -167,10 +180,13 @@ struct nodes_reply {
   std::vector<node_status> nodes;
 };
 struct ack_reply {};
+struct policy_reply {
+  std::string active;  ///< the policy in force after the request
+};
 /// A reply is either what was asked for or the error that prevented it.
 struct api_reply {
   std::optional<coach::error> failure;
-  std::variant<ack_reply, submit_reply, status_reply, nodes_reply> body;
+  std::variant<ack_reply, submit_reply, status_reply, nodes_reply, policy_reply> body;
 };
 
 /// Everything that travels as msg_kind::control.
@@ -192,7 +208,7 @@ std::uint32_t client_host_id() noexcept;
 // refuses a spec over 1 MiB, so a sender checks the size of a user's spec before sending it.
 // decode also refuses payloads over 16 MiB, lists of more than 4096 nodes, jobs, peers or hosts,
 // 65536 traffic entries or 1024 GPU ids, unknown enum values and error codes, and a union left
-// unset. The job API request policy (in the schema) is refused by this version.
+// unset. A job status's model JSON may hold up to 1 MiB.
 namespace control_codec {
 /// Encodes `m` as the payload of a control message (a Cap'n Proto ControlMessage).
 std::vector<std::byte> encode(const control_message& m);
@@ -203,7 +219,9 @@ result<control_message> decode(std::span<const std::byte> bytes);
 /// Builds the wire_message carrying `m` from `src` to `dst`.
 wire_message make_control(const endpoint& src, const endpoint& dst, const control_message& m);
 /// The control message `m` carries; nothing for a message of another kind, or (logged on stderr
-/// as dropped, naming the sender's host) for one that does not decode.
+/// as dropped, naming the sender's host) for one that does not decode. A second payload frame
+/// is accepted only on a startJob, as its initial parameters (a whole number of f32); any other
+/// extra frame drops the message.
 std::optional<control_message> read_control(const wire_message& m);
 
 }  // namespace coach::actors

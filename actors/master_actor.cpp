@@ -42,6 +42,7 @@ struct epoch_stats {
   std::uint32_t workers = 0;  ///< the configuration of the epoch's last step
   std::uint32_t shards = 0;
   std::optional<eval_result> eval;
+  std::shared_ptr<const std::vector<float>> params;  ///< at its end (for a checkpoint)
 };
 
 /// Parameters being assembled from the shards' snapshots of one version.
@@ -90,6 +91,7 @@ struct master_state {
   caf::actor observer;
   caf::actor evaluator;
   std::unique_ptr<worker::chunk_dispenser> dispenser;
+  master_options options;
   bool epoch_started = false;
   bool cancelled = false;
   bool done = false;
@@ -575,7 +577,7 @@ struct master_state {
     } else {
       if (!epoch_started || dispenser->exhausted()) {
         if (epoch_started && !dispenser->epoch_done()) return false;
-        const std::uint32_t next = epoch_started ? dispenser->epoch() + 1 : 0;
+        const std::uint32_t next = epoch_started ? dispenser->epoch() + 1 : options.first_epoch;
         if (next >= num_epochs()) {
           plan.finished = true;
         } else {
@@ -711,10 +713,12 @@ struct master_state {
     last_params = a.values;
     const bool final = a.final;
     assemblies.erase(it);
-    if (final)
+    if (final) {
       finish(false);
-    else
+    } else {
+      epochs[a.epoch].params = snap.values;
       caf::anon_send(evaluator, eval_atom::value, snap, me);
+    }
   }
 
   void on_eval(const eval_result& r) {
@@ -738,6 +742,9 @@ struct master_state {
     rep.shards = e.shards;
     result.epochs.push_back(rep);
     result.test_accuracy = rep.test_accuracy;
+    if (options.report_params && e.params)
+      caf::anon_send(observer, checkpoint_atom::value, param_snapshot{epoch, 0, e.params});
+    e.params.reset();  // the checkpoint holds it now; the master keeps only last_params
     caf::anon_send(observer, epoch_atom::value, rep);
     if (epoch + 1 == num_epochs()) finish(true);
   }
@@ -760,9 +767,10 @@ struct master_state {
 
 caf::behavior master_actor(caf::stateful_actor<master_state>* self,
                            std::shared_ptr<const job_context> ctx, caf::actor observer,
-                           caf::actor evaluator, elastic_hooks hooks) {
+                           caf::actor evaluator, elastic_hooks hooks, master_options options) {
   auto& st = self->state;
   st.ctx = ctx;
+  st.options = options;
   st.cfg = ctx->initial_config();
   st.hooks = std::move(hooks);
   st.link = [self](const caf::actor& a) { self->link_to(a); };
@@ -864,11 +872,12 @@ caf::behavior evaluator_actor(caf::stateful_actor<evaluator_state>* self,
 }  // namespace
 
 caf::actor spawn_master(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
-                        caf::actor observer, caf::actor evaluator, elastic_hooks hooks) {
+                        caf::actor observer, caf::actor evaluator, elastic_hooks hooks,
+                        master_options options) {
   auto ep = ctx->master;
   auto net = ctx->net;
   auto a = sys.spawn(master_actor, std::move(ctx), std::move(observer), std::move(evaluator),
-                     std::move(hooks));
+                     std::move(hooks), options);
   net->bind(ep, a);
   return a;
 }

@@ -134,4 +134,7 @@ using rescale_atom = caf::atom_constant<caf::atom("rescale")>;
 /// (migrate_atom, shard, node) -> std::string: move every slice of a shard to a new shard (on
 /// `node`, when not empty) at the next step boundary; the answer is empty, or why not.
 using migrate_atom = caf::atom_constant<caf::atom("migrate")>;
+/// (checkpoint_atom, param_snapshot): a job master tells its observer the parameters at the end
+/// of an epoch (sent before that epoch's epoch_atom), for a checkpoint.
+using checkpoint_atom = caf::atom_constant<caf::atom("checkpt")>;
 }  // namespace coach::actors

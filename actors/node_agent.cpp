@@ -121,8 +121,22 @@ struct agent_state {
     auto& sys = self_system();
     if (sj.start) return start_added(sj, part);
     if (!sj.workers_phase) {
-      std::vector<float> initial(ctx->model.num_params());
-      ctx->model.init_params(initial, ctx->spec.seed);
+      std::vector<float> initial;
+      if (sj.initial_params) {
+        // A job resumed from its checkpoint: the parameters come with the message. A vector of
+        // another size is another model (or a forged message): refused, nothing started.
+        const std::size_t want = ctx->model.num_params();
+        if (sj.initial_params->size() != want)
+          return fail(errc::invalid_argument,
+                      "node '{}': job {}: initial parameters have {} bytes, the model has {} "
+                      "parameters ({} bytes)",
+                      opt.name, sj.job, sj.initial_params->size() * sizeof(float), want,
+                      want * sizeof(float));
+        initial = *sj.initial_params;
+      } else {
+        initial.resize(ctx->model.num_params());
+        ctx->model.init_params(initial, ctx->spec.seed);
+      }
       for (std::uint32_t k = 0; k < ctx->shards.size(); ++k) {
         if (ctx->shards[k].host != opt.host) continue;
         part.actors.push_back(spawn_shard(sys, ctx, k, initial));

@@ -55,12 +55,22 @@ caf::actor spawn_added_worker(caf::actor_system& sys, std::shared_ptr<const job_
                               std::uint32_t rank, std::shared_ptr<kernels::backend> be,
                               const ps::job_config& c, std::int64_t first_step);
 
+/// Where a job master starts and what it reports besides progress, epochs and the outcome.
+struct master_options {
+  /// The first epoch to train: a job resumed from the checkpoint of epoch first_epoch - 1
+  /// (its shards start from those parameters). Epoch numbers in reports stay absolute.
+  std::uint32_t first_epoch = 0;
+  /// Send (checkpoint_atom, param_snapshot) to the observer at the end of every epoch.
+  bool report_params = false;
+};
+
 /// Spawns the job master: dispenses chunks, tracks epochs, requests end-of-epoch snapshots,
 /// has them evaluated and reports progress, epochs and the outcome to `observer`
 /// (progress_atom / epoch_atom / done_atom messages). (cancel_atom) stops the job at the next
 /// step boundary.
 caf::actor spawn_master(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
-                        caf::actor observer, caf::actor evaluator, elastic_hooks hooks = {});
+                        caf::actor observer, caf::actor evaluator, elastic_hooks hooks = {},
+                        master_options options = {});
 
 /// Spawns the scheduler: (submit_atom, job_request, observer) -> starts the job's actors and
 /// answers the job id, or answers a caf::error after sending (done_atom, job_outcome) with the

@@ -1,5 +1,5 @@
 // coach: the command-line front end. `train` runs the whole cluster in this process; `submit`,
-// `status`, `nodes`, `cancel`, `rescale` and `migrate` talk to a coach-node scheduler
+// `status`, `nodes`, `cancel`, `rescale`, `migrate` and `policy` talk to a coach-node scheduler
 // (apps/coach_api.hpp).
 //
 // Exit codes: 0 success; 1 the job failed (or the scheduler cannot be reached); 2 bad input
@@ -159,6 +159,16 @@ int main(int argc, char** argv) {
   migrate->add_option("--shard", shard, "The shard id (coach status JOB lists them)")->required();
   migrate->add_option("--to", to_node, "The node's name (coach nodes lists them)")->required();
   add_at(migrate);
+  std::string policy_name;
+  auto* policy = app.add_subcommand(
+      "policy", "Show or change the scheduler's policy (at once; running jobs keep running)");
+  policy->require_subcommand(1);
+  auto* policy_get = policy->add_subcommand("get", "Print the active policy");
+  add_at(policy_get);
+  auto* policy_set = policy->add_subcommand("set", "Make NAME the active policy");
+  policy_set->add_option("NAME", policy_name, "fifo | elastic-fifo | round-robin | coach")
+      ->required();
+  add_at(policy_set);
 
   try {
     app.parse(argc, argv);
@@ -183,5 +193,14 @@ int main(int argc, char** argv) {
   if (*nodes) return coach::apps::run_nodes(address, json);
   if (*rescale) return coach::apps::run_rescale(address, job, workers, shards, json);
   if (*migrate) return coach::apps::run_migrate(address, job, shard, to_node, json);
+  if (*policy) {
+    if (*policy_set && policy_name.empty()) {
+      std::fprintf(stderr,
+                   "coach: policy set: give a policy name (fifo, elastic-fifo, "
+                   "round-robin, coach)\n");
+      return 2;
+    }
+    return coach::apps::run_policy(address, *policy_set ? policy_name : "", json);
+  }
   return coach::apps::run_cancel(address, job, json);
 }

@@ -1,4 +1,4 @@
-// The job API commands of `coach`: submit, status, nodes, cancel, rescale, migrate
+// The job API commands of `coach`: submit, status, nodes, cancel, rescale, migrate, policy
 // (apps/coach_api.hpp).
 
 #include "coach_api.hpp"
@@ -80,6 +80,9 @@ std::string to_json(const actors::job_status& s) {
   out += coach::format("\"changes\": [{}], ", changes);
   out += coach::format("\"seconds\": {}, \"error\": {}, \"error_code\": {}, ",
                        json_number(s.seconds), json_string(s.error), s.error_code);
+  out += coach::format("\"resumes\": {}, ", s.resumes);
+  // The scheduler's JSON as it is (it sends it for one job's status).
+  if (!s.model_json.empty()) out += coach::format("\"model\": {}, ", s.model_json);
   out += coach::format("\"cross_host_bytes\": {}, \"traffic\": [", cross_host_bytes(s));
   for (std::size_t i = 0; i < s.traffic.size(); ++i) {
     const auto& l = s.traffic[i];
@@ -335,6 +338,24 @@ int run_migrate(const std::string& at, std::uint64_t job, std::uint32_t shard,
   else
     std::fprintf(stderr, "coach: job %llu: shard %u moves to node '%s' at the next step\n",
                  static_cast<unsigned long long>(job), shard, node.c_str());
+  return 0;
+}
+
+int run_policy(const std::string& at, const std::string& set, bool json) {
+  actors::policy_request req;
+  if (!set.empty()) req.set = set;
+  auto reply = call(at, req);
+  if (!reply) return report_error(reply.error());
+  if (reply->failure) return report_error(*reply->failure);
+  const auto* p = std::get_if<actors::policy_reply>(&reply->body);
+  if (!p) return report_error({errc::protocol_error, "the scheduler's reply is not a policy"});
+  if (json)
+    std::printf("{\"policy\": %s}\n", json_string(p->active).c_str());
+  else
+    std::printf("%s\n", p->active.c_str());
+  if (!set.empty() && !json)
+    std::fprintf(stderr, "coach: the scheduler's policy is now %s (running jobs keep running)\n",
+                 p->active.c_str());
   return 0;
 }
 

@@ -2,7 +2,12 @@
 // --scheduler, the cluster scheduler and job API. SIGTERM or SIGINT drains: the node takes no new
 // work, finishes what it runs, and exits; a second signal exits at once.
 //
-// Exit codes: 0 after a clean drain; 1 when it cannot start (address in use, ...); 2 bad flags.
+// The scheduler keeps its jobs in a job store (SQLite): --store PATH, default coach-jobs.db in
+// the working directory; --store '' keeps it in memory. A scheduler started on an existing store
+// resumes every job it holds (docs/scheduler.md, "In the cluster scheduler").
+//
+// Exit codes: 0 after a clean drain; 1 when it cannot start (address in use, ...); 2 bad flags
+// (a store that cannot be opened included).
 
 #include <CLI/CLI.hpp>
 #include <caf/all.hpp>
@@ -16,6 +21,8 @@
 #include "actors/cluster.hpp"
 #include "common/huge_pages.hpp"
 #include "scheduler/host_probe.hpp"
+#include "scheduler/job_store.hpp"
+#include "scheduler/policy.hpp"
 
 namespace {
 
@@ -36,7 +43,7 @@ int main(int argc, char** argv) {
   using namespace coach;
   use_huge_pages(argv);  // large buffers on huge pages (common/huge_pages.hpp)
   CLI::App app{"coach-node: the Coach daemon of one host", "coach-node"};
-  std::string listen, join, name, advertise, gpus_text;
+  std::string listen, join, name, advertise, gpus_text, store_path = "coach-jobs.db", policy;
   bool is_scheduler = false;
   std::uint32_t cpus = 0;
   double heartbeat_s = 1.0, node_timeout_s = 5.0, drain_timeout_s = 600.0;
@@ -47,6 +54,11 @@ int main(int argc, char** argv) {
   app.add_option("--advertise", advertise,
                  "Address other nodes use to reach this one (default: --listen)");
   app.add_option("--cpus", cpus, "Advertise at most this many CPUs");
+  app.add_option("--store", store_path,
+                 "With --scheduler: the job store, an SQLite file ('' = in memory only)")
+      ->capture_default_str();
+  app.add_option("--policy", policy,
+                 "With --scheduler: the policy when the store names none (default fifo)");
   app.add_option("--gpus", gpus_text, "GPUs this node may use, e.g. 0,1 (default: all)");
   app.add_option("--heartbeat", heartbeat_s, "Seconds between heartbeats")
       ->check(CLI::Range(0.05, 60.0));
@@ -87,6 +99,24 @@ int main(int argc, char** argv) {
     gpus = std::move(*parsed);
   }
 
+  actors::scheduler_options so;
+  if (is_scheduler) {
+    // Opened before anything starts, so that a bad path is one line and exit code 2.
+    auto store = scheduler::job_store::open(store_path.empty() ? ":memory:" : store_path);
+    if (!store) {
+      std::fprintf(stderr, "coach-node: --store: %s\n", store.error().message.c_str());
+      return 2;
+    }
+    so.store = std::make_shared<scheduler::job_store>(std::move(*store));
+    if (!policy.empty()) {
+      if (auto p = scheduler::make_policy(policy); !p) {
+        std::fprintf(stderr, "coach-node: --policy: %s\n", p.error().message.c_str());
+        return 2;
+      }
+      so.policy = policy;
+    }
+  }
+
   const std::uint32_t host = actors::node_host_id(address);
   auto net = actors::zmq_transport::start({.host = host, .listen = listen});
   if (!net) {
@@ -103,9 +133,8 @@ int main(int argc, char** argv) {
 
   caf::actor sched;
   if (is_scheduler) {
-    actors::scheduler_options so;
     so.node_timeout = std::chrono::milliseconds(long(node_timeout_s * 1000));
-    sched = actors::spawn_cluster_scheduler(sys, *net, host, so);
+    sched = actors::spawn_cluster_scheduler(sys, *net, host, std::move(so));
   }
   actors::node_options no;
   no.name = name.empty() ? address : name;

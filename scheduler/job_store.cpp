@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -71,6 +72,11 @@ CREATE TABLE IF NOT EXISTS epochs (
   test_accuracy     REAL,
   predicted_seconds REAL,
   PRIMARY KEY (job, epoch));
+CREATE TABLE IF NOT EXISTS checkpoints (
+  job    INTEGER PRIMARY KEY REFERENCES jobs(id),
+  epoch  INTEGER NOT NULL,
+  at     REAL NOT NULL,
+  params BLOB NOT NULL);
 )sql";
 
 /// A prepared statement, finalized on destruction. Bind indices are 1-based, columns 0-based.
@@ -103,6 +109,12 @@ class statement {
       rc_ = sqlite3_bind_text(stmt_, i, v.empty() ? "" : v.data(), int(v.size()), SQLITE_TRANSIENT);
     return *this;
   }
+  statement& bind_blob(int i, const void* data, std::size_t bytes) {
+    // A zero-length blob with a null pointer would be stored as NULL.
+    static const char empty = 0;
+    if (ok()) rc_ = sqlite3_bind_blob64(stmt_, i, bytes ? data : &empty, bytes, SQLITE_TRANSIENT);
+    return *this;
+  }
   statement& bind_null(int i) {
     if (ok()) rc_ = sqlite3_bind_null(stmt_, i);
     return *this;
@@ -121,6 +133,10 @@ class statement {
   std::optional<double> optional_real(int c) const {
     if (sqlite3_column_type(stmt_, c) == SQLITE_NULL) return std::nullopt;
     return sqlite3_column_double(stmt_, c);
+  }
+  std::span<const std::byte> blob(int c) const {
+    const auto* p = static_cast<const std::byte*>(sqlite3_column_blob(stmt_, c));
+    return {p, p ? std::size_t(sqlite3_column_bytes(stmt_, c)) : 0};
   }
   std::string text(int c) const {
     const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, c));
@@ -403,6 +419,38 @@ result<void> job_store::add_epoch(std::uint64_t job, const epoch_record& e) {
   if (ins.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot add an epoch");
   if (!tx.commit()) return sql_error(db_, path_, "cannot commit");
   return {};
+}
+
+result<void> job_store::save_checkpoint(std::uint64_t job, std::uint32_t epoch, double at,
+                                        std::span<const float> params) {
+  statement q(db_,
+              "INSERT OR REPLACE INTO checkpoints (job, epoch, at, params) "
+              "SELECT id, ?, ?, ? FROM jobs WHERE id = ?");
+  q.bind(1, std::int64_t(epoch)).bind(2, at);
+  q.bind_blob(3, params.data(), params.size_bytes()).bind(4, job);
+  if (q.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot store a checkpoint");
+  if (sqlite3_changes(db_) == 0)
+    return fail(errc::not_found, "job store '{}': no job {}", path_, job);
+  return {};
+}
+
+result<std::optional<checkpoint_record>> job_store::checkpoint(std::uint64_t job) const {
+  statement q(db_, "SELECT epoch, at, params FROM checkpoints WHERE job = ?");
+  q.bind(1, job);
+  const int rc = q.step();
+  if (rc == SQLITE_DONE) return std::optional<checkpoint_record>();
+  if (rc != SQLITE_ROW) return sql_error(db_, path_, "cannot read a checkpoint");
+  const auto bytes = q.blob(2);
+  if (bytes.size() % sizeof(float) != 0)
+    return fail(errc::parse_error,
+                "job store '{}': job {}'s checkpoint has {} bytes, not whole f32s", path_, job,
+                bytes.size());
+  checkpoint_record c;
+  c.epoch = std::uint32_t(q.integer(0));
+  c.at = q.real(1);
+  c.params.resize(bytes.size() / sizeof(float));
+  if (!bytes.empty()) std::memcpy(c.params.data(), bytes.data(), bytes.size());
+  return std::optional<checkpoint_record>(std::move(c));
 }
 
 result<std::vector<job_record>> job_store::jobs() const {

@@ -86,6 +86,14 @@ struct allocation_change {
   friend bool operator==(const allocation_change&, const allocation_change&) = default;
 };
 
+/// The parameters of a job at the end of an epoch: what a resumed job starts from.
+struct checkpoint_record {
+  std::uint32_t epoch = 0;  ///< the epoch they end (0-based); the job resumes at epoch + 1
+  double at = 0;
+  std::vector<float> params;
+  friend bool operator==(const checkpoint_record&, const checkpoint_record&) = default;
+};
+
 class job_store {
  public:
   /// Opens (creating if needed) the store at `path`; ":memory:" keeps it in memory. Errors:
@@ -114,6 +122,13 @@ class job_store {
   /// Records a finished epoch (replacing one with the same number) and sets epochs_done to
   /// epoch + 1 if that is more. Errors: not_found.
   result<void> add_epoch(std::uint64_t job, const epoch_record& e);
+
+  /// Stores `params` as job's checkpoint after `epoch`, replacing the previous one (only the
+  /// latest is kept: a resume needs no other). Errors: not_found.
+  result<void> save_checkpoint(std::uint64_t job, std::uint32_t epoch, double at,
+                               std::span<const float> params);
+  /// A job's latest checkpoint, or nullopt when it has none.
+  result<std::optional<checkpoint_record>> checkpoint(std::uint64_t job) const;
 
   /// Every job, by id.
   result<std::vector<job_record>> jobs() const;

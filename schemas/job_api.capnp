@@ -76,6 +76,8 @@ struct JobStatus {
   seconds @17 :Float64;        # since the job started running
   epochSamples @18 :List(UInt64);  # samples trained in each finished epoch, in order
   changes @19 :List(ChangeReport);  # the job's changes of workers or shards (once it ended)
+  model @20 :Text;             # the performance model's view of the job: one JSON object
+  resumes @21 :UInt32;         # times the job restarted from its checkpoint
 }
 
 # One change of a running job, timed by its master (scheduler::change_report); -1 = n/a.

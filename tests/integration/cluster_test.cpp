@@ -126,9 +126,9 @@ class cluster : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     sched_addr_ = free_address();
-    nodes_.push_back(start_node(
-        {"--listen", sched_addr_, "--scheduler", "--name", "node-a", "--heartbeat", "0.25"},
-        "node-a"));
+    nodes_.push_back(start_node({"--listen", sched_addr_, "--scheduler", "--store", "", "--name",
+                                 "node-a", "--heartbeat", "0.25"},
+                                "node-a"));
     for (const char* name : {"node-b", "node-c"})
       nodes_.push_back(start_node({"--listen", free_address(), "--join", sched_addr_, "--name",
                                    name, "--heartbeat", "0.25"},

@@ -101,6 +101,8 @@ job_status full_job_status(std::uint64_t job) {
   s.seconds = 61.5;
   s.changes = {{"workers 3", 10, 41.5, -1, 0, 12.25, 3.5, 8.75, 9000.5, 12000.25},
                {"migrate 0 to node-b", 40, -1, 55.5, 1 << 30, 70.0, 5.0, 65.0, 1e6, 2e6}};
+  s.model_json = R"({"model": "m", "theta": [1, 2, 3, 4, 5], "predicted_epoch_s": 1.5})";
+  s.resumes = 2;
   return s;
 }
 
@@ -184,6 +186,8 @@ void expect_same(const job_status& a, const job_status& b) {
   EXPECT_EQ(a.error, b.error);
   EXPECT_EQ(a.error_code, b.error_code);
   expect_same_double(a.seconds, b.seconds, "seconds");
+  EXPECT_EQ(a.model_json, b.model_json);
+  EXPECT_EQ(a.resumes, b.resumes);
   ASSERT_EQ(a.changes.size(), b.changes.size());
   for (std::size_t i = 0; i < a.changes.size(); ++i) {
     const auto &x = a.changes[i], &y = b.changes[i];
@@ -224,6 +228,8 @@ void expect_same(const api_request& a, const api_request& b) {
     EXPECT_EQ(m->job, y.job);
     EXPECT_EQ(m->shard, y.shard);
     EXPECT_EQ(m->to_node, y.to_node);
+  } else if (const auto* p = std::get_if<policy_request>(&a)) {
+    EXPECT_EQ(p->set, std::get<policy_request>(b).set);
   }
 }
 
@@ -244,6 +250,8 @@ void expect_same(const api_reply& a, const api_reply& b) {
       expect_same_double(n->nodes[i].seconds_since, m.nodes[i].seconds_since, "seconds_since");
       EXPECT_EQ(n->nodes[i].alive, m.nodes[i].alive);
     }
+  } else if (const auto* p = std::get_if<policy_reply>(&a.body)) {
+    EXPECT_EQ(p->active, std::get<policy_reply>(b.body).active);
   }
 }
 
@@ -310,6 +318,8 @@ std::vector<control_message> every_variant() {
   all.push_back(api_request{cancel_request{100}});
   all.push_back(api_request{rescale_request{101, 7, 3}});
   all.push_back(api_request{migrate_request{102, 4, "node-b"}});
+  all.push_back(api_request{policy_request{}});
+  all.push_back(api_request{policy_request{"elastic-fifo"}});
   const error why{errc::invalid_argument, "field 'workers' must be > 0"};
   for (const bool failed : {false, true}) {
     const auto failure = failed ? std::optional<error>(why) : std::nullopt;
@@ -318,6 +328,7 @@ std::vector<control_message> every_variant() {
     all.push_back(api_reply{failure, status_reply{{full_job_status(1), full_job_status(2)}}});
     all.push_back(
         api_reply{failure, nodes_reply{{full_node_status(true), full_node_status(false)}}});
+    all.push_back(api_reply{failure, policy_reply{"round-robin"}});
   }
   return all;
 }
@@ -548,11 +559,7 @@ TEST(control_codec, a_part_to_start_must_be_placed_and_well_formed) {
             "control message refused: startJob start has no config");
 }
 
-TEST(control_codec, requests_and_replies_this_version_does_not_serve_are_refused) {
-  EXPECT_EQ(decode_error(raw([](auto root) { root.initRequest().initPolicy().setGet(); })),
-            "control message refused: job API request policy is not served by this version");
-  EXPECT_EQ(decode_error(raw([](auto root) { root.initReply().initPolicy(); })),
-            "control message refused: job API reply policy is not served by this version");
+TEST(control_codec, empty_requests_and_replies_are_refused) {
   EXPECT_EQ(decode_error(raw([](auto root) { root.initRequest(); })),
             "control message refused: job API request has no body");
   EXPECT_EQ(decode_error(raw([](auto root) { root.initReply(); })),
@@ -656,6 +663,37 @@ TEST(control, make_control_builds_one_frame_of_kind_control) {
   ASSERT_TRUE(h) << h.error().to_string();
   EXPECT_EQ(h->env.kind, msg_kind::control);
   EXPECT_EQ(to_string(h->env.kind), "control");
+}
+
+TEST(control, a_start_job_carries_its_initial_parameters_as_a_second_frame) {
+  const endpoint src{1, scheduler_id}, dst{2, node_agent_id};
+  start_job s = full_start_job();
+  auto params = std::make_shared<std::vector<float>>(std::vector<float>{1.5f, -2.0f, 0.25f});
+  s.initial_params = params;
+  auto msg = make_control(src, dst, s);
+  ASSERT_EQ(msg.frames.size(), 2u);
+  EXPECT_EQ(msg.frames[1].bytes, 12u);
+  EXPECT_EQ(msg.frames[1].data, reinterpret_cast<const std::byte*>(params->data()));  // no copy
+  auto back = read_control(msg);
+  ASSERT_TRUE(back);
+  const auto& got = std::get<start_job>(*back);
+  expect_same(got, s);
+  ASSERT_TRUE(got.initial_params);
+  EXPECT_EQ(*got.initial_params, *params);
+  // Without parameters: one frame, and none read back.
+  EXPECT_FALSE(
+      std::get<start_job>(*read_control(make_control(src, dst, full_start_job()))).initial_params);
+
+  // Hostile frames: not whole floats, on another message, or one too many: dropped.
+  auto odd = msg;
+  odd.frames[1].bytes = 7;
+  EXPECT_FALSE(read_control(odd));
+  auto other = make_control(src, dst, stop_job{3});
+  other.frames.push_back(msg.frames[1]);
+  EXPECT_FALSE(read_control(other));
+  auto three = msg;
+  three.frames.push_back(msg.frames[1]);
+  EXPECT_FALSE(read_control(three));
 }
 
 TEST(control, make_control_names_the_job_the_message_is_about) {

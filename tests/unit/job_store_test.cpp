@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -259,6 +260,42 @@ TEST(job_store, bad_paths_and_foreign_files_are_errors) {
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, errc::unsupported);
   EXPECT_TRUE(has(refused.error().message, "schema version 2; this build reads 1"));
+}
+
+}  // namespace
+}  // namespace coach::scheduler
+
+namespace coach::scheduler {
+namespace {
+
+TEST(job_store, the_latest_checkpoint_survives_a_reopen_bit_for_bit) {
+  temp_dir dir;
+  const std::string path = dir.file("jobs.db");
+  std::vector<float> params(100003);
+  for (std::size_t i = 0; i < params.size(); ++i) params[i] = float(i) * 0.5f - 7.25f;
+  params[3] = -0.0f;
+  std::uint64_t id = 0;
+  {
+    auto store = job_store::open(path);
+    ASSERT_TRUE(store) << store.error().message;
+    id = *store->add_job(sample_job("a", "m"));
+    EXPECT_FALSE(store->checkpoint(id)->has_value());
+    ASSERT_TRUE(store->save_checkpoint(id, 0, 10, std::vector<float>(5, 1.0f)));
+    ASSERT_TRUE(store->save_checkpoint(id, 1, 20, params));  // replaces epoch 0's
+    auto unknown = store->save_checkpoint(99, 0, 1, params);
+    ASSERT_FALSE(unknown);
+    EXPECT_EQ(unknown.error().message, "job store '" + path + "': no job 99");
+  }
+  auto store = job_store::open(path);
+  ASSERT_TRUE(store) << store.error().message;
+  auto c = store->checkpoint(id);
+  ASSERT_TRUE(c) << c.error().message;
+  ASSERT_TRUE(c->has_value());
+  EXPECT_EQ((*c)->epoch, 1u);
+  EXPECT_EQ((*c)->at, 20);
+  ASSERT_EQ((*c)->params.size(), params.size());
+  EXPECT_EQ(std::memcmp((*c)->params.data(), params.data(), params.size() * 4), 0);
+  EXPECT_FALSE(store->checkpoint(99)->has_value());
 }
 
 }  // namespace

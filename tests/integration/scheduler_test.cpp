@@ -1,0 +1,372 @@
+// The cluster scheduler with its policies and job store, driven through real coach-node
+// processes on 127.0.0.1 and the `coach` CLI: the scheduler node is killed (SIGKILL) and
+// restarted while a job runs, and the job resumes from its checkpoint and succeeds; the policy
+// is swapped four times under a running job, which grows and is never restarted; on a cluster
+// capped with --cpus, a second job waits under fifo, while under elastic-fifo the first job
+// grows into the free CPUs and shrinks back to admit the second.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+struct run_result {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+fs::path work_dir() {
+  static const fs::path dir = [] {
+    auto d = fs::temp_directory_path() / ("coach-scheduler-" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// Runs `coach ARGS` from the source tree (the specs' data paths resolve there).
+run_result coach(const std::string& args) {
+  static int n = 0;
+  const auto out = work_dir() / ("out" + std::to_string(++n));
+  const auto err = work_dir() / ("err" + std::to_string(n));
+  const std::string cmd = "cd " + std::string(COACH_SOURCE_DIR) + " && " +
+                          std::string(COACH_BINARY_DIR) + "/apps/coach " + args + " >" +
+                          out.string() + " 2>" + err.string();
+  const int status = std::system(cmd.c_str());
+  run_result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+std::string free_address() {
+  zmq::context_t ctx;
+  zmq::socket_t s(ctx, zmq::socket_type::router);
+  s.bind("tcp://127.0.0.1:0");
+  return s.get(zmq::sockopt::last_endpoint);
+}
+
+/// The number after "KEY": in a JSON text (first occurrence from `from`), or -1.
+double json_number(const std::string& text, const std::string& key, std::size_t from = 0) {
+  const auto at = text.find("\"" + key + "\": ", from);
+  if (at == std::string::npos) return -1;
+  return std::strtod(text.c_str() + at + key.size() + 4, nullptr);
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+bool has(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+struct node_process {
+  pid_t pid = -1;
+  std::string name;
+  fs::path log;
+};
+
+node_process start_node(const std::vector<std::string>& args, const std::string& name,
+                        const std::string& log_name) {
+  node_process p;
+  p.name = name;
+  p.log = work_dir() / (log_name + ".log");
+  std::vector<std::string> argv_s{std::string(COACH_BINARY_DIR) + "/apps/coach-node"};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, p.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  if (posix_spawn(&p.pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) p.pid = -1;
+  posix_spawn_file_actions_destroy(&fa);
+  return p;
+}
+
+void stop_node(node_process& n) {
+  if (n.pid <= 0) return;
+  ::kill(n.pid, SIGKILL);
+  ::waitpid(n.pid, nullptr, 0);
+  n.pid = -1;
+}
+
+/// A digits job (1438 training samples, tens of ms an epoch) with these ranges and length.
+fs::path digits_spec(const std::string& name, int epochs, const std::string& workers,
+                     const std::string& shards) {
+  const auto path = work_dir() / (name + ".yaml");
+  std::ofstream(path) << "name: " << name
+                      << "\ndataset: {format: csv, path: data/digits.csv.gz, test_fraction: 0.2}\n"
+                         "model: {type: mlp, hidden: [64], activation: relu}\n"
+                         "optimizer: {type: momentum, learning_rate: 0.05, momentum: 0.9}\n"
+                         "batch_size: 32\nepochs: "
+                      << epochs << "\nconsistency: bsp\nseed: 7\nworkers: " << workers
+                      << "\nshards: " << shards << "\nslice_size: 1024\nbackend: cpu\n";
+  return path;
+}
+
+/// A cluster of coach-node processes: a scheduler node and `joiners` more.
+class scheduler_cluster : public ::testing::Test {
+ protected:
+  void start(int joiners, const std::vector<std::string>& scheduler_extra,
+             const std::vector<std::string>& node_extra) {
+    at_ = free_address();
+    scheduler_args_ = {"--listen", at_, "--scheduler", "--name", "node-a", "--heartbeat", "0.25"};
+    scheduler_args_.insert(scheduler_args_.end(), scheduler_extra.begin(), scheduler_extra.end());
+    scheduler_args_.insert(scheduler_args_.end(), node_extra.begin(), node_extra.end());
+    nodes_.push_back(start_node(scheduler_args_, "node-a", test_name() + "-node-a"));
+    for (int i = 0; i < joiners; ++i) {
+      const std::string name = std::string("node-") + char('b' + i);
+      std::vector<std::string> args{"--listen", free_address(), "--join",      at_,
+                                    "--name",   name,           "--heartbeat", "0.25"};
+      args.insert(args.end(), node_extra.begin(), node_extra.end());
+      nodes_.push_back(start_node(args, name, test_name() + "-" + name));
+    }
+    ASSERT_TRUE(all_alive(joiners + 1)) << logs();
+  }
+
+  bool all_alive(int n) {
+    for (int i = 0; i < 150; ++i) {
+      auto r = coach("nodes --json --at " + at_);
+      if (r.code == 0 && count(r.out, "\"alive\": true") == std::size_t(n)) return true;
+      std::this_thread::sleep_for(100ms);
+    }
+    return false;
+  }
+
+  static std::string test_name() {
+    return ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  }
+
+  std::string status(const std::string& job) {
+    return coach("status " + job + " --json --at " + at_).out;
+  }
+
+  /// Polls until `pred(status of job)` holds (or about `limit` passes); the last status.
+  template <class Pred>
+  std::string poll(const std::string& job, Pred pred, std::chrono::milliseconds limit = 60s) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    std::string st;
+    while (std::chrono::steady_clock::now() < deadline) {
+      st = status(job);
+      if (pred(st)) return st;
+      std::this_thread::sleep_for(50ms);
+    }
+    return st;
+  }
+
+  std::string wait_for_end(const std::string& job) {
+    return poll(job, [](const std::string& s) {
+      return has(s, "\"state\": \"succeeded\"") || has(s, "\"state\": \"failed\"") ||
+             has(s, "\"state\": \"cancelled\"");
+    });
+  }
+
+  std::string submit(const fs::path& spec, const std::string& extra = "") {
+    auto r = coach("submit " + spec.string() + " --json " + extra + " --at " + at_);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return std::to_string(long(json_number(r.out, "job")));
+  }
+
+  std::string logs() {
+    std::string out;
+    for (auto& n : nodes_) out += "---- " + n.log.string() + " ----\n" + slurp(n.log) + "\n";
+    return out;
+  }
+
+  void TearDown() override {
+    if (HasFailure()) std::fprintf(stderr, "%s", logs().c_str());
+    for (auto& n : nodes_) stop_node(n);
+  }
+
+  std::string at_;
+  std::vector<std::string> scheduler_args_;
+  std::vector<node_process> nodes_;
+};
+
+/// Every epoch of a finished digits job trained its 1438 samples exactly once.
+std::string full_epochs(int epochs) {
+  std::string s = "\"epoch_samples\": [1438";
+  for (int e = 1; e < epochs; ++e) s += ", 1438";
+  return s + "]";
+}
+
+TEST_F(scheduler_cluster, a_job_survives_a_killed_and_restarted_scheduler_and_succeeds) {
+  const auto store = work_dir() / "restart.db";
+  start(2, {"--store", store.string(), "--node-timeout", "3"}, {});
+  if (HasFatalFailure()) return;
+  constexpr int epochs = 120;
+  const auto spec = digits_spec("restart", epochs, "{min: 1, max: 4, initial: 3}",
+                                "{min: 1, max: 2, initial: 2}");
+  const std::string job = submit(spec);
+  auto set = coach("policy set round-robin --at " + at_);
+  ASSERT_EQ(set.code, 0) << set.err;
+  // A few epochs in (so there is a checkpoint), the scheduler's process dies at once: the
+  // master, the evaluator and the parts on node-a with it; node-b and node-c keep theirs.
+  auto before = poll(job, [](const std::string& s) { return json_number(s, "epochs_done") >= 5; });
+  ASSERT_GE(json_number(before, "epochs_done"), 5) << before;
+  ASSERT_TRUE(has(before, "\"state\": \"running\"")) << before;
+  stop_node(nodes_[0]);
+  nodes_[0] = start_node(scheduler_args_, "node-a", test_name() + "-node-a-again");
+  ASSERT_TRUE(all_alive(3)) << logs();
+
+  // The restarted scheduler knows the job, tells node-b and node-c to stop its old parts and
+  // starts it again from its last checkpoint, under the same id.
+  const auto known = status(job);
+  EXPECT_TRUE(has(known, "\"name\": \"restart\"")) << known;
+  const auto final_status = wait_for_end(job);
+  EXPECT_TRUE(has(final_status, "\"state\": \"succeeded\"")) << final_status;
+  EXPECT_EQ(json_number(final_status, "epochs_done"), epochs) << final_status;
+  EXPECT_EQ(json_number(final_status, "resumes"), 1) << final_status;
+  EXPECT_TRUE(has(final_status, full_epochs(epochs))) << final_status;
+  EXPECT_GE(json_number(final_status, "test_accuracy"), 0.95) << final_status;
+  // It resumed after the epochs its checkpoint held, not from the start.
+  const auto log = slurp(nodes_[0].log);
+  const auto at = log.find("resumes at epoch ");
+  ASSERT_NE(at, std::string::npos) << log;
+  EXPECT_GT(std::atoi(log.c_str() + at + 17), 5) << log;
+  // The policy outlived the restart, in the store.
+  auto get = coach("policy get --json --at " + at_);
+  EXPECT_EQ(get.code, 0) << get.err;
+  EXPECT_TRUE(has(get.out, "{\"policy\": \"round-robin\"}")) << get.out;
+}
+
+TEST_F(scheduler_cluster, swapping_the_policy_under_a_running_job_loses_and_restarts_nothing) {
+  start(2, {"--store", ""}, {});
+  if (HasFatalFailure()) return;
+  constexpr int epochs = 800;
+  const auto spec =
+      digits_spec("swap", epochs, "{min: 1, max: 4, initial: 2}", "{min: 1, max: 2, initial: 1}");
+  const std::string job = submit(spec);
+  auto get = coach("policy get --at " + at_);
+  EXPECT_EQ(get.out, "fifo\n") << get.err;
+  auto running = poll(job, [](const std::string& s) { return json_number(s, "epochs_done") >= 3; });
+  ASSERT_GE(json_number(running, "epochs_done"), 3) << running;
+  EXPECT_EQ(json_number(running, "workers"), 2) << running;
+
+  // Bad names change nothing.
+  auto bad = coach("policy set lottery --at " + at_);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err,
+            "coach: unknown policy 'lottery' (known: fifo, elastic-fifo, round-robin, coach)\n");
+
+  // elastic-fifo grows the job into the free CPUs (6 in all: 4 workers and 2 shards), mid-run.
+  auto set = coach("policy set elastic-fifo --at " + at_);
+  ASSERT_EQ(set.code, 0) << set.err;
+  EXPECT_EQ(set.out, "elastic-fifo\n");
+  auto grown = poll(
+      job, [](const std::string& s) { return json_number(s, "workers") == 4; }, 20s);
+  EXPECT_EQ(json_number(grown, "workers"), 4) << grown;
+  EXPECT_TRUE(has(grown, "\"state\": \"running\"")) << grown;
+  for (const char* p : {"round-robin", "coach", "fifo"}) {
+    std::this_thread::sleep_for(300ms);
+    auto r = coach(std::string("policy set ") + p + " --json --at " + at_);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out, std::string("{\"policy\": \"") + p + "\"}\n");
+  }
+  const auto after = status(job);  // every swap happened while it ran
+  EXPECT_TRUE(has(after, "\"state\": \"running\"")) << after;
+  EXPECT_LT(json_number(after, "epochs_done"), epochs) << after;
+  const auto final_status = wait_for_end(job);
+  EXPECT_TRUE(has(final_status, "\"state\": \"succeeded\"")) << final_status;
+  EXPECT_EQ(json_number(final_status, "resumes"), 0) << final_status;
+  EXPECT_TRUE(has(final_status, full_epochs(epochs))) << final_status;
+  EXPECT_GE(json_number(final_status, "test_accuracy"), 0.95) << final_status;
+  auto all = coach("status --json --at " + at_);
+  EXPECT_EQ(count(all.out, "\"job\": "), 1u) << all.out;
+  // The performance model saw every epoch and predicted those after the first.
+  EXPECT_TRUE(has(final_status, "\"model\": {\"model\": \"swap\", \"theta\": [")) << final_status;
+  EXPECT_GE(json_number(final_status, "predictions"), epochs - 1) << final_status;
+  EXPECT_GE(json_number(final_status, "mean_abs_rel_error"), 0) << final_status;
+}
+
+TEST_F(scheduler_cluster, under_fifo_a_second_job_waits_for_the_cpus_of_the_first) {
+  // Two nodes of 2 CPUs each; a worker and a shard take a CPU each.
+  start(1, {"--store", ""}, {"--cpus", "2"});
+  if (HasFatalFailure()) return;
+  const auto first =
+      digits_spec("first", 600, "{min: 1, max: 3, initial: 1}", "{min: 1, max: 1, initial: 1}");
+  const auto second =
+      digits_spec("second", 60, "{min: 1, max: 3, initial: 3}", "{min: 1, max: 1, initial: 1}");
+  const std::string a = submit(first);
+  poll(a, [](const std::string& s) { return has(s, "\"state\": \"running\""); });
+  const std::string b = submit(second);  // 4 CPUs; 2 are free
+  std::this_thread::sleep_for(500ms);    // the scheduler decides within a few hundred ms
+  const auto sa = status(a), sb = status(b);
+  EXPECT_TRUE(has(sa, "\"state\": \"running\"")) << sa;
+  EXPECT_EQ(json_number(sa, "workers"), 1) << sa;  // fifo never grows a job
+  EXPECT_TRUE(has(sb, "\"state\": \"queued\"")) << sb;
+  EXPECT_EQ(json_number(sb, "epochs_done"), 0) << sb;
+  // When the first ends, the second gets all it asked for.
+  const auto ea = wait_for_end(a);
+  EXPECT_TRUE(has(ea, "\"state\": \"succeeded\"")) << ea;
+  const auto eb = wait_for_end(b);
+  EXPECT_TRUE(has(eb, "\"state\": \"succeeded\"")) << eb;
+  EXPECT_EQ(json_number(eb, "workers"), 3) << eb;
+  EXPECT_TRUE(has(eb, full_epochs(60))) << eb;
+}
+
+TEST_F(scheduler_cluster, under_elastic_fifo_the_first_job_grows_then_shrinks_to_admit_a_second) {
+  start(1, {"--store", "", "--policy", "elastic-fifo"}, {"--cpus", "2"});
+  if (HasFatalFailure()) return;
+  const auto first =
+      digits_spec("first", 800, "{min: 1, max: 3, initial: 1}", "{min: 1, max: 1, initial: 1}");
+  const auto second =
+      digits_spec("second", 60, "{min: 1, max: 3, initial: 3}", "{min: 1, max: 1, initial: 1}");
+  const std::string a = submit(first);
+  // Alone, it grows into the free CPUs: 3 workers and its shard.
+  auto grown = poll(a, [](const std::string& s) {
+    return has(s, "\"state\": \"running\"") && json_number(s, "workers") == 3;
+  });
+  ASSERT_EQ(json_number(grown, "workers"), 3) << grown;
+  const std::string b = submit(second);
+  // The first gives back what it took beyond its request; the second starts with what fits.
+  auto both = poll(
+      b, [](const std::string& s) { return has(s, "\"state\": \"running\""); }, 20s);
+  EXPECT_TRUE(has(both, "\"state\": \"running\"")) << both;
+  const auto sa = poll(
+      a, [](const std::string& s) { return json_number(s, "workers") == 1; }, 10s);
+  EXPECT_EQ(json_number(sa, "workers"), 1) << sa;
+  EXPECT_TRUE(has(sa, "\"state\": \"running\"")) << sa;
+  const auto ea = wait_for_end(a);
+  const auto eb = wait_for_end(b);
+  EXPECT_TRUE(has(ea, "\"state\": \"succeeded\"")) << ea;
+  EXPECT_TRUE(has(eb, "\"state\": \"succeeded\"")) << eb;
+  EXPECT_TRUE(has(ea, full_epochs(800))) << ea;
+  EXPECT_TRUE(has(eb, full_epochs(60))) << eb;
+  EXPECT_EQ(json_number(ea, "resumes"), 0) << ea;
+  EXPECT_EQ(json_number(eb, "resumes"), 0) << eb;
+}
+
+}  // namespace
