@@ -1,15 +1,17 @@
 // rescale_bench: what changing a running job costs, measured between processes on loopback
-// (docs/performance.md, "Rescale"). Two coach-node processes (node-a runs the scheduler and the
-// job masters) run digits jobs; the bench asks for changes through the job API as `coach
+// (docs/performance.md, "Rescale"). Three coach-node processes (node-a runs the scheduler and
+// the job masters) run digits jobs; the bench asks for changes through the job API as `coach
 // rescale` and `coach migrate` do, and reads the job master's timing of each change
 // (scheduler::change_report, in `coach status`) once the job has ended:
 //
 //   join:     a job of 1 worker grows to 2, 3, 4 workers; the time from each request to the
 //             first step with the new worker applied (join_ms).
 //   migrate:  a job of 1 worker (node-a) and 1 shard (node-b) whose model has 4, 64, 256 MiB of
-//             parameters (plain SGD: the shard's state is its values) moves the shard to
-//             node-a; the pause is the gap between the steps around the move less the median
-//             step before it, next to the transfer time of the shard's bytes at the throughput
+//             parameters (plain SGD: the shard's state is its values) moves the shard whole to
+//             node-c, back to node-b, and so on (so the steps before and after a move are alike:
+//             the shard is never beside the worker); the pause is the gap between the steps
+//             around the move less the median step before it, next to the transfer time of the
+//             shard's bytes at the throughput
 //             of raw ZeroMQ between two processes measured in the same run (an echo of the same
 //             size: one way takes half a round trip).
 //   throughput: samples/s over up to 20 steps before each change and after it.
@@ -217,12 +219,14 @@ result<cluster> start_cluster(const fs::path& dir) {
   c.dir = dir;
   c.at = free_address();
   const std::string node = std::string(COACH_BINARY_DIR) + "/apps/coach-node";
-  c.nodes.push_back(
-      spawn(node, {"--listen", c.at, "--scheduler", "--name", "node-a", "--heartbeat", "0.25"},
-            dir / "node-a.log"));
   c.nodes.push_back(spawn(
-      node, {"--listen", free_address(), "--join", c.at, "--name", "node-b", "--heartbeat", "0.25"},
-      dir / "node-b.log"));
+      node,
+      {"--listen", c.at, "--scheduler", "--store", "", "--name", "node-a", "--heartbeat", "0.25"},
+      dir / "node-a.log"));
+  for (const char* name : {"node-b", "node-c"})
+    c.nodes.push_back(spawn(
+        node, {"--listen", free_address(), "--join", c.at, "--name", name, "--heartbeat", "0.25"},
+        dir / (std::string(name) + ".log")));
   auto api = actors::api_client::open(c.at);
   if (!api) return std::unexpected(api.error());
   c.api = std::move(*api);
@@ -230,11 +234,11 @@ result<cluster> start_cluster(const fs::path& dir) {
     auto r = c.api->call(actors::nodes_request{}, 2s);
     if (r && !r->failure) {
       const auto& nodes = std::get<actors::nodes_reply>(r->body).nodes;
-      if (std::count_if(nodes.begin(), nodes.end(), [](auto& n) { return n.alive; }) == 2) return c;
+      if (std::count_if(nodes.begin(), nodes.end(), [](auto& n) { return n.alive; }) == 3) return c;
     }
     std::this_thread::sleep_for(100ms);
   }
-  return fail(errc::internal, "the two coach-node processes did not come up (logs in {})",
+  return fail(errc::internal, "the three coach-node processes did not come up (logs in {})",
               dir.string());
 }
 
@@ -308,7 +312,7 @@ int run(const std::vector<std::size_t>& sizes_mib, int joins, int repeat, bool j
                   r.samples_per_s_after);
   }
 
-  // Migrations of a shard of each size from node-b to node-a (the worker's node).
+  // Migrations of a shard of each size between node-b and node-c (the worker is on node-a).
   std::vector<migration> migrations;
   for (const auto mib : sizes_mib) {
     const std::size_t floats = mib << 18;                                     // MiB of f32
@@ -320,11 +324,11 @@ int run(const std::vector<std::size_t>& sizes_mib, int joins, int repeat, bool j
     auto job = c->submit(digits_spec(hidden, 8, "{type: sgd, learning_rate: 0.01}"));
     if (!job) return fail_with(job.error());
     if (auto ok = c->train_past(*job, 8 * 6, 300s); !ok) return fail_with(ok.error());
-    // Shard i moves whole to a new shard i + 1, alternately on node-a (beside the worker) and
-    // node-b: every move crosses processes.
+    // Shard i moves whole to a new shard i + 1, alternately on node-c and node-b: every move
+    // crosses processes and every step pushes and pulls over a socket.
     for (int i = 0; i < repeat; ++i) {
       auto r =
-          c->call(actors::migrate_request{*job, std::uint32_t(i), i % 2 ? "node-b" : "node-a"});
+          c->call(actors::migrate_request{*job, std::uint32_t(i), i % 2 ? "node-b" : "node-c"});
       if (!r) return fail_with(r.error());
       if (auto ok = c->train_past(*job, 8 * 6, 300s); !ok) return fail_with(ok.error());
     }

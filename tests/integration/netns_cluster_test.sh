@@ -49,7 +49,8 @@ a1=$("$cluster" addr 1)
 sched=tcp://$a1:$port
 for i in 1 2 3; do
   ai=$("$cluster" addr "$i")
-  if [ "$i" -eq 1 ]; then role=(--scheduler); else role=(--join "$sched"); fi
+  # The scheduler keeps its jobs in memory: a later run must not resume this one's jobs.
+  if [ "$i" -eq 1 ]; then role=(--scheduler --store ""); else role=(--join "$sched"); fi
   "$cluster" exec "$i" --prefix "$prefix" -- "$bin/apps/coach-node" --listen "tcp://$ai:$port" \
     "${role[@]}" --name "ns$i" --heartbeat 0.25 >"$tmp/node$i.log" 2>&1 &
   pids+=($!)
