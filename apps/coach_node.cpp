@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <caf/all.hpp>
 
+#include <sys/prctl.h>
 #include <unistd.h>
 #include <atomic>
 #include <csignal>
@@ -68,10 +69,19 @@ int main(int argc, char** argv) {
   app.add_option("--drain-timeout", drain_timeout_s,
                  "Seconds a draining node waits for its work before it exits anyway")
       ->check(CLI::Range(0.0, 86400.0));
+  bool exit_with_parent = false;
+  app.add_flag("--exit-with-parent", exit_with_parent,
+               "Die (SIGKILL) when the process that started this one exits: for tests and "
+               "scripts, so that a killed test leaves no node behind");
+  const pid_t parent = ::getppid();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (exit_with_parent) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) return 1;  // the parent was already gone
   }
   if (is_scheduler == !join.empty()) {
     std::fprintf(stderr, "coach-node: give either --scheduler or --join ADDRESS\n");

@@ -219,14 +219,15 @@ result<cluster> start_cluster(const fs::path& dir) {
   c.dir = dir;
   c.at = free_address();
   const std::string node = std::string(COACH_BINARY_DIR) + "/apps/coach-node";
-  c.nodes.push_back(spawn(
-      node,
-      {"--listen", c.at, "--scheduler", "--store", "", "--name", "node-a", "--heartbeat", "0.25"},
-      dir / "node-a.log"));
+  c.nodes.push_back(spawn(node,
+                          {"--listen", c.at, "--scheduler", "--store", "", "--name", "node-a",
+                           "--heartbeat", "0.25", "--exit-with-parent"},
+                          dir / "node-a.log"));
   for (const char* name : {"node-b", "node-c"})
-    c.nodes.push_back(spawn(
-        node, {"--listen", free_address(), "--join", c.at, "--name", name, "--heartbeat", "0.25"},
-        dir / (std::string(name) + ".log")));
+    c.nodes.push_back(spawn(node,
+                            {"--listen", free_address(), "--join", c.at, "--name", name,
+                             "--heartbeat", "0.25", "--exit-with-parent"},
+                            dir / (std::string(name) + ".log")));
   auto api = actors::api_client::open(c.at);
   if (!api) return std::unexpected(api.error());
   c.api = std::move(*api);

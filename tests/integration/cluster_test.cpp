@@ -96,7 +96,9 @@ node_process start_node(const std::vector<std::string>& args, const std::string&
   node_process p;
   p.name = name;
   p.log = work_dir() / (name + ".log");
-  std::vector<std::string> argv_s{std::string(COACH_BINARY_DIR) + "/apps/coach-node"};
+  // A test killed by its timeout leaves no node behind.
+  std::vector<std::string> argv_s{std::string(COACH_BINARY_DIR) + "/apps/coach-node",
+                                  "--exit-with-parent"};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
