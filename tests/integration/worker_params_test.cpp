@@ -15,6 +15,7 @@
 #include <random>
 #include <thread>
 
+#include "actors/elastic_messages.hpp"
 #include "actors/roles.hpp"
 
 namespace coach::actors {
@@ -207,6 +208,61 @@ TEST(worker_params, pieces_of_one_shared_buffer_make_the_version_and_are_let_go_
   while (w.use_count() > 1 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(w.use_count(), 1);
+}
+
+TEST(worker_params, keys_a_shard_disowns_are_pulled_from_their_new_owner) {
+  // A worker's first pull can reach a shard after keys moved away from it (docs/design.md
+  // "Elastic jobs"): the shard answers `moved`, and the worker asks the new owner once it has
+  // the configuration that moved them; not before (it would ask the same shard again).
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  worker_fixture f;
+  const std::vector<std::uint32_t> indices{4, 8, 15, 16, 23, 42};
+  const auto w = random_params(f.n);
+  spawn_worker(*f.sys, f.ctx, 0, std::move(*kernels::make_backend(kernels::backend_kind::cpu)));
+  const auto first = f.next(msg_kind::pull);
+  const auto second = f.next(msg_kind::pull);
+  const auto& to_one = first.hdr.dst == f.ctx->shards[1] ? first : second;
+  ASSERT_EQ(to_one.hdr.dst, f.ctx->shards[1]);
+  const auto moved_keys = f.ctx->map.ranges_of(1);
+  EXPECT_EQ(to_one.hdr.ranges, moved_keys);
+  f.next(msg_kind::chunk_request);
+
+  auto& net = *f.ctx->net;
+  net.send(f.params(w, f.ctx->map.ranges_of(0)));  // shard 0 answers its keys
+  auto moved = f.to_worker(msg_kind::moved, 0);
+  moved.hdr.src = f.ctx->shards[1];
+  moved.hdr.map_version = 2;
+  moved.hdr.ranges = moved_keys;
+  net.send(std::move(moved));
+  // Configuration 2 from step 0: shard 0 owns everything.
+  ps::job_config c;
+  c.version = 2;
+  c.from_step = 0;
+  c.members = {0};
+  c.map = *ps::shard_map::from_owners(f.n, 1024,
+                                      std::vector<std::uint32_t>(f.ctx->map.num_slices(), 0), 2);
+  net.send(make_configure(f.ctx->master, f.ctx->workers[0], 1, c));
+  const auto again = f.next(msg_kind::pull);
+  EXPECT_EQ(again.hdr.dst, f.ctx->shards[0]);
+  EXPECT_EQ(again.hdr.ranges, moved_keys);
+  EXPECT_EQ(again.hdr.step, 0);
+  net.send(f.params(w, moved_keys));
+
+  auto grant = f.to_worker(msg_kind::chunk_grant, 0);
+  auto idx = std::make_shared<const std::vector<std::uint32_t>>(indices);
+  grant.frames.push_back(frame::of(idx, idx->data(), idx->size()));
+  net.send(std::move(grant));
+  // One push, to shard 0, of the gradient at w: every key arrived once, from its owner.
+  auto push = f.next(msg_kind::push);
+  EXPECT_EQ(push.hdr.dst, f.ctx->shards[0]);
+  EXPECT_EQ(push.hdr.map_version, 2u);
+  std::vector<float> g(f.n, std::nanf(""));
+  for (std::size_t i = 0; i < push.frames.size(); ++i) {
+    auto v = push.frames[i].as<float>();
+    std::copy(v.begin(), v.end(), g.begin() + std::ptrdiff_t(push.hdr.ranges.at(i).begin));
+  }
+  const auto expected = f.expected_gradient(*w, indices);
+  EXPECT_EQ(0, std::memcmp(g.data(), expected.data(), g.size() * sizeof(float)));
 }
 
 }  // namespace
