@@ -118,7 +118,8 @@ wire_message make_transfer(const endpoint& src, const endpoint& dst, std::uint64
   m.hdr.epoch = t->to;
   m.hdr.ranges = t->ranges;
   std::shared_ptr<const void> owner = t;
-  m.frames.push_back(frame::of(owner, t->values.data(), t->values.size()));
+  const auto values = t->values_span();  // shared values travel without a copy too
+  m.frames.push_back(frame::of(owner, values.data(), values.size()));
   if (!t->state_a.empty())
     m.frames.push_back(frame::of(owner, t->state_a.data(), t->state_a.size()));
   if (!t->state_b.empty())

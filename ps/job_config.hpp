@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/buffer_pool.hpp"
 #include "ps/shard_map.hpp"
 
 namespace coach::ps {
@@ -32,9 +33,17 @@ struct slice_transfer {
   std::int64_t version = 0;       ///< steps applied to the values
   std::int64_t updates = 0;       ///< steps with samples applied (Adam's t)
   std::vector<key_range> ranges;  ///< ascending, disjoint
-  std::vector<float> values;      ///< the ranges' values, concatenated
-  std::vector<float> state_a;     ///< momentum velocity or Adam m (empty for sgd)
-  std::vector<float> state_b;     ///< Adam v (empty otherwise)
+  std::vector<float> values;      ///< the ranges' values, concatenated (or shared_values)
+  /// Instead of `values` when a shard hands over everything it owns while readers still hold
+  /// its buffer (its last answers being sent): the buffer itself, which nobody writes any more.
+  std::shared_ptr<const float_buffer> shared_values;
+  std::vector<float> state_a;  ///< momentum velocity or Adam m (empty for sgd)
+  std::vector<float> state_b;  ///< Adam v (empty otherwise)
+
+  /// The values, wherever they are.
+  std::span<const float> values_span() const noexcept {
+    return shared_values ? shared_values->span() : std::span<const float>(values);
+  }
 };
 
 }  // namespace coach::ps

@@ -179,12 +179,16 @@ result<slice_transfer> shard::release(const std::vector<key_range>& ranges, std:
   t.to = to;
   t.version = applied_;
   t.updates = updates_;
-  if (keep.empty() && values_.use_count() == 1) {
-    // Everything goes and nobody reads the values: hand the storage over instead of copying
-    // it (the owned runs are laid out in key order, so it is the transfer's layout already).
+  if (keep.empty()) {
+    // Everything goes: hand the storage over instead of copying it (the owned runs are laid
+    // out in key order, so it is the transfer's layout already). While readers hold the values
+    // (the step's last answers are still being sent) they are shared: nobody writes them again.
     for (const auto& p : go) t.ranges.push_back(p.range);
     t.ranges = merged(t.ranges);
-    t.values = values_->take();
+    if (values_.use_count() == 1)
+      t.values = values_->take();
+    else
+      t.shared_values = values_;
     t.state_a = std::move(state_a_);
     t.state_b = std::move(state_b_);
     relayout({}, {}, {}, {});
@@ -217,9 +221,9 @@ result<void> shard::adopt(slice_transfer&& t) {
   for (const auto& r : t.ranges) n += r.size();
   const std::size_t per = opt_.state_per_param();
   const auto sorted = merged(t.ranges);
-  if (t.values.size() != n || t.state_a.size() != (per >= 1 ? n : 0) ||
+  if (t.shared_values || t.values.size() != n || t.state_a.size() != (per >= 1 ? n : 0) ||
       t.state_b.size() != (per >= 2 ? n : 0) || sorted != t.ranges)
-    return adopt(std::as_const(t));  // its refusal says what is wrong
+    return adopt(std::as_const(t));  // copies shared values; a refusal says what is wrong
   applied_ = t.version;
   updates_ = t.updates;
   if (auto it = schedule_.upper_bound(applied_); it != schedule_.begin())
@@ -232,11 +236,11 @@ result<void> shard::adopt(const slice_transfer& t) {
   std::size_t n = 0;
   for (const auto& r : t.ranges) n += r.size();
   const std::size_t per = opt_.state_per_param();
-  if (t.values.size() != n || t.state_a.size() != (per >= 1 ? n : 0) ||
+  if (t.values_span().size() != n || t.state_a.size() != (per >= 1 ? n : 0) ||
       t.state_b.size() != (per >= 2 ? n : 0))
     return fail(errc::protocol_error,
                 "shard {}: a transfer from shard {} carries {} values for {} keys", id_, t.from,
-                t.values.size(), n);
+                t.values_span().size(), n);
   const bool empty = ranges_.empty();
   if (!empty && (t.version != applied_ || t.updates != updates_ || !pending_.empty()))
     return fail(errc::protocol_error,
@@ -267,7 +271,7 @@ result<void> shard::adopt(const slice_transfer& t) {
   for (const auto& p : all) {
     const key_run pc{p.range, p.offset};
     rs.push_back(p.range);
-    append(v, p.theirs ? std::span<const float>(t.values) : values, pc);
+    append(v, p.theirs ? t.values_span() : values, pc);
     append(a, p.theirs ? t.state_a : state_a_, pc);
     append(b, p.theirs ? t.state_b : state_b_, pc);
   }

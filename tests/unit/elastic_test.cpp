@@ -592,16 +592,20 @@ TEST(shard_elastic, a_whole_shard_moves_without_copying_its_values) {
   EXPECT_EQ(std::vector<float>(b.values().begin(), b.values().end()),
             (std::vector<float>{-1, 0, 1, 2, 3, 4}));
 
-  // A shard someone still reads (a worker holds its values) copies instead: the reader's
-  // view stays valid.
+  // A shard someone still reads (its last answers are being sent) shares the buffer instead:
+  // nobody writes it again; the destination copies from it.
   std::vector<float> seven_eight{7, 8};
   shard d(2, opt, *be, {{0, 2}}, seven_eight);
   auto reader = d.share_values();
-  auto copied = d.release({{0, 2}}, 3);
-  ASSERT_TRUE(copied);
-  EXPECT_NE(copied->values.data(), reader->data());
+  auto shared = d.release({{0, 2}}, 3);
+  ASSERT_TRUE(shared);
+  EXPECT_TRUE(shared->values.empty());
+  EXPECT_EQ(shared->values_span().data(), reader->data());
+  shard e(3, opt, *be, {}, {});
+  ASSERT_TRUE(e.adopt(std::move(*shared)));
+  EXPECT_NE(e.values().data(), reader->data());
+  EXPECT_EQ(std::vector<float>(e.values().begin(), e.values().end()), seven_eight);
   EXPECT_EQ(reader->data()[1], 8.0f);
-  EXPECT_EQ(copied->values, (std::vector<float>{7, 8}));
 }
 
 TEST(shard_elastic, bad_transfers_and_releases_are_refused_with_the_reason) {
