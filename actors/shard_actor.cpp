@@ -62,6 +62,10 @@ struct shard_state {
   std::size_t unsent_floats = 0;
   /// Migrate orders and transfers waiting for this shard to reach their version.
   std::vector<migrate_order> releases;
+  /// The newest configuration a release of this shard leads to: a `moved` answer names it, so
+  /// the requester waits for that configuration (the master publishes it only after the
+  /// transfer, so this shard may not have it yet).
+  std::uint64_t released_for = 0;
   std::vector<ps::slice_transfer> adoptions;
   std::uint64_t protocol_errors = 0;
   static inline const char* name = "coach.ps_shard";
@@ -128,6 +132,7 @@ struct shard_state {
       if (auto gone = not_owned(asked); !gone.empty()) {
         wire_message moved = params_to(dst, v);
         moved.hdr.kind = msg_kind::moved;
+        moved.hdr.map_version = std::max<std::uint64_t>(moved.hdr.map_version, released_for);
         moved.hdr.ranges = std::move(gone);
         ctx->net->send(std::move(moved));
       }
@@ -218,6 +223,7 @@ struct shard_state {
       if (!t) {
         report(t.error());
       } else {
+        released_for = std::max(released_for, it->config_version);
         auto shared = std::make_shared<const ps::slice_transfer>(std::move(*t));
         ctx->net->send(make_transfer(self_ep, ctx->shard_ep(it->to), ctx->job, shared));
       }

@@ -51,7 +51,8 @@ enum MsgKind {
   transferAck @12;     # destination shard -> master: step = version, rank = destination shard,
                        # epoch = source shard
   moved @13;           # shard -> worker or master: step = version asked for, mapVersion = the
-                       # shard's configuration, ranges = keys asked for that it no longer owns
+                       # configuration that moved the keys, ranges = keys asked for that it no
+                       # longer owns
 }
 
 # An error that crosses the network intact: coach::errc's number (docs/errors.md, 1..9) and the
