@@ -1,0 +1,127 @@
+#pragma once
+// Helpers of the integration tests that drive real processes: `coach` runs, coach-node
+// processes (started with --exit-with-parent, so a killed test leaves none behind), free
+// loopback addresses, and the few JSON reads the tests make. Each test binary has its own work
+// directory under the system's temporary directory.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+
+extern char** environ;
+
+namespace itest {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+struct run_result {
+  int code = -1;
+  std::string out;  ///< stdout
+  std::string err;  ///< stderr
+};
+
+inline fs::path work_dir() {
+  static const fs::path dir = [] {
+    auto d = fs::temp_directory_path() / ("coach-itest-" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+inline std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// Runs `coach ARGS` to completion from the source tree (examples/ paths resolve).
+inline run_result coach(const std::string& args) {
+  static int n = 0;
+  const auto out = work_dir() / ("out" + std::to_string(++n));
+  const auto err = work_dir() / ("err" + std::to_string(n));
+  const std::string cmd = "cd " + std::string(COACH_SOURCE_DIR) + " && " +
+                          std::string(COACH_BINARY_DIR) + "/apps/coach " + args + " >" +
+                          out.string() + " 2>" + err.string();
+  const int status = std::system(cmd.c_str());
+  run_result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+inline std::string free_address() {
+  zmq::context_t ctx;
+  zmq::socket_t s(ctx, zmq::socket_type::router);
+  s.bind("tcp://127.0.0.1:0");
+  return s.get(zmq::sockopt::last_endpoint);
+}
+
+/// The number after "KEY": in a JSON text (first occurrence), or -1.
+inline double json_number(const std::string& text, const std::string& key, std::size_t from = 0) {
+  const auto at = text.find("\"" + key + "\": ", from);
+  if (at == std::string::npos) return -1;
+  return std::strtod(text.c_str() + at + key.size() + 4, nullptr);
+}
+
+inline std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+struct node_process {
+  pid_t pid = -1;
+  std::string name;
+  fs::path log;
+};
+
+/// Starts `coach-node ARGS` with stdout and stderr in WORK_DIR/LOG_NAME.log (default: name).
+inline node_process start_node(const std::vector<std::string>& args, const std::string& name,
+                               const std::string& log_name = {}) {
+  node_process p;
+  p.name = name;
+  p.log = work_dir() / ((log_name.empty() ? name : log_name) + ".log");
+  // A test killed by its timeout leaves no node behind.
+  std::vector<std::string> argv_s{std::string(COACH_BINARY_DIR) + "/apps/coach-node",
+                                  "--exit-with-parent"};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, p.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  if (posix_spawn(&p.pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) p.pid = -1;
+  posix_spawn_file_actions_destroy(&fa);
+  return p;
+}
+
+/// Waits up to `limit` for the process to exit; its exit code, or -1 if it did not.
+inline int wait_exit(pid_t pid, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -2;
+    std::this_thread::sleep_for(50ms);
+  }
+  return -1;
+}
+
+}  // namespace itest
