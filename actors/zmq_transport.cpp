@@ -1,5 +1,6 @@
 #include "actors/zmq_transport.hpp"
 
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <caf/send.hpp>
@@ -8,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -78,19 +80,41 @@ class zmq_transport_impl final : public zmq_transport {
       caf::anon_send(dst, std::move(msg));
       return true;
     }
+    std::string routing_id;  // empty: to a peer's DEALER
     {
       std::lock_guard lock{mu_};
-      if (peers_.contains(host)) {
-        outbox_.push_back({std::move(msg), {}});
-      } else if (auto it = clients_.find(host); it != clients_.end()) {
-        it->second.last_used = std::chrono::steady_clock::now();
-        outbox_.push_back({std::move(msg), it->second.routing_id});
-      } else {
-        counter_.dropped();
-        log("no route to host {} (message {})", host, to_string(msg.hdr.kind));
-        return false;
+      if (!peers_.contains(host)) {
+        auto it = clients_.find(host);
+        if (it == clients_.end()) {
+          counter_.dropped();
+          log("no route to host {} (message {})", host, to_string(msg.hdr.kind));
+          return false;
+        }
+        it->second.last_used = clock::now();
+        routing_id = it->second.routing_id;
       }
     }
+    // Sent from this thread (no hand-off to the I/O thread) unless the socket has no room or
+    // messages to the host wait already: those queue, in order, for the I/O thread's retries.
+    std::lock_guard lock{sock_mu_};
+    if (closed_) {
+      counter_.dropped();
+      return false;
+    }
+    if (!routing_id.empty()) {  // a reply to a client never waits
+      send_now(msg, routing_id);
+      note_readable(router_);
+      return true;
+    }
+    auto& queue = queues_[host];
+    if (queue.empty()) {
+      auto* s = dealer_for(host);
+      const auto r = s ? send_now(msg, {}) : sent::failed;
+      if (s) note_readable(*s);
+      if (r != sent::would_block) return r == sent::ok;
+    }
+    queue.push_back({std::move(msg), clock::now()});
+    queued_ = true;
     wake();
     return true;
   }
@@ -119,10 +143,10 @@ class zmq_transport_impl final : public zmq_transport {
  private:
   using clock = std::chrono::steady_clock;
 
-  /// A message waiting for the I/O thread and how it leaves.
-  struct outgoing {
+  /// A message to a peer waiting for room in its DEALER's queue.
+  struct waiting {
     wire_message msg;
-    std::string routing_id;  ///< a client's ROUTER routing id; empty: to a peer's DEALER
+    clock::time_point since;
   };
 
   /// A host that sent through the ROUTER without being a peer.
@@ -130,6 +154,8 @@ class zmq_transport_impl final : public zmq_transport {
     std::string routing_id;
     clock::time_point last_used;
   };
+
+  enum class sent { ok, would_block, failed };
 
   template <class... Args>
   void log(std::string_view fmt, const Args&... args) {
@@ -150,7 +176,18 @@ class zmq_transport_impl final : public zmq_transport {
     [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
   }
 
-  /// The DEALER to a peer host, connected on first use. I/O thread only.
+  /// After any operation on `s`: ZeroMQ's notification descriptor (ZMQ_FD) is edge-triggered
+  /// and an operation may consume the edge of a message that arrived meanwhile, so whoever
+  /// operated on the socket checks for waiting input and wakes the I/O thread if there is some.
+  /// REQUIRES: sock_mu_ held.
+  void note_readable(zmq::socket_t& s) {
+    try {
+      if (s.get(zmq::sockopt::events) & ZMQ_POLLIN) wake();
+    } catch (const zmq::error_t&) {
+    }
+  }
+
+  /// The DEALER to a peer host, connected on first use. REQUIRES: sock_mu_ held.
   zmq::socket_t* dealer_for(std::uint32_t host) {
     auto it = dealers_.find(host);
     if (it != dealers_.end()) return &it->second;
@@ -165,7 +202,6 @@ class zmq_transport_impl final : public zmq_transport {
     s.set(zmq::sockopt::linger, 0);
     s.set(zmq::sockopt::sndhwm, opt_.send_hwm);
     s.set(zmq::sockopt::rcvhwm, opt_.send_hwm);
-    s.set(zmq::sockopt::sndtimeo, int(opt_.send_timeout.count()));
     s.set(zmq::sockopt::reconnect_ivl, int(opt_.reconnect_interval.count()));
     // Unique per connection: a ROUTER refuses a second connection with a routing id it already
     // has, and one node may hold two DEALERs to the same address (peer 0 and the scheduler's
@@ -177,6 +213,8 @@ class zmq_transport_impl final : public zmq_transport {
       log("cannot connect to host {} at '{}': {}", host, address, e.what());
       return nullptr;
     }
+    ++sockets_changed_;
+    wake();  // the I/O thread polls the new socket from now on
     return &dealers_.emplace(host, std::move(s)).first->second;
   }
 
@@ -216,38 +254,40 @@ class zmq_transport_impl final : public zmq_transport {
                   [&](const auto& c) { return now - c.second.last_used > opt_.client_idle; });
   }
 
-  void send_remote(outgoing& out) {
-    wire_message& msg = out.msg;
-    const bool to_client = !out.routing_id.empty();
+  /// Hands `msg` to ZeroMQ without waiting: through the ROUTER to a client (`routing_id`) or
+  /// through the peer's DEALER. would_block: the DEALER's queue is full (the peer is down or
+  /// slow), nothing was sent. A reply to a client that would block is dropped: a client that
+  /// stopped reading must not hold messages here. REQUIRES: sock_mu_ held.
+  sent send_now(const wire_message& msg, const std::string& routing_id) {
+    const bool to_client = !routing_id.empty();
     zmq::socket_t* s = to_client ? &router_ : dealer_for(msg.hdr.dst.host);
     if (!s) {
       counter_.dropped();
-      return;
+      return sent::failed;
     }
     sizes_.clear();
     for (const auto& f : msg.frames) sizes_.push_back(f.bytes);
     codec::encode_header(msg.hdr, sizes_, header_);
     std::size_t bytes = header_.size();
-    // A DEALER waits up to send_timeout for queue space (the peer may be restarting); a reply
-    // to a client does not wait: a client that stopped reading must not stall this thread.
-    const auto wait = to_client ? zmq::send_flags::dontwait : zmq::send_flags::none;
+    const auto wait = zmq::send_flags::dontwait;
     try {
-      if (to_client && !s->send(zmq::buffer(out.routing_id),
-                                zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      if (to_client &&
+          !s->send(zmq::buffer(routing_id), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
         counter_.dropped();
         log("client host {} is not reading; message {} dropped", msg.hdr.dst.host,
             to_string(msg.hdr.kind));
-        return;
+        return sent::failed;
       }
       const auto more = msg.frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore;
       if (!s->send(zmq::buffer(header_.data(), header_.size()), more | wait)) {
+        if (!to_client) return sent::would_block;
         counter_.dropped();
-        log("send to host {} timed out; message {} dropped", msg.hdr.dst.host,
+        log("client host {} is not reading; message {} dropped", msg.hdr.dst.host,
             to_string(msg.hdr.kind));
-        return;
+        return sent::failed;
       }
       for (std::size_t i = 0; i < msg.frames.size(); ++i) {
-        auto& f = msg.frames[i];
+        const auto& f = msg.frames[i];
         auto* hint = new std::shared_ptr<const void>(f.owner);
         zmq::message_t part(const_cast<std::byte*>(f.data), f.bytes, release_owner, hint);
         const bool last = i + 1 == msg.frames.size();
@@ -258,45 +298,74 @@ class zmq_transport_impl final : public zmq_transport {
     } catch (const zmq::error_t& e) {
       counter_.dropped();
       if (to_client && e.num() == EHOSTUNREACH) {
-        forget_client(msg.hdr.dst.host, out.routing_id);
+        forget_client(msg.hdr.dst.host, routing_id);
         log("client host {} is gone; message {} dropped", msg.hdr.dst.host,
             to_string(msg.hdr.kind));
       } else {
         log("send to host {} failed: {}", msg.hdr.dst.host, e.what());
       }
-      return;
+      return sent::failed;
     }
     counter_.sent(msg.hdr.job, msg.hdr.src.host, msg.hdr.dst.host, msg.hdr.kind, bytes);
+    return sent::ok;
   }
 
-  void flush_outbox() {
-    {
-      std::lock_guard lock{mu_};
-      batch_.swap(outbox_);
+  /// Retries the messages waiting for room, oldest first per host; drops those that waited
+  /// longer than send_timeout. Returns true while messages still wait. I/O thread.
+  bool flush_queues() {
+    std::lock_guard lock{sock_mu_};
+    if (!queued_) return false;
+    const auto now = clock::now();
+    bool left = false;
+    for (auto& [host, queue] : queues_) {
+      while (!queue.empty()) {
+        auto& w = queue.front();
+        if (now - w.since > opt_.send_timeout) {
+          counter_.dropped();
+          log("send to host {} timed out; message {} dropped", host, to_string(w.msg.hdr.kind));
+          queue.pop_front();
+          continue;
+        }
+        if (send_now(w.msg, {}) == sent::would_block) break;
+        queue.pop_front();
+      }
+      if (auto it = dealers_.find(host); it != dealers_.end()) note_readable(it->second);
+      left = left || !queue.empty();
     }
-    for (auto& m : batch_) send_remote(m);
-    batch_.clear();
+    queued_ = left;
+    return left;
   }
 
-  /// Receives and delivers one message from `s` if one is waiting; false when none was. A
-  /// ROUTER (`routed`) prefixes the sender's routing id; on a DEALER parts[0] is the header.
-  bool receive_one(zmq::socket_t& s, bool routed) {
-    std::vector<zmq::message_t> parts;
+  /// Takes up to `most` waiting messages off `s` (each as its parts) without decoding them.
+  /// REQUIRES: sock_mu_ held.
+  std::size_t take(zmq::socket_t& s, std::size_t most,
+                   std::vector<std::vector<zmq::message_t>>& out) {
+    std::size_t n = 0;
     try {
-      if (!zmq::recv_multipart(s, std::back_inserter(parts), zmq::recv_flags::dontwait))
-        return false;
+      while (n < most && (s.get(zmq::sockopt::events) & ZMQ_POLLIN)) {
+        std::vector<zmq::message_t> parts;
+        if (!zmq::recv_multipart(s, std::back_inserter(parts), zmq::recv_flags::dontwait)) break;
+        out.push_back(std::move(parts));
+        ++n;
+      }
     } catch (const zmq::error_t& e) {
       log("receive failed: {}", e.what());
-      return false;
     }
+    return n;
+  }
+
+  /// Decodes and delivers one received message. A ROUTER (`routed`) prefixes the sender's
+  /// routing id; on a DEALER parts[0] is the header. I/O thread.
+  void deliver(std::vector<zmq::message_t>& parts, bool routed) {
     const std::size_t head = routed ? 1 : 0;
     auto bad = [&](const coach::error& e, bool foreign) {
-      std::lock_guard lock{recv_mu_};
-      ++(foreign ? recv_.foreign : recv_.malformed);
+      {
+        std::lock_guard lock{recv_mu_};
+        ++(foreign ? recv_.foreign : recv_.malformed);
+      }
       log("dropped a message from '{}': {}",
           routed && !parts.empty() ? parts[0].to_string() : std::string("a peer's ROUTER"),
           e.message);
-      return true;
     };
     if (parts.size() < head + 1) return bad({errc::protocol_error, "no header frame"}, false);
     const auto& header = parts[head];
@@ -305,9 +374,9 @@ class zmq_transport_impl final : public zmq_transport {
       const bool foreign = hdr.error().message.find("foreign wire version") != std::string::npos;
       return bad(hdr.error(), foreign);
     }
-    sizes_.clear();
-    for (std::size_t i = head + 1; i < parts.size(); ++i) sizes_.push_back(parts[i].size());
-    if (auto ok = codec::check_frames(*hdr, sizes_); !ok) return bad(ok.error(), false);
+    recv_sizes_.clear();
+    for (std::size_t i = head + 1; i < parts.size(); ++i) recv_sizes_.push_back(parts[i].size());
+    if (auto ok = codec::check_frames(*hdr, recv_sizes_); !ok) return bad(ok.error(), false);
     wire_message msg;
     msg.hdr = std::move(hdr->env);
     // A sender that addressed host 0 meant the node at the other end of its link: this one.
@@ -333,51 +402,82 @@ class zmq_transport_impl final : public zmq_transport {
     if (!dst) {
       log("no actor {} on host {} (message {})", msg.hdr.dst.id, msg.hdr.dst.host,
           to_string(msg.hdr.kind));
-      return true;
+      return;
     }
     caf::anon_send(dst, std::move(msg));
-    return true;
   }
 
-  /// Receives what waits on `s`, a bounded batch so that sends are not starved.
-  void drain(zmq::socket_t& s, bool routed) {
-    for (int i = 0; i < 256; ++i)
-      if (!receive_one(s, routed)) break;
+  /// Receives what waits on every socket, in bounded batches taken under the socket lock and
+  /// decoded outside it, until no socket has input. Sends waiting for room are retried between
+  /// batches. I/O thread.
+  void receive_all() {
+    constexpr std::size_t batch = 64;
+    for (bool more = true; more && !stop_;) {
+      more = false;
+      incoming_.clear();
+      routed_.clear();
+      {
+        std::lock_guard lock{sock_mu_};
+        if (closed_) return;
+        if (take(router_, batch, incoming_) == batch) more = true;
+        routed_.assign(incoming_.size(), true);
+        for (auto& [host, d] : dealers_)
+          if (take(d, batch, incoming_) == batch) more = true;
+        routed_.resize(incoming_.size(), false);
+      }
+      for (std::size_t i = 0; i < incoming_.size(); ++i) deliver(incoming_[i], routed_[i]);
+      incoming_.clear();
+      if (more) flush_queues();
+    }
+  }
+
+  /// The descriptors to wait on: the eventfd, then each socket's ZMQ_FD. I/O thread.
+  void refresh_poll_set(std::vector<pollfd>& fds, std::uint64_t& seen) {
+    std::lock_guard lock{sock_mu_};
+    if (seen == sockets_changed_ && !fds.empty()) return;
+    seen = sockets_changed_;
+    fds.clear();
+    fds.push_back({wake_fd_, POLLIN, 0});
+    auto add = [&](zmq::socket_t& s) {
+      try {
+        fds.push_back({s.get(zmq::sockopt::fd), POLLIN, 0});
+      } catch (const zmq::error_t& e) {
+        log("cannot poll a socket: {}", e.what());
+      }
+    };
+    add(router_);
+    for (auto& [host, d] : dealers_) add(d);
   }
 
   void run() {
-    std::vector<zmq::pollitem_t> items;
-    std::vector<zmq::socket_t*> polled_dealers;
+    std::vector<pollfd> fds;
+    std::uint64_t seen = 0;
     auto last_prune = clock::now();
+    bool waiting_sends = false;
     while (!stop_) {
-      // The ROUTER, the eventfd, then every DEALER (replies from the peers this node called).
-      items.clear();
-      polled_dealers.clear();
-      items.push_back({router_.handle(), 0, ZMQ_POLLIN, 0});
-      items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
-      for (auto& [host, d] : dealers_) {
-        items.push_back({d.handle(), 0, ZMQ_POLLIN, 0});
-        polled_dealers.push_back(&d);
+      refresh_poll_set(fds, seen);
+      // Sends waiting for room are retried every few milliseconds; otherwise the sockets'
+      // descriptors and the eventfd wake this thread.
+      const int timeout_ms = waiting_sends ? 2 : 200;
+      if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
+        log("poll failed: {}", std::strerror(errno));
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
-      try {
-        zmq::poll(items.data(), items.size(), std::chrono::milliseconds(200));
-      } catch (const zmq::error_t&) {
-        continue;  // EINTR
-      }
-      if (items[1].revents & ZMQ_POLLIN) {
+      if (fds[0].revents & POLLIN) {
         std::uint64_t n;
         [[maybe_unused]] auto r = ::read(wake_fd_, &n, sizeof n);
       }
-      flush_outbox();
-      if (items[0].revents & ZMQ_POLLIN) drain(router_, true);
-      for (std::size_t i = 0; i < polled_dealers.size(); ++i)
-        if (items[i + 2].revents & ZMQ_POLLIN) drain(*polled_dealers[i], false);
+      waiting_sends = flush_queues();
+      receive_all();
+      waiting_sends = flush_queues() || waiting_sends;
       if (const auto now = clock::now(); now - last_prune >= std::chrono::seconds(1)) {
         last_prune = now;
         prune_clients(now);
       }
     }
-    flush_outbox();
+    flush_queues();
+    std::lock_guard lock{sock_mu_};
+    closed_ = true;
     dealers_.clear();
     router_.close();
   }
@@ -386,22 +486,31 @@ class zmq_transport_impl final : public zmq_transport {
   /// Random per transport object: part of every DEALER's routing id.
   const std::uint32_t instance_ = std::random_device{}();
   zmq::context_t ctx_{1};
-  zmq::socket_t router_;
   std::string bound_;
   int wake_fd_ = -1;
   std::thread io_;
   std::atomic<bool> stop_{false};
 
-  std::mutex mu_;  // guards outbox_, peers_ and clients_
-  std::deque<outgoing> outbox_;
+  std::mutex mu_;  // guards peers_ and clients_; taken after sock_mu_, never before it
   std::map<std::uint32_t, std::string> peers_;
   std::unordered_map<std::uint32_t, client> clients_;
 
-  // I/O thread only.
+  // Sockets are used by whichever thread holds sock_mu_: senders send on them directly, the
+  // I/O thread receives. Guarded by sock_mu_ too: the queues, the encoding scratch space.
+  std::mutex sock_mu_;
+  zmq::socket_t router_;
   std::map<std::uint32_t, zmq::socket_t> dealers_;
-  std::deque<outgoing> batch_;
+  std::map<std::uint32_t, std::deque<waiting>> queues_;  ///< by destination host
+  bool queued_ = false;                                  ///< some queue is not empty
+  bool closed_ = false;
+  std::uint64_t sockets_changed_ = 0;
   std::vector<std::size_t> sizes_;
   std::vector<std::byte> header_;
+
+  // I/O thread only.
+  std::vector<std::vector<zmq::message_t>> incoming_;
+  std::vector<bool> routed_;
+  std::vector<std::size_t> recv_sizes_;
 
   detail::route_table routes_;
   detail::traffic_counter counter_;

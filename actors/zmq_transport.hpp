@@ -6,7 +6,7 @@
 // alive until ZeroMQ has sent it). docs/wire.md has the format.
 //
 // Sockets: one ROUTER bound at the listen address receives from every peer; one DEALER per peer
-// host (routing id: the decimal host id of this node), connected on first use, sends to it.
+// host (routing id: SRC.DST.NONCE, unique per connection), connected on first use, sends to it.
 // ZeroMQ reconnects a DEALER whose peer restarted. The I/O thread polls the ROUTER, every DEALER
 // and the eventfd; a message arriving on a DEALER (a reply to a request this node sent) is
 // decoded and delivered exactly like one arriving on the ROUTER.
@@ -25,12 +25,20 @@
 // scheduler's own node), delivers it locally; a received message addressed to host 0 is for this
 // node. So a node reaches the scheduler at {0, scheduler_id} without knowing its host id.
 //
-// Threads: one I/O thread owns every socket. send() from any thread delivers local messages at
-// once and queues remote ones under a mutex, waking the I/O thread through an eventfd it polls
-// beside the sockets. The peer table and the remembered clients are guarded by the same mutex;
-// counters by their own. Received messages are decoded on the I/O thread and delivered to local
-// actors with caf::anon_send; a malformed or foreign message is counted, logged (at most a few
-// lines a second) and dropped, never a crash.
+// Threads: the sockets are shared under one lock. send() from any thread delivers local
+// messages at once and hands a remote one to ZeroMQ itself, without waiting (no hand-off to
+// another thread: each hand-off cost a thread wake-up on the critical path of every push and
+// reply, docs/performance.md "ps_bench"). A message that finds its peer's queue full (the peer
+// is down or slow), or messages to that host already waiting, waits in a queue per destination
+// host, in order; the I/O thread retries those every few milliseconds and drops (and counts)
+// what waited longer than `send_timeout`, so a peer that is down costs only its own messages.
+// The I/O thread waits on the sockets' notification descriptors (ZMQ_FD) and an eventfd,
+// receives under the lock in bounded batches, and decodes and delivers outside it with
+// caf::anon_send. ZMQ_FD is edge-triggered and any operation on a socket may consume an edge,
+// so every thread that used a socket checks it for input afterwards and wakes the I/O thread
+// when some waits. The peer table and the remembered clients have their own lock (taken after
+// the socket lock, never before); counters theirs. A malformed or foreign message is counted,
+// logged (at most a few lines a second) and dropped, never a crash.
 
 #include <chrono>
 #include <cstddef>
@@ -49,8 +57,8 @@ struct zmq_transport_options {
   std::string listen;      ///< "tcp://IP:PORT" to bind (port 0: any free port)
   /// Messages queued per peer before sends wait (ZeroMQ's high-water mark).
   int send_hwm = 10000;
-  /// How long a send to a peer that is down may wait for queue space before the message is
-  /// dropped and counted.
+  /// How long a message to a peer that is down may wait for queue space (in this transport's
+  /// queue for that host, retried every few milliseconds) before it is dropped and counted.
   std::chrono::milliseconds send_timeout{2000};
   std::chrono::milliseconds reconnect_interval{100};
   /// A client's routing id is forgotten after this long without a message to or from it.

@@ -342,6 +342,96 @@ TEST_F(two_hosts, the_least_recently_heard_client_is_forgotten_beyond_max_client
   EXPECT_EQ(server->traffic().dropped, 1u);
 }
 
+/// A free loopback address: bound and released (the caller binds it again soon after).
+std::string free_address() {
+  zmq::context_t ctx;
+  zmq::socket_t s(ctx, zmq::socket_type::router);
+  s.bind("tcp://127.0.0.1:0");
+  return s.get(zmq::sockopt::last_endpoint);
+}
+
+TEST_F(two_hosts, messages_to_a_peer_that_is_not_up_yet_wait_and_arrive_in_order) {
+  caf::scoped_actor self{*sys};
+  // A sender whose socket holds 2 messages: the rest wait in the transport's queue for the peer.
+  auto s = zmq_transport::start(
+      {.host = 5, .listen = "tcp://127.0.0.1:0", .send_hwm = 2, .send_timeout = 10s});
+  ASSERT_TRUE(s);
+  const std::string addr = free_address();
+  (*s)->add_peer(6, addr);
+  const endpoint on_6{6, 600};
+  for (int i = 0; i < 50; ++i) {
+    auto m = push_of({5, 1}, on_6, 1000);
+    m.hdr.step = i;
+    ASSERT_TRUE((*s)->send(std::move(m)));
+  }
+  std::this_thread::sleep_for(300ms);  // the sender retries meanwhile
+  auto late = start(6, addr);
+  late->bind(on_6, sys->spawn(forwarder, caf::actor_cast<caf::actor>(self)));
+  for (int i = 0; i < 50; ++i) {
+    auto got = await(self, 5s);
+    ASSERT_TRUE(got) << "message " << i << " of 50 never arrived";
+    EXPECT_EQ(got->hdr.step, i);
+    ASSERT_EQ(got->frames.size(), 1u);
+    EXPECT_EQ(got->frames[0].as<float>()[999], 999.0f);
+  }
+  EXPECT_EQ((*s)->traffic().dropped, 0u);
+}
+
+TEST_F(two_hosts, a_peer_that_stays_down_costs_its_own_messages_only) {
+  caf::scoped_actor self{*sys};
+  b->bind(on_b, sys->spawn(forwarder, caf::actor_cast<caf::actor>(self)));
+  auto s = zmq_transport::start(
+      {.host = 5, .listen = "tcp://127.0.0.1:0", .send_hwm = 2, .send_timeout = 300ms});
+  ASSERT_TRUE(s);
+  (*s)->add_peer(6, free_address());  // nobody ever listens there
+  (*s)->add_peer(2, b->bound_address());
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE((*s)->send(push_of({5, 1}, {6, 600}, 16)));
+  // Host 2 is reached at once, although messages to host 6 wait for room.
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE((*s)->send(push_of({5, 1}, on_b, 16)));
+  ASSERT_TRUE(await(self, 1s));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 250ms);
+  // Those that found no room are dropped after send_timeout, and counted.
+  EXPECT_TRUE(eventually([&] { return (*s)->traffic().dropped >= 15; }, 3s))
+      << (*s)->traffic().dropped << " dropped";
+}
+
+TEST_F(two_hosts, senders_on_many_threads_share_the_sockets) {
+  caf::scoped_actor self{*sys};
+  b->bind(on_b, sys->spawn(forwarder, caf::actor_cast<caf::actor>(self)));
+  constexpr int threads = 4, each = 200;
+  std::vector<std::thread> senders;
+  for (int t = 0; t < threads; ++t)
+    senders.emplace_back([&, t] {
+      for (int i = 0; i < each; ++i) {
+        auto m = push_of({1, std::uint64_t(t)}, on_b, 64);
+        m.hdr.step = i;
+        a->send(std::move(m));
+      }
+    });
+  // b answers some at the same time: its DEALER to a and a's receives run concurrently.
+  a->bind(on_a, sys->spawn(forwarder, caf::actor_cast<caf::actor>(self)));
+  for (int i = 0; i < 50; ++i) b->send(push_of(on_b, on_a, 8));
+  for (auto& t : senders) t.join();
+  std::vector<int> next(threads, 0);
+  int answers = 0;
+  for (int n = 0; n < threads * each + 50; ++n) {
+    auto got = await(self, 5s);
+    ASSERT_TRUE(got) << n << " messages arrived of " << threads * each + 50;
+    if (got->hdr.dst == on_a) {
+      ++answers;
+      continue;
+    }
+    const auto t = got->hdr.src.id;
+    ASSERT_LT(t, std::uint64_t(threads));
+    EXPECT_EQ(got->hdr.step, next[t]) << "thread " << t << "'s messages out of order";
+    next[t] = int(got->hdr.step) + 1;
+    EXPECT_EQ(got->frames[0].as<float>()[63], 63.0f);
+  }
+  EXPECT_EQ(answers, 50);
+  EXPECT_EQ(a->traffic().dropped, 0u);
+}
+
 TEST(zmq_transport, bad_listen_address_is_a_clear_error) {
   auto t = zmq_transport::start({.host = 1, .listen = "tcp://not-an-address:x"});
   ASSERT_FALSE(t);
