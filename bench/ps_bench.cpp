@@ -7,8 +7,10 @@
 // A round: the worker pushes a gradient for the whole vector (split by the shard map), every
 // shard applies it (plain SGD) and answers with its updated slice, piece by piece (ps::piece).
 // Throughput counts the bytes of both directions. The raw reference: a DEALER sends the same
-// bytes to a ROUTER in another process that echoes them back. The co-located line runs the shard
-// in this process (no socket).
+// bytes to a ROUTER in another process that echoes them back ("zmq", the ratio the goal is set
+// on). Beside it, for 2 and more shards, the same fan-out in raw ZeroMQ ("fan-out": as many echo
+// processes, each sent its share): what spreading the bytes over that many processes costs by
+// itself on this machine. The co-located line runs the shard in this process (no socket).
 
 #include <signal.h>
 #include <spawn.h>
@@ -19,8 +21,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <functional>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <zmq.hpp>
@@ -162,101 +167,166 @@ measurement summarize(std::vector<double>& us, std::size_t bytes_per_round) {
   return m;
 }
 
-/// Push+pull rounds from a worker endpoint on host 0 through `net` to the job's shards.
-measurement run_rounds(caf::actor_system& sys, const std::shared_ptr<job_context>& ctx,
-                       std::size_t floats, double seconds) {
-  caf::scoped_actor self{sys};
-  const endpoint me = ctx->workers[0];
-  ctx->net->bind(me, caf::actor_cast<caf::actor>(self));
-  const std::uint32_t shards = std::uint32_t(ctx->shards.size());
-  auto grad = std::make_shared<std::vector<float>>(floats, 1.0f);
-  std::vector<std::vector<ps::key_range>> ranges;
-  for (std::uint32_t k = 0; k < shards; ++k) ranges.push_back(ctx->map.ranges_of(k));
+/// Push+pull rounds from a worker endpoint on host 0 through the job's transport to its shards.
+class coach_rounds {
+ public:
+  coach_rounds(caf::actor_system& sys, std::shared_ptr<job_context> ctx, std::size_t floats)
+      : ctx_(std::move(ctx)), self_(sys), floats_(floats), received_(floats) {
+    me_ = ctx_->workers[0];
+    ctx_->net->bind(me_, caf::actor_cast<caf::actor>(self_));
+    grad_ = std::make_shared<std::vector<float>>(floats, 1.0f);
+    for (std::uint32_t k = 0; k < ctx_->shards.size(); ++k)
+      ranges_.push_back(ctx_->map.ranges_of(k));
+  }
+  ~coach_rounds() { ctx_->net->unbind(me_); }
+  coach_rounds(const coach_rounds&) = delete;
+  coach_rounds& operator=(const coach_rounds&) = delete;
 
-  // Handshake: pull version 0 from every shard until all answer (children may still start).
-  std::vector<bool> ready(shards, false);
-  for (int attempt = 0; attempt < 100 && std::count(ready.begin(), ready.end(), true) < shards;
-       ++attempt) {
-    for (std::uint32_t k = 0; k < shards; ++k) {
-      if (ready[k]) continue;
-      wire_message m;
-      m.hdr = {.src = me, .dst = ctx->shards[k], .kind = msg_kind::pull, .job = 1, .step = 0};
-      ctx->net->send(std::move(m));
+  /// Pulls version 0 from every shard until all answer (children may still start); false when
+  /// some never did.
+  bool handshake() {
+    const auto shards = std::ptrdiff_t(ctx_->shards.size());
+    std::vector<bool> ready(std::size_t(shards), false);
+    for (int attempt = 0; attempt < 100 && std::count(ready.begin(), ready.end(), true) < shards;
+         ++attempt) {
+      for (std::ptrdiff_t k = 0; k < shards; ++k) {
+        if (ready[std::size_t(k)]) continue;
+        wire_message m;
+        m.hdr = {.src = me_,
+                 .dst = ctx_->shards[std::size_t(k)],
+                 .kind = msg_kind::pull,
+                 .job = 1,
+                 .step = 0};
+        ctx_->net->send(std::move(m));
+      }
+      self_->receive(
+          [&](wire_message& m) {
+            for (std::ptrdiff_t k = 0; k < shards; ++k)
+              if (m.hdr.src == ctx_->shards[std::size_t(k)]) ready[std::size_t(k)] = true;
+          },
+          caf::after(std::chrono::milliseconds(100)) >> [] {});
     }
-    self->receive(
-        [&](wire_message& m) {
-          for (std::uint32_t k = 0; k < shards; ++k)
-            if (m.hdr.src == ctx->shards[k]) ready[k] = true;
-        },
-        caf::after(std::chrono::milliseconds(100)) >> [] {});
+    // Drain duplicate answers to the retries.
+    for (bool more = true; more;)
+      self_->receive([](wire_message&) {},
+                     caf::after(std::chrono::milliseconds(50)) >> [&] { more = false; });
+    return std::count(ready.begin(), ready.end(), true) == shards;
   }
-  if (std::count(ready.begin(), ready.end(), true) < shards) {
-    std::fprintf(stderr, "ps_bench: shards did not answer\n");
-    std::exit(1);
-  }
-  // Drain duplicate answers to the handshake's retries.
-  bool more = true;
-  while (more)
-    self->receive([](wire_message&) {},
-                  caf::after(std::chrono::milliseconds(50)) >> [&] { more = false; });
 
-  std::vector<double> us;
-  ps::key_coverage received(floats);
-  const auto deadline = clock_type::now() + std::chrono::duration<double>(seconds);
-  for (std::int64_t step = 0; (clock_type::now() < deadline || us.size() < 5) && us.size() < 100000;
-       ++step) {
-    const auto t0 = clock_type::now();
-    for (std::uint32_t k = 0; k < shards; ++k) {
+  /// One step: push the gradient to every shard, wait for every updated key.
+  void round() {
+    for (std::uint32_t k = 0; k < ctx_->shards.size(); ++k) {
       wire_message m;
-      m.hdr = {.src = me, .dst = ctx->shards[k], .kind = msg_kind::push, .job = 1, .step = step};
+      m.hdr = {.src = me_, .dst = ctx_->shards[k], .kind = msg_kind::push, .job = 1, .step = step_};
       m.hdr.samples = 1;
-      m.hdr.ranges = ranges[k];
-      for (const auto& r : ranges[k])
-        m.frames.push_back(frame::of(grad, grad->data() + r.begin, r.size()));
-      ctx->net->send(std::move(m));
+      m.hdr.ranges = ranges_[k];
+      for (const auto& r : ranges_[k])
+        m.frames.push_back(frame::of(grad_, grad_->data() + r.begin, r.size()));
+      ctx_->net->send(std::move(m));
     }
-    // The answer comes in pieces (one params message per piece of each shard): count keys.
-    received.clear();
-    while (!received.complete())
-      self->receive([&](wire_message& m) {
-        if (m.hdr.kind != msg_kind::params || m.hdr.step != step + 1) return;
-        auto ok = accept_params(m, received);
+    // The answer may come in pieces (one params message per piece of each shard): count keys.
+    received_.clear();
+    while (!received_.complete())
+      self_->receive([&](wire_message& m) {
+        if (m.hdr.kind != msg_kind::params || m.hdr.step != step_ + 1) return;
+        auto ok = accept_params(m, received_);
         if (!ok) {
           std::fprintf(stderr, "ps_bench: malformed parameters from shard %llu: %s\n",
                        static_cast<unsigned long long>(m.hdr.src.id), ok.error().message.c_str());
           std::exit(1);
         }
       });
-    us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
+    ++step_;
   }
-  ctx->net->unbind(me);
-  return summarize(us, 2 * floats * sizeof(float));
-}
 
-measurement raw_zmq(std::size_t bytes, double seconds) {
-  std::vector<child> children;
-  const std::string addr = free_address();
-  children.push_back(spawn_self({"--serve-echo", "--listen", addr}));
-  zmq::context_t ctx;
-  zmq::socket_t s(ctx, zmq::socket_type::dealer);
-  s.set(zmq::sockopt::linger, 0);
-  s.connect(addr);
-  std::vector<char> payload(bytes, 'x');
-  zmq::message_t reply;
-  // Warm up (and wait for the child to bind).
-  s.send(zmq::buffer(payload), zmq::send_flags::none);
-  (void)s.recv(reply);
-  std::vector<double> us;
-  const auto deadline = clock_type::now() + std::chrono::duration<double>(seconds);
-  while ((clock_type::now() < deadline || us.size() < 5) && us.size() < 100000) {
-    const auto t0 = clock_type::now();
-    s.send(zmq::buffer(payload), zmq::send_flags::none);
-    (void)s.recv(reply);
-    us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
+  std::size_t bytes_per_round() const { return 2 * floats_ * sizeof(float); }
+
+ private:
+  std::shared_ptr<job_context> ctx_;
+  caf::scoped_actor self_;
+  std::size_t floats_;
+  endpoint me_;
+  std::shared_ptr<std::vector<float>> grad_;
+  std::vector<std::vector<ps::key_range>> ranges_;
+  ps::key_coverage received_;
+  std::int64_t step_ = 0;
+};
+
+/// Raw ZeroMQ rounds: `bytes` split over `peers` echo processes as the shard map splits a
+/// vector (equal parts, the last one shorter), one DEALER each, sent to all and then every
+/// echo awaited. With one peer: the plain echo reference.
+class echo_rounds {
+ public:
+  echo_rounds(std::size_t bytes, std::size_t peers) : bytes_(bytes) {
+    const std::size_t floats = bytes / sizeof(float);
+    const std::size_t per = (floats + peers - 1) / peers;
+    for (std::size_t k = 0; k < peers; ++k) {
+      const std::string addr = free_address();
+      children_.push_back(spawn_self({"--serve-echo", "--listen", addr}));
+      sockets_.emplace_back(ctx_, zmq::socket_type::dealer);
+      sockets_.back().set(zmq::sockopt::linger, 0);
+      sockets_.back().connect(addr);
+      const std::size_t begin = std::min(floats, k * per), end = std::min(floats, begin + per);
+      payloads_.emplace_back(std::max<std::size_t>(end - begin, 1) * sizeof(float), 'x');
+    }
+    round();  // warm up (and wait for the children to bind)
   }
-  s.close();
-  stop(children);
-  return summarize(us, 2 * bytes);
+  ~echo_rounds() {
+    sockets_.clear();
+    stop(children_);
+  }
+  echo_rounds(const echo_rounds&) = delete;
+  echo_rounds& operator=(const echo_rounds&) = delete;
+
+  void round() {
+    for (std::size_t k = 0; k < sockets_.size(); ++k)
+      sockets_[k].send(zmq::buffer(payloads_[k]), zmq::send_flags::none);
+    items_.clear();
+    for (auto& s : sockets_) items_.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
+    for (std::size_t got = 0; got < sockets_.size();) {
+      zmq::poll(items_.data(), items_.size(), std::chrono::milliseconds(-1));
+      for (std::size_t k = 0; k < sockets_.size(); ++k)
+        if (items_[k].revents & ZMQ_POLLIN) {
+          (void)sockets_[k].recv(reply_);
+          ++got;
+        }
+    }
+  }
+
+  std::size_t bytes_per_round() const { return 2 * bytes_; }
+
+ private:
+  std::size_t bytes_;
+  std::vector<child> children_;
+  zmq::context_t ctx_;
+  std::vector<zmq::socket_t> sockets_;
+  std::vector<std::vector<char>> payloads_;
+  std::vector<zmq_pollitem_t> items_;
+  zmq::message_t reply_;
+};
+
+/// Measures the contenders side by side: `seconds` of rounds each, taken in turns of about
+/// 0.2 s (at least 5 rounds) so that a slower or faster spell of this shared machine falls on
+/// all of them alike.
+std::vector<measurement> interleaved(const std::vector<std::function<void()>>& rounds,
+                                     const std::vector<std::size_t>& bytes_per_round,
+                                     double seconds) {
+  const double slice = std::min(0.2, seconds);
+  const int turns = std::max(1, int(std::lround(seconds / slice)));
+  std::vector<std::vector<double>> us(rounds.size());
+  for (int t = 0; t < turns; ++t)
+    for (std::size_t c = 0; c < rounds.size(); ++c) {
+      const auto deadline = clock_type::now() + std::chrono::duration<double>(slice);
+      for (int n = 0; (clock_type::now() < deadline || n < 5) && us[c].size() < 200000; ++n) {
+        const auto t0 = clock_type::now();
+        rounds[c]();
+        us[c].push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count());
+      }
+    }
+  std::vector<measurement> out;
+  for (std::size_t c = 0; c < rounds.size(); ++c)
+    out.push_back(summarize(us[c], bytes_per_round[c]));
+  return out;
 }
 
 }  // namespace
@@ -297,12 +367,12 @@ int main(int argc, char** argv) {
   caf::actor_system sys{cfg};
 
   std::printf("ps_bench: push+pull rounds, %.1f s per configuration\n", seconds);
-  std::printf("%10s %6s %10s %10s %8s %10s %10s\n", "bytes", "shards", "GB/s", "zmq GB/s", "ratio",
-              "p50 us", "p99 us");
+  std::printf("%10s %6s %10s %10s %8s %11s %8s %10s %10s\n", "bytes", "shards", "GB/s", "zmq GB/s",
+              "ratio", "fan-out GB/s", "ratio", "p50 us", "p99 us");
   std::string results;
   for (std::size_t bytes : sizes) {
     const std::size_t floats = std::max<std::size_t>(bytes / sizeof(float), 1);
-    const auto ref = raw_zmq(floats * sizeof(float), seconds);
+    echo_rounds echo(floats * sizeof(float), 1);
     for (std::size_t m : shard_counts) {
       auto net = zmq_transport::start({.host = 0, .listen = "tcp://127.0.0.1:0"});
       if (!net) {
@@ -332,16 +402,38 @@ int main(int argc, char** argv) {
         }
         ::close(fds[0]);
       }
-      const auto r = run_rounds(sys, ctx, floats, seconds);
+      // Coach, the raw echo and, for more than one shard, the same fan-out in raw ZeroMQ (m
+      // echo processes, each sent its share), measured in turns.
+      coach_rounds coach(sys, ctx, floats);
+      if (!coach.handshake()) {
+        std::fprintf(stderr, "ps_bench: shards did not answer\n");
+        stop(children);
+        return 1;
+      }
+      std::optional<echo_rounds> fan_out;
+      if (m > 1) fan_out.emplace(floats * sizeof(float), m);
+      std::vector<std::function<void()>> rounds = {[&] { coach.round(); }, [&] { echo.round(); }};
+      std::vector<std::size_t> bytes_per_round = {coach.bytes_per_round(), echo.bytes_per_round()};
+      if (fan_out) {
+        rounds.push_back([&] { fan_out->round(); });
+        bytes_per_round.push_back(fan_out->bytes_per_round());
+      }
+      const auto got = interleaved(rounds, bytes_per_round, seconds);
+      const auto& r = got[0];
+      const auto& ref = got[1];
+      const auto& fan = fan_out ? got[2] : got[1];
+      fan_out.reset();
       stop(children);
-      std::printf("%10zu %6zu %10.3f %10.3f %8.2f %10.1f %10.1f\n", floats * 4, m, r.gbps, ref.gbps,
-                  r.gbps / ref.gbps, r.p50_us, r.p99_us);
-      char item[256];
+      std::printf("%10zu %6zu %10.3f %10.3f %8.2f %11.3f %8.2f %10.1f %10.1f\n", floats * 4, m,
+                  r.gbps, ref.gbps, r.gbps / ref.gbps, fan.gbps, r.gbps / fan.gbps, r.p50_us,
+                  r.p99_us);
+      char item[320];
       std::snprintf(item, sizeof item,
                     "%s{\"size_bytes\": %zu, \"shards\": %zu, \"gbps\": %.4f, \"zmq_gbps\": %.4f, "
-                    "\"ratio_to_zmq\": %.4f, \"p50_us\": %.1f, \"p99_us\": %.1f}",
+                    "\"ratio_to_zmq\": %.4f, \"zmq_fanout_gbps\": %.4f, \"ratio_to_fanout\": %.4f, "
+                    "\"p50_us\": %.1f, \"p99_us\": %.1f}",
                     results.empty() ? "" : ", ", floats * 4, m, r.gbps, ref.gbps, r.gbps / ref.gbps,
-                    r.p50_us, r.p99_us);
+                    fan.gbps, r.gbps / fan.gbps, r.p50_us, r.p99_us);
       results += item;
     }
     // Co-located: the shard in this process, no socket.
@@ -350,10 +442,15 @@ int main(int argc, char** argv) {
     ctx->shards = {{0, 0x10000u}};
     std::vector<float> initial(floats, 0.5f);
     auto shard = spawn_shard(sys, ctx, 0, initial);
-    const auto r = run_rounds(sys, ctx, floats, seconds);
+    measurement r;
+    {
+      coach_rounds coach(sys, ctx, floats);
+      coach.handshake();
+      r = interleaved({[&] { coach.round(); }}, {coach.bytes_per_round()}, seconds)[0];
+    }
     caf::anon_send_exit(shard, caf::exit_reason::user_shutdown);
-    std::printf("%10zu %6s %10.3f %10s %8s %10.1f %10.1f\n", floats * 4, "local", r.gbps, "-", "-",
-                r.p50_us, r.p99_us);
+    std::printf("%10zu %6s %10.3f %10s %8s %11s %8s %10.1f %10.1f\n", floats * 4, "local", r.gbps,
+                "-", "-", "-", "-", r.p50_us, r.p99_us);
     char item[200];
     std::snprintf(item, sizeof item,
                   "%s{\"size_bytes\": %zu, \"shards\": 0, \"colocated\": true, \"gbps\": %.4f, "
