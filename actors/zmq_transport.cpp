@@ -33,7 +33,8 @@ void release_owner(void*, void* hint) {
 
 class zmq_transport_impl final : public zmq_transport {
  public:
-  explicit zmq_transport_impl(zmq_transport_options opt) : opt_(std::move(opt)) {}
+  explicit zmq_transport_impl(zmq_transport_options opt)
+      : opt_(std::move(opt)), ctx_(std::max(1, opt_.io_threads)) {}
 
   ~zmq_transport_impl() override {
     stop_ = true;
@@ -485,7 +486,7 @@ class zmq_transport_impl final : public zmq_transport {
   zmq_transport_options opt_;
   /// Random per transport object: part of every DEALER's routing id.
   const std::uint32_t instance_ = std::random_device{}();
-  zmq::context_t ctx_{1};
+  zmq::context_t ctx_;
   std::string bound_;
   int wake_fd_ = -1;
   std::thread io_;

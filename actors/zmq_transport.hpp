@@ -55,6 +55,11 @@ namespace coach::actors {
 struct zmq_transport_options {
   std::uint32_t host = 0;  ///< this node's host id (endpoint::host of its actors)
   std::string listen;      ///< "tcp://IP:PORT" to bind (port 0: any free port)
+  /// ZeroMQ's I/O threads (they copy every byte to and from the kernel). Connections are spread
+  /// over them: with one, a worker pushing to several shards had all of its traffic on one
+  /// thread, the busiest of the whole round on 2 cores (ps_bench, 4 shards of 1 MiB: 0.52 -> 0.6
+  /// of raw ZeroMQ with 2). ZeroMQ's guide: about one per GB/s.
+  int io_threads = 2;
   /// Messages queued per peer before sends wait (ZeroMQ's high-water mark).
   int send_hwm = 10000;
   /// How long a message to a peer that is down may wait for queue space (in this transport's

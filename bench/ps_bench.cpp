@@ -298,7 +298,7 @@ class echo_rounds {
  private:
   std::size_t bytes_;
   std::vector<child> children_;
-  zmq::context_t ctx_;
+  zmq::context_t ctx_{2};  // as many I/O threads as the transport's (zmq_transport_options)
   std::vector<zmq::socket_t> sockets_;
   std::vector<std::vector<char>> payloads_;
   std::vector<zmq_pollitem_t> items_;
