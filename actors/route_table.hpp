@@ -20,19 +20,27 @@ namespace coach::actors::detail {
 
 class route_table {
  public:
-  void bind(const endpoint& ep, caf::actor handle) {
+  /// Where messages for an endpoint go; `run_inline`: see transport::bind_inline.
+  struct route {
+    caf::actor handle;
+    bool run_inline = false;
+  };
+
+  void bind(const endpoint& ep, caf::actor handle, bool run_inline = false) {
     std::unique_lock lock{mu_};
-    routes_[key(ep)] = std::move(handle);
+    routes_[key(ep)] = route{std::move(handle), run_inline};
   }
   void unbind(const endpoint& ep) {
     std::unique_lock lock{mu_};
     routes_.erase(key(ep));
   }
   /// The actor bound to ep, or an invalid handle.
-  caf::actor find(const endpoint& ep) const {
+  caf::actor find(const endpoint& ep) const { return find_route(ep).handle; }
+  /// The route of ep; an invalid handle when there is none.
+  route find_route(const endpoint& ep) const {
     std::shared_lock lock{mu_};
     auto it = routes_.find(key(ep));
-    return it == routes_.end() ? caf::actor{} : it->second;
+    return it == routes_.end() ? route{} : it->second;
   }
 
  private:
@@ -40,7 +48,7 @@ class route_table {
     return ep.id ^ (std::uint64_t(ep.host) << 48);
   }
   mutable std::shared_mutex mu_;
-  std::unordered_map<std::uint64_t, caf::actor> routes_;
+  std::unordered_map<std::uint64_t, route> routes_;
 };
 
 class traffic_counter {

@@ -350,7 +350,7 @@ caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const job_context
   auto cfg = ctx->initial_config();
   auto a = sys.spawn(shard_actor, std::move(ctx), id, std::move(ranges), std::move(owned),
                      std::move(cfg));
-  net->bind(ep, a);
+  net->bind_inline(ep, a);
   return a;
 }
 
@@ -360,7 +360,7 @@ caf::actor spawn_added_shard(caf::actor_system& sys, std::shared_ptr<const job_c
   auto net = ctx->net;
   auto a = sys.spawn(shard_actor, std::move(ctx), id, std::vector<ps::key_range>{},
                      std::vector<float>{}, c);
-  net->bind(ep, a);
+  net->bind_inline(ep, a);
   return a;
 }
 

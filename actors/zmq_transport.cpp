@@ -3,6 +3,11 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+#include <caf/abstract_actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/execution_unit.hpp>
+#include <caf/resumable.hpp>
+#include <caf/scheduler/abstract_coordinator.hpp>
 #include <caf/send.hpp>
 
 #include <algorithm>
@@ -13,6 +18,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -25,6 +31,52 @@
 
 namespace coach::actors {
 namespace {
+
+/// The I/O thread as a CAF execution unit: an actor bound with bind_inline that a delivery
+/// makes ready (it was idle) is run on this thread once the batch of received messages is
+/// delivered, at most one per batch; every other actor made ready goes to the scheduler at
+/// once, so several shards of one node still update in parallel.
+class io_unit final : public caf::execution_unit {
+ public:
+  explicit io_unit(caf::actor_system* sys) : caf::execution_unit(sys) {}
+
+  /// Delivers `msg` to `dst`; `run_inline`: dst may be run here (see run_chosen()).
+  void deliver(const caf::actor& dst, bool run_inline, wire_message msg) {
+    candidate_ = run_inline
+                     ? dynamic_cast<caf::resumable*>(caf::actor_cast<caf::abstract_actor*>(dst))
+                     : nullptr;
+    dst->eq_impl(caf::make_message_id(), nullptr, this, std::move(msg));
+    candidate_ = nullptr;
+  }
+
+  /// Called by CAF when a delivery (or an actor run here) makes an idle actor ready, holding a
+  /// reference for us.
+  void exec_later(caf::resumable* job) override {
+    if (job == candidate_ && chosen_ == nullptr)
+      chosen_ = job;
+    else
+      system().scheduler().enqueue(job);
+  }
+
+  /// Runs the actor chosen during the last deliveries, a few messages at most; what is left in
+  /// its mailbox goes on on a scheduler thread.
+  void run_chosen() {
+    while (auto* job = std::exchange(chosen_, nullptr)) {
+      switch (job->resume(this, 4)) {
+        case caf::resumable::resume_later:
+          system().scheduler().enqueue(job);
+          break;
+        default:  // done, awaiting_message (shutdown_execution_unit: not for actors)
+          caf::intrusive_ptr_release(job);
+          break;
+      }
+    }
+  }
+
+ private:
+  caf::resumable* candidate_ = nullptr;
+  caf::resumable* chosen_ = nullptr;
+};
 
 /// Frees a payload frame once ZeroMQ is done with it: drops the heap copy of its owner.
 void release_owner(void*, void* hint) {
@@ -64,6 +116,9 @@ class zmq_transport_impl final : public zmq_transport {
 
   std::string_view name() const noexcept override { return "zmq"; }
   void bind(const endpoint& ep, caf::actor handle) override { routes_.bind(ep, std::move(handle)); }
+  void bind_inline(const endpoint& ep, caf::actor handle) override {
+    routes_.bind(ep, std::move(handle), true);
+  }
   void unbind(const endpoint& ep) override { routes_.unbind(ep); }
 
   bool send(wire_message msg) override {
@@ -390,7 +445,9 @@ class zmq_transport_impl final : public zmq_transport {
       msg.frames.push_back(
           frame{owner, static_cast<const std::byte*>(owner->data()), owner->size()});
     }
-    auto dst = msg.hdr.dst.host == opt_.host ? routes_.find(msg.hdr.dst) : caf::actor{};
+    auto route = msg.hdr.dst.host == opt_.host ? routes_.find_route(msg.hdr.dst)
+                                               : detail::route_table::route{};
+    const auto& dst = route.handle;
     {
       std::lock_guard lock{recv_mu_};
       if (!dst) {
@@ -405,7 +462,8 @@ class zmq_transport_impl final : public zmq_transport {
           to_string(msg.hdr.kind));
       return;
     }
-    caf::anon_send(dst, std::move(msg));
+    if (!unit_) unit_.emplace(&caf::actor_cast<caf::abstract_actor*>(dst)->home_system());
+    unit_->deliver(dst, route.run_inline, std::move(msg));
   }
 
   /// Receives what waits on every socket, in bounded batches taken under the socket lock and
@@ -428,6 +486,7 @@ class zmq_transport_impl final : public zmq_transport {
       }
       for (std::size_t i = 0; i < incoming_.size(); ++i) deliver(incoming_[i], routed_[i]);
       incoming_.clear();
+      if (unit_) unit_->run_chosen();
       if (more) flush_queues();
     }
   }
@@ -509,6 +568,7 @@ class zmq_transport_impl final : public zmq_transport {
   std::vector<std::byte> header_;
 
   // I/O thread only.
+  std::optional<io_unit> unit_;  ///< made at the first delivery (it needs the actor system)
   std::vector<std::vector<zmq::message_t>> incoming_;
   std::vector<bool> routed_;
   std::vector<std::size_t> recv_sizes_;

@@ -33,12 +33,16 @@
 // host, in order; the I/O thread retries those every few milliseconds and drops (and counts)
 // what waited longer than `send_timeout`, so a peer that is down costs only its own messages.
 // The I/O thread waits on the sockets' notification descriptors (ZMQ_FD) and an eventfd,
-// receives under the lock in bounded batches, and decodes and delivers outside it with
-// caf::anon_send. ZMQ_FD is edge-triggered and any operation on a socket may consume an edge,
-// so every thread that used a socket checks it for input afterwards and wakes the I/O thread
-// when some waits. The peer table and the remembered clients have their own lock (taken after
-// the socket lock, never before); counters theirs. A malformed or foreign message is counted,
-// logged (at most a few lines a second) and dropped, never a crash.
+// receives under the lock in bounded batches, and decodes and delivers outside it. It delivers
+// as a CAF execution unit: an actor bound with bind_inline (shards) that a delivery wakes from
+// idle runs on the I/O thread itself once the batch is delivered (one per batch, a few messages
+// at most, the rest of its mailbox on a scheduler thread), which saves the wake-up of a
+// scheduler thread on every push (ps_bench, 1 MiB, 1 shard: 0.76 -> 0.84 of raw ZeroMQ); every
+// other actor is scheduled as by caf::anon_send. ZMQ_FD is edge-triggered and any operation on a
+// socket may consume an edge, so every thread that used a socket checks it for input afterwards and
+// wakes the I/O thread when some waits. The peer table and the remembered clients have their own
+// lock (taken after the socket lock, never before); counters theirs. A malformed or foreign message
+// is counted, logged (at most a few lines a second) and dropped, never a crash.
 
 #include <chrono>
 #include <cstddef>

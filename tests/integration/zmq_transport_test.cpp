@@ -6,7 +6,9 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <numeric>
 #include <thread>
 #include <zmq.hpp>
@@ -430,6 +432,68 @@ TEST_F(two_hosts, senders_on_many_threads_share_the_sockets) {
   }
   EXPECT_EQ(answers, 50);
   EXPECT_EQ(a->traffic().dropped, 0u);
+}
+
+/// Tells `sink` which thread handled each message: a wire_message with step = the message's
+/// step and rank = a small number per thread (0 for the first thread seen, ...).
+caf::behavior thread_reporter(caf::event_based_actor*, caf::actor sink,
+                              std::shared_ptr<std::vector<std::thread::id>> seen,
+                              std::shared_ptr<std::mutex> mu) {
+  return {[=](wire_message& m) {
+    std::uint32_t index;
+    {
+      std::lock_guard lock{*mu};
+      auto it = std::find(seen->begin(), seen->end(), std::this_thread::get_id());
+      if (it == seen->end()) it = seen->insert(seen->end(), std::this_thread::get_id());
+      index = std::uint32_t(it - seen->begin());
+    }
+    m.hdr.rank = index;
+    caf::anon_send(sink, std::move(m));
+  }};
+}
+
+TEST(zmq_transport, an_inline_bound_actor_runs_on_the_receiving_thread_and_keeps_order) {
+  caf::actor_system_config cfg;
+  cfg.set("logger.console", caf::atom("none"));
+  cfg.set("scheduler.policy", caf::atom("sharing"));
+  cfg.set("scheduler.max-threads", std::size_t(1));
+  caf::actor_system sys{cfg};
+  auto a = zmq_transport::start({.host = 1, .listen = "tcp://127.0.0.1:0"});
+  auto b = zmq_transport::start({.host = 2, .listen = "tcp://127.0.0.1:0"});
+  ASSERT_TRUE(a && b);
+  (*a)->add_peer(2, (*b)->bound_address());
+  caf::scoped_actor self{sys};
+  auto seen = std::make_shared<std::vector<std::thread::id>>();
+  auto mu = std::make_shared<std::mutex>();
+  const endpoint scheduled{2, 1}, on_receipt{2, 2};
+  // The scheduled actor runs on CAF's one thread: the first thread seen (index 0).
+  (*b)->bind(scheduled, sys.spawn(thread_reporter, caf::actor_cast<caf::actor>(self), seen, mu));
+  (*b)->bind_inline(on_receipt,
+                    sys.spawn(thread_reporter, caf::actor_cast<caf::actor>(self), seen, mu));
+  auto one = [&](const endpoint& dst, std::int64_t step) {
+    auto m = two_hosts::push_of({1, 9}, dst, 4);
+    m.hdr.step = step;
+    EXPECT_TRUE((*a)->send(std::move(m)));
+    auto got = two_hosts::await(self);
+    EXPECT_TRUE(got);
+    return got ? got->hdr.rank : 99u;
+  };
+  EXPECT_EQ(one(scheduled, 0), 0u);
+  // Idle when each message arrives: run by the thread that received it, not CAF's.
+  for (int i = 1; i <= 5; ++i) EXPECT_EQ(one(on_receipt, i), 1u) << "message " << i;
+  EXPECT_EQ(one(scheduled, 6), 0u);
+  // A burst: what the receiving thread does not take goes on on CAF's thread, in order.
+  for (int i = 0; i < 500; ++i) {
+    auto m = two_hosts::push_of({1, 9}, on_receipt, 4);
+    m.hdr.step = 1000 + i;
+    ASSERT_TRUE((*a)->send(std::move(m)));
+  }
+  for (int i = 0; i < 500; ++i) {
+    auto got = two_hosts::await(self);
+    ASSERT_TRUE(got) << "message " << i << " of the burst is missing";
+    EXPECT_EQ(got->hdr.step, 1000 + i);
+  }
+  EXPECT_EQ(seen->size(), 2u);
 }
 
 TEST(zmq_transport, bad_listen_address_is_a_clear_error) {
