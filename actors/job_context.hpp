@@ -19,6 +19,7 @@
 #include "scheduler/job_report.hpp"
 #include "scheduler/job_spec.hpp"
 #include "worker/dataset.hpp"
+#include "worker/host_reducer.hpp"
 #include "worker/mlp.hpp"
 
 namespace coach::actors {
@@ -55,6 +56,10 @@ struct job_context {
   endpoint master;
   std::vector<endpoint> shards;   ///< by shard id, those the job started with
   std::vector<endpoint> workers;  ///< by rank, those the job started with
+
+  /// Set when the spec asks for host reduction: sums the gradients of this process's workers
+  /// of the job before one push per shard (worker/host_reducer.hpp).
+  std::shared_ptr<worker::host_reducer> reducer;
 
   /// Parts added while the job runs (shared: the job's actors and the node agent here).
   std::shared_ptr<part_directory> added = std::make_shared<part_directory>();

@@ -43,6 +43,9 @@ std::shared_ptr<job_context> make_job_context(std::uint64_t job, const scheduler
     ep.host = worker_hosts[r];
     ctx->workers.push_back(ep);
   }
+  // The job's workers on this node sum their gradients here before one push per shard.
+  if (spec.host_reduce)
+    ctx->reducer = std::make_shared<worker::host_reducer>(ctx->model.num_params());
   return ctx;
 }
 

@@ -62,6 +62,16 @@ result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_
   for (std::uint32_t r = 0; r < req.workers; ++r)
     ctx->workers.push_back(worker_endpoint(ctx->job, r));
 
+  if (spec.host_reduce) {
+    // One process: every worker of the job is on this host.
+    if (req.kill)
+      return fail(errc::invalid_argument,
+                  "job '{}': host_reduce cannot be combined with killing a worker (the host's "
+                  "other workers would wait for its gradient)",
+                  spec.name);
+    ctx->reducer = std::make_shared<worker::host_reducer>(ctx->model.num_params());
+  }
+
   std::vector<float> initial(ctx->model.num_params());
   ctx->model.init_params(initial, spec.seed);
 

@@ -50,6 +50,7 @@ struct worker_state {
   static inline const char* name = "coach.worker";
 
   ~worker_state() {
+    if (ctx && ctx->reducer) ctx->reducer->leave(rank);
     if (be) {
       be->free(params);
       be->free(grad);
@@ -183,6 +184,41 @@ struct worker_state {
     return true;
   }
 
+  /// Pushes to shard k, as worker `as_rank`, `samples` samples' gradient `grad` (none when
+  /// samples == 0). A push as another rank is a host's sum pushed for its leader (see
+  /// worker::host_reducer): the shard answers the leader.
+  void push_to(std::uint32_t k, std::uint32_t as_rank, std::uint64_t samples,
+               const std::shared_ptr<const float_buffer>& grad) {
+    if (ranges[k].empty()) return;
+    auto m = to(ctx->shard_ep(k), msg_kind::push);
+    m.hdr.src = ctx->worker_ep(as_rank);
+    m.hdr.rank = as_rank;
+    m.hdr.samples = samples;
+    if (samples > 0) {
+      std::shared_ptr<const void> owner = grad;
+      m.hdr.ranges = ranges[k];
+      for (const auto& r : ranges[k])
+        m.frames.push_back(frame::of(owner, grad->data() + r.begin, r.size()));
+    }
+    ctx->net->send(std::move(m));
+  }
+
+  /// Host reduction: deposits this worker's gradient; pushes an empty contribution unless this
+  /// worker leads the step's local members, and the host's sum for the leader when this
+  /// deposit completed them. False on a protocol error (reported; the step cannot go on).
+  bool push_reduced(std::uint64_t samples, std::shared_ptr<const float_buffer> grad) {
+    auto out = ctx->reducer->deposit(step, cfg.members, rank, samples, std::move(grad));
+    if (!out) {
+      std::fprintf(stderr, "coach: worker %u: %s\n", rank, out.error().message.c_str());
+      return false;
+    }
+    for (std::uint32_t k = 0; k < ranges.size(); ++k) {
+      if (out->leader != rank) push_to(k, rank, 0, nullptr);
+      if (out->complete) push_to(k, out->leader, out->sum ? out->samples : 0, out->sum);
+    }
+    return true;
+  }
+
   /// Runs the step when its chunk and every shard's parameters are here.
   void try_step() {
     auto it = grants.find(step);
@@ -206,18 +242,13 @@ struct worker_state {
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
             .count();
 
-    std::shared_ptr<const void> owner = buf;
-    for (std::uint32_t k = 0; k < ranges.size(); ++k) {
-      if (ranges[k].empty()) continue;
-      auto m = to(ctx->shard_ep(k), msg_kind::push);
-      m.hdr.samples = indices.size();
-      if (!indices.empty()) {
-        m.hdr.ranges = ranges[k];
-        for (const auto& r : ranges[k])
-          m.frames.push_back(frame::of(owner, buf->data() + r.begin, r.size()));
+    if (ctx->reducer) {
+      if (!push_reduced(indices.size(), std::move(buf))) return;
+    } else {
+      for (std::uint32_t k = 0; k < ranges.size(); ++k) {
+        push_to(k, rank, indices.size(), buf);
+        if (step == die_at) return die();  // a crash between two pushes
       }
-      ctx->net->send(std::move(m));
-      if (step == die_at) return die();  // a crash between two pushes
     }
     auto report = to(ctx->master, msg_kind::step_report);
     report.hdr.samples = indices.size();
@@ -261,6 +292,7 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
   st.grads = std::make_unique<buffer_pool>(n);
   st.received.emplace(n);
   st.use(std::move(cfg));
+  if (ctx->reducer) ctx->reducer->join(rank);
   return {
       [self](start_atom) { self->state.start(); },
       [self](wire_message& m) {

@@ -637,10 +637,10 @@ result<job_spec> spec_parser::parse(const YAML::Node& root) {
     return fail(errc::invalid_argument, "{}:{}: the top level must be a map of fields, got {}",
                 source_, line_of(root, 1), describe(root));
   }
-  auto top = open_map(
-      root, "", line_of(root, 1),
-      {"name", "dataset", "model", "optimizer", "batch_size", "epochs", "consistency", "seed",
-       "workers", "shards", "gpus_per_worker", "backend", "slice_size", "function", "schedule"});
+  auto top = open_map(root, "", line_of(root, 1),
+                      {"name", "dataset", "model", "optimizer", "batch_size", "epochs",
+                       "consistency", "seed", "workers", "shards", "gpus_per_worker", "backend",
+                       "slice_size", "host_reduce", "function", "schedule"});
   if (!top) return std::unexpected(std::move(top.error()));
 
   job_spec spec;
@@ -699,6 +699,11 @@ result<job_spec> spec_parser::parse(const YAML::Node& root) {
       return bad(*e, "must be in [1, {}], got {}", std::numeric_limits<std::uint32_t>::max(), *v);
     }
     spec.slice_size = std::size_t(*v);
+  }
+  if ((e = top->find("host_reduce"))) {
+    auto v = get_enum<bool>(*e, {{"true", true}, {"false", false}}, "true, false");
+    if (!v) return std::unexpected(std::move(v.error()));
+    spec.host_reduce = *v;
   }
   if ((e = top->find("function"))) {
     if (auto r = parse_function(*e, spec); !r) return std::unexpected(std::move(r.error()));

@@ -33,6 +33,8 @@
 //   gpus_per_worker: 0           # >= 0; default 0
 //   backend: auto                # auto (default) | cpu | cuda
 //   slice_size: 16384            # floats per slice of the parameter vector, >= 1; default 16384
+//   host_reduce: false           # true: the workers of one host sum their gradients and push
+//                                # once per host (worker/host_reducer.hpp); default false
 //   function: {deadline_s: 30, memory_mb: 512}   # optional: run workers as bounded functions;
 //                                # each >= 0, 0 = unlimited; both default 0
 //   schedule:                    # optional: elastic changes at given steps (coach train)
@@ -117,6 +119,7 @@ struct job_spec {
   int gpus_per_worker = 0;
   kernels::backend_kind backend = kernels::backend_kind::auto_select;
   std::size_t slice_size = 16384;           ///< floats per slice of the parameter vector
+  bool host_reduce = false;                 ///< one push per host (worker/host_reducer.hpp)
   std::optional<function_limits> function;  ///< set: workers run as bounded functions
   std::vector<schedule_action> schedule;    ///< by at_step, ascending
 };

@@ -4,7 +4,8 @@
 // "Kernels": on a host with several GPUs, local workers reduce gradients with NCCL before one push
 // per host.
 //
-// How it is meant to be used (actors/ wires it in; nothing calls it yet):
+// How it is meant to be used (nothing calls it yet; worker::host_reducer does the same sum in
+// host memory today, for `host_reduce: true`, and is what this replaces on multi-GPU nodes):
 //   1. A host that runs k workers of a job makes one group over their k devices, and gives worker
 //      i rank i and its own cuda_backend::make(device(i)).
 //   2. Each step, once forward_backward has written worker i's gradient (the sum over its batch)

@@ -118,6 +118,31 @@ TEST_F(cluster, a_spec_error_reaches_the_submitter_as_one_line) {
   EXPECT_EQ(count(r.err, "\n"), 1u) << r.err;
 }
 
+TEST_F(cluster, host_reduction_sums_the_workers_of_each_node_before_pushing) {
+  // 4 workers over 3 nodes: at least one node runs two, which push one sum per shard.
+  const auto spec = work_dir() / "digits-host-reduce.yaml";
+  std::ofstream(spec) << slurp("examples/digits-mlp.yaml") << "host_reduce: true\n";
+  auto r = coach("submit " + spec.string() + " --workers 4 --shards 2 --wait --json --at " +
+                 sched_addr_);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const std::string job = std::to_string(long(json_number(r.out, "job")));
+  auto st = coach("status " + job + " --json --at " + sched_addr_);
+  ASSERT_EQ(st.code, 0) << st.err;
+  EXPECT_NE(st.out.find("\"state\": \"succeeded\""), std::string::npos) << st.out;
+  EXPECT_GE(json_number(st.out, "test_accuracy"), 0.95) << st.out;
+  std::string per_epoch = "\"epoch_samples\": [1438";
+  for (int e = 1; e < 20; ++e) per_epoch += ", 1438";
+  EXPECT_NE(st.out.find(per_epoch + "]"), std::string::npos) << st.out;
+  const auto workers_at = st.out.find("\"worker_nodes\": [");
+  ASSERT_NE(workers_at, std::string::npos) << st.out;
+  const auto list = st.out.substr(workers_at, st.out.find(']', workers_at) - workers_at);
+  EXPECT_EQ(count(list, "\"node-"), 4u) << st.out;
+  std::size_t most = 0;
+  for (const char* n : {"\"node-a\"", "\"node-b\"", "\"node-c\""})
+    most = std::max(most, count(list, n));
+  EXPECT_GE(most, 2u) << "no node ran two workers: " << st.out;
+}
+
 /// Polls `coach status JOB` until the job leaves queued/running; its last status.
 std::string wait_for_end(const std::string& job, const std::string& at) {
   for (int i = 0; i < 1800; ++i) {

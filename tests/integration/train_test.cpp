@@ -298,3 +298,71 @@ TEST(train_elastic, a_worker_that_dies_mid_step_leaves_and_the_job_completes) {
 
 }  // namespace
 }  // namespace coach::actors
+
+namespace coach::actors {
+namespace {
+
+TEST(train_host_reduce, one_push_per_host_learns_as_well_and_is_deterministic) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  auto spec = digits_spec();
+  spec.slice_size = 256;
+  auto run = [&](bool reduce, std::uint32_t shards) {
+    auto s = spec;
+    s.host_reduce = reduce;
+    train_options opt;
+    opt.workers = 3;
+    opt.shards = shards;
+    auto r = train_embedded(s, opt);
+    EXPECT_TRUE(r) << r.error().to_string();
+    return r ? *r : scheduler::job_result{};
+  };
+  const auto plain = run(false, 2);
+  const auto reduced = run(true, 2);
+  ASSERT_EQ(reduced.epochs.size(), std::size_t(spec.epochs));
+  EXPECT_GE(reduced.test_accuracy, 0.95);
+  for (const auto& e : reduced.epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
+  // Gradients cross once per host instead of once per worker; answers still reach all three:
+  // (1 + 3) / (3 + 3) of the bytes, less the headers of the empty pushes.
+  EXPECT_LT(double(reduced.bytes_moved), 0.72 * double(plain.bytes_moved))
+      << reduced.bytes_moved << " against " << plain.bytes_moved;
+  EXPECT_GT(double(reduced.bytes_moved), 0.6 * double(plain.bytes_moved));
+  // Deterministic whoever deposits last, and sharding stays invisible to the math.
+  const auto again = run(true, 2);
+  const auto four = run(true, 4);
+  ASSERT_EQ(again.params.size(), reduced.params.size());
+  ASSERT_EQ(four.params.size(), reduced.params.size());
+  EXPECT_EQ(0, std::memcmp(again.params.data(), reduced.params.data(),
+                           reduced.params.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(four.params.data(), reduced.params.data(),
+                           reduced.params.size() * sizeof(float)));
+}
+
+TEST(train_host_reduce, workers_joining_and_leaving_mid_epoch_reduce_with_the_rest) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  auto spec = scheduler::load_job_spec("examples/elastic.yaml");
+  ASSERT_TRUE(spec) << spec.error().to_string();
+  spec->host_reduce = true;
+  auto r = train_embedded(*spec);
+  ASSERT_TRUE(r) << r.error().to_string();
+  ASSERT_EQ(r->epochs.size(), std::size_t(spec->epochs));
+  EXPECT_GE(r->test_accuracy, 0.95);
+  for (const auto& e : r->epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
+  EXPECT_EQ(r->changes.size(), 6u);
+}
+
+TEST(train_host_reduce, is_refused_with_fault_injection) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  auto spec = digits_spec();
+  spec.host_reduce = true;
+  train_options opt;
+  opt.workers = 2;
+  opt.kill_worker = std::pair<std::uint32_t, std::int64_t>{1, 3};
+  auto r = train_embedded(spec, opt);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("host_reduce cannot be combined with killing a worker"),
+            std::string::npos)
+      << r.error().message;
+}
+
+}  // namespace
+}  // namespace coach::actors

@@ -445,12 +445,24 @@ TEST(job_spec, unknown_enum_values_list_the_allowed_ones) {
                     "job.yaml:4: field 'model.type' must be one of mlp, got 'cnn'"},
            bad_case{"model", "model: {activation: tanh}",
                     "job.yaml:4: field 'model.activation' must be one of relu, got 'tanh'"},
+           bad_case{"host_reduce", "host_reduce: yes-please",
+                    "job.yaml:9: field 'host_reduce' must be one of true, false, got "
+                    "'yes-please'"},
        }) {
     SCOPED_TRACE(c.replacement);
     const error e = parse_error_of(with(c.key, c.replacement));
     EXPECT_EQ(e.code, errc::invalid_argument);
     EXPECT_EQ(e.message, c.message);
   }
+}
+
+TEST(job_spec, host_reduce_is_off_unless_asked_for) {
+  auto off = parse_job_spec(minimal, "job.yaml");
+  ASSERT_TRUE(off) << off.error().to_string();
+  EXPECT_FALSE(off->host_reduce);
+  auto on = parse_job_spec(with("host_reduce", "host_reduce: true"), "job.yaml");
+  ASSERT_TRUE(on) << on.error().to_string();
+  EXPECT_TRUE(on->host_reduce);
 }
 
 TEST(job_spec, required_fields) {
