@@ -47,10 +47,10 @@ struct worker_state {
   std::uint64_t moved_version = 0;
   std::vector<endpoint> moved_from;  ///< shards that said so: never asked again for this step
   std::map<std::int64_t, wire_message> grants;  ///< chunk grants by step
+  std::vector<std::uint32_t> local_members;     ///< host reduction: scratch of push_reduced
   static inline const char* name = "coach.worker";
 
   ~worker_state() {
-    if (ctx && ctx->reducer) ctx->reducer->leave(rank);
     if (be) {
       be->free(params);
       be->free(grad);
@@ -207,7 +207,12 @@ struct worker_state {
   /// worker leads the step's local members, and the host's sum for the leader when this
   /// deposit completed them. False on a protocol error (reported; the step cannot go on).
   bool push_reduced(std::uint64_t samples, std::shared_ptr<const float_buffer> grad) {
-    auto out = ctx->reducer->deposit(step, cfg.members, rank, samples, std::move(grad));
+    // The step's members placed on this host (where the job put each rank, also ranks added
+    // while it runs), whether or not their actors have started yet.
+    local_members.clear();
+    for (auto m : cfg.members)
+      if (ctx->worker_ep(m).host == self_ep.host) local_members.push_back(m);
+    auto out = ctx->reducer->deposit(step, local_members, rank, samples, std::move(grad));
     if (!out) {
       std::fprintf(stderr, "coach: worker %u: %s\n", rank, out.error().message.c_str());
       return false;
@@ -292,7 +297,6 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
   st.grads = std::make_unique<buffer_pool>(n);
   st.received.emplace(n);
   st.use(std::move(cfg));
-  if (ctx->reducer) ctx->reducer->join(rank);
   return {
       [self](start_atom) { self->state.start(); },
       [self](wire_message& m) {

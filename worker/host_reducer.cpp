@@ -11,44 +11,29 @@ namespace coach::worker {
 host_reducer::host_reducer(std::size_t num_params)
     : n_(num_params), sums_(std::make_unique<buffer_pool>(num_params)) {}
 
-void host_reducer::join(std::uint32_t rank) {
-  std::lock_guard lock{mu_};
-  local_.insert(rank);
-}
-
-void host_reducer::leave(std::uint32_t rank) {
-  std::lock_guard lock{mu_};
-  local_.erase(rank);
-}
-
 std::size_t host_reducer::open_steps() const {
   std::lock_guard lock{mu_};
   return open_.size();
 }
 
 result<host_reducer::outcome> host_reducer::deposit(std::int64_t step,
-                                                    std::span<const std::uint32_t> members,
+                                                    std::span<const std::uint32_t> local_members,
                                                     std::uint32_t rank, std::uint64_t samples,
                                                     std::shared_ptr<const float_buffer> grad) {
   if (samples > 0 && (!grad || grad->size() != n_))
     return fail(errc::protocol_error,
                 "host reduction: rank {} deposits a gradient of {} floats, not {}", rank,
                 grad ? grad->size() : 0, n_);
-  if (std::find(members.begin(), members.end(), rank) == members.end())
-    return fail(errc::protocol_error, "host reduction: rank {} is not a member of step {}", rank,
-                step);
+  if (std::find(local_members.begin(), local_members.end(), rank) == local_members.end())
+    return fail(errc::protocol_error, "host reduction: rank {} is not a local member of step {}",
+                rank, step);
   std::lock_guard lock{mu_};
-  if (!local_.contains(rank))
-    return fail(errc::protocol_error, "host reduction: rank {} did not join this host", rank);
   auto& deposits = open_[step];
   if (!deposits.emplace(rank, entry{samples, samples > 0 ? std::move(grad) : nullptr}).second)
     return fail(errc::protocol_error, "host reduction: rank {} deposits step {} twice", rank, step);
-  std::vector<std::uint32_t> expected;
-  for (auto m : members)
-    if (local_.contains(m)) expected.push_back(m);
   outcome out;
-  out.leader = expected.front();  // rank is among them: not empty
-  for (auto m : expected)
+  out.leader = *std::min_element(local_members.begin(), local_members.end());
+  for (auto m : local_members)
     if (!deposits.contains(m)) return out;
 
   // Complete: the sum in rank order (std::map iterates by rank), whoever deposited last.

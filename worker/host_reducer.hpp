@@ -12,22 +12,22 @@
 // fixed, so a run stays a pure function of its seed and membership; its last bits differ from
 // a run without host reduction ((a + b) + (c + d) is not a + b + c + d in floats).
 //
-// Membership: the local members of a step are the step's members that joined this reducer (a
-// worker joins when it is started here, before the configuration that makes it a member takes
-// effect, and leaves when it stops). Local workers must agree on a step's members, which they
-// do: a step's configuration reaches every worker before its grant. A local worker that dies
-// without its process leaves its step incomplete (the others wait); coach-node runs workers in
-// its own process, so they die together, and the embedded cluster refuses host reduction with
-// fault injection.
+// Membership: the caller names a step's local members: the step's members (from its job
+// configuration) that run in this process, known from where the job placed each rank, not from
+// which workers happen to have started yet (a worker may compute step 0 before another local
+// worker's thread has begun). Local workers agree on a step's members, since a step's
+// configuration reaches every worker before its grant. A local worker that dies without its
+// process leaves its step incomplete (the others wait); coach-node runs workers in its own
+// process, so they die together, and the embedded cluster refuses host reduction with fault
+// injection.
 //
-// Threads: deposit, join and leave may be called concurrently (workers are detached actors).
+// Threads: deposit may be called concurrently (workers are detached actors).
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <span>
 
 #include "common/buffer_pool.hpp"
@@ -38,10 +38,6 @@ namespace coach::worker {
 class host_reducer {
  public:
   explicit host_reducer(std::size_t num_params);
-
-  /// Worker `rank` runs in this process from now on / no longer.
-  void join(std::uint32_t rank);
-  void leave(std::uint32_t rank);
 
   /// What a deposit tells its worker to push.
   struct outcome {
@@ -56,9 +52,10 @@ class host_reducer {
   };
 
   /// Deposits `rank`'s gradient for `step` (`grad` null or ignored when samples == 0).
-  /// `members`: the step's members, ascending. Errors (protocol_error): a rank that did not
-  /// join or is not a member, a second deposit for a step, a gradient of the wrong size.
-  result<outcome> deposit(std::int64_t step, std::span<const std::uint32_t> members,
+  /// `local_members`: the step's members that run in this process, ascending, the same in every
+  /// deposit of the step. Errors (protocol_error): a rank not among them, a second deposit for a
+  /// step, a gradient of the wrong size.
+  result<outcome> deposit(std::int64_t step, std::span<const std::uint32_t> local_members,
                           std::uint32_t rank, std::uint64_t samples,
                           std::shared_ptr<const float_buffer> grad);
 
@@ -73,7 +70,6 @@ class host_reducer {
 
   std::size_t n_;
   mutable std::mutex mu_;
-  std::set<std::uint32_t> local_;
   std::map<std::int64_t, std::map<std::uint32_t, entry>> open_;  ///< step -> rank -> deposit
   std::unique_ptr<buffer_pool> sums_;
 };
