@@ -33,13 +33,13 @@
 
 #include "actors/roles.hpp"
 #include "actors/zmq_transport.hpp"
+#include "bench/bench_processes.hpp"
 #include "ps/key_coverage.hpp"
-
-extern char** environ;
 
 namespace {
 
 using namespace coach;
+using namespace coach::bench;
 using namespace coach::actors;
 using clock_type = std::chrono::steady_clock;
 
@@ -100,53 +100,6 @@ int serve_shard(std::uint32_t id, std::uint32_t shards, std::size_t floats,
   }
   pause();  // until SIGTERM
   return 0;
-}
-
-/// Child: echoes every message back to its sender.
-int serve_echo(const std::string& listen) {
-  zmq::context_t ctx;
-  zmq::socket_t s(ctx, zmq::socket_type::router);
-  s.set(zmq::sockopt::linger, 0);
-  s.bind(listen);
-  std::vector<zmq::message_t> parts;
-  for (;;) {
-    parts.clear();
-    if (!zmq::recv_multipart(s, std::back_inserter(parts))) continue;
-    zmq::send_multipart(s, parts);
-  }
-}
-
-struct child {
-  pid_t pid = -1;
-};
-
-child spawn_self(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  static std::string self = "/proc/self/exe";
-  argv.push_back(self.data());
-  std::vector<std::string> copy = args;
-  for (auto& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  child c;
-  if (posix_spawn(&c.pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0)
-    c.pid = -1;
-  return c;
-}
-
-void stop(std::vector<child>& children) {
-  for (auto& c : children)
-    if (c.pid > 0) kill(c.pid, SIGTERM);
-  for (auto& c : children)
-    if (c.pid > 0) waitpid(c.pid, nullptr, 0);
-  children.clear();
-}
-
-std::string free_address() {
-  // Bind port 0, read the port, release it: the child binds it right after.
-  zmq::context_t ctx;
-  zmq::socket_t s(ctx, zmq::socket_type::router);
-  s.bind("tcp://127.0.0.1:0");
-  return s.get(zmq::sockopt::last_endpoint);
 }
 
 struct measurement {

@@ -41,83 +41,17 @@
 #include <vector>
 
 #include "actors/api_client.hpp"
+#include "bench/bench_processes.hpp"
 #include "common/format.hpp"
 #include "scheduler/job_report.hpp"
-
-extern char** environ;
 
 namespace {
 
 using namespace coach;
+using namespace coach::bench;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 namespace fs = std::filesystem;
-
-// --- processes ----------------------------------------------------------------------------
-
-struct child {
-  pid_t pid = -1;
-};
-
-child spawn(const std::string& program, const std::vector<std::string>& args,
-            const fs::path& log = {}) {
-  std::vector<std::string> all{program};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  if (!log.empty()) {
-    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  }
-  child c;
-  if (posix_spawn(&c.pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) c.pid = -1;
-  posix_spawn_file_actions_destroy(&fa);
-  return c;
-}
-
-void stop(std::vector<child>& children) {
-  for (auto& c : children)
-    if (c.pid > 0) ::kill(c.pid, SIGTERM);
-  for (auto& c : children) {
-    if (c.pid <= 0) continue;
-    // A draining node waits for its job parts; the bench cancels its jobs first, so this is
-    // short. Past 20 s something is wrong: kill it.
-    const auto deadline = clock_type::now() + 20s;
-    int status = 0;
-    while (::waitpid(c.pid, &status, WNOHANG) == 0) {
-      if (clock_type::now() > deadline) {
-        ::kill(c.pid, SIGKILL);
-        ::waitpid(c.pid, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-  }
-  children.clear();
-}
-
-std::string free_address() {
-  zmq::context_t ctx;
-  zmq::socket_t s(ctx, zmq::socket_type::router);
-  s.bind("tcp://127.0.0.1:0");
-  return s.get(zmq::sockopt::last_endpoint);
-}
-
-int serve_echo(const std::string& listen) {
-  zmq::context_t ctx;
-  zmq::socket_t s(ctx, zmq::socket_type::router);
-  s.set(zmq::sockopt::linger, 0);
-  s.bind(listen);
-  std::vector<zmq::message_t> parts;
-  for (;;) {
-    parts.clear();
-    if (!zmq::recv_multipart(s, std::back_inserter(parts))) continue;
-    zmq::send_multipart(s, parts);
-  }
-}
 
 /// One-way throughput (GB/s) of raw ZeroMQ between two processes for messages of `bytes`: the
 /// median round trip of an echo, halved.
