@@ -36,7 +36,8 @@
 // receives under the lock in bounded batches, and decodes and delivers outside it. It delivers
 // as a CAF execution unit: an actor bound with bind_inline (shards) that a delivery wakes from
 // idle runs on the I/O thread itself once the batch is delivered (one per batch, a few messages
-// at most, the rest of its mailbox on a scheduler thread), which saves the wake-up of a
+// at most, the rest of its mailbox on a scheduler thread; only messages of at most
+// `inline_bytes`, so the I/O thread is held briefly), which saves the wake-up of a
 // scheduler thread on every push (ps_bench, 1 MiB, 1 shard: 0.76 -> 0.84 of raw ZeroMQ); every
 // other actor is scheduled as by caf::anon_send. ZMQ_FD is edge-triggered and any operation on a
 // socket may consume an edge, so every thread that used a socket checks it for input afterwards and
@@ -64,6 +65,9 @@ struct zmq_transport_options {
   /// thread, the busiest of the whole round on 2 cores (ps_bench, 4 shards of 1 MiB: 0.52 -> 0.6
   /// of raw ZeroMQ with 2). ZeroMQ's guide: about one per GB/s.
   int io_threads = 2;
+  /// Largest message (bytes on the wire) that an actor bound with bind_inline is run for on
+  /// the I/O thread; larger ones are scheduled like any other.
+  std::size_t inline_bytes = std::size_t(8) << 20;
   /// Messages queued per peer before sends wait (ZeroMQ's high-water mark).
   int send_hwm = 10000;
   /// How long a message to a peer that is down may wait for queue space (in this transport's

@@ -494,6 +494,14 @@ TEST(zmq_transport, an_inline_bound_actor_runs_on_the_receiving_thread_and_keeps
     EXPECT_EQ(got->hdr.step, 1000 + i);
   }
   EXPECT_EQ(seen->size(), 2u);
+
+  // Over inline_bytes, an inline-bound actor is scheduled like any other: CAF's thread.
+  auto c = zmq_transport::start({.host = 3, .listen = "tcp://127.0.0.1:0", .inline_bytes = 64});
+  ASSERT_TRUE(c);
+  (*a)->add_peer(3, (*c)->bound_address());
+  const endpoint big{3, 2};
+  (*c)->bind_inline(big, sys.spawn(thread_reporter, caf::actor_cast<caf::actor>(self), seen, mu));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(one(big, 2000 + i), 0u) << "message " << i;
 }
 
 TEST(zmq_transport, bad_listen_address_is_a_clear_error) {
