@@ -37,6 +37,7 @@ struct epoch_stats {
   double loss_sum = 0;
   std::uint64_t samples = 0;
   std::int64_t steps = 0;
+  std::uint64_t compute_us = 0;  ///< the workers' forward/backward time, summed
   clock_type::time_point start;
   double seconds = -1;        ///< set when every chunk of the epoch is processed
   std::uint32_t workers = 0;  ///< the configuration of the epoch's last step
@@ -665,6 +666,7 @@ struct master_state {
       auto& e = epochs[c->epoch];
       e.samples += c->size();
       e.loss_sum += m.hdr.loss;
+      e.compute_us += m.hdr.compute_us;
       if (dispenser->epoch_done()) {
         e.seconds = seconds_since(e.start);
         maybe_finish_epoch(c->epoch);
@@ -738,6 +740,7 @@ struct master_state {
     rep.test_loss = e.eval->total ? e.eval->loss_sum / double(e.eval->total) : 0.0;
     rep.seconds = e.seconds;
     rep.samples_per_s = e.seconds > 0 ? double(e.samples) / e.seconds : 0.0;
+    rep.compute_seconds = double(e.compute_us) / 1e6;
     rep.workers = e.workers;
     rep.shards = e.shards;
     result.epochs.push_back(rep);

@@ -77,10 +77,11 @@ std::string to_json(const job_result& r) {
     const auto& e = r.epochs[i];
     out += coach::format(
         "{}\n    {{\"epoch\": {}, \"train_loss\": {}, \"test_loss\": {}, \"test_accuracy\": {}, "
-        "\"seconds\": {}, \"samples_per_s\": {}, \"samples\": {}, \"steps\": {}, \"workers\": {}, "
-        "\"shards\": {}}}",
+        "\"seconds\": {}, \"samples_per_s\": {}, \"samples\": {}, \"steps\": {}, "
+        "\"compute_seconds\": {}, \"workers\": {}, \"shards\": {}}}",
         i ? "," : "", e.epoch + 1, num(e.train_loss), num(e.test_loss), num(e.test_accuracy),
-        num(e.seconds), num(e.samples_per_s), e.samples, e.steps, e.workers, e.shards);
+        num(e.seconds), num(e.samples_per_s), e.samples, e.steps, num(e.compute_seconds), e.workers,
+        e.shards);
   }
   out += r.epochs.empty() ? "],\n" : "\n  ],\n";
   out += "  \"changes\": [";

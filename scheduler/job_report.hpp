@@ -31,6 +31,9 @@ struct epoch_report {
   double samples_per_s = 0;  ///< training samples / seconds
   std::uint64_t samples = 0;
   std::int64_t steps = 0;
+  /// The workers' forward and backward time summed over the epoch's chunks (the rest of
+  /// seconds × workers is waiting: for parameters, for the step's other members, for chunks).
+  double compute_seconds = 0;
   std::uint32_t workers = 0;
   std::uint32_t shards = 0;
 };

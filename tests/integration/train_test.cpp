@@ -37,7 +37,12 @@ TEST(train_embedded, digits_reaches_95_percent) {
   ASSERT_EQ(seen.size(), std::size_t(spec.epochs));
   EXPECT_GE(r->test_accuracy, 0.95);
   // Every epoch processed the whole training set exactly once.
-  for (const auto& e : r->epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
+  for (const auto& e : r->epochs) {
+    EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
+    // The workers computed for part of the epoch's wall time, never more than all of it.
+    EXPECT_GT(e.compute_seconds, 0.0) << "epoch " << e.epoch;
+    EXPECT_LE(e.compute_seconds, e.seconds * e.workers * 1.01 + 1e-3) << "epoch " << e.epoch;
+  }
   EXPECT_LT(r->epochs.back().train_loss, r->epochs.front().train_loss);
   EXPECT_EQ(r->params.size(), r->num_params);
   EXPECT_GT(r->bytes_moved, r->num_params * sizeof(float) * 2);
