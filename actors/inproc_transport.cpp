@@ -1,5 +1,6 @@
 #include <caf/send.hpp>
 
+#include "actors/inline_delivery.hpp"
 #include "actors/route_table.hpp"
 #include "actors/transport.hpp"
 
@@ -25,16 +26,19 @@ class inproc_transport final : public transport {
  public:
   std::string_view name() const noexcept override { return "inproc"; }
   void bind(const endpoint& ep, caf::actor handle) override { routes_.bind(ep, std::move(handle)); }
+  void bind_inline(const endpoint& ep, caf::actor handle) override {
+    routes_.bind(ep, std::move(handle), true);
+  }
   void unbind(const endpoint& ep) override { routes_.unbind(ep); }
 
   bool send(wire_message msg) override {
-    auto dst = routes_.find(msg.hdr.dst);
-    if (!dst) {
+    auto route = routes_.find_route(msg.hdr.dst);
+    if (!route.handle) {
       counter_.dropped();
       return false;
     }
     counter_.sent(msg.hdr.job, msg.hdr.src.host, msg.hdr.dst.host, msg.hdr.kind, msg.wire_bytes());
-    caf::anon_send(dst, std::move(msg));
+    detail::deliver_local(route.handle, route.run_inline, std::move(msg));
     return true;
   }
 

@@ -46,11 +46,12 @@ class transport {
   virtual std::string_view name() const noexcept = 0;
   /// Routes messages for `ep` to `handle` from now on.
   virtual void bind(const endpoint& ep, caf::actor handle) = 0;
-  /// The same, and allows the transport to run `handle` on the thread that received a message
-  /// for it, when the actor is idle, instead of waking a scheduler thread: for actors whose
+  /// The same, and allows the transport to run `handle` on the thread that delivers a message
+  /// to it, when the actor is idle, instead of waking a scheduler thread: for actors whose
   /// handlers are short and on the critical path of every step (parameter-server shards). One
-  /// hand-off fewer per message; the receiving thread is busy meanwhile. Transports that
-  /// receive on no thread of their own (in-process) treat it as bind().
+  /// hand-off fewer per message; the delivering thread is busy meanwhile. Delivering threads:
+  /// a transport's receiving thread (messages from other hosts), and a sender inside an
+  /// inline_scope (messages within the process; actors/inline_delivery.hpp).
   virtual void bind_inline(const endpoint& ep, caf::actor handle) { bind(ep, std::move(handle)); }
   /// Stops routing to `ep`; later messages to it are dropped and counted.
   virtual void unbind(const endpoint& ep) = 0;

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "actors/elastic_messages.hpp"
+#include "actors/inline_delivery.hpp"
 #include "actors/roles.hpp"
 #include "common/buffer_pool.hpp"
 #include "ps/key_coverage.hpp"
@@ -247,6 +248,10 @@ struct worker_state {
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
             .count();
 
+    // A shard of this process that the pushes wake runs on this thread once the step's
+    // messages are out (this thread only waits for its answer then): no scheduler thread is
+    // woken for it, and its reply finds this one awake.
+    inline_scope scope;
     if (ctx->reducer) {
       if (!push_reduced(indices.size(), std::move(buf))) return;
     } else {

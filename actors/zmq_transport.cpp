@@ -27,56 +27,11 @@
 #include <zmq_addon.hpp>
 
 #include "actors/codec.hpp"
+#include "actors/inline_delivery.hpp"
 #include "actors/route_table.hpp"
 
 namespace coach::actors {
 namespace {
-
-/// The I/O thread as a CAF execution unit: an actor bound with bind_inline that a delivery
-/// makes ready (it was idle) is run on this thread once the batch of received messages is
-/// delivered, at most one per batch; every other actor made ready goes to the scheduler at
-/// once, so several shards of one node still update in parallel.
-class io_unit final : public caf::execution_unit {
- public:
-  explicit io_unit(caf::actor_system* sys) : caf::execution_unit(sys) {}
-
-  /// Delivers `msg` to `dst`; `run_inline`: dst may be run here (see run_chosen()).
-  void deliver(const caf::actor& dst, bool run_inline, wire_message msg) {
-    candidate_ = run_inline
-                     ? dynamic_cast<caf::resumable*>(caf::actor_cast<caf::abstract_actor*>(dst))
-                     : nullptr;
-    dst->eq_impl(caf::make_message_id(), nullptr, this, std::move(msg));
-    candidate_ = nullptr;
-  }
-
-  /// Called by CAF when a delivery (or an actor run here) makes an idle actor ready, holding a
-  /// reference for us.
-  void exec_later(caf::resumable* job) override {
-    if (job == candidate_ && chosen_ == nullptr)
-      chosen_ = job;
-    else
-      system().scheduler().enqueue(job);
-  }
-
-  /// Runs the actor chosen during the last deliveries, a few messages at most; what is left in
-  /// its mailbox goes on on a scheduler thread.
-  void run_chosen() {
-    while (auto* job = std::exchange(chosen_, nullptr)) {
-      switch (job->resume(this, 4)) {
-        case caf::resumable::resume_later:
-          system().scheduler().enqueue(job);
-          break;
-        default:  // done, awaiting_message (shutdown_execution_unit: not for actors)
-          caf::intrusive_ptr_release(job);
-          break;
-      }
-    }
-  }
-
- private:
-  caf::resumable* candidate_ = nullptr;
-  caf::resumable* chosen_ = nullptr;
-};
 
 /// Frees a payload frame once ZeroMQ is done with it: drops the heap copy of its owner.
 void release_owner(void*, void* hint) {
@@ -127,13 +82,13 @@ class zmq_transport_impl final : public zmq_transport {
     if (msg.hdr.dst.host == 0 && !has_peer(0)) msg.hdr.dst.host = opt_.host;
     const std::uint32_t host = msg.hdr.dst.host;
     if (host == opt_.host) {
-      auto dst = routes_.find(msg.hdr.dst);
-      if (!dst) {
+      auto route = routes_.find_route(msg.hdr.dst);
+      if (!route.handle) {
         counter_.dropped();
         return false;
       }
       counter_.sent(msg.hdr.job, msg.hdr.src.host, host, msg.hdr.kind, msg.wire_bytes());
-      caf::anon_send(dst, std::move(msg));
+      detail::deliver_local(route.handle, route.run_inline, std::move(msg));
       return true;
     }
     std::string routing_id;  // empty: to a peer's DEALER
@@ -577,7 +532,8 @@ class zmq_transport_impl final : public zmq_transport {
   std::vector<std::byte> header_;
 
   // I/O thread only.
-  std::optional<io_unit> unit_;  ///< made at the first delivery (it needs the actor system)
+  std::optional<detail::inline_unit>
+      unit_;  ///< made at the first delivery (it needs the actor system)
   std::vector<std::vector<zmq::message_t>> incoming_;
   std::vector<bool> routed_;
   std::vector<std::size_t> recv_sizes_;
