@@ -6,13 +6,15 @@
 //               [--configs 1x1,2x1,4x1,1x2,2x2,4x2] [--backend cpu|cuda|auto] [--json]
 //
 // Each figure is the training throughput of one epoch over `samples` training rows (the
-// evaluation after the epoch is not timed). The ratio divides by the plain loop's samples/s.
+// evaluation after the epoch is not timed). Each measurement is paired with a plain loop run
+// right after it; a configuration's ratio is the median of its pairs' ratios.
 // --backend applies to both sides: the cluster's workers and the plain loop compute on it (the
 // shards' optimizer stays on the cpu, as in every run), so the ratio compares like with like.
 // auto is resolved once, before the rounds, and the backend used is printed.
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -105,7 +107,7 @@ int main(int argc, char** argv) {
   app.add_option("--configs", configs_text,
                  "WORKERSxSHARDS list; a trailing r (4x2r) runs with host_reduce: true");
   app.add_option("--backend", backend, "cpu | cuda | auto: the workers' and the plain loop's");
-  app.add_option("--repeat", repeat, "Rounds; each figure is the best of its rounds");
+  app.add_option("--repeat", repeat, "Rounds; a ratio is the median of its rounds' pairs");
   app.add_flag("--json", json, "Print one JSON object on the last line");
   CLI11_PARSE(app, argc, argv);
 
@@ -155,10 +157,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "train_bench: %s\n", data.error().to_string().c_str());
     return 1;
   }
-  // Rounds interleave the plain loop with every configuration, so a burst of load from other
-  // processes hits both sides of a ratio; each figure is the best of its rounds.
+  // Every measurement of a configuration is paired with a plain loop run right after it, and
+  // a configuration's ratio is the median of its pairs' ratios: a slow or fast spell of a
+  // shared machine falls on both sides of a pair. (Best of rounds on each side, the earlier
+  // method, let one fast spell of the plain loop lower every ratio: 1x1 read 0.69-0.98 in three
+  // runs of one build.) samples/s and the compute share are each configuration's best round.
   measure plain;
   std::vector<measure> best(configs.size());
+  std::vector<std::vector<double>> ratios(configs.size());
   auto run_config = [&](const config& c) -> result<measure> {
     auto s = *spec;
     s.workers = {int(c.workers), int(c.workers), int(c.workers)};
@@ -174,8 +180,7 @@ int main(int argc, char** argv) {
     if (m.samples_per_s > b.samples_per_s) b = m;
   };
   // The first training after the plain loop ran up to 30 % slower than the same configuration
-  // right after it (2x2 then 2x2: 1.32 and 1.81 of the plain loop): one unmeasured run first,
-  // and the plain loop closes each round instead of opening it.
+  // right after it (2x2 then 2x2: 1.32 and 1.81 of the plain loop): one unmeasured run first.
   if (auto w = run_config(configs.front()); !w) {
     std::fprintf(stderr, "train_bench: %s\n", w.error().to_string().c_str());
     return 1;
@@ -187,37 +192,49 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "train_bench: %s\n", m.error().to_string().c_str());
         return 1;
       }
+      auto p = plain_loop(*spec, *data, *kind);
+      if (!p) {
+        std::fprintf(stderr, "train_bench: %s\n", p.error().to_string().c_str());
+        return 1;
+      }
       keep_best(best[i], *m);
+      keep_best(plain, *p);
+      ratios[i].push_back(m->samples_per_s / p->samples_per_s);
     }
-    auto p = plain_loop(*spec, *data, *kind);
-    if (!p) {
-      std::fprintf(stderr, "train_bench: %s\n", p.error().to_string().c_str());
-      return 1;
-    }
-    keep_best(plain, *p);
   }
-  // compute: the share of wall time x workers spent in forward/backward (the rest is the
-  // optimizer in the plain loop; waiting for the shards, the master and the other workers in
-  // the cluster).
-  std::printf("train_bench: %s, %zu samples, batch %d, %s backend, best of %d round(s)\n",
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  };
+  // vs plain: the median ratio of the pairs (range in brackets). compute: the share of wall
+  // time x workers spent in forward/backward (the rest is the optimizer in the plain loop;
+  // waiting for the shards, the master and the other workers in the cluster).
+  std::printf("train_bench: %s, %zu samples, batch %d, %s backend, %d round(s)\n",
               spec->name.c_str(), data->train.rows, spec->batch_size, backend.c_str(), repeat);
-  std::printf("%-8s %-7s %14s %10s %9s\n", "workers", "shards", "samples/s", "vs plain", "compute");
-  std::printf("%-8s %-7s %14.0f %10s %9.2f\n", "plain", "-", plain.samples_per_s, "1.00",
+  std::printf("%-8s %-7s %10s %9s %13s %8s\n", "workers", "shards", "samples/s", "vs plain",
+              "(range)", "compute");
+  std::printf("%-8s %-7s %10.0f %9s %13s %8.2f\n", "plain", "-", plain.samples_per_s, "1.00", "",
               plain.compute_share);
   std::string results;
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const auto& c = configs[i];
     const auto& m = best[i];
-    const double ratio = m.samples_per_s / plain.samples_per_s;
+    const double ratio = median(ratios[i]);
+    const auto [lo, hi] = std::minmax_element(ratios[i].begin(), ratios[i].end());
     const std::string w = std::to_string(c.workers) + (c.host_reduce ? " (hr)" : "");
-    std::printf("%-8s %-7u %14.0f %10.2f %9.2f\n", w.c_str(), c.shards, m.samples_per_s, ratio,
-                m.compute_share);
-    char item[240];
+    char range[40];
+    std::snprintf(range, sizeof range, "(%.2f-%.2f)", *lo, *hi);
+    std::printf("%-8s %-7u %10.0f %9.2f %13s %8.2f\n", w.c_str(), c.shards, m.samples_per_s, ratio,
+                range, m.compute_share);
+    char item[320];
     std::snprintf(item, sizeof item,
                   "%s{\"workers\": %u, \"shards\": %u, \"host_reduce\": %s, "
-                  "\"samples_per_s\": %.1f, \"ratio_to_plain\": %.4f, \"compute_share\": %.4f}",
+                  "\"samples_per_s\": %.1f, \"ratio_to_plain\": %.4f, \"ratio_min\": %.4f, "
+                  "\"ratio_max\": %.4f, \"compute_share\": %.4f}",
                   results.empty() ? "" : ", ", c.workers, c.shards,
-                  c.host_reduce ? "true" : "false", m.samples_per_s, ratio, m.compute_share);
+                  c.host_reduce ? "true" : "false", m.samples_per_s, ratio, *lo, *hi,
+                  m.compute_share);
     results += item;
   }
   if (json)
