@@ -113,6 +113,8 @@ struct job_entry {
 // the run (generation) they belong to.
 using job_progress_atom = caf::atom_constant<caf::atom("jprogress")>;
 using job_epoch_atom = caf::atom_constant<caf::atom("jepoch")>;
+// (job_layout_atom, job, generation, members, live shards): a change of the job took effect.
+using job_layout_atom = caf::atom_constant<caf::atom("jlayout")>;
 using job_done_atom = caf::atom_constant<caf::atom("jdone")>;
 using job_checkpoint_atom = caf::atom_constant<caf::atom("jcheckpt")>;
 // (add_part_atom, job, generation, part, node): the job's master asks for a new shard or worker.
@@ -816,6 +818,10 @@ struct scheduler_state {
       caf::anon_send(me, add_part_atom::value, id, gen, to_added_part(false, k, c, 0), node);
       return caf::actor{};
     };
+    hooks.changed = [me, id, gen](const std::vector<std::uint32_t>& members,
+                                  const std::vector<std::uint32_t>& live) {
+      caf::anon_send(me, job_layout_atom::value, id, gen, members, live);
+    };
     master_options mo;
     mo.first_epoch = job.first_epoch;
     mo.report_params = true;
@@ -1062,6 +1068,25 @@ struct scheduler_state {
       end(*job, job_state::cancelled, coach::error{errc::cancelled, "cancelled by the user"});
     else
       end(*job, job_state::succeeded, std::nullopt);
+  }
+
+  /// A change of the job took effect (a spec's `schedule:`, coach rescale or migrate, a policy's
+  /// resize): workers that left it and shards that own no slices any more free what they held,
+  /// on the node that held it. Sent by the master straight to this actor, so it arrives before
+  /// the parts of any later change are asked for.
+  void on_layout(std::uint64_t id, std::uint32_t gen, const std::vector<std::uint32_t>& members,
+                 const std::vector<std::uint32_t>& live) {
+    auto* job = current(id, gen);
+    if (!job) return;
+    auto in = [](const std::vector<std::uint32_t>& v, std::uint32_t x) {
+      return std::find(v.begin(), v.end(), x) != v.end();
+    };
+    const auto freed =
+        std::erase_if(job->worker_at, [&](const auto& p) { return !in(members, p.first); }) +
+        std::erase_if(job->shard_at, [&](const auto& p) { return !in(live, p.first); });
+    if (freed == 0) return;
+    record_allocation(*job);
+    poke();  // what they held may admit or grow a job
   }
 
   void on_progress(std::uint64_t id, std::uint32_t gen, const sched::progress_event& p) {
@@ -1415,6 +1440,9 @@ caf::behavior cluster_scheduler(caf::stateful_actor<scheduler_state>* self,
       },
       [self](add_part_atom, std::uint64_t id, std::uint32_t gen, added_part& part,
              std::string& node) { self->state.on_add_part(id, gen, part, node); },
+      [self](job_layout_atom, std::uint64_t id, std::uint32_t gen,
+             std::vector<std::uint32_t>& members,
+             std::vector<std::uint32_t>& live) { self->state.on_layout(id, gen, members, live); },
       [self](job_epoch_atom, std::uint64_t id, std::uint32_t gen, sched::epoch_report& e) {
         self->state.on_epoch(id, gen, e);
       },

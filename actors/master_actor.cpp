@@ -380,6 +380,23 @@ struct master_state {
     return request_change({{0, kind::migrate, shard}, node});
   }
 
+  /// Tells hooks.changed which workers and shards hold a part of the job now: those of the
+  /// current configuration and, while a change waits for its transfers, of the next one (its
+  /// new parts are placed already).
+  void report_layout() {
+    if (!hooks.changed) return;
+    auto members = cfg.members;
+    auto live = live_shards();
+    if (next_cfg) {
+      for (auto r : next_cfg->members)
+        if (std::ranges::find(members, r) == members.end()) members.push_back(r);
+      const auto n = next_cfg->map.load();
+      for (std::uint32_t k = 0; k < n.size(); ++k)
+        if (n[k] > 0 && std::ranges::find(live, k) == live.end()) live.push_back(k);
+    }
+    hooks.changed(members, live);
+  }
+
   /// Makes the waiting configuration current and sends it to every shard and member worker,
   /// before any grant that refers to it.
   void publish() {
@@ -388,6 +405,7 @@ struct master_state {
     if (!timings.empty() && timings.back().orders_sent)
       timings.back().rep.transfer_ms = ms_between(*timings.back().orders_sent, clock_type::now());
     send_config();
+    report_layout();
   }
 
   /// A change begins at step s: what it is and, from the steps before, how fast the job went.
@@ -507,6 +525,7 @@ struct master_state {
       next_cfg->members = without(next_cfg->members);
       next_cfg->version = cfg.version + 1;
     }
+    report_layout();
     // Their chunks of steps they did not report go back; those steps wait for them no more.
     std::set<std::uint32_t> epochs_reopened;
     for (auto it = plans.lower_bound(from); it != plans.end();) {

@@ -44,6 +44,13 @@ struct elastic_hooks {
   std::function<result<caf::actor>(std::uint32_t id, const ps::job_config& c,
                                    const std::string& node)>
       add_shard;
+  /// A change took effect: `members` are the job's workers from now on and `live` the shards
+  /// that own slices (a worker that left, a drained shard and a migration's source hold
+  /// nothing any more). Called by the master when it publishes the configuration, before it
+  /// starts any later change (so before that change's add_worker / add_shard calls).
+  std::function<void(const std::vector<std::uint32_t>& members,
+                     const std::vector<std::uint32_t>& live)>
+      changed;
 };
 
 /// Spawns shard `id` added to a running job: it owns nothing until a transfer arrives and

@@ -3,7 +3,8 @@
 // restarted while a job runs, and the job resumes from its checkpoint and succeeds; the policy
 // is swapped four times under a running job, which grows and is never restarted; on a cluster
 // capped with --cpus, a second job waits under fifo, while under elastic-fifo the first job
-// grows into the free CPUs and shrinks back to admit the second.
+// grows into the free CPUs and shrinks back to admit the second; what a job's own schedule
+// moves away or sends away is free for the next job at once.
 #include <gtest/gtest.h>
 
 #include "tests/integration/process_harness.hpp"
@@ -256,6 +257,37 @@ TEST_F(scheduler_cluster, under_fifo_a_second_job_waits_for_the_cpus_of_the_firs
   EXPECT_TRUE(has(eb, "\"state\": \"succeeded\"")) << eb;
   EXPECT_EQ(json_number(eb, "workers"), 3) << eb;
   EXPECT_TRUE(has(eb, full_epochs(60))) << eb;
+}
+
+TEST_F(scheduler_cluster, what_a_schedule_migrates_away_or_shrinks_is_free_for_the_next_job) {
+  // 4 CPUs. The first job takes 3 (2 workers, 1 shard); its own schedule then moves its shard
+  // whole to a new one and sends a worker away: 2 CPUs in use after both. The second job asks
+  // for 2: it starts while the first runs only if the moved shard's source and the worker that
+  // left are no longer counted (each alone would leave 3 counted).
+  start(1, {"--store", ""}, {"--cpus", "2"});
+  if (HasFatalFailure()) return;
+  const auto first =
+      digits_spec("first", 600, "{min: 1, max: 2, initial: 2}", "{min: 1, max: 2, initial: 1}");
+  std::ofstream(first, std::ios::app) << "schedule:\n  - {at_step: 10, migrate: 0}\n"
+                                         "  - {at_step: 30, workers: 1}\n";
+  const auto second =
+      digits_spec("second", 5, "{min: 1, max: 1, initial: 1}", "{min: 1, max: 1, initial: 1}");
+  const std::string a = submit(first);
+  const auto shrunk = poll(a, [](const std::string& s) {
+    return has(s, "\"state\": \"running\"") && json_number(s, "workers") == 1 &&
+           json_number(s, "epochs_done") >= 2;
+  });
+  ASSERT_EQ(json_number(shrunk, "workers"), 1) << shrunk;
+  const std::string b = submit(second);
+  const auto sb = wait_for_end(b);
+  EXPECT_TRUE(has(sb, "\"state\": \"succeeded\"")) << sb;
+  EXPECT_TRUE(has(sb, full_epochs(5))) << sb;
+  const auto sa = status(a);
+  EXPECT_TRUE(has(sa, "\"state\": \"running\""))
+      << "the second job waited for the first: " << sa.substr(0, 300);
+  EXPECT_EQ(coach("cancel " + a + " --at " + at_).code, 0);
+  const auto ea = wait_for_end(a);
+  EXPECT_TRUE(has(ea, "\"state\": \"cancelled\"")) << ea;
 }
 
 TEST_F(scheduler_cluster, under_elastic_fifo_the_first_job_grows_then_shrinks_to_admit_a_second) {
