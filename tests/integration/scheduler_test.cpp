@@ -267,7 +267,7 @@ TEST_F(scheduler_cluster, what_a_schedule_migrates_away_or_shrinks_is_free_for_t
   start(1, {"--store", ""}, {"--cpus", "2"});
   if (HasFatalFailure()) return;
   const auto first =
-      digits_spec("first", 600, "{min: 1, max: 2, initial: 2}", "{min: 1, max: 2, initial: 1}");
+      digits_spec("first", 3000, "{min: 1, max: 2, initial: 2}", "{min: 1, max: 2, initial: 1}");
   std::ofstream(first, std::ios::app) << "schedule:\n  - {at_step: 10, migrate: 0}\n"
                                          "  - {at_step: 30, workers: 1}\n";
   const auto second =
