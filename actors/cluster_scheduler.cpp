@@ -81,7 +81,6 @@ struct job_entry {
   std::map<std::uint32_t, std::uint32_t> shard_at;
   std::deque<std::uint32_t> planned_workers;
   std::deque<std::uint32_t> planned_shards;
-  std::deque<std::uint32_t> migrating;  ///< shards a coach migrate empties (dropped on its add)
 
   // Resume: the job restarts at first_epoch from `checkpoint` (the parameters after the epoch
   // before), once every node that ran a part of an earlier run has stopped it.
@@ -596,7 +595,6 @@ struct scheduler_state {
     job.shard_at.clear();
     job.planned_workers.clear();
     job.planned_shards.clear();
-    job.migrating.clear();
   }
 
   void record_allocation(const job_entry& job) {
@@ -959,11 +957,7 @@ struct scheduler_state {
       if (a.part.worker) {
         job.worker_at[a.part.id] = a.host;
       } else {
-        job.shard_at[a.part.id] = a.host;
-        if (!a.node.empty() && !job.migrating.empty()) {  // coach migrate: the old one empties
-          job.shard_at.erase(job.migrating.front());
-          job.migrating.pop_front();
-        }
+        job.shard_at[a.part.id] = a.host;  // the shard it empties is dropped by on_layout
       }
       record_allocation(job);
       auto& sj = job.start;
@@ -1114,6 +1108,10 @@ struct scheduler_state {
     st.test_accuracy = e.test_accuracy;
     st.samples_per_second = e.samples_per_s;
     st.loss = e.train_loss;
+    // Progress comes at most every 200 ms: a job whose last change came after its last progress
+    // event would otherwise end showing the allocation before it.
+    st.workers = e.workers;
+    st.shards = e.shards;
     auto& model = *holder->model();
     const int w = int(e.workers), p = int(e.shards);
     std::optional<double> predicted;
@@ -1275,7 +1273,8 @@ struct scheduler_state {
         return fail(errc::invalid_argument, "job {} is still starting; try again in a moment", id);
       return &it->second;
     };
-    // On success, `done` adjusts the scheduler's record of the job's allocation.
+    // On success, `done` adjusts the scheduler's record of the job's allocation (what a change
+    // frees is freed again, and for good, by on_layout when it takes effect).
     auto relay = [this, client](
                      caf::response_handle<caf::event_based_actor, caf::message, false>&& handle,
                      std::function<void()> done) {
@@ -1329,12 +1328,9 @@ struct scheduler_state {
       if (!job) return refuse(job.error());
       if (m->to_node.empty()) return refuse({errc::invalid_argument, "--to NODE is empty"});
       if (auto host = place_part(**job, false, m->to_node); !host) return refuse(host.error());
-      const std::uint64_t id = m->job;
-      const std::uint32_t gen = (*job)->generation, shard = m->shard;
+      // The shard it empties stops counting when the move takes effect (on_layout).
       relay(self->request((*job)->master, timeout, migrate_atom::value, m->shard, m->to_node),
-            [this, id, gen, shard] {
-              if (auto* j = current(id, gen)) j->migrating.push_back(shard);
-            });
+            [] {});
       return true;
     }
     return false;
