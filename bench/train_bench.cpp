@@ -31,7 +31,9 @@ namespace {
 
 using namespace coach;
 
-/// One epoch's samples/s, and the share of its wall time x workers spent in forward/backward.
+/// One epoch's samples/s, and the share of its wall time x workers spent in forward/backward
+/// (on the cpu backend; with cuda the plain loop's share counts kernel launches only, since it
+/// does not wait for the device after each step).
 struct measure {
   double samples_per_s = 0;
   double compute_share = 0;
