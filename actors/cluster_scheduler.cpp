@@ -28,6 +28,7 @@
 #include "scheduler/job_report.hpp"
 #include "scheduler/node_table.hpp"
 #include "scheduler/policy.hpp"
+#include "worker/dataset_cache.hpp"
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::actors::added_part)
 
@@ -622,9 +623,9 @@ struct scheduler_state {
       }
     }
     // The master and evaluator run here and need the data set (its test half, its size).
-    auto data = worker::load_dataset(spec->dataset, spec->seed);
+    auto data = worker::load_dataset_shared(spec->dataset, spec->seed);
     if (!data) return std::unexpected(data.error());
-    if (data->train.rows == 0 || data->test.rows == 0)
+    if ((*data)->train.rows == 0 || (*data)->test.rows == 0)
       return fail(errc::invalid_argument, "job '{}': the data set is empty", spec->name);
 
     auto id = store->add_job(rec);
@@ -633,7 +634,7 @@ struct scheduler_state {
     job_entry& job = jobs[*id];
     job.rec = std::move(rec);
     job.placement = spec->placement;
-    job.data = std::make_shared<const worker::dataset_pair>(std::move(*data));
+    job.data = std::move(*data);
     job.state_since = job.rec.submitted;
     auto& st = job.status;
     st.job = *id;
@@ -657,11 +658,11 @@ struct scheduler_state {
     auto spec = sched::parse_job_spec(rec.spec_yaml, rec.source_name, rec.base_dir);
     if (!spec) return std::unexpected(spec.error());
     if (!job.data) {  // resumed after a restart: load it now
-      auto data = worker::load_dataset(spec->dataset, spec->seed);
+      auto data = worker::load_dataset_shared(spec->dataset, spec->seed);
       if (!data) return std::unexpected(data.error());
-      if (data->train.rows == 0 || data->test.rows == 0)
+      if ((*data)->train.rows == 0 || (*data)->test.rows == 0)
         return fail(errc::invalid_argument, "job '{}': the data set is empty", spec->name);
-      job.data = std::make_shared<const worker::dataset_pair>(std::move(*data));
+      job.data = std::move(*data);
     }
     start_job sj;
     sj.job = id;

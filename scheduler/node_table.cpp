@@ -21,6 +21,12 @@ heard node_table::heartbeat(node_report report) {
 
 std::vector<std::uint32_t> node_table::expire() {
   const auto now = clock_.now();
+  if (last_expire_ && now - *last_expire_ > timeout_ / 2) {
+    const auto deaf = now - *last_expire_;
+    for (auto& [host, n] : nodes_)
+      if (n.alive) n.seen = std::min(now, n.seen + deaf);
+  }
+  last_expire_ = now;
   std::vector<std::uint32_t> out;
   for (auto& [host, n] : nodes_) {
     if (!n.alive || now - n.seen <= timeout_) continue;

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,7 +60,10 @@ class node_table {
 
   /// Records a heartbeat (now, by the clock).
   heard heartbeat(node_report report);
-  /// Marks dead the nodes silent for longer than the timeout; returns those newly dead.
+  /// Marks dead the nodes silent for longer than the timeout; returns those newly dead. The owner
+  /// calls it on a timer. Silence the owner could not have heard does not count: when more than
+  /// half the timeout passed since the previous call (the owner was busy, its timer late, and
+  /// heartbeats waited in its mailbox), every live node's silence is shortened by that gap.
   std::vector<std::uint32_t> expire();
 
   /// The node, or null.
@@ -86,6 +90,7 @@ class node_table {
   const clock_source& clock_;
   seconds timeout_;
   std::map<std::uint32_t, node_entry> nodes_;
+  std::optional<time_point> last_expire_;
 };
 
 }  // namespace coach::scheduler

@@ -54,6 +54,34 @@ TEST(node_table, a_silent_node_dies_once_and_comes_back_with_its_next_heartbeat)
   EXPECT_TRUE(t.heartbeat(r).moved);
 }
 
+TEST(node_table, silence_while_the_owner_was_stalled_does_not_count_against_nodes) {
+  manual_clock clock;
+  node_table t(clock, seconds(5));
+  t.heartbeat(report(1, "a"));
+  t.heartbeat(report(2, "b"));   // b heartbeats once and then never again
+  for (int i = 0; i < 4; ++i) {  // the owner's timer every 0.5 s, a heartbeating
+    clock.advance(500ms);
+    EXPECT_TRUE(t.expire().empty());
+    t.heartbeat(report(1, "a"));
+  }
+  // The owner is busy for 8 s (loading a data set); its late timer comes before the heartbeats
+  // that waited behind it in its mailbox. Neither node is blamed for those 8 s.
+  clock.advance(seconds(8));
+  EXPECT_TRUE(t.expire().empty());
+  EXPECT_DOUBLE_EQ(t.silent_for(1), 0.0);
+  EXPECT_DOUBLE_EQ(t.silent_for(2), 2.0) << "b's silence counts only while the owner listened";
+  t.heartbeat(report(1, "a"));
+  // b stays silent: dead once it was silent for more than 5 s the owner could hear.
+  for (int i = 0; i < 6; ++i) {
+    clock.advance(500ms);
+    EXPECT_TRUE(t.expire().empty()) << "after " << (i + 1) * 0.5 << " s more";
+    t.heartbeat(report(1, "a"));
+  }
+  clock.advance(500ms);
+  EXPECT_EQ(t.expire(), (std::vector<std::uint32_t>{2}));
+  EXPECT_TRUE(t.usable(1));
+}
+
 TEST(node_table, finds_nodes_by_name_and_says_why_one_cannot_take_work) {
   manual_clock clock;
   node_table t(clock, seconds(5));
