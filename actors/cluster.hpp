@@ -66,13 +66,17 @@ struct scheduler_options {
   /// Where jobs' parts go unless a job's spec names its own placement (scheduler/placement.hpp):
   /// spread, best-fit, random, dltap.
   std::string placement = "dltap";
+  /// dltap jobs: the least time between two live shard moves of one job that the scheduler
+  /// starts to raise its aggregation degree (scheduler/rebalance.hpp); 0: never moves.
+  std::chrono::milliseconds rebalance_interval{60000};
 };
 
 /// Spawns the cluster scheduler (detached) bound at {host, scheduler_id}: keeps the cluster view
 /// from heartbeats, answers the job API, asks the active policy (docs/scheduler.md) which jobs
-/// start, grow, shrink or are suspended, places their parts over live nodes (scheduler/placement.hpp), runs each
-/// job's master and evaluator in this process, tells the nodes to start and stop their parts,
-/// records everything in the job store and resumes the jobs it finds there.
+/// start, grow, shrink or are suspended, places their parts over live nodes
+/// (scheduler/placement.hpp), runs each job's master and evaluator in this process, tells the nodes
+/// to start and stop their parts, records everything in the job store and resumes the jobs it finds
+/// there.
 caf::actor spawn_cluster_scheduler(caf::actor_system& sys, std::shared_ptr<zmq_transport> net,
                                    std::uint32_t host, scheduler_options opt = {});
 

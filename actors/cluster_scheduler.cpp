@@ -28,6 +28,7 @@
 #include "scheduler/job_report.hpp"
 #include "scheduler/node_table.hpp"
 #include "scheduler/policy.hpp"
+#include "scheduler/rebalance.hpp"
 #include "worker/dataset_cache.hpp"
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::actors::added_part)
@@ -131,6 +132,7 @@ struct scheduler_state {
   sched::node_table nodes{steady, sched::seconds(5)};
   std::map<std::uint32_t, node_heartbeat> heartbeats;  ///< the latest of each node, as it came
   std::optional<sched::executor> exec;
+  std::optional<sched::rebalancer> rebal;
   std::map<std::uint64_t, job_entry> jobs;
   std::shared_ptr<sched::job_store> store;
   std::optional<sched::policy_holder> holder;
@@ -388,28 +390,91 @@ struct scheduler_state {
     }
     if (views.empty()) return;
     const auto d = holder->decide(view, views, clock.now());
-    if (d.actions.empty()) return;
     sched::resource_pool pool(view);
-    for (const auto& a : d.actions) {
-      auto it = jobs.find(a.job);
-      if (it == jobs.end()) continue;
-      auto& job = it->second;
-      auto v =
-          std::find_if(views.begin(), views.end(), [&](const auto& x) { return x.id == a.job; });
-      if (v == views.end()) continue;
-      std::fprintf(stderr, "coach-node: policy %s: %s\n", holder->name().c_str(),
-                   sched::to_string(a).c_str());
-      switch (a.kind) {
-        case sched::action::kind_type::start:
-          start(job, *v, a, pool);
-          break;
-        case sched::action::kind_type::resize:
-          resize(job, *v, a, pool);
-          break;
-        case sched::action::kind_type::suspend:
-          suspend(job, pool);
-          break;
+    for (const auto& a : d.actions) apply(a, views, pool);
+    rebalance(pool);  // what the policy left free, once its actions took theirs
+  }
+
+  /// Carries out one action of the policy's decision on the job it names.
+  void apply(const sched::action& a, const std::vector<sched::job_view>& views,
+             sched::resource_pool& pool) {
+    auto it = jobs.find(a.job);
+    if (it == jobs.end()) return;
+    auto& job = it->second;
+    auto v = std::find_if(views.begin(), views.end(), [&](const auto& x) { return x.id == a.job; });
+    if (v == views.end()) return;
+    std::fprintf(stderr, "coach-node: policy %s: %s\n", holder->name().c_str(),
+                 sched::to_string(a).c_str());
+    switch (a.kind) {
+      case sched::action::kind_type::start:
+        start(job, *v, a, pool);
+        break;
+      case sched::action::kind_type::resize:
+        resize(job, *v, a, pool);
+        break;
+      case sched::action::kind_type::suspend:
+        suspend(job, pool);
+        break;
+    }
+  }
+
+  /// dltap's second half: once resources free up, one shard of a running dltap job may move
+  /// (a live migration) beside more of its workers, when scheduler::rebalancer says the bytes
+  /// it saves outweigh the move, at most once per job per opt.rebalance_interval.
+  void rebalance(sched::resource_pool& pool) {
+    if (opt.rebalance_interval.count() <= 0) return;
+    for (auto& [id, job] : jobs) {
+      if (!job.launched || job.over() || job.status.state != job_state::running ||
+          job.cancel_requested || job.status.placement != "dltap" || !job.ctx)
+        continue;
+      if (!job.adds.empty() || !job.planned_workers.empty() || !job.planned_shards.empty() ||
+          job.shard_at.empty() || job.status.samples_per_second <= 0)
+        continue;  // a change in flight, or no step rate yet
+      const auto& st = job.status;
+      const auto& spec = job.ctx->spec;
+      sched::rebalance_job r;
+      r.job = id;
+      for (const auto& [rank, h] : job.worker_at) r.worker_nodes.push_back(h);
+      std::vector<std::uint32_t> shard_ids;
+      for (const auto& [k, h] : job.shard_at) {
+        shard_ids.push_back(k);
+        r.shard_nodes.push_back(h);
       }
+      // The shards split the model evenly (ps::shard_map::even; changes keep it near even).
+      const double model_bytes = double(job.ctx->model.num_params()) * sizeof(float);
+      r.shard_bytes.assign(r.shard_nodes.size(), model_bytes / double(r.shard_nodes.size()));
+      r.state_factor = 1.0 + double(spec.optimizer.state_per_param());
+      const double per_step = double(spec.batch_size) * double(r.worker_nodes.size());
+      r.steps_per_s = st.samples_per_second / per_step;
+      const double total = double(st.epochs_total) * double(st.samples_epoch);
+      const double done =
+          double(st.epochs_done) * double(st.samples_epoch) + double(st.samples_done);
+      r.seconds_left = std::max(0.0, total - done) / st.samples_per_second;
+      r.per_shard = shard_cost(job.rec);
+      auto m = rebal->propose(r, pool);
+      if (!m) continue;
+      const std::uint32_t shard = shard_ids[m->shard];
+      const std::string to = node_name(m->to);
+      std::fprintf(stderr,
+                   "coach-node: dltap: job %llu: shard %u moves from '%s' to '%s' (saves %.1f MB/s "
+                   "between hosts, %.1f MB over the %.0f s left, for %.1f MB moved)\n",
+                   static_cast<unsigned long long>(id), shard, node_name(m->from).c_str(),
+                   to.c_str(), m->saved_bytes_per_s / 1e6, m->saved_bytes / 1e6, r.seconds_left,
+                   m->moved_bytes / 1e6);
+      rebal->moved(id);
+      pool.give(m->from, r.per_shard);
+      pool.take_on(m->to, r.per_shard);
+      self->request(job.master, std::chrono::seconds(10), migrate_atom::value, shard, to)
+          .then(
+              [this, id, shard](std::string& why) {
+                if (why.empty()) return;
+                // Refused (another change in flight, the job ending): not a move; the next
+                // decision may propose it again.
+                rebal->forget(id);
+                std::fprintf(stderr, "coach-node: dltap: job %llu: shard %u stays: %s\n",
+                             static_cast<unsigned long long>(id), shard, why.c_str());
+              },
+              [this, id](caf::error&) { rebal->forget(id); });
     }
   }
 
@@ -938,6 +1003,7 @@ struct scheduler_state {
   /// Ends a job: records why, stops the master here and the parts on every node.
   void end(job_entry& job, job_state state, std::optional<coach::error> why) {
     if (job.over()) return;
+    rebal->forget(job.status.job);
     job.status.state = state;
     if (why) {
       job.status.error = why->message;
@@ -1328,6 +1394,9 @@ caf::behavior cluster_scheduler(caf::stateful_actor<scheduler_state>* self,
   st.self_ep = {host, scheduler_id};
   st.self = self;
   st.nodes.set_timeout(std::chrono::duration_cast<sched::seconds>(opt.node_timeout));
+  st.rebal.emplace(
+      st.steady,
+      sched::rebalance_options{std::chrono::duration_cast<sched::seconds>(opt.rebalance_interval)});
   st.open_store();
   st.net->bind(st.self_ep, caf::actor_cast<caf::actor>(self));
   self->attach_functor([net = st.net, ep = st.self_ep] { net->unbind(ep); });

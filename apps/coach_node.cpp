@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
                                                         placement = "dltap";
   bool is_scheduler = false;
   std::uint32_t cpus = 0;
-  double heartbeat_s = 1.0, node_timeout_s = 5.0, drain_timeout_s = 600.0;
+  double heartbeat_s = 1.0, node_timeout_s = 5.0, drain_timeout_s = 600.0, rebalance_s = 60.0;
   app.add_option("--listen", listen, "Data-path address to bind, tcp://IP:PORT")->required();
   app.add_option("--join", join, "The scheduler's address, tcp://IP:PORT (not with --scheduler)");
   app.add_flag("--scheduler", is_scheduler, "Run the cluster scheduler and the job API here");
@@ -65,6 +65,11 @@ int main(int argc, char** argv) {
   app.add_option("--placement", placement,
                  "With --scheduler: where jobs' parts go unless a spec names its own placement: "
                  "spread | best-fit | random | dltap")
+      ->capture_default_str();
+  app.add_option("--rebalance-interval", rebalance_s,
+                 "With --scheduler: least seconds between two live shard moves of one dltap job "
+                 "that raise its share of bytes kept on one host (0: never move)")
+      ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
   app.add_option("--gpus", gpus_text, "GPUs this node may use, e.g. 0,1 (default: all)");
   app.add_option("--heartbeat", heartbeat_s, "Seconds between heartbeats")
@@ -155,6 +160,7 @@ int main(int argc, char** argv) {
   caf::actor sched;
   if (is_scheduler) {
     so.node_timeout = std::chrono::milliseconds(long(node_timeout_s * 1000));
+    so.rebalance_interval = std::chrono::milliseconds(long(rebalance_s * 1000));
     sched = actors::spawn_cluster_scheduler(sys, *net, host, std::move(so));
   }
   actors::node_options no;
