@@ -457,7 +457,7 @@ struct scheduler_state {
       const std::string to = node_name(m->to);
       std::fprintf(stderr,
                    "coach-node: dltap: job %llu: shard %u moves from '%s' to '%s' (saves %.1f MB/s "
-                   "between hosts, %.1f MB over the %.0f s left, for %.1f MB moved)\n",
+                   "between hosts, %.1f MB over the %.0f s left, for %.3f MB moved)\n",
                    static_cast<unsigned long long>(id), shard, node_name(m->from).c_str(),
                    to.c_str(), m->saved_bytes_per_s / 1e6, m->saved_bytes / 1e6, r.seconds_left,
                    m->moved_bytes / 1e6);

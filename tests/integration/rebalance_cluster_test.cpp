@@ -1,0 +1,133 @@
+// dltap's live half on a real cluster: two coach-node processes on 127.0.0.1, r-a (the
+// scheduler, 2 CPUs) and r-b (1 CPU). A digits job of 1 worker and 1 shard fits r-a whole, so
+// dltap puts it there. A user moves its shard to r-b (coach migrate): every step's bytes now
+// cross hosts, and r-a has room again. The scheduler moves the shard back beside its workers
+// (a live migration, scheduler/rebalance.hpp) without being asked, once; the job trains on to
+// its accuracy with every part on one host again.
+#include <gtest/gtest.h>
+
+#include "tests/integration/process_harness.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace itest;
+using namespace std::chrono_literals;
+
+class rebalance_cluster : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    addr_ = free_address();
+    nodes_.push_back(start_node({"--listen", addr_, "--scheduler", "--store", "", "--name", "r-a",
+                                 "--heartbeat", "0.25", "--cpus", "2"},
+                                "r-a", "rebalance-r-a"));
+    nodes_.push_back(start_node({"--listen", free_address(), "--join", addr_, "--name", "r-b",
+                                 "--heartbeat", "0.25", "--cpus", "1"},
+                                "r-b", "rebalance-r-b"));
+    for (int i = 0; i < 100; ++i) {
+      auto r = coach("nodes --json --at " + addr_);
+      if (r.code == 0 && count(r.out, "\"alive\": true") == 2) return;
+      std::this_thread::sleep_for(200ms);
+    }
+    FAIL() << "the two nodes did not come up";
+  }
+  void TearDown() override {
+    for (auto& n : nodes_)
+      if (n.pid > 0) ::kill(n.pid, SIGTERM);
+    for (auto& n : nodes_) {
+      if (n.pid <= 0) continue;
+      if (wait_exit(n.pid, 20s) == -1) {
+        ::kill(n.pid, SIGKILL);
+        ::waitpid(n.pid, nullptr, 0);
+      }
+    }
+    if (HasFailure())
+      for (auto& n : nodes_)
+        std::fprintf(stderr, "---- %s ----\n%s\n", n.name.c_str(), slurp(n.log).c_str());
+  }
+
+  /// Polls the job's status until `done(status)` or `limit`; the last status.
+  template <class Pred>
+  std::string await_status(const std::string& job, Pred done, std::chrono::seconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    std::string last;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto st = coach("status " + job + " --json --at " + addr_);
+      if (st.code == 0) {
+        last = st.out;
+        if (done(last)) return last;
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+    return last;
+  }
+
+  std::string addr_;
+  std::vector<node_process> nodes_;
+};
+
+TEST_F(rebalance_cluster, a_shard_moved_away_from_its_workers_comes_back_once_there_is_room) {
+  const auto spec = work_dir() / "digits-rebalance.yaml";
+  std::string text = slurp("examples/digits-mlp.yaml");
+  text = std::regex_replace(text, std::regex("epochs: 20"), "epochs: 1000");
+  std::ofstream(spec) << text << "placement: dltap\n";
+  auto r = coach("submit " + spec.string() + " --workers 1 --shards 1 --json --at " + addr_);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const std::string job = std::to_string(long(json_number(r.out, "job")));
+  auto running = await_status(
+      job, [](const std::string& s) { return s.find("\"state\": \"running\"") != s.npos; }, 60s);
+  ASSERT_NE(running.find("\"state\": \"running\""), std::string::npos) << running;
+  EXPECT_NE(running.find("\"shard_nodes\": [\"r-a\"]"), std::string::npos)
+      << "dltap puts the whole job on the node that holds it: " << running;
+  EXPECT_EQ(json_number(running, "aggregation_degree"), 1.0) << running;
+
+  auto m = coach("migrate " + job + " --shard 0 --to r-b --at " + addr_);
+  ASSERT_EQ(m.code, 0) << m.out << m.err;
+  // The user's move, then the scheduler's own: shard 1 on r-b, then shard 2 on r-a, beside the
+  // worker again.
+  auto beside = await_status(
+      job,
+      [](const std::string& s) {
+        return (s.find("\"shard_nodes\": [\"r-a\", \"r-b\", \"r-a\"]") != s.npos &&
+                json_number(s, "aggregation_degree") == 1.0) ||
+               s.find("\"state\": \"running\"") == s.npos;
+      },
+      120s);
+  EXPECT_NE(beside.find("\"shard_nodes\": [\"r-a\", \"r-b\", \"r-a\"]"), std::string::npos)
+      << beside;
+  EXPECT_EQ(json_number(beside, "aggregation_degree"), 1.0) << beside;
+  const std::string log = slurp(nodes_[0].log);
+  EXPECT_EQ(count(log, "coach-node: dltap: job " + job + ": shard 1 moves from 'r-b' to 'r-a'"), 1u)
+      << log;
+  // It trains on beside its shard: more epochs, the accuracy of digits; then the user stops it
+  // (the job is long so that the moves happen mid-run on any machine).
+  const double epochs_then = json_number(beside, "epochs_done");
+  auto later = await_status(
+      job,
+      [&](const std::string& s) {
+        return json_number(s, "epochs_done") >= epochs_then + 3 ||
+               s.find("\"state\": \"running\"") == s.npos;
+      },
+      120s);
+  EXPECT_GE(json_number(later, "epochs_done"), epochs_then + 3) << later;
+  EXPECT_GE(json_number(later, "test_accuracy"), 0.95) << later;
+  EXPECT_EQ(json_number(later, "aggregation_degree"), 1.0) << later;
+  auto c = coach("cancel " + job + " --at " + addr_);
+  ASSERT_EQ(c.code, 0) << c.out << c.err;
+  auto end = await_status(
+      job, [](const std::string& s) { return s.find("\"state\": \"cancelled\"") != s.npos; }, 60s);
+  EXPECT_NE(end.find("\"state\": \"cancelled\""), std::string::npos) << end;
+  EXPECT_EQ(count(slurp(nodes_[0].log), "coach-node: dltap: job " + job + ":"), 1u)
+      << "one move: the shard stays beside its worker";
+}
+
+}  // namespace
