@@ -44,24 +44,9 @@ class cluster : public ::testing::Test {
                                    name, "--heartbeat", "0.25"},
                                   name));
     // Up when the scheduler lists all three alive.
-    for (int i = 0; i < 100; ++i) {
-      auto r = coach("nodes --json --at " + sched_addr_);
-      if (r.code == 0 && count(r.out, "\"alive\": true") == 3) return;
-      std::this_thread::sleep_for(200ms);
-    }
+    await_nodes_alive(sched_addr_, 3);
   }
-  static void TearDownTestSuite() {
-    for (auto& n : nodes_)
-      if (n.pid > 0) ::kill(n.pid, SIGTERM);
-    for (auto& n : nodes_) {
-      if (n.pid <= 0) continue;
-      if (wait_exit(n.pid, 20s) == -1) {
-        ::kill(n.pid, SIGKILL);
-        ::waitpid(n.pid, nullptr, 0);
-      }
-    }
-    nodes_.clear();
-  }
+  static void TearDownTestSuite() { stop_nodes(nodes_); }
   void TearDown() override {
     if (HasFailure())
       for (auto& n : nodes_)

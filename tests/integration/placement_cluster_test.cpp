@@ -1,5 +1,5 @@
-// Placement on a live cluster: four coach-node processes on 127.0.0.1 (--cpus 4: at most 4 each, the
-// scheduler's default placement dltap). The same digits job, submitted with `placement: spread`
+// Placement on a live cluster: four coach-node processes on 127.0.0.1 (--cpus 4: at most 4 each,
+// the scheduler's default placement dltap). The same digits job, submitted with `placement: spread`
 // and with `placement: dltap`, trains to the same accuracy; `coach status --json` names the
 // placement, its aggregation degree, and the bytes the transports counted between hosts:
 // dltap's are at most 0.6 of spread's (a node holding the whole job runs it; on a 2-core
@@ -33,24 +33,9 @@ class placement_cluster : public ::testing::Test {
       nodes_.push_back(start_node({"--listen", free_address(), "--join", sched_addr_, "--name",
                                    name, "--heartbeat", "0.25", "--cpus", "4"},
                                   name, std::string("placement-") + name));
-    for (int i = 0; i < 100; ++i) {
-      auto r = coach("nodes --json --at " + sched_addr_);
-      if (r.code == 0 && count(r.out, "\"alive\": true") == 4) return;
-      std::this_thread::sleep_for(200ms);
-    }
+    await_nodes_alive(sched_addr_, 4);
   }
-  static void TearDownTestSuite() {
-    for (auto& n : nodes_)
-      if (n.pid > 0) ::kill(n.pid, SIGTERM);
-    for (auto& n : nodes_) {
-      if (n.pid <= 0) continue;
-      if (wait_exit(n.pid, 20s) == -1) {
-        ::kill(n.pid, SIGKILL);
-        ::waitpid(n.pid, nullptr, 0);
-      }
-    }
-    nodes_.clear();
-  }
+  static void TearDownTestSuite() { stop_nodes(nodes_); }
   void TearDown() override {
     if (HasFailure())
       for (auto& n : nodes_)

@@ -124,4 +124,29 @@ inline int wait_exit(pid_t pid, std::chrono::milliseconds limit) {
   return -1;
 }
 
+/// SIGTERM to every node, then waits up to 20 s for each (SIGKILL after); clears `nodes`.
+inline void stop_nodes(std::vector<node_process>& nodes) {
+  for (auto& n : nodes)
+    if (n.pid > 0) ::kill(n.pid, SIGTERM);
+  for (auto& n : nodes) {
+    if (n.pid <= 0) continue;
+    if (wait_exit(n.pid, 20s) == -1) {
+      ::kill(n.pid, SIGKILL);
+      ::waitpid(n.pid, nullptr, 0);
+    }
+  }
+  nodes.clear();
+}
+
+/// Waits (up to 20 s) until the scheduler at `at` lists `alive` nodes alive; false if it never
+/// does.
+inline bool await_nodes_alive(const std::string& at, std::size_t alive) {
+  for (int i = 0; i < 100; ++i) {
+    auto r = coach("nodes --json --at " + at);
+    if (r.code == 0 && count(r.out, "\"alive\": true") == alive) return true;
+    std::this_thread::sleep_for(200ms);
+  }
+  return false;
+}
+
 }  // namespace itest

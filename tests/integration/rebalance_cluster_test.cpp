@@ -33,23 +33,10 @@ class rebalance_cluster : public ::testing::Test {
     nodes_.push_back(start_node({"--listen", free_address(), "--join", addr_, "--name", "r-b",
                                  "--heartbeat", "0.25", "--cpus", "1"},
                                 "r-b", "rebalance-r-b"));
-    for (int i = 0; i < 100; ++i) {
-      auto r = coach("nodes --json --at " + addr_);
-      if (r.code == 0 && count(r.out, "\"alive\": true") == 2) return;
-      std::this_thread::sleep_for(200ms);
-    }
-    FAIL() << "the two nodes did not come up";
+    ASSERT_TRUE(await_nodes_alive(addr_, 2)) << "the two nodes did not come up";
   }
   void TearDown() override {
-    for (auto& n : nodes_)
-      if (n.pid > 0) ::kill(n.pid, SIGTERM);
-    for (auto& n : nodes_) {
-      if (n.pid <= 0) continue;
-      if (wait_exit(n.pid, 20s) == -1) {
-        ::kill(n.pid, SIGKILL);
-        ::waitpid(n.pid, nullptr, 0);
-      }
-    }
+    stop_nodes(nodes_);
     if (HasFailure())
       for (auto& n : nodes_)
         std::fprintf(stderr, "---- %s ----\n%s\n", n.name.c_str(), slurp(n.log).c_str());
