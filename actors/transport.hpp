@@ -17,18 +17,12 @@
 #include <vector>
 
 #include "actors/messages.hpp"
+#include "scheduler/job_status.hpp"
 
 namespace coach::actors {
 
-/// Messages and bytes one job (0: none, e.g. control messages) sent over one directed host pair.
-struct link_traffic {
-  std::uint64_t job = 0;
-  std::uint32_t src_host = 0;
-  std::uint32_t dst_host = 0;
-  std::uint64_t messages = 0;
-  std::uint64_t bytes = 0;
-  friend bool operator==(const link_traffic&, const link_traffic&) = default;
-};
+/// Messages and bytes one job sent over one directed host pair (scheduler/job_status.hpp).
+using link_traffic = scheduler::link_traffic;
 
 /// Counters of a transport since it started.
 struct traffic_stats {

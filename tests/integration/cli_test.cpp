@@ -95,9 +95,12 @@ TEST(cli, ctrl_c_stops_at_a_step_boundary_and_writes_the_report) {
                                          "batch_size: 16\nepochs: 1000000\n");
   auto report = temp_file("stopped.json", "");
   const std::string cmd = std::string(COACH_BINARY_DIR) + "/apps/coach train " + spec.string() +
-                          " --report " + report.string() +
-                          " > /dev/null 2>&1 & pid=$!; sleep 1.5; "
-                          "kill -INT $pid; wait $pid; echo $?";
+                          " --report " + report.string() + " > " + report.string() +
+                          ".log 2>&1 & pid=$!; "
+                          // Interrupted once it trains (its second epoch printed), not before.
+                          "for i in $(seq 1200); do grep -q '^epoch 2/' " +
+                          report.string() +
+                          ".log && break; sleep 0.05; done; kill -INT $pid; wait $pid; echo $?";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   char buf[64] = {};

@@ -262,7 +262,12 @@ TEST_F(cluster, a_cancelled_job_ends_cancelled) {
   ASSERT_EQ(r.code, 0) << r.err;
   const long job = long(json_number(r.out, "job"));
   ASSERT_GT(job, 0) << r.out;
-  std::this_thread::sleep_for(1500ms);
+  // Cancelled once it trains (its parts started), the case that needs the master to stop it.
+  for (int i = 0; i < 300; ++i) {
+    auto st = coach("status " + std::to_string(job) + " --json --at " + sched_addr_);
+    if (st.out.find("\"state\": \"running\"") != std::string::npos) break;
+    std::this_thread::sleep_for(100ms);
+  }
   auto c = coach("cancel " + std::to_string(job) + " --at " + sched_addr_);
   ASSERT_EQ(c.code, 0) << c.err;
   std::string state;

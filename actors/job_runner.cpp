@@ -1,0 +1,214 @@
+// actors/job_runner.cpp: one job's run as the cluster scheduler drives it (job_runner.hpp).
+#include "actors/job_runner.hpp"
+
+#include <algorithm>
+
+#include "actors/roles.hpp"
+#include "worker/dataset_cache.hpp"
+
+namespace coach::actors {
+
+namespace sched = coach::scheduler;
+
+void runner_env::send(std::uint32_t host, const control_message& m) const {
+  net->send(make_control(self_ep, {host, node_agent_id}, m));
+}
+
+result<std::shared_ptr<const worker::dataset_pair>> load_job_data(const sched::job_spec& spec) {
+  auto data = worker::load_dataset_shared(spec.dataset, spec.seed);
+  if (!data) return std::unexpected(data.error());
+  if ((*data)->train.rows == 0 || (*data)->test.rows == 0)
+    return fail(errc::invalid_argument, "job '{}': the data set is empty", spec.name);
+  return data;
+}
+
+result<void> job_runner::launch(const runner_env& env, sched::registered_job& job,
+                                const sched::launch_order& o) {
+  const std::uint64_t id = job.status.job;
+  const auto& rec = job.rec;
+  auto spec = sched::parse_job_spec(rec.spec_yaml, rec.source_name, rec.base_dir);
+  if (!spec) return std::unexpected(spec.error());
+  if (!data) {  // resumed after a restart: load it now
+    auto loaded = load_job_data(*spec);
+    if (!loaded) return std::unexpected(loaded.error());
+    data = std::move(*loaded);
+  }
+  start_job sj;
+  sj.job = id;
+  sj.spec_yaml = rec.spec_yaml;
+  sj.source_name = rec.source_name;
+  sj.base_dir = rec.base_dir;
+  sj.master_host = env.self_ep.host;
+  sj.worker_hosts = o.workers;
+  sj.shard_hosts = o.shards;
+  auto ctx =
+      make_job_context(id, *spec, data, env.net, sj.master_host, sj.shard_hosts, sj.worker_hosts);
+  const bool resumed = job.first_epoch > 0 || job.state == sched::job_state::suspended;
+  if (job.first_epoch > 0 && job.checkpoint) {
+    if (job.checkpoint->size() != ctx->model.num_params())
+      return fail(errc::invalid_argument, "job {}: its checkpoint has {} parameters, the model {}",
+                  id, job.checkpoint->size(), ctx->model.num_params());
+    sj.initial_params = job.checkpoint;
+  } else {
+    job.first_epoch = 0;  // no checkpoint: from the seed, from the first epoch
+  }
+  ctx_ = std::move(ctx);
+  job.model_bytes = double(ctx_->model.num_params()) * sizeof(float);
+  job.state_factor = 1.0 + double(spec->optimizer.state_per_param());
+  job.batch_size = double(spec->batch_size);
+  job.status.samples_epoch = data->train.rows;
+  const std::uint32_t gen = env.reg->begin_run(job, o.workers, o.shards, resumed);
+  for (auto h : job.hosts) {
+    const auto* n = env.nodes->find(h);
+    sj.peers.push_back({h, n ? n->last.address : env.net->bound_address()});
+  }
+  spawn(env, id, gen, job.first_epoch);
+  // Phase 1: every shard; phase 2 (on their acknowledgements): every worker.
+  start_ = std::move(sj);
+  send_phase(env, job, false);
+  start_.initial_params.reset();  // only the shards need it; the added parts start empty
+  return {};
+}
+
+namespace {
+
+added_part to_added_part(bool worker, std::uint32_t id, const ps::job_config& c,
+                         std::int64_t first_step) {
+  return {worker, id, first_step, c.version, c.from_step, c.members, c.map.owners()};
+}
+
+}  // namespace
+
+void job_runner::spawn(const runner_env& env, std::uint64_t id, std::uint32_t gen,
+                       std::uint32_t first) {
+  auto me = caf::actor_cast<caf::actor>(env.self);
+  auto& sys = env.self->home_system();
+  // The master's observer: tags what the master reports with the job and this run.
+  relay_ = sys.spawn([me, id, gen](caf::event_based_actor*) -> caf::behavior {
+    auto tag = [=](auto atom, auto& x) { caf::anon_send(me, atom, id, gen, std::move(x)); };
+    return {
+        [=](progress_atom, sched::progress_event& p) { tag(job_progress_atom::value, p); },
+        [=](epoch_atom, sched::epoch_report& e) { tag(job_epoch_atom::value, e); },
+        [=](checkpoint_atom, param_snapshot& p) { tag(job_checkpoint_atom::value, p); },
+        [=](done_atom, job_outcome& o) { tag(job_done_atom::value, o); },
+    };
+  });
+  evaluator_ = spawn_evaluator(sys, ctx_);
+  // Parts added while the job runs are placed by the scheduler and started by node agents.
+  elastic_hooks hooks;
+  hooks.add_worker = [me, id, gen](std::uint32_t rank, const ps::job_config& c,
+                                   std::int64_t first_step,
+                                   const std::string& node) -> result<caf::actor> {
+    caf::anon_send(me, add_part_atom::value, id, gen, to_added_part(true, rank, c, first_step),
+                   node);
+    return caf::actor{};
+  };
+  hooks.add_shard = [me, id, gen](std::uint32_t k, const ps::job_config& c,
+                                  const std::string& node) -> result<caf::actor> {
+    caf::anon_send(me, add_part_atom::value, id, gen, to_added_part(false, k, c, 0), node);
+    return caf::actor{};
+  };
+  hooks.changed = [me, id, gen](const std::vector<std::uint32_t>& members,
+                                const std::vector<std::uint32_t>& live) {
+    caf::anon_send(me, job_layout_atom::value, id, gen, members, live);
+  };
+  master_options mo;
+  mo.first_epoch = first;
+  mo.report_params = true;
+  master_ = spawn_master(sys, ctx_, relay_, evaluator_, std::move(hooks), mo);
+  env.net->bind(ctx_->master, master_);
+}
+
+void job_runner::stop(const runner_env& env) {
+  if (ctx_) env.net->unbind(ctx_->master);
+  for (auto* a : {&master_, &evaluator_, &relay_})
+    if (*a) caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+  master_ = evaluator_ = relay_ = caf::actor{};
+  ctx_.reset();
+  start_ = start_job{};
+  pending_.clear();
+  adds_.clear();
+}
+
+void job_runner::send_phase(const runner_env& env, const sched::registered_job& job, bool workers) {
+  start_.workers_phase = workers;
+  const auto& of = workers ? start_.worker_hosts : start_.shard_hosts;
+  for (auto h : job.hosts) {
+    if (std::find(of.begin(), of.end(), h) == of.end()) continue;
+    pending_.insert(h);
+    env.send(h, start_);
+  }
+}
+
+void job_runner::add(const runner_env& env, sched::registered_job& job, added_part part,
+                     std::string node) {
+  adds_.push_back({std::move(part), std::move(node), 0, {}, std::nullopt, false});
+  next_add(env, job);
+}
+
+bool job_runner::has_part(const sched::registered_job& job, std::uint32_t host) const {
+  auto in = [&](const auto& v) { return std::find(v.begin(), v.end(), host) != v.end(); };
+  auto in_added = [&](const std::vector<part_host>& v) {
+    return std::any_of(v.begin(), v.end(), [&](const part_host& p) { return p.host == host; });
+  };
+  return job.hosts.contains(host) &&
+         (in(start_.shard_hosts) || in(start_.worker_hosts) || in_added(start_.added_shards) ||
+          in_added(start_.added_workers));
+}
+
+void job_runner::next_add(const runner_env& env, sched::registered_job& job) {
+  while (!adds_.empty() && !adds_.front().sent && pending_.empty()) {
+    auto& a = adds_.front();
+    auto host = env.reg->place(job, a.part.worker, a.node, *env.exec);
+    if (!host) {
+      // Listed anyway: the node lists stay indexed by rank and shard id.
+      (a.part.worker ? job.status.worker_nodes : job.status.shard_nodes).push_back("(not started)");
+      caf::anon_send(master_, ready_atom::value, a.part.worker, a.part.id, host.error().message);
+      adds_.pop_front();
+      continue;
+    }
+    a.host = *host;
+    a.sent = true;
+    env.reg->part_placed(job, a.part.worker, a.part.id, a.host);
+    (a.part.worker ? start_.added_workers : start_.added_shards).push_back({a.part.id, a.host});
+    if (std::none_of(start_.peers.begin(), start_.peers.end(),
+                     [&](const auto& p) { return p.host == a.host; }))
+      start_.peers.push_back({a.host, env.nodes->find(a.host)->last.address});
+    ctx_->added->place(a.part.worker, a.part.id, a.host);  // the master's view
+    // Every node that runs a part of the job hears of it (the new one included).
+    for (auto h : job.hosts)
+      if (has_part(job, h)) a.pending.insert(h);
+    start_job msg = start_;
+    msg.start = a.part;
+    for (auto h : a.pending) env.send(h, msg);
+    std::fprintf(stderr, "coach-node: job %llu: %s %u goes to '%s'\n",
+                 static_cast<unsigned long long>(job.status.job),
+                 a.part.worker ? "worker" : "shard", a.part.id, env.nodes->name(a.host).c_str());
+  }
+}
+
+result<job_runner::answer> job_runner::on_reply(const runner_env& env, sched::registered_job& job,
+                                                std::uint32_t from, const command_reply& r) {
+  if (pending_.empty() && !adds_.empty() && adds_.front().sent) {
+    auto& a = adds_.front();
+    if (r.failure && !a.failure) a.failure = r.failure;
+    if (!a.pending.erase(from) || !a.pending.empty()) return answer::nothing;
+    caf::anon_send(master_, ready_atom::value, a.part.worker, a.part.id,
+                   a.failure ? a.failure->message : std::string{});
+    if (a.failure) env.reg->part_failed(job, a.part.worker, a.part.id);
+    adds_.pop_front();
+    next_add(env, job);
+    return answer::nothing;
+  }
+  if (r.failure) return std::unexpected(*r.failure);
+  if (!pending_.erase(from) || !pending_.empty()) return answer::nothing;
+  if (!start_.workers_phase) {
+    send_phase(env, job, true);
+    return answer::nothing;
+  }
+  env.reg->started(job);
+  next_add(env, job);  // parts asked for while the last workers were starting
+  return answer::started;
+}
+
+}  // namespace coach::actors

@@ -1,0 +1,783 @@
+// scheduler/job_registry.cpp: the cluster scheduler's jobs and their life (job_registry.hpp).
+#include "scheduler/job_registry.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iterator>
+#include <tuple>
+
+#include "common/format.hpp"
+#include "scheduler/placement.hpp"
+#include "scheduler/resource_pool.hpp"
+
+namespace coach::scheduler {
+
+// --- allocation ---------------------------------------------------------------------------------
+
+namespace {
+
+std::vector<std::uint32_t> hosts_of(const std::map<std::uint32_t, std::uint32_t>& at,
+                                    const std::deque<std::uint32_t>& planned) {
+  std::vector<std::uint32_t> out;
+  out.reserve(at.size() + planned.size());
+  for (const auto& [id, h] : at) out.push_back(h);
+  out.insert(out.end(), planned.begin(), planned.end());
+  return out;
+}
+
+/// Down to `to` parts: the planned leave first, then the highest ids.
+void shrink_to(std::map<std::uint32_t, std::uint32_t>& at, std::deque<std::uint32_t>& planned,
+               std::size_t to) {
+  while (at.size() + planned.size() > to) {
+    if (!planned.empty())
+      planned.pop_back();
+    else
+      at.erase(std::prev(at.end()));
+  }
+}
+
+bool contains(std::span<const std::uint32_t> v, std::uint32_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+}  // namespace
+
+std::vector<std::uint32_t> allocation::worker_hosts() const {
+  return hosts_of(worker_at, planned_workers);
+}
+std::vector<std::uint32_t> allocation::shard_hosts() const {
+  return hosts_of(shard_at, planned_shards);
+}
+
+void allocation::clear() {
+  worker_at.clear();
+  shard_at.clear();
+  planned_workers.clear();
+  planned_shards.clear();
+}
+
+void allocation::assign(std::span<const std::uint32_t> workers,
+                        std::span<const std::uint32_t> shards) {
+  clear();
+  for (std::uint32_t r = 0; r < workers.size(); ++r) worker_at[r] = workers[r];
+  for (std::uint32_t k = 0; k < shards.size(); ++k) shard_at[k] = shards[k];
+}
+
+void allocation::follow(std::span<const std::uint32_t> workers,
+                        std::span<const std::uint32_t> shards) {
+  auto one = [](std::map<std::uint32_t, std::uint32_t>& at, std::deque<std::uint32_t>& planned,
+                std::span<const std::uint32_t> to) {
+    shrink_to(at, planned, to.size());
+    for (std::size_t i = at.size() + planned.size(); i < to.size(); ++i) planned.push_back(to[i]);
+  };
+  one(worker_at, planned_workers, workers);
+  one(shard_at, planned_shards, shards);
+}
+
+void allocation::trim(std::uint32_t workers, std::uint32_t shards) {
+  if (workers != 0) shrink_to(worker_at, planned_workers, workers);
+  if (shards != 0) shrink_to(shard_at, planned_shards, shards);
+}
+
+std::size_t allocation::keep(std::span<const std::uint32_t> members,
+                             std::span<const std::uint32_t> live) {
+  return std::erase_if(worker_at, [&](const auto& p) { return !contains(members, p.first); }) +
+         std::erase_if(shard_at, [&](const auto& p) { return !contains(live, p.first); });
+}
+
+// --- the registry -------------------------------------------------------------------------------
+
+resources worker_cost(const job_record& r) {
+  return {r.gpus_per_worker, 1.0, 0};
+}
+resources shard_cost(const job_record&) {
+  return {0, 1.0, 0};
+}
+
+job_registry::job_registry(std::shared_ptr<job_store> store, const node_table& nodes,
+                           const clock_source& wall, std::uint32_t self_host, log_sink log)
+    : store_(std::move(store)),
+      nodes_(nodes),
+      wall_(wall),
+      self_host_(self_host),
+      log_(std::move(log)) {
+  if (!log_) log_ = [](const std::string&) {};
+}
+
+template <class T>
+void job_registry::logged(const result<T>& r, const char* what) {
+  // The scheduler goes on (the job runs; only its record is behind).
+  if (!r) log_(coach::format("job store: {}: {}", what, r.error().message));
+}
+
+result<std::size_t> job_registry::load() {
+  auto all = store_->jobs();
+  if (!all) return std::unexpected(all.error());
+  for (auto& rec : *all) resume(std::move(rec));
+  return all->size();
+}
+
+registered_job& job_registry::resume(job_record rec) {
+  const std::uint64_t id = rec.id;
+  registered_job& job = jobs_[id];
+  auto& st = job.status;
+  st.job = id;
+  st.name = rec.name;
+  st.epochs_total = std::uint32_t(rec.epochs_total);
+  st.test_accuracy = std::nan("");
+  st.workers = std::uint32_t(rec.workers);
+  st.shards = std::uint32_t(rec.shards);
+  job.state = rec.state;
+  job.state_since = rec.state_since;
+  if (auto epochs = store_->epochs(id); epochs) {
+    for (const auto& e : *epochs) {
+      st.epoch_samples.push_back(e.samples);
+      st.test_accuracy = e.test_accuracy;
+    }
+  }
+  st.epochs_done = std::uint32_t(rec.epochs_done);
+  st.state = rec.state == job_state::running || rec.state == job_state::suspended
+                 ? job_state::queued
+                 : rec.state;
+  if (rec.state == job_state::failed || rec.state == job_state::cancelled) st.error = rec.message;
+  if (auto spec = parse_job_spec(rec.spec_yaml, rec.source_name, rec.base_dir))
+    job.placement = spec->placement;
+  if (rec.state == job_state::running || rec.state == job_state::suspended) {
+    // It ran under the previous process (or was suspended): it restarts from its checkpoint.
+    // Nodes that ran its parts are told to stop them first (when they heartbeat).
+    auto ckpt = store_->checkpoint(id);
+    logged(ckpt, "cannot read a checkpoint");
+    if (ckpt && *ckpt) {
+      job.first_epoch = (*ckpt)->epoch + 1;
+      job.checkpoint_epoch = (*ckpt)->epoch;
+      job.checkpoint = std::make_shared<const std::vector<float>>(std::move((*ckpt)->params));
+    }
+    st.epochs_done = job.first_epoch;
+    st.epoch_samples.resize(std::min<std::size_t>(st.epoch_samples.size(), job.first_epoch));
+    job.stop_unsent.insert(rec.worker_nodes.begin(), rec.worker_nodes.end());
+    job.stop_unsent.insert(rec.shard_nodes.begin(), rec.shard_nodes.end());
+    job.stop_unsent.erase(self_host_);  // its parts here died with the old process
+    job.stopping = job.stop_unsent;
+    if (job.first_epoch >= std::uint32_t(rec.epochs_total)) {
+      // Killed between its last checkpoint and its end: nothing is left to train.
+      st.state = job.state = job_state::succeeded;
+      logged(store_->set_state(id, job.state, now()), "cannot record a state");
+    } else {
+      if (rec.state == job_state::running) {
+        job.state = job_state::suspended;
+        job.state_since = now();
+        logged(store_->set_state(id, job.state, job.state_since,
+                                 coach::format("the scheduler restarted; resumes at epoch {}",
+                                               job.first_epoch + 1)),
+               "cannot record a state");
+      }
+      log_(coach::format("job {} '{}' resumes at epoch {} of {}", id, st.name, job.first_epoch + 1,
+                         st.epochs_total));
+    }
+  }
+  job.rec = std::move(rec);
+  return job;
+}
+
+result<job_record> job_registry::admit(const job_spec& spec, const submission& s) const {
+  auto pick = [&](std::uint32_t asked, const count_range& range, const char* what) -> result<int> {
+    if (asked == 0) return range.initial;
+    if (int(asked) < range.min || int(asked) > range.max)
+      return fail(errc::invalid_argument, "--{} {} is outside the job's {} range [{}, {}]", what,
+                  asked, what, range.min, range.max);
+    return int(asked);
+  };
+  auto workers = pick(s.workers, spec.workers, "workers");
+  if (!workers) return std::unexpected(workers.error());
+  auto shards = pick(s.shards, spec.shards, "shards");
+  if (!shards) return std::unexpected(shards.error());
+
+  job_record rec;
+  rec.name = spec.name;
+  rec.model = spec.name;  // jobs of one name share a performance curve (as a rule, one model)
+  rec.spec_yaml = s.spec_yaml;
+  rec.source_name = s.source_name;
+  rec.base_dir = s.base_dir;
+  rec.submitted = now();
+  rec.elastic = spec.workers.min < spec.workers.max || spec.shards.min < spec.shards.max;
+  rec.min_workers = spec.workers.min;
+  rec.max_workers = spec.workers.max;
+  rec.requested_workers = *workers;
+  rec.min_shards = spec.shards.min;
+  rec.max_shards = spec.shards.max;
+  rec.requested_shards = *shards;
+  rec.gpus_per_worker = spec.gpus_per_worker;
+  rec.epochs_total = spec.epochs;
+  rec.state_since = rec.submitted;
+
+  const auto view = cluster();
+  if (view.nodes.empty())
+    return fail(errc::resource_exhausted, "no live node to run job '{}'", spec.name);
+  cluster_view empty = view;
+  for (auto& n : empty.nodes) n.free = n.total;
+  auto fits = [&](int w, int p) {
+    resource_pool pool(empty);
+    std::vector<std::uint32_t> wn, sn;
+    return pool.take_all(worker_cost(rec), w, shard_cost(rec), p, wn, sn);
+  };
+  if (!fits(rec.min_workers, rec.min_shards)) {
+    double cpus = 0;
+    for (const auto& n : view.nodes) cpus += n.total.cpus;
+    if (spec.gpus_per_worker > 0 &&
+        std::none_of(view.nodes.begin(), view.nodes.end(),
+                     [&](const auto& n) { return n.total.gpus >= spec.gpus_per_worker; }))
+      return fail(errc::resource_exhausted,
+                  "job '{}' needs {} free GPU(s) per worker and no live node has them", spec.name,
+                  spec.gpus_per_worker);
+    return fail(errc::resource_exhausted,
+                "job '{}' needs at least {} worker(s) and {} shard(s) (1 CPU each, {} GPU(s) per "
+                "worker); the live nodes have {} CPU(s) and {} GPU(s) in all",
+                spec.name, rec.min_workers, rec.min_shards, spec.gpus_per_worker, cpus,
+                view.total_gpus());
+  }
+  if (!fits(rec.requested_workers, rec.requested_shards)) {
+    // A policy that runs jobs at their request would otherwise never start it.
+    const int asked_w = rec.requested_workers, asked_s = rec.requested_shards;
+    bool found = false;
+    for (int w = asked_w; w >= rec.min_workers && !found; --w)
+      for (int p = asked_s; p >= rec.min_shards && !found; --p)
+        if (fits(w, p)) {
+          rec.requested_workers = w;
+          rec.requested_shards = p;
+          found = true;
+        }
+    log_(
+        coach::format("job '{}' asks for {} worker(s) and {} shard(s), more than the cluster "
+                      "has; it asks for {} and {}",
+                      spec.name, asked_w, asked_s, rec.requested_workers, rec.requested_shards));
+  }
+  return rec;
+}
+
+result<registered_job*> job_registry::add(job_record rec, std::string placement,
+                                          std::uint64_t samples_epoch) {
+  auto id = store_->add_job(rec);
+  if (!id) return std::unexpected(id.error());
+  rec.id = *id;
+  registered_job& job = jobs_[*id];
+  job.placement = std::move(placement);
+  job.state_since = rec.submitted;
+  auto& st = job.status;
+  st.job = *id;
+  st.name = rec.name;
+  st.state = job_state::queued;
+  st.epochs_total = std::uint32_t(rec.epochs_total);
+  st.test_accuracy = std::nan("");
+  st.samples_epoch = samples_epoch;
+  log_(coach::format("job {} '{}' submitted ({} worker(s), {} shard(s) asked)", *id, rec.name,
+                     rec.requested_workers, rec.requested_shards));
+  job.rec = std::move(rec);
+  return &job;
+}
+
+registered_job* job_registry::find(std::uint64_t id) {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+registered_job* job_registry::current(std::uint64_t id, std::uint32_t generation) {
+  auto* job = find(id);
+  return job && job->launched && job->generation == generation ? job : nullptr;
+}
+
+result<registered_job*> job_registry::running_job(std::uint64_t id) {
+  auto* job = find(id);
+  if (!job) return fail(errc::not_found, "no job {}", id);
+  if (job->over())
+    return fail(errc::invalid_argument, "job {} already {}", id, to_string(job->state));
+  if (!job->launched)
+    return fail(errc::invalid_argument, "job {} is waiting for resources; it has no workers", id);
+  if (job->status.state != job_state::running)
+    return fail(errc::invalid_argument, "job {} is still starting; try again in a moment", id);
+  return job;
+}
+
+std::map<std::uint32_t, resources> job_registry::reserved() const {
+  std::map<std::uint32_t, resources> out;
+  auto add = [&](std::uint32_t h, const resources& r, std::size_t n) {
+    auto& x = out[h];
+    x.gpus += r.gpus * int(n);
+    x.cpus += r.cpus * double(n);
+  };
+  for (const auto& [id, job] : jobs_) {
+    if (!job.launched || job.over()) continue;
+    for (auto h : job.alloc.worker_hosts()) add(h, worker_cost(job.rec), 1);
+    for (auto h : job.alloc.shard_hosts()) add(h, shard_cost(job.rec), 1);
+  }
+  return out;
+}
+
+// --- decisions ----------------------------------------------------------------------------------
+
+orders job_registry::decide(policy_holder& policy, const executor& exec, rebalancer* rebal,
+                            const std::function<bool(std::uint64_t)>& busy) {
+  orders out;
+  const auto view = cluster();
+  // The views point into `lists`, which outlives the decide() call.
+  std::vector<job_view> views;
+  std::vector<std::vector<std::uint32_t>> lists;
+  lists.reserve(2 * jobs_.size());
+  for (auto& [id, job] : jobs_) {
+    if (!job.may_start() && !(job.launched && !job.over())) continue;
+    job_view v;
+    const auto& r = job.rec;
+    v.id = id;
+    v.state = job.launched ? job_state::running : job.state;
+    v.submitted = at_seconds(r.submitted);
+    v.state_since = at_seconds(job.state_since);
+    v.model = r.model;
+    v.elastic = r.elastic;
+    v.min_workers = r.min_workers;
+    v.max_workers = r.max_workers;
+    v.requested_workers = r.requested_workers;
+    v.min_shards = r.min_shards;
+    v.max_shards = r.max_shards;
+    v.requested_shards = r.requested_shards;
+    v.per_worker = worker_cost(r);
+    v.per_shard = shard_cost(r);
+    if (job.launched) {
+      const auto& w = lists.emplace_back(job.alloc.worker_hosts());
+      const auto& s = lists.emplace_back(job.alloc.shard_hosts());
+      v.workers = int(w.size());
+      v.shards = int(s.size());
+      v.worker_nodes = w;
+      v.shard_nodes = s;
+    }
+    v.epochs_total = double(r.epochs_total);
+    const auto& st = job.status;
+    const double part = st.samples_epoch ? double(st.samples_done) / double(st.samples_epoch) : 0.0;
+    v.epochs_done = std::min(v.epochs_total, double(st.epochs_done) + std::min(part, 0.99));
+    views.push_back(v);
+  }
+  if (views.empty()) return out;
+  const auto d = policy.decide(view, views, wall_.now());
+  resource_pool pool(view);
+  const std::string name = policy.name();
+  for (const auto& a : d.actions) {
+    auto* job = find(a.job);
+    auto v = std::find_if(views.begin(), views.end(), [&](const auto& x) { return x.id == a.job; });
+    if (!job || v == views.end()) continue;
+    log_(coach::format("policy {}: {}", name, to_string(a)));
+    switch (a.kind) {
+      case action::kind_type::start:
+        start(*job, *v, a, pool, exec, out);
+        break;
+      case action::kind_type::resize:
+        resize(*job, *v, a, pool, exec, out);
+        break;
+      case action::kind_type::suspend:
+        suspend(*job, pool, name, out);
+        break;
+    }
+  }
+  if (rebal) rebalance(pool, *rebal, busy, out);  // what the policy left free
+  return out;
+}
+
+void job_registry::start(registered_job& job, const job_view& v, const action& a,
+                         resource_pool& pool, const executor& exec, orders& out) {
+  if (!job.may_start()) return;
+  launch_order o{job.status.job, {}, {}};
+  auto used = exec.apply(pool, v, a, job.placement, o.workers, o.shards);
+  if (!used) {
+    log_(coach::format("job {} does not fit any more; it waits ({})", o.job, used.error().message));
+    return;
+  }
+  job.status.placement = std::string(*used);
+  out.launches.push_back(std::move(o));
+}
+
+void job_registry::resize(registered_job& job, const job_view& v, const action& a,
+                          resource_pool& pool, const executor& exec, orders& out) {
+  if (!job.running() || job.cancel_requested) return;  // starting or ending: decided again later
+  const int w0 = job.alloc.workers(), s0 = job.alloc.shards();
+  if (a.workers == w0 && a.shards == s0) return;
+  auto w = job.alloc.worker_hosts();
+  auto s = job.alloc.shard_hosts();
+  if (auto used = exec.apply(pool, v, a, job.placement, w, s); !used) {
+    log_(coach::format("job {}: {}", job.status.job, used.error().message));
+    return;
+  }
+  resize_order o{job.status.job, job.generation, 0, 0, job.alloc};
+  job.alloc.follow(w, s);
+  const int w1 = job.alloc.workers(), s1 = job.alloc.shards();
+  o.workers = std::uint32_t(w1 != w0 ? w1 : 0);
+  o.shards = std::uint32_t(s1 != s0 ? s1 : 0);
+  record_allocation(job);
+  out.resizes.push_back(std::move(o));
+}
+
+void job_registry::suspend(registered_job& job, resource_pool& pool, const std::string& policy,
+                           orders& out) {
+  if (!job.launched || job.over()) return;
+  for (auto h : job.alloc.worker_hosts())
+    if (pool.contains(h)) pool.give(h, worker_cost(job.rec));
+  for (auto h : job.alloc.shard_hosts())
+    if (pool.contains(h)) pool.give(h, shard_cost(job.rec));
+  out.stops.push_back({job.status.job, job.hosts});
+  job.stopping = job.hosts;  // it may start again once every one of them has answered
+  stop_run(job);
+  job.first_epoch = job.checkpoint ? job.checkpoint_epoch + 1 : 0;
+  auto& st = job.status;
+  st.epochs_done = job.first_epoch;
+  st.epoch_samples.resize(std::min<std::size_t>(st.epoch_samples.size(), job.first_epoch));
+  st.state = job_state::queued;
+  st.samples_done = 0;
+  job.state = job_state::suspended;
+  job.state_since = now();
+  logged(store_->set_state(
+             st.job, job.state, job.state_since,
+             coach::format("suspended by {}; resumes at epoch {}", policy, job.first_epoch + 1)),
+         "cannot record a state");
+  record_allocation(job);
+}
+
+void job_registry::rebalance(resource_pool& pool, rebalancer& rebal,
+                             const std::function<bool(std::uint64_t)>& busy, orders& out) {
+  for (auto& [id, job] : jobs_) {
+    const auto& st = job.status;
+    if (!job.running() || job.cancel_requested || st.placement != "dltap") continue;
+    if ((busy && busy(id)) || !job.alloc.planned_workers.empty() ||
+        !job.alloc.planned_shards.empty() || job.alloc.shard_at.empty() ||
+        st.samples_per_second <= 0 || job.batch_size <= 0)
+      continue;  // a change in flight, or no step rate yet
+    rebalance_job r;
+    r.job = id;
+    r.worker_nodes = job.alloc.worker_hosts();
+    std::vector<std::uint32_t> shard_ids;
+    for (const auto& [k, h] : job.alloc.shard_at) {
+      shard_ids.push_back(k);
+      r.shard_nodes.push_back(h);
+    }
+    // The shards split the model evenly (ps::shard_map::even; changes keep it near even).
+    r.shard_bytes.assign(r.shard_nodes.size(), job.model_bytes / double(r.shard_nodes.size()));
+    r.state_factor = job.state_factor;
+    r.steps_per_s = st.samples_per_second / (job.batch_size * double(r.worker_nodes.size()));
+    const double total = double(st.epochs_total) * double(st.samples_epoch);
+    const double done = double(st.epochs_done) * double(st.samples_epoch) + double(st.samples_done);
+    r.seconds_left = std::max(0.0, total - done) / st.samples_per_second;
+    r.per_shard = shard_cost(job.rec);
+    auto m = rebal.propose(r, pool);
+    if (!m) continue;
+    const std::uint32_t shard = shard_ids[m->shard];
+    char gain[160];
+    std::snprintf(gain, sizeof gain,
+                  "saves %.1f MB/s between hosts, %.1f MB over the %.0f s left, for %.3f MB moved",
+                  m->saved_bytes_per_s / 1e6, m->saved_bytes / 1e6, r.seconds_left,
+                  m->moved_bytes / 1e6);
+    log_(coach::format("dltap: job {}: shard {} moves from '{}' to '{}' ({})", id, shard,
+                       nodes_.name(m->from), nodes_.name(m->to), gain));
+    rebal.moved(id);
+    pool.give(m->from, r.per_shard);
+    pool.take_on(m->to, r.per_shard);
+    out.moves.push_back({id, shard, nodes_.name(m->to), *m});
+  }
+}
+
+// --- a run --------------------------------------------------------------------------------------
+
+std::uint32_t job_registry::begin_run(registered_job& job, std::span<const std::uint32_t> workers,
+                                      std::span<const std::uint32_t> shards, bool resumed) {
+  const std::uint64_t id = job.status.job;
+  ++job.generation;
+  job.launched = true;
+  job.alloc.assign(workers, shards);
+  job.hosts = {self_host_};
+  job.hosts.insert(workers.begin(), workers.end());
+  job.hosts.insert(shards.begin(), shards.end());
+  job.shard_hosts = {shards.begin(), shards.end()};
+  auto& st = job.status;
+  st.state = job_state::queued;  // until every part started
+  st.workers = std::uint32_t(workers.size());
+  st.shards = std::uint32_t(shards.size());
+  st.samples_done = 0;
+  st.error.clear();
+  st.error_code = 0;
+  st.worker_nodes.clear();
+  st.shard_nodes.clear();
+  for (auto h : workers) st.worker_nodes.push_back(nodes_.name(h));
+  for (auto h : shards) st.shard_nodes.push_back(nodes_.name(h));
+  if (resumed) ++st.resumes;
+  job.state = job_state::running;
+  job.state_since = job.started = now();
+  logged(store_->set_state(
+             id, job.state, job.state_since,
+             resumed ? coach::format("resumed at epoch {}", job.first_epoch + 1) : std::string{}),
+         "cannot record a state");
+  record_allocation(job);
+  log_(coach::format("job {} '{}': {} worker(s), {} shard(s) over {} host(s){}", id, st.name,
+                     workers.size(), shards.size(), job.hosts.size(),
+                     resumed ? coach::format(", from epoch {}", job.first_epoch + 1) : ""));
+  return job.generation;
+}
+
+void job_registry::started(registered_job& job) {
+  job.status.state = job_state::running;
+  job.started = now();
+}
+
+void job_registry::restore(std::uint64_t id, std::uint32_t generation, const allocation& before) {
+  auto* job = current(id, generation);
+  if (!job || job->over()) return;
+  job->alloc = before;
+  record_allocation(*job);
+}
+
+void job_registry::rescaled(registered_job& job, std::uint32_t workers, std::uint32_t shards) {
+  job.alloc.trim(workers, shards);
+  record_allocation(job);
+}
+
+void job_registry::stop_run(registered_job& job) {
+  job.launched = false;
+  ++job.generation;
+  job.alloc.clear();
+}
+
+std::set<std::uint32_t> job_registry::end(registered_job& job, job_state state,
+                                          std::optional<coach::error> why) {
+  if (job.over()) return {};
+  auto& st = job.status;
+  st.state = state;
+  if (why) {
+    st.error = why->message;
+    st.error_code = std::uint16_t(why->code);
+  }
+  if (job.launched) st.seconds = now() - job.started;
+  auto hosts = std::move(job.hosts);
+  job.hosts.clear();
+  stop_run(job);
+  job.checkpoint.reset();
+  job.state = state;
+  job.state_since = now();
+  logged(store_->set_state(st.job, state, job.state_since, why ? why->message : ""),
+         "cannot record a state");
+  record_allocation(job);
+  log_(coach::format("job {} '{}' {}{}{}", st.job, st.name, to_string(state), why ? ": " : "",
+                     why ? why->message : ""));
+  return hosts;
+}
+
+result<registered_job*> job_registry::cancel(std::uint64_t id) {
+  auto* job = find(id);
+  if (!job) return fail(errc::not_found, "no job {}", id);
+  if (job->over())
+    return fail(errc::invalid_argument, "job {} already {}", id, to_string(job->state));
+  job->cancel_requested = true;
+  return job;
+}
+
+result<std::uint32_t> job_registry::place(registered_job& job, bool worker, const std::string& name,
+                                          const executor& exec) {
+  if (!name.empty()) return nodes_.by_name(name);
+  auto& planned = worker ? job.alloc.planned_workers : job.alloc.planned_shards;
+  while (!planned.empty()) {
+    const auto h = planned.front();
+    planned.pop_front();
+    if (nodes_.usable(h)) return h;
+  }
+  placement_request req;
+  req.job = job.status.job;
+  req.per_worker = worker_cost(job.rec);
+  req.per_shard = shard_cost(job.rec);
+  req.worker_nodes = job.alloc.worker_hosts();
+  req.shard_nodes = job.alloc.shard_hosts();
+  resource_pool pool(cluster());
+  if (auto h = exec.place_one(pool, req, worker, job.placement)) return *h;
+  std::map<std::uint32_t, std::size_t> count;
+  for (auto h : worker ? req.worker_nodes : req.shard_nodes) ++count[h];
+  const node_entry* best = nullptr;
+  auto key = [&](const node_entry* e) {
+    return std::tuple(count[e->last.host], e->last.parts_running, e->last.name);
+  };
+  for (const auto& [host, n] : nodes_.nodes())
+    if (nodes_.usable(host) && (!best || key(&n) < key(best))) best = &n;
+  if (!best) return fail(errc::resource_exhausted, "no live node to run a new part");
+  return best->last.host;
+}
+
+void job_registry::part_placed(registered_job& job, bool worker, std::uint32_t id,
+                               std::uint32_t host) {
+  // A shard it empties is dropped by layout() when the change takes effect.
+  (worker ? job.alloc.worker_at : job.alloc.shard_at)[id] = host;
+  job.hosts.insert(host);
+  if (!worker) job.shard_hosts.insert(host);
+  (worker ? job.status.worker_nodes : job.status.shard_nodes).push_back(nodes_.name(host));
+  record_allocation(job);
+}
+
+void job_registry::part_failed(registered_job& job, bool worker, std::uint32_t id) {
+  (worker ? job.alloc.worker_at : job.alloc.shard_at).erase(id);
+  record_allocation(job);
+}
+
+bool job_registry::layout(registered_job& job, std::span<const std::uint32_t> members,
+                          std::span<const std::uint32_t> live) {
+  if (job.alloc.keep(members, live) == 0) return false;
+  record_allocation(job);
+  return true;
+}
+
+void job_registry::progress(registered_job& job, const progress_event& p) {
+  auto& st = job.status;
+  st.epochs_done = p.epoch;
+  st.samples_done = p.samples_done;
+  st.samples_epoch = p.samples_total;
+  st.loss = p.train_loss;
+  st.samples_per_second = p.samples_per_s;
+  st.workers = p.workers;
+  st.shards = p.shards;
+}
+
+void job_registry::epoch(registered_job& job, const epoch_report& e, perf_model& model) {
+  const std::uint64_t id = job.status.job;
+  auto& st = job.status;
+  st.epochs_done = e.epoch + 1;
+  st.epoch_samples.resize(std::min<std::size_t>(st.epoch_samples.size(), e.epoch));
+  st.epoch_samples.push_back(e.samples);
+  st.test_accuracy = e.test_accuracy;
+  st.samples_per_second = e.samples_per_s;
+  st.loss = e.train_loss;
+  // Progress comes at most every 200 ms: a job whose last change came after its last progress
+  // event would otherwise end showing the allocation before it.
+  st.workers = e.workers;
+  st.shards = e.shards;
+  const int w = int(e.workers), p = int(e.shards);
+  std::optional<double> predicted;
+  if (w >= 1 && p >= 1) {
+    predicted = model.predict(id, job.rec.model, w, p);
+    model.observe(id, job.rec.model, w, p, e.seconds);
+  }
+  job.last_predicted = predicted;
+  job.last_observed = e.seconds;
+  if (predicted && e.seconds > 0) {
+    ++job.predictions;
+    job.abs_rel_error += std::abs(*predicted - e.seconds) / e.seconds;
+  }
+  epoch_record rec;
+  rec.epoch = e.epoch;
+  rec.at = now();
+  rec.workers = w;
+  rec.shards = p;
+  rec.seconds = e.seconds;
+  rec.samples = e.samples;
+  rec.train_loss = e.train_loss;
+  rec.test_loss = e.test_loss;
+  rec.test_accuracy = e.test_accuracy;
+  rec.predicted_seconds = predicted;
+  logged(store_->add_epoch(id, rec), "cannot record an epoch");
+}
+
+void job_registry::checkpoint(registered_job& job, std::uint32_t epoch,
+                              std::shared_ptr<const std::vector<float>> values) {
+  if (!values) return;
+  auto saved = store_->save_checkpoint(job.status.job, epoch, now(), *values);
+  logged(saved, "cannot store a checkpoint");
+  if (!saved) return;
+  job.checkpoint = std::move(values);
+  job.checkpoint_epoch = epoch;
+}
+
+// --- nodes --------------------------------------------------------------------------------------
+
+std::vector<node_loss> job_registry::lose_node(std::uint32_t host) {
+  std::vector<node_loss> out;
+  for (auto& [id, job] : jobs_) {
+    job.stopping.erase(host);
+    if (job.over() || !job.launched || !job.hosts.contains(host)) continue;
+    // A node that ran only workers of a running job: the job goes on without them (its master
+    // drops them and re-dispenses their chunks; it fails the job itself when none is left).
+    node_loss loss{id, false, {}};
+    for (const auto& [r, h] : job.alloc.worker_at)
+      if (h == host) loss.ranks.push_back(r);
+    loss.fails = job.shard_hosts.contains(host) || host == self_host_ || !job.running();
+    if (!loss.fails) {
+      job.hosts.erase(host);
+      for (auto r : loss.ranks) job.alloc.worker_at.erase(r);
+      std::erase(job.alloc.planned_workers, host);
+      record_allocation(job);
+      auto& st = job.status;
+      st.workers -= std::min(st.workers, std::uint32_t(loss.ranks.size()));
+      for (auto r : loss.ranks)
+        if (r < st.worker_nodes.size()) st.worker_nodes[r] += " (lost)";
+    }
+    out.push_back(std::move(loss));
+  }
+  return out;
+}
+
+bool job_registry::forget_unseen() {
+  bool freed = false;
+  for (auto& [id, job] : jobs_) {
+    const bool had = !job.stop_unsent.empty();
+    std::erase_if(job.stop_unsent, [&](std::uint32_t h) {
+      if (const auto* n = nodes_.find(h); n && n->alive) return false;
+      job.stopping.erase(h);
+      return true;
+    });
+    freed |= had && job.may_start();
+  }
+  return freed;
+}
+
+bool job_registry::stop_answered(registered_job& job, std::uint32_t host) {
+  return job.stopping.erase(host) && job.stopping.empty();
+}
+
+// --- what coach status shows --------------------------------------------------------------------
+
+void job_registry::record_allocation(const registered_job& job) {
+  const auto w = job.alloc.worker_hosts();
+  const auto s = job.alloc.shard_hosts();
+  logged(store_->set_allocation(job.status.job, now(), int(w.size()), int(s.size()), w, s),
+         "cannot record an allocation");
+}
+
+job_status job_registry::snapshot(const registered_job& job, perf_model* model,
+                                  std::string_view policy) const {
+  job_status s = job.status;
+  if (job.running()) s.seconds = now() - job.started;
+  if (model) s.model_json = model_json(job, *model, policy);
+  if (job.launched && !job.over()) {
+    const auto w = job.alloc.worker_hosts();
+    const auto sh = job.alloc.shard_hosts();
+    if (!w.empty() && !sh.empty()) s.aggregation_degree = aggregation_degree(w, sh);
+  }
+  return s;
+}
+
+std::string model_json(const registered_job& job, perf_model& model, std::string_view policy) {
+  const std::uint64_t id = job.status.job;
+  std::string out = "{";
+  out += coach::format("\"model\": {}, ", json_string(job.rec.model));
+  std::string t = "null";
+  if (auto theta = model.job_theta(id, job.rec.model)) {
+    t = "[";
+    for (std::size_t i = 0; i < theta->size(); ++i) t += (i ? ", " : "") + json_number((*theta)[i]);
+    t += "]";
+  }
+  out += coach::format("\"theta\": {}, ", t);
+  const int w = int(job.status.workers), p = int(job.status.shards);
+  std::string predicted = "null";
+  if (w >= 1 && p >= 1)
+    if (auto x = model.predict(id, job.rec.model, w, p)) predicted = json_number(*x);
+  out += coach::format("\"workers\": {}, \"shards\": {}, \"predicted_epoch_s\": {}, ", w, p,
+                       predicted);
+  out += coach::format("\"last_predicted_s\": {}, \"last_observed_s\": {}, ",
+                       job.last_predicted ? json_number(*job.last_predicted) : "null",
+                       json_number(job.last_observed));
+  out += coach::format(
+      "\"predictions\": {}, \"mean_abs_rel_error\": {}, ", job.predictions,
+      job.predictions ? json_number(job.abs_rel_error / double(job.predictions)) : "null");
+  out += coach::format("\"policy\": {}, \"perf_model\": {}}", json_string(std::string(policy)),
+                       model.to_json());
+  return out;
+}
+
+}  // namespace coach::scheduler

@@ -1,0 +1,315 @@
+#pragma once
+// scheduler::job_registry: the cluster scheduler's jobs and their life, as plain logic. It keeps
+// every job (its record, its status, where its parts run), takes jobs in (admission), turns a
+// policy's decision into orders through the executor, follows each run (launch, parts added,
+// changes that took effect, epochs, checkpoints, lost nodes) and writes every state,
+// allocation, epoch and checkpoint to the job store, so that a restarted scheduler resumes
+// every job it knew. actors/cluster_scheduler translates messages into these calls and carries
+// out the orders (starting masters, telling nodes); unit tests drive it with a manual clock and
+// an in-memory store (tests/unit/job_registry_test.cpp). docs/scheduler.md, "In the cluster
+// scheduler", describes the life of a job.
+//
+// A job's life (job_state): queued → running → succeeded | failed | cancelled, and
+// running → suspended → running when a policy stops it with its checkpoint kept. A running job
+// is launched (a run exists) and may still be starting: its status says queued until every
+// node acknowledged its parts (started()).
+//
+// Resources: a worker takes gpus_per_worker GPUs and 1 CPU, a shard 1 CPU. A node's free
+// resources are what its heartbeats say (node_table) less what this registry gave out.
+//
+// Threads: one owner (the scheduler actor).
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.hpp"
+#include "scheduler/clock.hpp"
+#include "scheduler/cluster_view.hpp"
+#include "scheduler/executor.hpp"
+#include "scheduler/job_spec.hpp"
+#include "scheduler/job_status.hpp"
+#include "scheduler/job_store.hpp"
+#include "scheduler/node_table.hpp"
+#include "scheduler/policy.hpp"
+#include "scheduler/rebalance.hpp"
+
+namespace coach::scheduler {
+
+/// Where a job's parts run, as the scheduler counts them.
+struct allocation {
+  std::map<std::uint32_t, std::uint32_t> worker_at;  ///< host of each live worker, by rank
+  std::map<std::uint32_t, std::uint32_t> shard_at;   ///< host of each shard owning slices, by id
+  /// Hosts a policy resize chose for parts the job's master has not asked for yet.
+  std::deque<std::uint32_t> planned_workers;
+  std::deque<std::uint32_t> planned_shards;
+
+  int workers() const noexcept { return int(worker_at.size() + planned_workers.size()); }
+  int shards() const noexcept { return int(shard_at.size() + planned_shards.size()); }
+  /// Hosts by rank (shard id), then the planned ones.
+  std::vector<std::uint32_t> worker_hosts() const;
+  std::vector<std::uint32_t> shard_hosts() const;
+  void clear();
+  /// A launch: rank r on workers[r], shard k on shards[k].
+  void assign(std::span<const std::uint32_t> workers, std::span<const std::uint32_t> shards);
+  /// Follows what the executor made of worker_hosts() and shard_hosts(): it kept a prefix and
+  /// appended the new parts. The planned parts leave first, then the highest ranks (ids); the
+  /// new ones are planned.
+  void follow(std::span<const std::uint32_t> workers, std::span<const std::uint32_t> shards);
+  /// A user's rescale to `workers` and `shards` (0: unchanged): the planned parts leave first,
+  /// then the highest ranks (ids). More than now changes nothing: those are counted when the
+  /// master asks for them.
+  void trim(std::uint32_t workers, std::uint32_t shards);
+  /// A change took effect: workers that are not `members` and shards not `live` are gone.
+  /// Returns how many parts left.
+  std::size_t keep(std::span<const std::uint32_t> members, std::span<const std::uint32_t> live);
+  friend bool operator==(const allocation&, const allocation&) = default;
+};
+
+/// One job as the registry keeps it.
+struct registered_job {
+  job_record rec;         ///< as stored: spec, ranges, model name
+  job_status status;      ///< what coach status shows
+  std::string placement;  ///< the spec's placement; empty: the scheduler's
+  /// The policy's state: queued (never ran), running (launched: starting or running),
+  /// suspended (stopped with its checkpoint kept), or an end state.
+  job_state state = job_state::queued;
+  double state_since = 0;
+
+  // The current run.
+  bool launched = false;
+  std::uint32_t generation = 0;  ///< +1 per launch and stop: reports of another run are stale
+  bool cancel_requested = false;
+  double started = 0;                   ///< when it (re)started running, wall seconds
+  allocation alloc;                     ///< its parts now
+  std::set<std::uint32_t> hosts;        ///< every host of the run, the master's included, not lost
+  std::set<std::uint32_t> shard_hosts;  ///< hosts that ran a shard of the run
+  /// The job's shape, for the rebalancer (set by begin_run): parameter bytes, optimizer state
+  /// per parameter byte moved with a shard, samples per worker and step.
+  double model_bytes = 0;
+  double state_factor = 1;
+  double batch_size = 0;
+
+  // Resume: the next run starts at first_epoch from `checkpoint` (the parameters after the
+  // epoch before), once every node that ran a part of an earlier run has stopped it.
+  std::uint32_t first_epoch = 0;
+  std::shared_ptr<const std::vector<float>> checkpoint;
+  std::uint32_t checkpoint_epoch = 0;   ///< the epoch `checkpoint` ends
+  std::set<std::uint32_t> stopping;     ///< hosts whose stop of an earlier run is unanswered
+  std::set<std::uint32_t> stop_unsent;  ///< hosts of an earlier process's run not seen yet
+
+  // The performance model's record of this job (coach status --json "model").
+  std::optional<double> last_predicted;
+  double last_observed = 0;
+  std::size_t predictions = 0;
+  double abs_rel_error = 0;
+
+  bool over() const noexcept {
+    return state == job_state::succeeded || state == job_state::failed ||
+           state == job_state::cancelled;
+  }
+  bool waiting() const noexcept {
+    return !over() && !launched && (state == job_state::queued || state == job_state::suspended);
+  }
+  /// Waiting, and nothing of an earlier run is left anywhere.
+  bool may_start() const noexcept {
+    return waiting() && stopping.empty() && stop_unsent.empty() && !cancel_requested;
+  }
+  /// Launched and every part acknowledged its start.
+  bool running() const noexcept {
+    return launched && !over() && status.state == job_state::running;
+  }
+};
+
+/// What a decision asks of the caller.
+struct launch_order {
+  std::uint64_t job = 0;
+  std::vector<std::uint32_t> workers;  ///< host of each worker, by rank
+  std::vector<std::uint32_t> shards;   ///< host of each shard, by id
+};
+/// Ask the job's master to grow or shrink to `workers` and `shards` (0: unchanged). The
+/// allocation changed already; restore `before` (job_registry::restore) if the master refuses.
+struct resize_order {
+  std::uint64_t job = 0;
+  std::uint32_t generation = 0;
+  std::uint32_t workers = 0;
+  std::uint32_t shards = 0;
+  allocation before;
+};
+/// The job's run stopped (a policy suspended it): stop its master here and its parts on `hosts`.
+struct stop_order {
+  std::uint64_t job = 0;
+  std::set<std::uint32_t> hosts;
+};
+/// Migrate shard `shard` of the job to the node `to` (the rebalancer's move, already counted).
+struct migrate_order {
+  std::uint64_t job = 0;
+  std::uint32_t shard = 0;
+  std::string to;
+  shard_move move;
+};
+struct orders {
+  std::vector<launch_order> launches;
+  std::vector<resize_order> resizes;
+  std::vector<stop_order> stops;
+  std::vector<migrate_order> moves;
+  bool empty() const noexcept {
+    return launches.empty() && resizes.empty() && stops.empty() && moves.empty();
+  }
+};
+
+/// A node stopped heartbeating: what it means for one job that ran parts there.
+struct node_loss {
+  std::uint64_t job = 0;
+  /// It held a shard, the master, or the job was still starting: the job fails (the caller
+  /// ends it). Otherwise the job goes on without the workers `ranks` (already dropped here).
+  bool fails = false;
+  std::vector<std::uint32_t> ranks;
+};
+
+/// What a submission asks for (coach submit).
+struct submission {
+  std::string spec_yaml;
+  std::string source_name;
+  std::string base_dir;
+  std::uint32_t workers = 0;  ///< 0: as the spec says
+  std::uint32_t shards = 0;
+};
+
+class job_registry {
+ public:
+  using log_sink = std::function<void(const std::string&)>;
+
+  /// `nodes` must outlive the registry; `wall` dates states and epochs (Unix seconds live);
+  /// `self_host` is the scheduler's own host (each job's master runs there).
+  job_registry(std::shared_ptr<job_store> store, const node_table& nodes, const clock_source& wall,
+               std::uint32_t self_host, log_sink log);
+
+  /// Reads every job of the store: ended ones as they ended; queued ones queued; running or
+  /// suspended ones suspended, to resume from their checkpoint once the nodes that ran their
+  /// parts were told to stop them (stop_unsent). Returns how many jobs it read.
+  result<std::size_t> load();
+
+  /// Checks a new job against the cluster and makes its record: the counts asked must lie in
+  /// the spec's ranges; a job whose minimum would not fit the whole cluster, empty, is refused
+  /// (it would wait for ever); one whose request would not fit asks for the most that does.
+  /// Errors: invalid_argument (counts out of range), resource_exhausted (naming what it needs).
+  result<job_record> admit(const job_spec& spec, const submission& s) const;
+  /// Stores an admitted job and queues it. `samples_epoch`: its data set's training rows.
+  result<registered_job*> add(job_record rec, std::string placement, std::uint64_t samples_epoch);
+
+  registered_job* find(std::uint64_t id);
+  /// The job if `generation` is its launched run; else null (a stale report).
+  registered_job* current(std::uint64_t id, std::uint32_t generation);
+  /// The job, running (every part started). Errors: not_found, invalid_argument saying why not.
+  result<registered_job*> running_job(std::uint64_t id);
+  std::map<std::uint64_t, registered_job>& jobs() noexcept { return jobs_; }
+  const std::map<std::uint64_t, registered_job>& jobs() const noexcept { return jobs_; }
+
+  /// What this registry gave out on each host: the parts of every launched job.
+  std::map<std::uint32_t, resources> reserved() const;
+  /// Live nodes that take work, with what is free on them.
+  cluster_view cluster() const { return nodes_.view(reserved()); }
+
+  /// Asks `policy` and carries its actions out through `exec`: a start becomes a launch order
+  /// (placed, not yet counted: begin_run counts it), a resize changes the allocation now and
+  /// becomes a resize order, a suspend stops the run here and becomes a stop order. Then, with
+  /// what is left free, `rebal` (null: off) may move one shard of each running dltap job whose
+  /// `busy(id)` is false (no part addition in flight). Jobs are asked in id order.
+  orders decide(policy_holder& policy, const executor& exec, rebalancer* rebal,
+                const std::function<bool(std::uint64_t)>& busy = {});
+
+  /// A launch order is carried out: counts the parts, marks the run, writes the store. Returns
+  /// the run's generation. `resumed`: from a checkpoint or after a suspend.
+  std::uint32_t begin_run(registered_job& job, std::span<const std::uint32_t> workers,
+                          std::span<const std::uint32_t> shards, bool resumed);
+  /// Every part acknowledged its start.
+  void started(registered_job& job);
+  /// A resize order was refused by the master: the allocation it changed comes back.
+  void restore(std::uint64_t id, std::uint32_t generation, const allocation& before);
+  /// A user's rescale was accepted by the master (0: unchanged).
+  void rescaled(registered_job& job, std::uint32_t workers, std::uint32_t shards);
+  /// Ends a job: records why, forgets its run. Returns the hosts to stop its parts on.
+  std::set<std::uint32_t> end(registered_job& job, job_state state,
+                              std::optional<coach::error> why);
+  /// The user cancels the job. Errors: not_found, invalid_argument (already over).
+  result<registered_job*> cancel(std::uint64_t id);
+
+  /// The node for one more part of `job` (a worker when `worker`): the node `name` when named;
+  /// else the one a policy resize planned; else beside the job's parts by its placement where
+  /// it fits; else (a user's rescale beyond what is free) the usable node running the fewest
+  /// parts of that kind of the job, then the fewest parts, then by name. Errors: not_found (an
+  /// unknown name), resource_exhausted (no usable node).
+  result<std::uint32_t> place(registered_job& job, bool worker, const std::string& name,
+                              const executor& exec);
+  /// Part `id` (a worker when `worker`) of the job runs on `host` now.
+  void part_placed(registered_job& job, bool worker, std::uint32_t id, std::uint32_t host);
+  /// Part `id` could not start: it is not counted.
+  void part_failed(registered_job& job, bool worker, std::uint32_t id);
+  /// A change took effect: the job's members and its shards owning slices. True when parts
+  /// left (what they held is free).
+  bool layout(registered_job& job, std::span<const std::uint32_t> members,
+              std::span<const std::uint32_t> live);
+
+  void progress(registered_job& job, const progress_event& p);
+  /// An epoch ended: into the status, the store and `model` (predicted first, so that the
+  /// prediction is made without the epoch it predicts).
+  void epoch(registered_job& job, const epoch_report& e, perf_model& model);
+  /// A checkpoint of the run: stored; the next run resumes from it.
+  void checkpoint(registered_job& job, std::uint32_t epoch,
+                  std::shared_ptr<const std::vector<float>> values);
+
+  /// A node stopped heartbeating: stops waiting for its answers and says, per launched job with
+  /// parts there, whether the job fails or goes on without its workers there.
+  std::vector<node_loss> lose_node(std::uint32_t host);
+  /// Hosts of an earlier process's runs that are not alive now are taken for dead (called once
+  /// the node timeout has passed since the scheduler started). True when a job may start now.
+  bool forget_unseen();
+  /// A node answered a stop of an earlier run of the job. True when none is left unanswered.
+  bool stop_answered(registered_job& job, std::uint32_t host);
+
+  /// What coach status shows of the job now (without traffic; with the model's JSON when
+  /// `model` is given).
+  job_status snapshot(const registered_job& job, perf_model* model, std::string_view policy) const;
+  const std::shared_ptr<job_store>& store() const noexcept { return store_; }
+  /// Writes the job's allocation to the store.
+  void record_allocation(const registered_job& job);
+
+ private:
+  template <class T>
+  void logged(const result<T>& r, const char* what);
+  registered_job& resume(job_record rec);
+  void start(registered_job& job, const job_view& v, const action& a, resource_pool& pool,
+             const executor& exec, orders& out);
+  void resize(registered_job& job, const job_view& v, const action& a, resource_pool& pool,
+              const executor& exec, orders& out);
+  void suspend(registered_job& job, resource_pool& pool, const std::string& policy, orders& out);
+  void rebalance(resource_pool& pool, rebalancer& rebal,
+                 const std::function<bool(std::uint64_t)>& busy, orders& out);
+  void stop_run(registered_job& job);
+  double now() const { return to_seconds(wall_.now()); }
+
+  std::shared_ptr<job_store> store_;
+  const node_table& nodes_;
+  const clock_source& wall_;
+  std::uint32_t self_host_;
+  log_sink log_;
+  std::map<std::uint64_t, registered_job> jobs_;
+};
+
+/// Resources of one part: a worker takes its GPUs and a CPU, a shard a CPU.
+resources worker_cost(const job_record& r);
+resources shard_cost(const job_record& r);
+
+/// The performance model's view of a job (coach status --json "model"), one JSON object.
+std::string model_json(const registered_job& job, perf_model& model, std::string_view policy);
+
+}  // namespace coach::scheduler

@@ -1,0 +1,58 @@
+#pragma once
+// scheduler::job_status: what `coach status` shows of one job, kept by the job registry
+// (scheduler/job_registry.hpp) and sent to the CLI as it is (actors/control.hpp, schemas/).
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "scheduler/cluster_view.hpp"
+#include "scheduler/job_report.hpp"
+
+namespace coach::scheduler {
+
+/// Messages and bytes one job (0: none, e.g. control messages) sent over one directed host pair.
+struct link_traffic {
+  std::uint64_t job = 0;
+  std::uint32_t src_host = 0;
+  std::uint32_t dst_host = 0;
+  std::uint64_t messages = 0;
+  std::uint64_t bytes = 0;
+  friend bool operator==(const link_traffic&, const link_traffic&) = default;
+};
+
+/// What `coach status` shows of one job.
+struct job_status {
+  std::uint64_t job = 0;
+  std::string name;
+  /// queued also while it starts (it is running once every part acknowledged its start).
+  job_state state = job_state::queued;
+  std::uint32_t epochs_done = 0;
+  std::uint32_t epochs_total = 0;
+  double test_accuracy = 0;  ///< after the last finished epoch; NaN before the first
+  double samples_per_second = 0;
+  double loss = 0;                  ///< mean training loss of the last progress report
+  std::uint64_t samples_done = 0;   ///< in the current epoch
+  std::uint64_t samples_epoch = 0;  ///< per epoch
+  std::uint32_t workers = 0;
+  std::uint32_t shards = 0;
+  std::vector<std::string> worker_nodes;     ///< node name by rank
+  std::vector<std::string> shard_nodes;      ///< node name by shard id
+  std::vector<link_traffic> traffic;         ///< this job's bytes between hosts
+  std::string error;                         ///< why it failed; empty otherwise
+  std::uint16_t error_code = 0;              ///< coach::errc of the failure; 0 otherwise
+  double seconds = 0;                        ///< since it started running
+  std::vector<std::uint64_t> epoch_samples;  ///< samples trained in each finished epoch
+  std::vector<change_report> changes;        ///< timed changes (once the job ended)
+  /// The performance model's view of the job, one JSON object (docs/scheduler.md, "In the
+  /// cluster scheduler"); empty when the scheduler sent none.
+  std::string model_json;
+  std::uint32_t resumes = 0;  ///< times the job restarted from its checkpoint
+  std::string placement;      ///< the placement that placed its parts; empty before it started
+  /// The share of its worker-shard bytes that stay on one host (scheduler/placement.hpp); NaN
+  /// when it runs no parts.
+  double aggregation_degree = std::numeric_limits<double>::quiet_NaN();
+};
+
+}  // namespace coach::scheduler

@@ -1,0 +1,412 @@
+// scheduler::job_registry: the cluster scheduler's decisions and bookkeeping, without processes.
+// Nodes heartbeat into a node table with a manual clock, jobs live in an in-memory store; each
+// test plays what the scheduler actor does (submit, decide, carry out the orders, the run's
+// reports) and checks what a user would see: which job starts, with how many parts and where,
+// what stays queued, what the store holds after a restart, what a lost node costs.
+
+#include "scheduler/job_registry.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace coach::scheduler {
+namespace {
+
+std::string spec_yaml(const std::string& name, int epochs, const std::string& workers,
+                      const std::string& shards, const std::string& extra = "") {
+  return "name: " + name +
+         "\ndataset: {format: csv, path: digits.csv, test_fraction: 0.2}\n"
+         "model: {type: mlp, hidden: [64], activation: relu}\n"
+         "optimizer: {type: momentum, learning_rate: 0.05, momentum: 0.9}\n"
+         "batch_size: 32\nepochs: " +
+         std::to_string(epochs) + "\nworkers: " + workers + "\nshards: " + shards +
+         "\nbackend: cpu\n" + extra;
+}
+
+class registry : public ::testing::Test {
+ protected:
+  /// `cpus` CPUs on each of `n` nodes a, b, c, ... (hosts 1, 2, 3, ...; the scheduler on 1).
+  void nodes(int n, int cpus) {
+    for (int i = 0; i < n; ++i) {
+      node_report r;
+      r.host = std::uint32_t(i + 1);
+      r.name = std::string(1, char('a' + i));
+      r.address = "tcp://127.0.0.1:" + std::to_string(7001 + i);
+      r.resources.cpus_total = std::uint32_t(cpus);
+      r.resources.cpus_free = cpus;
+      r.resources.memory_total = r.resources.memory_free = 8ull << 30;
+      table.heartbeat(std::move(r));
+    }
+  }
+  void use(const std::string& policy) {
+    auto h = policy_holder::make(policy);
+    ASSERT_TRUE(h) << h.error().message;
+    holder.emplace(std::move(*h));
+  }
+  job_registry make() {
+    return job_registry(store, table, wall, 1, [this](const std::string& s) { log += s + "\n"; });
+  }
+  /// Submits a job as coach submit does; the job's id.
+  std::uint64_t submit(job_registry& reg, const std::string& yaml, std::uint32_t workers = 0) {
+    auto spec = parse_job_spec(yaml, "job.yaml", "/tmp");
+    EXPECT_TRUE(spec) << spec.error().message;
+    auto rec = reg.admit(*spec, {yaml, "job.yaml", "/tmp", workers, 0});
+    EXPECT_TRUE(rec) << rec.error().message;
+    auto job = reg.add(std::move(*rec), spec->placement, 1000);
+    EXPECT_TRUE(job) << job.error().message;
+    return (*job)->status.job;
+  }
+  /// Decides and carries the launches out as the actor does, every part starting at once.
+  orders decide(job_registry& reg) {
+    auto o = reg.decide(*holder, *exec, nullptr);
+    for (const auto& l : o.launches) {
+      auto* job = reg.find(l.job);
+      job->batch_size = 32;
+      reg.begin_run(*job, l.workers, l.shards, false);
+      reg.started(*job);
+    }
+    return o;
+  }
+  static std::vector<std::uint32_t> names_of(const registered_job& j, bool workers) {
+    return workers ? j.alloc.worker_hosts() : j.alloc.shard_hosts();
+  }
+
+  manual_clock steady{at_seconds(100)};
+  manual_clock wall{at_seconds(1'700'000'000)};
+  node_table table{steady, seconds(5)};
+  std::shared_ptr<job_store> store =
+      std::make_shared<job_store>(std::move(*job_store::open(":memory:")));
+  std::optional<policy_holder> holder;
+  std::optional<executor> exec{std::move(*executor::make({"dltap", 1}))};
+  std::string log;
+};
+
+TEST_F(registry, under_fifo_a_second_job_waits_for_the_cpus_of_the_first) {
+  nodes(2, 2);  // 4 CPUs; a worker and a shard take one each
+  use("fifo");
+  auto reg = make();
+  const auto a = submit(reg, spec_yaml("first", 600, "{min: 1, max: 3, initial: 1}", "1"));
+  auto o = decide(reg);
+  ASSERT_EQ(o.launches.size(), 1u);
+  EXPECT_EQ(o.launches[0].job, a);
+  EXPECT_EQ(o.launches[0].workers.size(), 1u);  // fifo never grows a job
+  const auto b = submit(reg, spec_yaml("second", 60, "{min: 1, max: 3, initial: 3}", "1"));
+  o = decide(reg);  // it needs 4 CPUs; 2 are free
+  EXPECT_TRUE(o.empty());
+  EXPECT_EQ(reg.find(b)->status.state, job_state::queued);
+  EXPECT_EQ(reg.find(a)->status.state, job_state::running);
+  EXPECT_EQ(reg.reserved().size(), 1u) << "the first job's worker and shard share a node";
+
+  // When the first ends, the second gets all it asked for.
+  const auto stopped = reg.end(*reg.find(a), job_state::succeeded, std::nullopt);
+  EXPECT_EQ(stopped, (std::set<std::uint32_t>{1}));
+  o = decide(reg);
+  ASSERT_EQ(o.launches.size(), 1u);
+  EXPECT_EQ(o.launches[0].job, b);
+  EXPECT_EQ(o.launches[0].workers.size(), 3u);
+  EXPECT_EQ(reg.find(b)->status.state, job_state::running);
+  // The store says so too.
+  auto rec = store->job(b);
+  ASSERT_TRUE(rec) << rec.error().message;
+  EXPECT_EQ(rec->state, job_state::running);
+  EXPECT_EQ(rec->workers, 3);
+  EXPECT_EQ(store->job(a)->state, job_state::succeeded);
+}
+
+TEST_F(registry, under_elastic_fifo_the_first_job_grows_then_shrinks_to_admit_a_second) {
+  nodes(2, 2);
+  use("elastic-fifo");
+  auto reg = make();
+  const auto a = submit(reg, spec_yaml("first", 800, "{min: 1, max: 3, initial: 1}", "1"));
+  // Alone, it takes the free CPUs: 3 workers and its shard.
+  auto o = decide(reg);
+  ASSERT_EQ(o.launches.size(), 1u) << log;
+  EXPECT_EQ(o.launches[0].workers.size(), 3u);
+  EXPECT_EQ(reg.cluster().nodes[0].free.cpus + reg.cluster().nodes[1].free.cpus, 0.0);
+
+  // A second job: the first gives back what it took beyond its request; the second starts with
+  // what fits.
+  const auto b = submit(reg, spec_yaml("second", 60, "{min: 1, max: 3, initial: 3}", "1"));
+  o = decide(reg);
+  ASSERT_EQ(o.resizes.size(), 1u) << log;
+  EXPECT_EQ(o.resizes[0].job, a);
+  EXPECT_EQ(o.resizes[0].workers, 1u);
+  EXPECT_EQ(o.resizes[0].shards, 0u) << "shards unchanged";
+  EXPECT_EQ(reg.find(a)->alloc.workers(), 1);
+  ASSERT_EQ(o.launches.size(), 1u) << log;
+  EXPECT_EQ(o.launches[0].job, b);
+  EXPECT_EQ(o.launches[0].workers.size() + o.launches[0].shards.size(), 2u);
+  EXPECT_EQ(reg.find(b)->status.state, job_state::running);
+  EXPECT_EQ(reg.find(a)->status.state, job_state::running);
+}
+
+TEST_F(registry, swapping_to_elastic_fifo_grows_a_running_job_where_the_resize_planned) {
+  nodes(2, 2);
+  use("fifo");
+  auto reg = make();
+  const auto a = submit(reg, spec_yaml("first", 800, "{min: 1, max: 3, initial: 1}", "1"));
+  decide(reg);
+  EXPECT_TRUE(decide(reg).empty()) << "fifo never grows a job";
+  ASSERT_TRUE(holder->set("elastic-fifo"));
+  auto o = decide(reg);
+  ASSERT_EQ(o.resizes.size(), 1u) << log;
+  EXPECT_EQ(o.resizes[0].workers, 3u);
+  EXPECT_EQ(o.resizes[0].shards, 0u);
+  auto& job = *reg.find(a);
+  EXPECT_EQ(job.alloc.workers(), 3);
+  const std::vector<std::uint32_t> planned(job.alloc.planned_workers.begin(),
+                                           job.alloc.planned_workers.end());
+  ASSERT_EQ(planned.size(), 2u) << "until the master asks for them";
+  // The master asks for the two new workers: they go where the resize planned them.
+  for (std::uint32_t rank : {1u, 2u}) {
+    auto h = reg.place(job, true, "", *exec);
+    ASSERT_TRUE(h) << h.error().message;
+    EXPECT_EQ(*h, planned[rank - 1]);
+    reg.part_placed(job, true, rank, *h);
+  }
+  EXPECT_TRUE(job.alloc.planned_workers.empty());
+  EXPECT_EQ(job.alloc.worker_at.size(), 3u);
+  EXPECT_EQ(job.status.worker_nodes.size(), 3u);
+  EXPECT_EQ(store->job(a)->workers, 3);
+  EXPECT_TRUE(decide(reg).empty()) << "nothing left to grow into";
+}
+
+TEST_F(registry, what_a_change_frees_is_free_for_the_next_job) {
+  // 4 CPUs. The first job takes 3 (2 workers, 1 shard); its schedule moves its shard whole to
+  // a new one (shard 1) and sends worker 1 away. The second job asks for 2: it fits only if
+  // the emptied shard and the worker that left are no longer counted.
+  nodes(2, 2);
+  use("fifo");
+  auto reg = make();
+  const auto a = submit(reg, spec_yaml("first", 3000, "{min: 1, max: 2, initial: 2}",
+                                       "{min: 1, max: 2, initial: 1}"));
+  decide(reg);
+  auto& first = *reg.find(a);
+  auto h = reg.place(first, false, "", *exec);  // the master asks for shard 1
+  ASSERT_TRUE(h);
+  reg.part_placed(first, false, 1, *h);
+  EXPECT_EQ(first.alloc.shards(), 2) << "both count until the move takes effect";
+  const auto b = submit(reg, spec_yaml("second", 5, "1", "1"));
+  EXPECT_TRUE(decide(reg).launches.empty());
+  const std::vector<std::uint32_t> members{0}, live{1};
+  EXPECT_TRUE(reg.layout(first, members, live));
+  EXPECT_FALSE(reg.layout(first, members, live)) << "nothing more left";
+  auto o = decide(reg);
+  ASSERT_EQ(o.launches.size(), 1u) << log;
+  EXPECT_EQ(o.launches[0].job, b);
+}
+
+TEST_F(registry, admission_refuses_what_never_fits_and_trims_what_fits_only_smaller) {
+  nodes(2, 2);
+  use("fifo");
+  auto reg = make();
+  auto spec = parse_job_spec(spec_yaml("big", 5, "{min: 4, max: 6, initial: 4}", "1"), "j", "/");
+  ASSERT_TRUE(spec);
+  auto rec = reg.admit(*spec, {"", "j", "/", 0, 0});
+  ASSERT_FALSE(rec);
+  EXPECT_EQ(rec.error().code, errc::resource_exhausted);
+  EXPECT_EQ(rec.error().message,
+            "job 'big' needs at least 4 worker(s) and 1 shard(s) (1 CPU each, 0 GPU(s) per "
+            "worker); the live nodes have 4 CPU(s) and 0 GPU(s) in all");
+  spec = parse_job_spec(spec_yaml("wide", 5, "{min: 1, max: 6, initial: 2}", "1"), "j", "/");
+  auto out = reg.admit(*spec, {"", "j", "/", 7, 0});
+  ASSERT_FALSE(out);
+  EXPECT_EQ(out.error().message, "--workers 7 is outside the job's workers range [1, 6]");
+  out = reg.admit(*spec, {"", "j", "/", 6, 0});
+  ASSERT_TRUE(out) << out.error().message;
+  EXPECT_EQ(out->requested_workers, 3) << "6 workers and a shard do not fit 4 CPUs; 3 do";
+  EXPECT_NE(log.find("asks for 6 worker(s) and 1 shard(s), more than the cluster has; it asks "
+                     "for 3 and 1"),
+            std::string::npos)
+      << log;
+  node_table none_alive(steady, seconds(5));
+  job_registry empty(store, none_alive, wall, 1, {});
+  auto none = empty.admit(*spec, {"", "j", "/", 0, 0});
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().message, "no live node to run job 'wide'");
+}
+
+TEST_F(registry, a_restarted_registry_resumes_a_running_job_from_its_checkpoint) {
+  nodes(3, 2);
+  use("fifo");
+  std::uint64_t id = 0;
+  {
+    auto reg = make();
+    id = submit(reg, spec_yaml("restart", 120, "{min: 1, max: 4, initial: 3}", "2"));
+    decide(reg);
+    auto& job = *reg.find(id);
+    ASSERT_EQ(job.hosts.size(), 3u);
+    reg.checkpoint(job, 4, std::make_shared<const std::vector<float>>(10, 0.5f));
+  }  // the scheduler's process dies
+  auto reg = make();
+  auto n = reg.load();
+  ASSERT_TRUE(n);
+  EXPECT_EQ(*n, 1u);
+  auto& job = *reg.find(id);
+  EXPECT_EQ(job.state, job_state::suspended);
+  EXPECT_EQ(job.status.state, job_state::queued);
+  EXPECT_EQ(job.first_epoch, 5u);
+  EXPECT_EQ(job.status.epochs_done, 5u);
+  ASSERT_TRUE(job.checkpoint);
+  EXPECT_EQ(*job.checkpoint, std::vector<float>(10, 0.5f));
+  // Its parts on the other nodes must be stopped first (its parts here died with the process).
+  EXPECT_EQ(job.stop_unsent, (std::set<std::uint32_t>{2, 3}));
+  EXPECT_TRUE(decide(reg).launches.empty());
+  EXPECT_NE(log.find("job 1 'restart' resumes at epoch 6 of 120"), std::string::npos) << log;
+  job.stop_unsent.clear();  // the actor sent the stops when the nodes heartbeat
+  EXPECT_FALSE(reg.stop_answered(job, 2));
+  EXPECT_TRUE(reg.stop_answered(job, 3));
+  auto o = reg.decide(*holder, *exec, nullptr);
+  ASSERT_EQ(o.launches.size(), 1u);
+  reg.begin_run(job, o.launches[0].workers, o.launches[0].shards, true);
+  EXPECT_EQ(job.status.resumes, 1u);
+  EXPECT_EQ(store->job(id)->state, job_state::running);
+}
+
+TEST_F(registry, a_job_in_the_store_ended_after_its_last_checkpoint_is_not_trained_again) {
+  nodes(1, 4);
+  use("fifo");
+  std::uint64_t id = 0;
+  {
+    auto reg = make();
+    id = submit(reg, spec_yaml("done", 3, "1", "1"));
+    decide(reg);
+    reg.checkpoint(*reg.find(id), 2, std::make_shared<const std::vector<float>>(3, 1.f));
+  }
+  auto reg = make();
+  ASSERT_TRUE(reg.load());
+  EXPECT_EQ(reg.find(id)->state, job_state::succeeded);
+  EXPECT_EQ(reg.find(id)->status.state, job_state::succeeded);
+  EXPECT_TRUE(decide(reg).empty());
+}
+
+TEST_F(registry, a_lost_node_with_only_workers_costs_them_a_node_with_a_shard_fails_the_job) {
+  nodes(3, 1);  // one part per node: the shard on one, the two workers on the others
+  use("fifo");
+  auto reg = make();
+  const auto id = submit(reg, spec_yaml("lossy", 50, "{min: 1, max: 2, initial: 2}", "1"));
+  decide(reg);
+  auto& job = *reg.find(id);
+  const auto shard_host = job.alloc.shard_at.at(0);
+  std::uint32_t worker_host = 0, rank = 0;
+  for (const auto& [r, h] : job.alloc.worker_at)
+    if (h != 1) worker_host = h, rank = r;
+  ASSERT_NE(worker_host, 0u) << "a worker away from the scheduler's node";
+  auto loss = reg.lose_node(worker_host);
+  ASSERT_EQ(loss.size(), 1u);
+  EXPECT_FALSE(loss[0].fails);
+  EXPECT_EQ(loss[0].ranks, std::vector<std::uint32_t>{rank});
+  EXPECT_EQ(job.alloc.workers(), 1);
+  EXPECT_EQ(job.status.workers, 1u);
+  EXPECT_TRUE(job.status.worker_nodes[rank].ends_with(" (lost)"));
+  EXPECT_EQ(store->job(id)->workers, 1);
+  loss = reg.lose_node(shard_host);
+  ASSERT_EQ(loss.size(), 1u);
+  EXPECT_TRUE(loss[0].fails);
+}
+
+TEST_F(registry, a_refused_resize_gives_the_allocation_back) {
+  nodes(2, 2);
+  use("fifo");
+  auto reg = make();
+  const auto id = submit(reg, spec_yaml("grow", 100, "{min: 1, max: 3, initial: 1}", "1"));
+  decide(reg);
+  ASSERT_TRUE(holder->set("elastic-fifo"));
+  const auto before = reg.find(id)->alloc;
+  auto o = decide(reg);
+  ASSERT_EQ(o.resizes.size(), 1u);
+  EXPECT_NE(reg.find(id)->alloc, before);
+  EXPECT_EQ(o.resizes[0].before, before);
+  reg.restore(id, o.resizes[0].generation + 1, before);  // another run's answer: ignored
+  EXPECT_NE(reg.find(id)->alloc, before);
+  reg.restore(id, o.resizes[0].generation, before);
+  EXPECT_EQ(reg.find(id)->alloc, before);
+  EXPECT_EQ(store->job(id)->workers, 1);
+}
+
+TEST_F(registry, a_dltap_job_gets_one_shard_moved_beside_its_workers_at_most_once_a_minute) {
+  nodes(2, 4);
+  use("fifo");
+  auto reg = make();
+  const auto id = submit(reg, spec_yaml("near", 100, "2", "1", "placement: dltap\n"));
+  decide(reg);
+  auto& job = *reg.find(id);
+  ASSERT_EQ(job.status.placement, "dltap");
+  // The user moved its shard away from both workers (coach migrate): it runs apart.
+  const auto workers_on = job.alloc.worker_at.at(0);
+  ASSERT_EQ(job.alloc.worker_at.at(1), workers_on) << "dltap put both workers together";
+  const std::uint32_t away = workers_on == 1 ? 2 : 1;
+  job.alloc.shard_at[0] = away;
+  job.model_bytes = 4e6;
+  job.status.samples_per_second = 6400;  // 100 steps/s of 2 × 32
+  job.status.samples_epoch = 1000;
+  rebalancer rebal(steady, {seconds(60), 2});
+  auto o = reg.decide(*holder, *exec, &rebal);
+  ASSERT_EQ(o.moves.size(), 1u) << log;
+  EXPECT_EQ(o.moves[0].shard, 0u);
+  EXPECT_EQ(o.moves[0].to, table.name(workers_on));
+  EXPECT_NE(log.find("dltap: job 1: shard 0 moves from"), std::string::npos) << log;
+  EXPECT_TRUE(reg.decide(*holder, *exec, &rebal).moves.empty()) << "once a minute";
+  steady.advance(seconds(61));
+  EXPECT_TRUE(reg.decide(*holder, *exec, &rebal, [](std::uint64_t) { return true; }).moves.empty())
+      << "not while a part addition is in flight";
+  EXPECT_EQ(reg.decide(*holder, *exec, &rebal).moves.size(), 1u);
+}
+
+TEST_F(registry, status_shows_placement_aggregation_and_the_models_view) {
+  nodes(1, 4);
+  use("coach");
+  auto reg = make();
+  const auto id = submit(reg, spec_yaml("all-here", 10, "2", "1"));
+  decide(reg);
+  auto& job = *reg.find(id);
+  epoch_report e;
+  e.epoch = 0;
+  e.seconds = 2;
+  e.samples = 1000;
+  e.test_accuracy = 0.5;
+  e.workers = 2;
+  e.shards = 1;
+  reg.epoch(job, e, *holder->model());
+  wall.advance(seconds(3));
+  auto s = reg.snapshot(job, holder->model().get(), holder->name());
+  EXPECT_EQ(s.placement, "dltap");
+  EXPECT_DOUBLE_EQ(s.aggregation_degree, 1.0) << "one node: every byte stays there";
+  EXPECT_DOUBLE_EQ(s.seconds, 3.0);
+  EXPECT_EQ(s.epochs_done, 1u);
+  EXPECT_EQ(s.epoch_samples, std::vector<std::uint64_t>{1000});
+  EXPECT_TRUE(s.model_json.starts_with("{\"model\": \"all-here\", \"theta\": ")) << s.model_json;
+  EXPECT_NE(s.model_json.find("\"policy\": \"coach\""), std::string::npos) << s.model_json;
+  auto epochs = store->epochs(id);
+  ASSERT_TRUE(epochs);
+  ASSERT_EQ(epochs->size(), 1u);
+  EXPECT_DOUBLE_EQ((*epochs)[0].seconds, 2.0);
+}
+
+TEST_F(registry, cancel_and_running_job_say_why_not) {
+  nodes(1, 1);  // one CPU: no room for a worker and a shard
+  use("fifo");
+  auto reg = make();
+  EXPECT_EQ(reg.cancel(9).error().message, "no job 9");
+  EXPECT_EQ(reg.running_job(9).error().code, errc::not_found);
+  auto spec = parse_job_spec(spec_yaml("two", 5, "1", "1"), "j", "/");
+  auto rec = reg.admit(*spec, {"", "j", "/", 0, 0});
+  ASSERT_FALSE(rec) << "a worker and a shard need 2 CPUs";
+  nodes(1, 2);
+  const auto id = submit(reg, spec_yaml("two", 5, "1", "1"));
+  EXPECT_EQ(reg.running_job(id).error().message,
+            "job 1 is waiting for resources; it has no workers");
+  auto o = reg.decide(*holder, *exec, nullptr);
+  ASSERT_EQ(o.launches.size(), 1u);
+  reg.begin_run(*reg.find(id), o.launches[0].workers, o.launches[0].shards, false);
+  EXPECT_EQ(reg.running_job(id).error().message, "job 1 is still starting; try again in a moment");
+  reg.started(*reg.find(id));
+  EXPECT_TRUE(reg.running_job(id));
+  ASSERT_TRUE(reg.cancel(id));
+  reg.end(*reg.find(id), job_state::cancelled, coach::error{errc::cancelled, "cancelled"});
+  EXPECT_EQ(reg.cancel(id).error().message, "job 1 already cancelled");
+}
+
+}  // namespace
+}  // namespace coach::scheduler
