@@ -39,7 +39,7 @@ struct node_options {
   std::string name;                      ///< shown by `coach nodes`
   std::string address;                   ///< advertised data-path address
   std::uint32_t host = 0;                ///< node_host_id(address)
-  std::optional<std::uint32_t> cpus;     ///< --cpus: cap on advertised CPUs
+  std::optional<std::uint32_t> cpus;     ///< --cpus: the CPUs to advertise (may exceed the host's)
   std::optional<std::vector<int>> gpus;  ///< --gpus: the GPUs this node may use
   std::chrono::milliseconds heartbeat{1000};
   std::string proc_root = "/proc";  ///< for tests

@@ -32,7 +32,7 @@ struct node_heartbeat {
   std::string name;     ///< coach-node --name
   std::string address;  ///< its data-path socket, "tcp://IP:PORT"
   std::uint32_t host = 0;
-  scheduler::host_resources resources;  ///< measured, capped by --cpus/--gpus
+  scheduler::host_resources resources;  ///< measured, as --cpus/--gpus set them
   std::uint32_t actors_running = 0;     ///< shards and workers this node runs
   std::uint64_t sequence = 0;           ///< +1 per heartbeat of one node process
   std::int64_t unix_time_ms = 0;

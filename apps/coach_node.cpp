@@ -18,6 +18,7 @@
 #include <csignal>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "actors/cluster.hpp"
 #include "common/huge_pages.hpp"
@@ -56,7 +57,9 @@ int main(int argc, char** argv) {
   app.add_option("--name", name, "Name shown by `coach nodes` (default: the address)");
   app.add_option("--advertise", advertise,
                  "Address other nodes use to reach this one (default: --listen)");
-  app.add_option("--cpus", cpus, "Advertise at most this many CPUs");
+  app.add_option("--cpus", cpus,
+                 "CPUs to advertise (one per worker or shard; default: those the host has; more "
+                 "than it has oversubscribes it)");
   app.add_option("--store", store_path,
                  "With --scheduler: the job store, an SQLite file ('' = in memory only)")
       ->capture_default_str();
@@ -168,6 +171,11 @@ int main(int argc, char** argv) {
   no.address = address;
   no.host = host;
   if (cpus > 0) no.cpus = cpus;
+  if (const unsigned have = std::thread::hardware_concurrency(); cpus > have && have > 0)
+    std::fprintf(stderr,
+                 "coach-node: --cpus %u advertises more CPUs than this host has (%u): its parts "
+                 "will share them\n",
+                 cpus, have);
   no.gpus = gpus;
   no.heartbeat = std::chrono::milliseconds(long(heartbeat_s * 1000));
   auto agent = actors::spawn_node_agent(sys, *net, no);

@@ -413,7 +413,7 @@ result<host_resources> host_probe::sample() {
 host_resources apply_limits(host_resources measured, std::optional<std::uint32_t> cpus,
                             std::optional<std::vector<int>> gpus) {
   if (cpus) {
-    measured.cpus_total = std::min(measured.cpus_total, *cpus);
+    measured.cpus_total = *cpus;
     measured.cpus_free = std::min(measured.cpus_free, static_cast<double>(measured.cpus_total));
   }
   if (gpus) {

@@ -16,7 +16,7 @@
 //   - GPUs: a gpu_detector, by default `nvidia-smi` (detect_gpus). No nvidia-smi on PATH means no
 //     GPUs: empty lists, no error.
 //
-// Configuration caps what is advertised (`coach-node --cpus N --gpus LIST`): apply_limits.
+// Configuration sets what is advertised (`coach-node --cpus N --gpus LIST`): apply_limits.
 
 #include <chrono>
 #include <cstddef>
@@ -101,8 +101,10 @@ class host_probe {
   std::uint64_t previous_total_ = 0;  ///< jiffies, all CPUs together
 };
 
-/// Caps what is advertised by configuration (`coach-node --cpus N --gpus LIST`): cpus_total
-/// becomes min(measured, N) and cpus_free min(measured free, new total); the GPU lists keep only
+/// What is advertised by configuration (`coach-node --cpus N --gpus LIST`): cpus_total becomes
+/// N, below or above what was measured (the scheduler counts CPUs as slots, one per part, as
+/// Ray's --num-cpus does: more than the host has oversubscribes it on purpose, e.g. several
+/// emulated hosts on one machine), and cpus_free min(measured free, N); the GPU lists keep only
 /// the ids in LIST (so an id the host lacks is dropped: check_gpu_limit reports that). A limit
 /// that is nullopt leaves its resource as measured. Memory and load are unchanged.
 host_resources apply_limits(host_resources measured, std::optional<std::uint32_t> cpus,

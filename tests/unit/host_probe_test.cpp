@@ -478,15 +478,15 @@ TEST(apply_limits, no_limits_change_nothing) {
   EXPECT_EQ(r.memory_free, 400u);
 }
 
-TEST(apply_limits, caps_cpus_so_free_never_exceeds_total) {
+TEST(apply_limits, sets_the_cpus_advertised_and_free_never_exceeds_them) {
   auto r = apply_limits(measured_host(), 4u, std::nullopt);
   EXPECT_EQ(r.cpus_total, 4u);
   EXPECT_DOUBLE_EQ(r.cpus_free, 4.0);
   r = apply_limits(measured_host(), 8u, std::nullopt);
   EXPECT_EQ(r.cpus_total, 8u);
   EXPECT_DOUBLE_EQ(r.cpus_free, 6.5);
-  r = apply_limits(measured_host(), 64u, std::nullopt);  // a cap, never more than measured
-  EXPECT_EQ(r.cpus_total, 16u);
+  r = apply_limits(measured_host(), 64u, std::nullopt);  // more than measured: oversubscribed
+  EXPECT_EQ(r.cpus_total, 64u);
   EXPECT_DOUBLE_EQ(r.cpus_free, 6.5);
   r = apply_limits(measured_host(), 0u, std::nullopt);
   EXPECT_EQ(r.cpus_total, 0u);
