@@ -1,9 +1,9 @@
-// Placement on a live cluster: four coach-node processes on 127.0.0.1 (--cpus 4: at most 4 each,
-// the scheduler's default placement dltap). The same digits job, submitted with `placement: spread`
-// and with `placement: dltap`, trains to the same accuracy; `coach status --json` names the
-// placement, its aggregation degree, and the bytes the transports counted between hosts:
-// dltap's are at most 0.6 of spread's (a node holding the whole job runs it; on a 2-core
-// machine, where each node advertises 2 CPUs, it pairs each shard with a worker).
+// Placement on a live cluster: four coach-node processes on 127.0.0.1 (--cpus 2 each, so no node
+// holds the whole job; the scheduler's default placement dltap). The same digits job, submitted
+// with `placement: spread` and with `placement: dltap`, trains to the same accuracy; `coach
+// status --json` names the placement, its aggregation degree, and the bytes the transports
+// counted between hosts: dltap's are at most 0.6 of spread's (it pairs each shard with a worker,
+// where spread puts each part on its own node).
 #include <gtest/gtest.h>
 
 #include "tests/integration/process_harness.hpp"
@@ -27,11 +27,11 @@ class placement_cluster : public ::testing::Test {
   static void SetUpTestSuite() {
     sched_addr_ = free_address();
     nodes_.push_back(start_node({"--listen", sched_addr_, "--scheduler", "--store", "", "--name",
-                                 "node-a", "--heartbeat", "0.25", "--cpus", "4"},
+                                 "node-a", "--heartbeat", "0.25", "--cpus", "2"},
                                 "node-a", "placement-node-a"));
     for (const char* name : {"node-b", "node-c", "node-d"})
       nodes_.push_back(start_node({"--listen", free_address(), "--join", sched_addr_, "--name",
-                                   name, "--heartbeat", "0.25", "--cpus", "4"},
+                                   name, "--heartbeat", "0.25", "--cpus", "2"},
                                   name, std::string("placement-") + name));
     await_nodes_alive(sched_addr_, 4);
   }
