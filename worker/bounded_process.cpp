@@ -1,0 +1,262 @@
+// worker/bounded_process.cpp: a child process under a deadline and a memory cap
+// (bounded_process.hpp).
+#include "worker/bounded_process.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace coach::worker {
+namespace {
+
+/// This process's cgroup v2 directory under `root` ("" when it has none: a v1-only host).
+std::string own_cgroup(const std::string& root) {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.starts_with("0::")) return root + line.substr(3);
+  return {};
+}
+
+bool has_word(const std::string& path, std::string_view word) {
+  std::ifstream in(path);
+  std::string w;
+  while (in >> w)
+    if (w == word) return true;
+  return false;
+}
+
+bool write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  out.flush();
+  return bool(out);
+}
+
+/// A counter in a flat-keyed cgroup file ("oom_kill 1").
+std::uint64_t keyed(const std::string& path, std::string_view key) {
+  std::ifstream in(path);
+  std::string k;
+  std::uint64_t v = 0;
+  while (in >> k >> v)
+    if (k == key) return v;
+  return 0;
+}
+
+std::atomic<std::uint64_t> next_cgroup{0};
+
+// Through syscall(): Debian 12's glibc (2.36) declares pidfd_open in <sys/pidfd.h> without C
+// linkage, so C++ cannot link the wrappers.
+int open_pidfd(pid_t pid) {
+  return int(::syscall(SYS_pidfd_open, pid, 0));
+}
+int signal_pidfd(int fd, int sig) {
+  return int(::syscall(SYS_pidfd_send_signal, fd, sig, nullptr, 0));
+}
+
+}  // namespace
+
+std::string_view to_string(process_end e) noexcept {
+  switch (e) {
+    case process_end::completed:
+      return "completed";
+    case process_end::failed:
+      return "failed";
+    case process_end::timed_out:
+      return "timed out";
+    case process_end::out_of_memory:
+      return "out of memory";
+    case process_end::killed:
+      return "killed";
+  }
+  return "?";
+}
+
+std::string_view to_string(memory_enforcement m) noexcept {
+  return m == memory_enforcement::cgroup ? "cgroup" : "rlimit";
+}
+
+memory_enforcement detect_memory_enforcement(const std::string& cgroup_root) {
+  const auto dir = own_cgroup(cgroup_root);
+  if (dir.empty() || !has_word(dir + "/cgroup.controllers", "memory"))
+    return memory_enforcement::rlimit;
+  // A child cgroup gets the memory controller only if this one hands it down, which a cgroup
+  // with processes of its own cannot do (the "no internal processes" rule): try it.
+  const auto probe = dir + "/coach-probe-" + std::to_string(::getpid());
+  if (::mkdir(probe.c_str(), 0755) != 0 && errno != EEXIST) return memory_enforcement::rlimit;
+  const bool ok = has_word(probe + "/cgroup.controllers", "memory") ||
+                  (write_file(dir + "/cgroup.subtree_control", "+memory") &&
+                   has_word(probe + "/cgroup.controllers", "memory"));
+  ::rmdir(probe.c_str());
+  return ok ? memory_enforcement::cgroup : memory_enforcement::rlimit;
+}
+
+result<bounded_process> bounded_process::start(const std::vector<std::string>& argv,
+                                               const process_limits& limits,
+                                               memory_enforcement how) {
+  if (argv.empty()) return fail(errc::invalid_argument, "a bounded process needs a program");
+  bounded_process p;
+  p.limits_ = limits;
+  p.how_ = how;
+  int procs_fd = -1;
+  if (how == memory_enforcement::cgroup) {
+    p.cgroup_ = own_cgroup("/sys/fs/cgroup") + "/coach-" + std::to_string(::getpid()) + "-" +
+                std::to_string(next_cgroup++);
+    if (::mkdir(p.cgroup_.c_str(), 0755) != 0)
+      return fail(errc::io_error, "cannot make cgroup '{}': {}", p.cgroup_, std::strerror(errno));
+    if (limits.memory_bytes > 0 &&
+        (!write_file(p.cgroup_ + "/memory.max", std::to_string(limits.memory_bytes)) ||
+         !write_file(p.cgroup_ + "/memory.swap.max", "0"))) {
+      ::rmdir(p.cgroup_.c_str());
+      return fail(errc::io_error, "cannot set memory.max in cgroup '{}'", p.cgroup_);
+    }
+    procs_fd = ::open((p.cgroup_ + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+    if (procs_fd < 0) {
+      ::rmdir(p.cgroup_.c_str());
+      return fail(errc::io_error, "cannot open '{}/cgroup.procs': {}", p.cgroup_,
+                  std::strerror(errno));
+    }
+  }
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  // The child reports a failed exec through this pipe (closed on a successful exec).
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return fail(errc::io_error, "pipe: {}", std::strerror(errno));
+  p.started_ = std::chrono::steady_clock::now();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int e = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    if (procs_fd >= 0) ::close(procs_fd);
+    return fail(errc::io_error, "fork: {}", std::strerror(e));
+  }
+  if (pid == 0) {  // the child: async-signal-safe calls only
+    ::close(fds[0]);
+    int e = 0;
+    if (procs_fd >= 0 && ::write(procs_fd, "0", 1) != 1) e = errno;
+    if (e == 0 && how == memory_enforcement::rlimit && limits.memory_bytes > 0) {
+      const rlimit r{limits.memory_bytes, limits.memory_bytes};
+      if (::setrlimit(RLIMIT_DATA, &r) != 0) e = errno;
+    }
+    if (e == 0) {
+      ::execv(args[0], args.data());
+      e = errno;
+    }
+    [[maybe_unused]] auto n = ::write(fds[1], &e, sizeof e);
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  if (procs_fd >= 0) ::close(procs_fd);
+  p.pid_ = pid;
+  int child_errno = 0;
+  const auto n = ::read(fds[0], &child_errno, sizeof child_errno);
+  ::close(fds[0]);
+  if (n == sizeof child_errno) {
+    ::waitpid(pid, nullptr, 0);
+    p.reaped_ = true;
+    return fail(errc::io_error, "cannot run '{}': {}", argv[0], std::strerror(child_errno));
+  }
+  p.pidfd_ = open_pidfd(pid);
+  if (p.pidfd_ < 0) {
+    const int e = errno;
+    p.kill();
+    return fail(errc::io_error, "pidfd_open: {}", std::strerror(e));
+  }
+  return p;
+}
+
+bounded_process::bounded_process(bounded_process&& o) noexcept
+    : pid_(o.pid_),
+      pidfd_(o.pidfd_),
+      cgroup_(std::move(o.cgroup_)),
+      limits_(o.limits_),
+      how_(o.how_),
+      started_(o.started_),
+      reaped_(o.reaped_) {
+  o.pid_ = -1;
+  o.pidfd_ = -1;
+  o.cgroup_.clear();
+  o.reaped_ = true;
+}
+
+bounded_process::~bounded_process() {
+  if (pid_ > 0 && !reaped_) {
+    kill();
+    ::waitpid(pid_, nullptr, 0);
+  }
+  if (pidfd_ >= 0) ::close(pidfd_);
+  if (!cgroup_.empty()) ::rmdir(cgroup_.c_str());
+}
+
+void bounded_process::kill() noexcept {
+  if (pid_ <= 0 || reaped_) return;
+  if (pidfd_ >= 0)
+    signal_pidfd(pidfd_, SIGKILL);
+  else
+    ::kill(pid_, SIGKILL);
+}
+
+result<process_result> bounded_process::wait() {
+  if (pid_ <= 0 || reaped_) return fail(errc::invalid_argument, "no child to wait for");
+  process_result out;
+  out.enforcement = how_;
+  bool timed_out = false;
+  const auto deadline = started_ + limits_.deadline;
+  for (;;) {
+    int timeout = -1;
+    if (limits_.deadline.count() > 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      timeout = int(std::max<std::int64_t>(0, left.count()));
+    }
+    pollfd pfd{pidfd_, POLLIN, 0};
+    const int r = ::poll(&pfd, 1, timeout);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return fail(errc::io_error, "poll: {}", std::strerror(errno));
+    if (r == 0) {  // the deadline passed
+      timed_out = true;
+      kill();
+    }
+    break;
+  }
+  int status = 0;
+  rusage usage{};
+  while (::wait4(pid_, &status, 0, &usage) < 0)
+    if (errno != EINTR) return fail(errc::io_error, "wait4: {}", std::strerror(errno));
+  reaped_ = true;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  out.peak_memory_bytes = std::uint64_t(usage.ru_maxrss) * 1024;  // KiB on Linux
+  bool oom_killed = false;
+  if (!cgroup_.empty()) {
+    std::ifstream peak(cgroup_ + "/memory.peak");
+    if (std::uint64_t v = 0; peak >> v) out.peak_memory_bytes = v;
+    oom_killed = keyed(cgroup_ + "/memory.events", "oom_kill") > 0;
+  }
+  if (WIFEXITED(status)) {
+    out.exit_code = WEXITSTATUS(status);
+    out.end = out.exit_code == 0                    ? process_end::completed
+              : out.exit_code == exit_out_of_memory ? process_end::out_of_memory
+                                                    : process_end::failed;
+  } else if (WIFSIGNALED(status)) {
+    out.signal = WTERMSIG(status);
+    out.end = timed_out    ? process_end::timed_out
+              : oom_killed ? process_end::out_of_memory
+                           : process_end::killed;
+  }
+  return out;
+}
+
+}  // namespace coach::worker
