@@ -79,6 +79,10 @@ struct frame {
   std::shared_ptr<const void> owner;
   const std::byte* data = nullptr;
   std::size_t bytes = 0;
+  /// The bytes are this frame's alone (a frame received from another process, in memory the
+  /// transport allocated for it): while `owner` is held nowhere else, a receiver may keep them
+  /// as its own storage and write them (actors/elastic_messages.hpp, read_transfer).
+  bool exclusive = false;
 
   template <class T>
   static frame of(std::shared_ptr<const void> owner, const T* p, std::size_t count) {

@@ -196,8 +196,9 @@ struct shard_state {
     releases.push_back(std::move(*o));
   }
 
-  void on_transfer(const wire_message& m) {
-    auto t = read_transfer(m, ctx->spec.optimizer.state_per_param());
+  void on_transfer(wire_message& m) {
+    // Taken without a copy where it arrived from another process (an empty shard adopts it).
+    auto t = read_transfer(std::move(m), ctx->spec.optimizer.state_per_param());
     if (!t) return report(t.error());
     adoptions.push_back(std::move(*t));
   }

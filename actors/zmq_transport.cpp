@@ -398,7 +398,7 @@ class zmq_transport_impl final : public zmq_transport {
       auto owner = std::make_shared<zmq::message_t>(std::move(parts[i]));
       bytes += owner->size();
       msg.frames.push_back(
-          frame{owner, static_cast<const std::byte*>(owner->data()), owner->size()});
+          frame{owner, static_cast<const std::byte*>(owner->data()), owner->size(), true});
     }
     auto route = msg.hdr.dst.host == opt_.host ? routes_.find_route(msg.hdr.dst)
                                                : detail::route_table::route{};

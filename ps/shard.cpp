@@ -185,10 +185,8 @@ result<slice_transfer> shard::release(const std::vector<key_range>& ranges, std:
     // (the step's last answers are still being sent) they are shared: nobody writes them again.
     for (const auto& p : go) t.ranges.push_back(p.range);
     t.ranges = merged(t.ranges);
-    if (values_.use_count() == 1)
-      t.values = values_->take();
-    else
-      t.shared_values = values_;
+    t.buffer_shared = values_.use_count() > 1;
+    t.buffer = std::move(values_);
     t.state_a = std::move(state_a_);
     t.state_b = std::move(state_b_);
     relayout({}, {}, {}, {});
@@ -221,14 +219,15 @@ result<void> shard::adopt(slice_transfer&& t) {
   for (const auto& r : t.ranges) n += r.size();
   const std::size_t per = opt_.state_per_param();
   const auto sorted = merged(t.ranges);
-  if (t.shared_values || t.values.size() != n || t.state_a.size() != (per >= 1 ? n : 0) ||
+  if (t.buffer_shared || t.values_span().size() != n || t.state_a.size() != (per >= 1 ? n : 0) ||
       t.state_b.size() != (per >= 2 ? n : 0) || sorted != t.ranges)
     return adopt(std::as_const(t));  // copies shared values; a refusal says what is wrong
   applied_ = t.version;
   updates_ = t.updates;
   if (auto it = schedule_.upper_bound(applied_); it != schedule_.begin())
     members_ = std::prev(it)->second;
-  relayout(sorted, std::move(t.values), std::move(t.state_a), std::move(t.state_b));
+  relayout(sorted, std::move(t.values), std::move(t.state_a), std::move(t.state_b),
+           std::move(t.buffer));
   return {};
 }
 
@@ -286,7 +285,7 @@ result<void> shard::adopt(const slice_transfer& t) {
 }
 
 void shard::relayout(std::vector<key_range> ranges, std::vector<float> values, std::vector<float> a,
-                     std::vector<float> b) {
+                     std::vector<float> b, std::shared_ptr<float_buffer> buffer) {
   ranges_ = std::move(ranges);
   offsets_.clear();
   std::size_t total = 0;
@@ -294,11 +293,13 @@ void shard::relayout(std::vector<key_range> ranges, std::vector<float> values, s
     offsets_.push_back(total);
     total += r.size();
   }
-  COACH_ENFORCE(values.size() == total, "relayout: values do not match the ranges");
+  COACH_ENFORCE((buffer ? buffer->size() : values.size()) == total,
+                "relayout: values do not match the ranges");
   // A fresh pool: readers of the old values keep their buffer (its pool lives on with it). The
-  // values become its first buffer without a copy.
+  // values become the shard's buffer without a copy: the given buffer as it is (it goes back
+  // where it came from when the shard lets it go), else the vector as the pool's first buffer.
   pool_ = std::make_unique<buffer_pool>(total);
-  values_ = pool_->adopt(std::move(values));
+  values_ = buffer ? std::move(buffer) : pool_->adopt(std::move(values));
   const std::size_t per = opt_.state_per_param();
   state_a_ = per >= 1 ? std::move(a) : std::vector<float>{};
   state_b_ = per >= 2 ? std::move(b) : std::vector<float>{};

@@ -137,7 +137,8 @@ class shard {
   /// them to equal its own. Errors: protocol_error on a version mismatch, overlapping ranges,
   /// or sizes that disagree with the ranges.
   result<void> adopt(const slice_transfer& t);
-  /// The same; a shard that owns nothing takes the transfer's storage without copying it.
+  /// The same; a shard that owns nothing takes the transfer's storage without copying it (its
+  /// values vector, or its buffer unless others still read that: then the values are copied).
   result<void> adopt(slice_transfer&& t);
   /// Steps applied with samples (Adam's t).
   std::int64_t updates() const noexcept { return updates_; }
@@ -171,9 +172,10 @@ class shard {
   std::vector<float> state_b_;                  ///< Adam v
   std::vector<float> acc_;                      ///< gradient sum of one piece
   std::vector<const contribution*> with_data_;  ///< of the step being applied, in rank order
-  /// Replaces the owned ranges and their values and state (migration).
+  /// Replaces the owned ranges and their values and state (migration): the values are
+  /// `buffer` when given (taken as it is), else `values`.
   void relayout(std::vector<key_range> ranges, std::vector<float> values, std::vector<float> a,
-                std::vector<float> b);
+                std::vector<float> b, std::shared_ptr<float_buffer> buffer = nullptr);
   /// Completes the open step if every expected member has pushed; true if it did.
   bool maybe_apply(const piece_callback& on_piece);
   /// Takes the held pushes whose configuration is known now, in step then rank order.

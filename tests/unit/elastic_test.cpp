@@ -568,15 +568,16 @@ TEST(shard_elastic, a_whole_shard_moves_without_copying_its_values) {
   const float* storage = a.values().data();
   auto t = a.release({{4, 8}, {0, 2}}, 1);
   ASSERT_TRUE(t) << t.error().message;
-  EXPECT_EQ(t->values.data(), storage) << "released by moving, not copying";
+  EXPECT_EQ(t->values_span().data(), storage) << "released by moving, not copying";
+  EXPECT_FALSE(t->buffer_shared);
   EXPECT_EQ(t->ranges, (std::vector<key_range>{{0, 2}, {4, 8}}));
-  EXPECT_EQ(t->values, init);
+  EXPECT_EQ(std::vector<float>(t->values_span().begin(), t->values_span().end()), init);
   EXPECT_EQ(t->state_a, std::vector<float>(6, 0.0f));
   EXPECT_TRUE(a.ranges().empty());
   EXPECT_TRUE(a.values().empty());
 
   shard b(1, opt, *be, {}, {});
-  const float* moved = t->values.data();
+  const float* moved = t->values_span().data();
   ASSERT_TRUE(b.adopt(std::move(*t)));
   EXPECT_EQ(b.values().data(), moved) << "adopted by moving, not copying";
   EXPECT_EQ(b.ranges(), (std::vector<key_range>{{0, 2}, {4, 8}}));
@@ -599,7 +600,7 @@ TEST(shard_elastic, a_whole_shard_moves_without_copying_its_values) {
   auto reader = d.share_values();
   auto shared = d.release({{0, 2}}, 3);
   ASSERT_TRUE(shared);
-  EXPECT_TRUE(shared->values.empty());
+  EXPECT_TRUE(shared->buffer_shared);
   EXPECT_EQ(shared->values_span().data(), reader->data());
   shard e(3, opt, *be, {}, {});
   ASSERT_TRUE(e.adopt(std::move(*shared)));
