@@ -812,8 +812,11 @@ struct scheduler_state {
       return caf::actor{};
     };
     hooks.add_shard = [me, id, gen](std::uint32_t k, const ps::job_config& c,
-                                    const std::string& node) -> result<caf::actor> {
-      caf::anon_send(me, add_part_atom::value, id, gen, to_added_part(false, k, c, 0), node);
+                                    const std::string& node,
+                                    std::uint64_t expect_keys) -> result<caf::actor> {
+      auto part = to_added_part(false, k, c, 0);
+      part.expect_keys = expect_keys;
+      caf::anon_send(me, add_part_atom::value, id, gen, std::move(part), node);
       return caf::actor{};
     };
     hooks.changed = [me, id, gen](const std::vector<std::uint32_t>& members,
@@ -867,7 +870,7 @@ struct scheduler_state {
 
   static added_part to_added_part(bool worker, std::uint32_t id, const ps::job_config& c,
                                   std::int64_t first_step) {
-    return {worker, id, first_step, c.version, c.from_step, c.members, c.map.owners()};
+    return {worker, id, first_step, c.version, c.from_step, c.members, c.map.owners(), 0};
   }
 
   /// Hosts of the job that run (or ran) a part of it and have not been lost.
@@ -1094,6 +1097,7 @@ struct scheduler_state {
     st.samples_per_second = p.samples_per_s;
     st.workers = p.workers;
     st.shards = p.shards;
+    st.changes_done = p.changes_done;
   }
 
   /// An epoch ended: into the status, the store and the performance model (predicted first,

@@ -47,6 +47,9 @@ struct added_part {
   std::int64_t from_step = 0;          ///< owner of each slice (the map itself is rebuilt by the
   std::vector<std::uint32_t> members;  ///< receiver, which knows the job's size)
   std::vector<std::uint32_t> slice_owners;
+  /// A shard: the keys it will adopt soon (a migration prepared ahead); its node warms the
+  /// memory for them before it answers (common/huge_pages.hpp, warm_memory). 0: none.
+  std::uint64_t expect_keys = 0;
   friend bool operator==(const added_part&, const added_part&) = default;
 };
 
@@ -127,6 +130,9 @@ struct job_status {
   /// cluster scheduler"); empty when the scheduler sent none.
   std::string model_json;
   std::uint32_t resumes = 0;  ///< times the job restarted from its checkpoint
+  /// Changes of workers or shards in effect so far (their first step applied), as of the last
+  /// progress report.
+  std::uint32_t changes_done = 0;
 };
 
 /// What `coach nodes` shows of one node.

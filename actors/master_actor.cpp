@@ -60,6 +60,10 @@ struct change_request {
   scheduler::schedule_action action;
   std::string node;                                 ///< empty: where the hooks decide
   std::optional<clock_type::time_point> requested;  ///< empty: when its step comes (schedule)
+  /// A migration asked for while the job runs: its new shard, started (and its node's memory
+  /// warmed) before the change is queued for a step boundary, and when it was ready.
+  std::optional<std::uint32_t> shard;
+  std::optional<clock_type::time_point> prepared;
 };
 
 /// A completed step: all its reports are in (its update is applied on every shard).
@@ -110,7 +114,10 @@ struct master_state {
   elastic_hooks hooks;  ///< starts new workers and shards
   /// Links this master to a part it added, so the job's parts stop together.
   std::function<void(const caf::actor&)> link;
-  std::deque<change_request> actions;      ///< by step: the changes not yet begun
+  std::deque<change_request> actions;  ///< by step: the changes not yet begun
+  /// Migrations whose new shard (the key) is starting elsewhere; each is queued for the next
+  /// step boundary once its shard is ready (docs/design.md "Elastic jobs").
+  std::map<std::uint32_t, change_request> preparing;
   std::optional<ps::job_config> next_cfg;  ///< a change waiting for its parts and transfers
   /// Parts of that change starting elsewhere (ready_atom awaited), and the migrate orders sent
   /// once they are up (a transfer to a shard that does not exist yet would be lost).
@@ -174,7 +181,7 @@ struct master_state {
         return std::nullopt;
       }
       const std::uint32_t k = next_shard++;
-      auto ok = hooks.add_shard(k, cfg, req.node);
+      auto ok = hooks.add_shard(k, cfg, req.node, 0);
       if (!ok) {
         std::fprintf(stderr, "coach: job master: cannot add shard %u: %s\n", k,
                      ok.error().message.c_str());
@@ -238,7 +245,10 @@ struct master_state {
                        a.value);
           return true;
         }
-        if (auto k = add_shard()) move(plan.plan_migrate(a.value, *k));
+        if (req.shard)  // started ahead
+          move(plan.plan_migrate(a.value, *req.shard));
+        else if (auto k = add_shard())
+          move(plan.plan_migrate(a.value, *k));
         break;
       }
     }
@@ -293,6 +303,18 @@ struct master_state {
 
   /// A part started elsewhere is up (or could not start: `why` says why).
   void on_ready(bool worker, std::uint32_t id, const std::string& why) {
+    if (auto it = preparing.find(id); !worker && it != preparing.end()) {
+      auto c = std::move(it->second);
+      preparing.erase(it);
+      if (!why.empty()) {
+        std::fprintf(stderr, "coach: job %llu: cannot add shard %u: %s; the migration is dropped\n",
+                     static_cast<unsigned long long>(ctx->job), id, why.c_str());
+        return;
+      }
+      c.prepared = clock_type::now();
+      request_change(std::move(c));
+      return;
+    }
     if (parts_awaited == 0 || !next_cfg) {
       std::fprintf(stderr, "coach: job master: unexpected news of %s %u\n",
                    worker ? "worker" : "shard", id);
@@ -336,7 +358,7 @@ struct master_state {
   std::string request_change(change_request c) {
     if (done || cancelled) return "the job is ending";
     c.action.at_step = open_step + 1;
-    c.requested = clock_type::now();
+    if (!c.requested) c.requested = clock_type::now();
     auto at = std::upper_bound(
         actions.begin(), actions.end(), c.action.at_step,
         [](std::int64_t s, const change_request& x) { return s < x.action.at_step; });
@@ -377,12 +399,31 @@ struct master_state {
       for (auto k : live) names += (names.empty() ? "" : ", ") + std::to_string(k);
       return coach::format("shard {} owns no slices (live shards: {})", shard, names);
     }
-    return request_change({{0, kind::migrate, shard}, node});
+    if (done || cancelled) return "the job is ending";
+    // The new shard starts now, while the job trains: its node warms the memory the slices will
+    // arrive in (a first write to memory the host has dropped runs at ~0.1 GB/s here, seconds for
+    // a large shard, docs/performance.md "rescale_bench"), and the change takes the first step
+    // boundary after that, so the pause is the transfer alone.
+    change_request c{{0, kind::migrate, shard}, node, clock_type::now(), std::nullopt, {}};
+    const auto& map = next_cfg ? next_cfg->map : cfg.map;
+    std::uint64_t keys = 0;
+    for (const auto& r : map.ranges_of(shard)) keys += r.size();
+    const std::uint32_t k = next_shard++;
+    auto ok = hooks.add_shard(k, cfg, node, keys);
+    if (!ok) return coach::format("cannot add shard {}: {}", k, ok.error().message);
+    c.shard = k;
+    if (!*ok) {  // starting on another node: queued once it is ready (on_ready)
+      preparing.emplace(k, std::move(c));
+      return {};
+    }
+    link(*ok);
+    c.prepared = clock_type::now();
+    return request_change(std::move(c));
   }
 
   /// Tells hooks.changed which workers and shards hold a part of the job now: those of the
   /// current configuration and, while a change waits for its transfers, of the next one (its
-  /// new parts are placed already).
+  /// new parts are placed already), and the new shards of migrations started ahead.
   void report_layout() {
     if (!hooks.changed) return;
     auto members = cfg.members;
@@ -394,6 +435,9 @@ struct master_state {
       for (std::uint32_t k = 0; k < n.size(); ++k)
         if (n[k] > 0 && std::ranges::find(live, k) == live.end()) live.push_back(k);
     }
+    for (const auto& [k, c] : preparing) live.push_back(k);
+    for (const auto& c : actions)
+      if (c.shard && std::ranges::find(live, *c.shard) == live.end()) live.push_back(*c.shard);
     hooks.changed(members, live);
   }
 
@@ -421,6 +465,7 @@ struct master_state {
                                a.value);
     if (!req.node.empty()) t.rep.what += " to " + req.node;
     t.rep.step = s;
+    if (req.prepared) t.rep.prepare_ms = ms_between(t.requested, *req.prepared);
     // Before: the steps completed before the request (not those waiting at its boundary).
     std::vector<double> gaps;
     std::uint64_t samples = 0;
@@ -584,7 +629,7 @@ struct master_state {
 
   /// Opens step s if it can: false when the epoch's last chunks are still being processed.
   bool open(std::int64_t s) {
-    if (next_cfg) return false;  // a change waits for its transfers
+    if (next_cfg) return false;  // a change waits for its new parts and transfers
     if (!cancelled && !actions.empty() && actions.front().action.at_step <= s) {
       const auto a = actions.front();
       actions.pop_front();
@@ -712,6 +757,8 @@ struct master_state {
     p.samples_per_s = p.seconds > 0 ? double(e.samples) / p.seconds : 0.0;
     p.workers = std::uint32_t(cfg.members.size());
     p.shards = std::uint32_t(live_shards().size());
+    p.changes_done = std::uint32_t(
+        std::ranges::count_if(timings, [](const change_timing& t) { return t.boundary_done; }));
     caf::anon_send(observer, progress_atom::value, p);
   }
 

@@ -80,7 +80,7 @@ std::string to_json(const actors::job_status& s) {
   out += coach::format("\"changes\": [{}], ", changes);
   out += coach::format("\"seconds\": {}, \"error\": {}, \"error_code\": {}, ",
                        json_number(s.seconds), json_string(s.error), s.error_code);
-  out += coach::format("\"resumes\": {}, ", s.resumes);
+  out += coach::format("\"resumes\": {}, \"changes_done\": {}, ", s.resumes, s.changes_done);
   // The scheduler's JSON as it is (it sends it for one job's status).
   if (!s.model_json.empty()) out += coach::format("\"model\": {}, ", s.model_json);
   out += coach::format("\"cross_host_bytes\": {}, \"traffic\": [", cross_host_bytes(s));

@@ -3,11 +3,13 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace coach {
 namespace {
@@ -39,16 +41,26 @@ bool keep_freed_memory() noexcept {
   return ok;
 }
 
-std::size_t warm_memory(std::size_t bytes) noexcept {
-  if (bytes == 0 || !g_keeping) return 0;
-  auto* p = static_cast<volatile char*>(std::malloc(bytes));
-  if (!p) return 0;
-  // A write, not a read: a read maps the shared zero page and leaves the real fault for later.
+std::size_t warm_memory(std::span<const std::size_t> blocks) noexcept {
+  if (!g_keeping) return 0;
+  std::vector<void*> held;
+  held.reserve(blocks.size());
+  std::size_t bytes = 0;
   const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE));
-  for (std::size_t i = 0; i < bytes; i += page) p[i] = 0;
-  p[bytes - 1] = 0;
-  std::free(const_cast<char*>(p));
-  return bytes;
+  for (const auto n : blocks) {
+    if (n == 0) continue;
+    auto* p = static_cast<volatile char*>(std::malloc(n));
+    if (!p) break;
+    held.push_back(const_cast<char*>(p));
+    // A write, not a read: a read maps the shared zero page and leaves the real fault for later.
+    for (std::size_t i = 0; i < n; i += page) p[i] = 0;
+    p[n - 1] = 0;
+    bytes += n;
+  }
+  const bool all = held.size() == std::size_t(std::count_if(blocks.begin(), blocks.end(),
+                                                            [](auto n) { return n > 0; }));
+  for (auto* p : held) std::free(p);
+  return all ? bytes : 0;
 }
 
 }  // namespace coach

@@ -18,6 +18,7 @@
 // while the job still trains, so that the transfer lands in pages that are already mapped.
 
 #include <cstddef>
+#include <span>
 
 namespace coach {
 
@@ -33,12 +34,15 @@ void use_huge_pages(char** argv) noexcept;
 /// (a thread takes its arena at its first allocation). Returns whether the policy is in force.
 bool keep_freed_memory() noexcept;
 
-/// Touches `bytes` of memory (one write per page) and frees it again, so that the next
-/// allocations of up to that much in total (ZeroMQ's receive buffers included) reuse pages that
-/// are already mapped. Thread-safe; takes as long as faulting the pages in (seconds per GiB for
-/// memory the host has dropped): call it off the critical path. Returns the bytes touched: 0
-/// when keep_freed_memory() is not in force (freed memory would go back to the kernel) or the
-/// allocation fails.
-std::size_t warm_memory(std::size_t bytes) noexcept;
+/// Allocates a block of each size in `blocks` (all at once), touches them (one write per page)
+/// and frees them again, so that the next allocations of those sizes (ZeroMQ's receive buffers
+/// included) reuse pages that are already mapped. A block per expected allocation, not one of
+/// their sum: a large allocation needs that much contiguous free memory, and the free memory of
+/// a heap that served other buffers before is in pieces; where a free piece of a block's size
+/// exists it is reused, and touching it costs no fault. Thread-safe; takes as long as faulting the
+/// new pages in (seconds per GiB for memory the host has dropped): call it off the critical
+/// path. Returns the bytes touched: 0 when keep_freed_memory() is not in force (freed memory
+/// would go back to the kernel) or an allocation fails.
+std::size_t warm_memory(std::span<const std::size_t> blocks) noexcept;
 
 }  // namespace coach

@@ -78,6 +78,7 @@ struct JobStatus {
   changes @19 :List(ChangeReport);  # the job's changes of workers or shards (once it ended)
   model @20 :Text;             # the performance model's view of the job: one JSON object
   resumes @21 :UInt32;         # times the job restarted from its checkpoint
+  changesDone @22 :UInt32;     # changes of workers or shards in effect so far (last progress)
 }
 
 # One change of a running job, timed by its master (scheduler::change_report); -1 = n/a.
@@ -92,6 +93,7 @@ struct ChangeReport {
   pauseMs @7 :Float64;         # gapMs - stepMs, at least 0
   samplesPerSecondBefore @8 :Float64;
   samplesPerSecondAfter @9 :Float64;
+  prepareMs @10 :Float64;      # request -> a migration's new shard placed and its memory warmed
 }
 
 struct StatusReply {
