@@ -163,9 +163,9 @@ struct master_state {
     return m;
   }
 
-  /// Starts the change `a` at step s: new parts, slices to move. True when it is done at once
-  /// (nothing to start elsewhere or transfer); otherwise step s waits for the new parts and the
-  /// transfers' acknowledgements.
+  /// Starts the change `a` at step s: new parts, slices to move. True when step s can open now
+  /// (nothing to start elsewhere: the new configuration is published with the migrate orders,
+  /// and the transfers go on under step s); otherwise step s waits for the new parts.
   bool begin_change(std::int64_t s, const change_request& req) {
     const auto& a = req.action;
     start_timing(s, req);
@@ -288,15 +288,20 @@ struct master_state {
     return send_orders();
   }
 
-  /// The change's parts are up: sends its migrate orders. True when it is done at once.
+  /// The change's parts are up: sends its migrate orders, then publishes the configuration at
+  /// once: the workers go on with the step while the slices travel (a shard holds the step's
+  /// pushes until it owns what the configuration gives it; ps::shard::owns_assigned), so the
+  /// pause is what is left of the transfer when the workers' pushes arrive. The next change
+  /// begins once every transfer is acknowledged. Returns true (step s can open).
   bool send_orders() {
     if (!orders_waiting.empty() && !timings.empty()) timings.back().orders_sent = clock_type::now();
+    // Before the configuration, from this same sender: a source has its order when the
+    // configuration that takes its slices away arrives.
     for (auto& [src, o] : orders_waiting) {
       ctx->net->send(make_migrate(ctx->master, src, ctx->job, o));
       ++acks_awaited;
     }
     orders_waiting.clear();
-    if (acks_awaited > 0) return false;
     publish();
     return true;
   }
@@ -338,8 +343,8 @@ struct master_state {
                    static_cast<long long>(next_cfg->from_step));
       orders_waiting.clear();
       next_cfg.reset();
-    } else if (!send_orders()) {
-      return;  // transfers under way
+    } else {
+      send_orders();  // the step opens now; the transfers go on under it
     }
     regrant_parked();
   }
@@ -446,8 +451,6 @@ struct master_state {
   void publish() {
     cfg = std::move(*next_cfg);
     next_cfg.reset();
-    if (!timings.empty() && timings.back().orders_sent)
-      timings.back().rep.transfer_ms = ms_between(*timings.back().orders_sent, clock_type::now());
     send_config();
     report_layout();
   }
@@ -531,14 +534,15 @@ struct master_state {
 
   void on_ack(const wire_message& m) {
     auto a = read_transfer_ack(m);
-    if (!a || acks_awaited == 0 || !next_cfg) {
+    if (!a || acks_awaited == 0) {
       std::fprintf(stderr, "coach: job master: unexpected transfer_ack from %llu\n",
                    static_cast<unsigned long long>(m.hdr.src.id));
       return;
     }
     if (--acks_awaited > 0) return;
-    publish();
-    regrant_parked();
+    if (!timings.empty() && timings.back().orders_sent)
+      timings.back().rep.transfer_ms = ms_between(*timings.back().orders_sent, clock_type::now());
+    regrant_parked();  // a change that waited for these transfers may begin
   }
 
   /// Workers that died leave the job (docs/design.md "Elastic jobs"): every step from the
@@ -629,8 +633,11 @@ struct master_state {
 
   /// Opens step s if it can: false when the epoch's last chunks are still being processed.
   bool open(std::int64_t s) {
-    if (next_cfg) return false;  // a change waits for its new parts and transfers
-    if (!cancelled && !actions.empty() && actions.front().action.at_step <= s) {
+    if (next_cfg) return false;  // a change waits for its new parts
+    // A change begins once the transfers of the one before are in; until then the steps go on
+    // without it.
+    if (!cancelled && !actions.empty() && actions.front().action.at_step <= s &&
+        acks_awaited == 0) {
       const auto a = actions.front();
       actions.pop_front();
       if (!begin_change(s, a)) return false;

@@ -110,6 +110,9 @@ struct shard_state {
   void serve(std::int64_t v) {
     auto it = waiting.find(v);
     if (it == waiting.end()) return;
+    // Between a boundary and the transfer (or release) it asks of this shard, what it owns is
+    // not what the configuration says: wait for that (run_moves serves then).
+    if (!core->owns_assigned(v)) return;
     // Shared, not copied: the shard copies on write if a reader still holds it (ps/shard.hpp).
     auto values = core->share_values();
     std::shared_ptr<const void> owner = values;
@@ -205,12 +208,18 @@ struct shard_state {
 
   /// Hands over and takes slices whose version has come (docs/design.md "Elastic jobs"). A
   /// release waits until the step before the boundary is applied; an adoption until this shard
-  /// is at the transfer's version, or at once when it owns nothing.
+  /// is at the transfer's version, or at once when it owns nothing. Pushes of the boundary's
+  /// step that waited for the move are taken then; a step they complete is answered as a whole.
   void run_moves() {
+    const auto version = core->applied_steps();
     // An adoption can make a release due (and the reverse): go on until nothing moves.
     for (std::size_t before = SIZE_MAX; before != releases.size() + adoptions.size();) {
       before = releases.size() + adoptions.size();
       run_moves_once();
+    }
+    if (core->applied_steps() > version) {
+      for (const auto& p : pushers) waiting[core->applied_steps()].push_back({p, {}});
+      completed_outside_push();
     }
   }
 
@@ -227,6 +236,8 @@ struct shard_state {
         released_for = std::max(released_for, it->config_version);
         auto shared = std::make_shared<const ps::slice_transfer>(std::move(*t));
         ctx->net->send(make_transfer(self_ep, ctx->shard_ep(it->to), ctx->job, shared));
+        resume();
+        serve(core->applied_steps());  // pulls that waited for the release
       }
       it = releases.erase(it);
     }
@@ -241,9 +252,15 @@ struct shard_state {
       } else {
         ctx->net->send(make_transfer_ack(self_ep, ctx->master, ctx->job, ack));
         serve(core->applied_steps());  // a new shard may have pulls waiting for this version
+        resume();
       }
       it = adoptions.erase(it);
     }
+  }
+
+  /// Takes the pushes that waited for a move (ps::shard::resume).
+  void resume() {
+    if (auto done = core->resume(); !done) report(done.error());
   }
 
   /// A pull or snapshot request: `asked` are the keys wanted (empty: all this shard owns).
