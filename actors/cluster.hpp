@@ -63,11 +63,14 @@ struct scheduler_options {
   /// How often the policy is asked again with nothing else happening (heartbeats change what
   /// is free; a policy's turn may end).
   std::chrono::milliseconds decide_every{2000};
+  /// Where jobs' parts go unless a job's spec names its own placement (scheduler/placement.hpp):
+  /// spread, best-fit, random, dltap.
+  std::string placement = "dltap";
 };
 
 /// Spawns the cluster scheduler (detached) bound at {host, scheduler_id}: keeps the cluster view
 /// from heartbeats, answers the job API, asks the active policy (docs/scheduler.md) which jobs
-/// start, grow, shrink or are suspended, places their parts over live nodes (spread), runs each
+/// start, grow, shrink or are suspended, places their parts over live nodes (scheduler/placement.hpp), runs each
 /// job's master and evaluator in this process, tells the nodes to start and stop their parts,
 /// records everything in the job store and resumes the jobs it finds there.
 caf::actor spawn_cluster_scheduler(caf::actor_system& sys, std::shared_ptr<zmq_transport> net,

@@ -24,8 +24,11 @@
 
 #include "actors/cluster.hpp"
 #include "actors/roles.hpp"
+#include "scheduler/executor.hpp"
 #include "scheduler/job_report.hpp"
+#include "scheduler/node_table.hpp"
 #include "scheduler/policy.hpp"
+#include "worker/dataset_cache.hpp"
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::actors::added_part)
 
@@ -34,12 +37,6 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 namespace sched = coach::scheduler;
-
-struct node_entry {
-  node_heartbeat last;
-  clock_type::time_point seen;
-  bool alive = true;
-};
 
 /// A part a job master asked for while its job runs: placed on `host`, announced to every node
 /// of the job; the master hears of it once all of them acknowledged.
@@ -55,6 +52,7 @@ struct part_add {
 struct job_entry {
   job_status status;
   sched::job_record rec;  ///< as stored: spec, ranges, model name
+  std::string placement;  ///< the spec's placement; empty: the scheduler's
   /// The policy's state: queued (never ran), running (launched: starting or running),
   /// suspended (stopped with its checkpoint kept), or an end state.
   sched::job_state pstate = sched::job_state::queued;
@@ -129,7 +127,10 @@ struct scheduler_state {
   std::shared_ptr<zmq_transport> net;
   scheduler_options opt;
   endpoint self_ep;
-  std::map<std::uint32_t, node_entry> nodes;  ///< by host id
+  sched::steady_clock_source steady;
+  sched::node_table nodes{steady, sched::seconds(5)};
+  std::map<std::uint32_t, node_heartbeat> heartbeats;  ///< the latest of each node, as it came
+  std::optional<sched::executor> exec;
   std::map<std::uint64_t, job_entry> jobs;
   std::shared_ptr<sched::job_store> store;
   std::optional<sched::policy_holder> holder;
@@ -144,10 +145,7 @@ struct scheduler_state {
     net->send(make_control(self_ep, dst, m));
   }
 
-  std::string node_name(std::uint32_t host) const {
-    auto it = nodes.find(host);
-    return it == nodes.end() ? coach::format("host {}", host) : it->second.last.name;
-  }
+  std::string node_name(std::uint32_t host) const { return nodes.name(host); }
 
   /// Logs a failed store call: the scheduler goes on (the job runs; only its record is behind).
   template <class T>
@@ -166,6 +164,12 @@ struct scheduler_state {
   // --- start-up -------------------------------------------------------------------------------
 
   void open_store() {
+    auto made = sched::executor::make({opt.placement, 1});
+    if (!made) {
+      std::fprintf(stderr, "coach-node: %s; using dltap\n", made.error().message.c_str());
+      made = sched::executor::make({"dltap", 1});
+    }
+    exec.emplace(std::move(*made));
     if (!store) {
       auto mem = sched::job_store::open(":memory:");
       if (!mem) {
@@ -189,8 +193,9 @@ struct scheduler_state {
     logged(all, "cannot read the jobs");
     if (!all) return;
     for (auto& rec : *all) resume(std::move(rec));
-    std::fprintf(stderr, "coach-node: policy %s, job store '%s' (%zu job(s))\n",
-                 holder->name().c_str(), store->path().c_str(), jobs.size());
+    std::fprintf(stderr, "coach-node: policy %s, placement %s, job store '%s' (%zu job(s))\n",
+                 holder->name().c_str(), std::string(exec->placement_name()).c_str(),
+                 store->path().c_str(), jobs.size());
   }
 
   /// A job found in the store at start-up.
@@ -264,25 +269,29 @@ struct scheduler_state {
         break;
       }
     }
+    if (auto spec = sched::parse_job_spec(rec.spec_yaml, rec.source_name, rec.base_dir))
+      job.placement = spec->placement;
     job.rec = std::move(rec);
   }
 
   // --- nodes ----------------------------------------------------------------------------------
 
   void on_heartbeat(const node_heartbeat& hb) {
-    auto [it, fresh] = nodes.try_emplace(hb.host);
-    auto& n = it->second;
-    const bool moved = fresh || n.last.address != hb.address;
-    const bool back = !fresh && !n.alive;
-    if (back) std::fprintf(stderr, "coach-node: node '%s' is back\n", hb.name.c_str());
-    if (fresh)
+    sched::node_report r;
+    r.host = hb.host;
+    r.name = hb.name;
+    r.address = hb.address;
+    r.resources = hb.resources;
+    r.parts_running = hb.actors_running;
+    r.draining = hb.draining;
+    const auto h = nodes.heartbeat(std::move(r));
+    heartbeats[hb.host] = hb;
+    if (h.back) std::fprintf(stderr, "coach-node: node '%s' is back\n", hb.name.c_str());
+    if (h.joined)
       std::fprintf(stderr, "coach-node: node '%s' joined (host %u, %s)\n", hb.name.c_str(), hb.host,
                    hb.address.c_str());
-    n.last = hb;
-    n.seen = clock_type::now();
-    n.alive = true;
-    if (moved && hb.host != self_ep.host) net->add_peer(hb.host, hb.address);
-    if (fresh || back) {
+    if (h.moved && hb.host != self_ep.host) net->add_peer(hb.host, hb.address);
+    if (h.joined || h.back) {
       // Parts of a run this process no longer drives (it restarted) may still run there.
       for (auto& [id, job] : jobs)
         if (job.stop_unsent.erase(hb.host)) send({hb.host, node_agent_id}, stop_job{id});
@@ -314,99 +323,19 @@ struct scheduler_state {
     return out;
   }
 
-  /// Live nodes that take work, by name (the order spread placement walks), as the policy sees
-  /// them (the file comment says how free resources are counted).
-  sched::cluster_view cluster() const {
-    std::vector<const node_entry*> usable;
-    for (const auto& [host, n] : nodes)
-      if (n.alive && !n.last.draining) usable.push_back(&n);
-    std::sort(usable.begin(), usable.end(),
-              [](const node_entry* a, const node_entry* b) { return a->last.name < b->last.name; });
-    const auto given = reserved();
-    sched::cluster_view view;
-    for (const auto* n : usable) {
-      const auto& r = n->last.resources;
-      sched::node_view v;
-      v.id = n->last.host;
-      v.total = {int(r.gpus_total.size()), double(r.cpus_total), r.memory_total};
-      sched::resources out{};
-      if (auto g = given.find(v.id); g != given.end()) out = g->second;
-      v.free.gpus = std::max(0, std::min(int(r.gpus_free.size()), v.total.gpus - out.gpus));
-      v.free.cpus = std::max(0.0, v.total.cpus - out.cpus);
-      v.free.memory = std::min(r.memory_free, v.total.memory);
-      view.nodes.push_back(v);
-    }
-    return view;
-  }
+  /// Live nodes that take work, by name, as the policy sees them (scheduler/node_table.hpp
+  /// says how free resources are counted).
+  sched::cluster_view cluster() const { return nodes.view(reserved()); }
 
-  /// Places `workers` then `shards` parts on `pool` in spread order (part i tries the i-th node
-  /// first, then the ones after it), taking what each uses; all or nothing.
-  bool place_spread(sched::resource_pool& pool, const sched::cluster_view& view,
-                    const sched::job_record& rec, int workers, int shards,
-                    std::vector<std::uint32_t>& worker_hosts,
-                    std::vector<std::uint32_t>& shard_hosts) {
-    const std::size_t n = view.nodes.size();
-    if (n == 0) return workers + shards == 0;
-    std::vector<std::pair<std::uint32_t, sched::resources>> taken;
-    auto one = [&](std::size_t i, const sched::resources& cost) -> std::optional<std::uint32_t> {
-      for (std::size_t k = 0; k < n; ++k) {
-        const auto host = view.nodes[(i + k) % n].id;
-        if (pool.take_on(host, cost)) {
-          taken.push_back({host, cost});
-          return host;
-        }
-      }
-      return std::nullopt;
-    };
+  /// The job's allocation as a policy sees it: workers by rank, then those planned.
+  static std::pair<std::vector<std::uint32_t>, std::vector<std::uint32_t>> parts_of(
+      const job_entry& job) {
     std::vector<std::uint32_t> w, s;
-    bool ok = true;
-    for (int r = 0; r < workers && ok; ++r) {
-      auto h = one(std::size_t(r), worker_cost(rec));
-      if (h) w.push_back(*h);
-      ok = bool(h);
-    }
-    for (int k = 0; k < shards && ok; ++k) {
-      auto h = one(std::size_t(workers + k), shard_cost(rec));
-      if (h) s.push_back(*h);
-      ok = bool(h);
-    }
-    if (!ok) {
-      for (const auto& [h, c] : taken) pool.give(h, c);
-      return false;
-    }
-    worker_hosts = std::move(w);
-    shard_hosts = std::move(s);
-    return true;
-  }
-
-  /// The node for one more part of `job` on `pool`: where it fits, the fewest parts of that kind
-  /// of the job first (then the fewest parts of any job, then the name); takes it.
-  std::optional<std::uint32_t> place_more(sched::resource_pool& pool,
-                                          const sched::cluster_view& view, const job_entry& job,
-                                          bool worker) {
-    std::map<std::uint32_t, std::size_t> mine;
-    if (worker) {
-      for (const auto& [r, h] : job.worker_at) ++mine[h];
-      for (auto h : job.planned_workers) ++mine[h];
-    } else {
-      for (const auto& [k, h] : job.shard_at) ++mine[h];
-      for (auto h : job.planned_shards) ++mine[h];
-    }
-    const auto cost = worker ? worker_cost(job.rec) : shard_cost(job.rec);
-    std::optional<std::uint32_t> best;
-    std::tuple<std::size_t, double, std::size_t> best_key{};
-    for (std::size_t i = 0; i < view.nodes.size(); ++i) {
-      const auto host = view.nodes[i].id;
-      const auto& f = pool.free(host);
-      if (f.gpus < cost.gpus || f.cpus < cost.cpus) continue;
-      const auto key = std::tuple(mine[host], -f.cpus, i);
-      if (!best || key < best_key) {
-        best = host;
-        best_key = key;
-      }
-    }
-    if (best) pool.take_on(*best, cost);
-    return best;
+    for (const auto& [r, h] : job.worker_at) w.push_back(h);
+    w.insert(w.end(), job.planned_workers.begin(), job.planned_workers.end());
+    for (const auto& [k, h] : job.shard_at) s.push_back(h);
+    s.insert(s.end(), job.planned_shards.begin(), job.planned_shards.end());
+    return {std::move(w), std::move(s)};
   }
 
   // --- the policy -----------------------------------------------------------------------------
@@ -465,14 +394,17 @@ struct scheduler_state {
       auto it = jobs.find(a.job);
       if (it == jobs.end()) continue;
       auto& job = it->second;
+      auto v =
+          std::find_if(views.begin(), views.end(), [&](const auto& x) { return x.id == a.job; });
+      if (v == views.end()) continue;
       std::fprintf(stderr, "coach-node: policy %s: %s\n", holder->name().c_str(),
                    sched::to_string(a).c_str());
       switch (a.kind) {
         case sched::action::kind_type::start:
-          start(job, a.workers, a.shards, pool, view);
+          start(job, *v, a, pool);
           break;
         case sched::action::kind_type::resize:
-          resize(job, a.workers, a.shards, pool, view);
+          resize(job, *v, a, pool);
           break;
         case sched::action::kind_type::suspend:
           suspend(job, pool);
@@ -481,16 +413,18 @@ struct scheduler_state {
     }
   }
 
-  void start(job_entry& job, int workers, int shards, sched::resource_pool& pool,
-             const sched::cluster_view& view) {
+  /// Places a waiting job's parts with its placement (the executor) and launches it.
+  void start(job_entry& job, const sched::job_view& v, const sched::action& a,
+             sched::resource_pool& pool) {
     if (!job.waiting()) return;
     std::vector<std::uint32_t> w, s;
-    if (!place_spread(pool, view, job.rec, workers, shards, w, s) &&
-        !pool.take_all(worker_cost(job.rec), workers, shard_cost(job.rec), shards, w, s)) {
-      std::fprintf(stderr, "coach-node: job %llu does not fit any more; it waits\n",
-                   static_cast<unsigned long long>(job.status.job));
+    auto used = exec->apply(pool, v, a, job.placement, w, s);
+    if (!used) {
+      std::fprintf(stderr, "coach-node: job %llu does not fit any more; it waits (%s)\n",
+                   static_cast<unsigned long long>(job.status.job), used.error().message.c_str());
       return;
     }
+    job.status.placement = std::string(*used);
     if (auto ok = launch(job, w, s); !ok) {
       for (auto h : w) pool.give(h, worker_cost(job.rec));
       for (auto h : s) pool.give(h, shard_cost(job.rec));
@@ -500,42 +434,36 @@ struct scheduler_state {
 
   /// A policy resize: the allocation changes here at once (so the next decision sees it); the
   /// master changes the job at its next step boundary and asks for the parts added, which go
-  /// where this placed them.
-  void resize(job_entry& job, int workers, int shards, sched::resource_pool& pool,
-              const sched::cluster_view& view) {
+  /// where the executor placed them (beside the job's parts, by its placement).
+  void resize(job_entry& job, const sched::job_view& v, const sched::action& a,
+              sched::resource_pool& pool) {
     if (!job.launched || job.over() || job.status.state != job_state::running ||
         job.cancel_requested)
       return;  // still starting or ending: the next decision sees it again
     const int w0 = job.workers_now(), s0 = job.shards_now();
-    if (workers == w0 && shards == s0) return;
+    if (a.workers == w0 && a.shards == s0) return;
     const auto saved =
         std::tuple(job.worker_at, job.shard_at, job.planned_workers, job.planned_shards);
-    auto shrink = [&](std::map<std::uint32_t, std::uint32_t>& at,
-                      std::deque<std::uint32_t>& planned, int to, const sched::resources& cost) {
-      while (int(at.size() + planned.size()) > to) {
-        std::uint32_t h;
-        if (!planned.empty()) {
-          h = planned.back();
+    auto [w, s] = parts_of(job);
+    if (auto used = exec->apply(pool, v, a, job.placement, w, s); !used) {
+      std::fprintf(stderr, "coach-node: job %llu: %s\n",
+                   static_cast<unsigned long long>(job.status.job), used.error().message.c_str());
+      return;
+    }
+    // The executor kept a prefix of the parts (the highest ranks and ids left) and appended the
+    // new ones: the planned parts leave first, then the highest ranks; the new ones are planned.
+    auto follow = [](std::map<std::uint32_t, std::uint32_t>& at, std::deque<std::uint32_t>& planned,
+                     const std::vector<std::uint32_t>& to) {
+      while (at.size() + planned.size() > to.size()) {
+        if (!planned.empty())
           planned.pop_back();
-        } else {
-          h = std::prev(at.end())->second;  // the highest rank (shard id) leaves
+        else
           at.erase(std::prev(at.end()));
-        }
-        if (pool.contains(h)) pool.give(h, cost);
       }
+      for (std::size_t i = at.size() + planned.size(); i < to.size(); ++i) planned.push_back(to[i]);
     };
-    shrink(job.worker_at, job.planned_workers, workers, worker_cost(job.rec));
-    shrink(job.shard_at, job.planned_shards, shards, shard_cost(job.rec));
-    while (job.workers_now() < workers) {
-      auto h = place_more(pool, view, job, true);
-      if (!h) break;
-      job.planned_workers.push_back(*h);
-    }
-    while (job.shards_now() < shards) {
-      auto h = place_more(pool, view, job, false);
-      if (!h) break;
-      job.planned_shards.push_back(*h);
-    }
+    follow(job.worker_at, job.planned_workers, w);
+    follow(job.shard_at, job.planned_shards, s);
     const int w1 = job.workers_now(), s1 = job.shards_now();
     const std::uint64_t id = job.status.job;
     const std::uint32_t gen = job.generation;
@@ -695,9 +623,9 @@ struct scheduler_state {
       }
     }
     // The master and evaluator run here and need the data set (its test half, its size).
-    auto data = worker::load_dataset(spec->dataset, spec->seed);
+    auto data = worker::load_dataset_shared(spec->dataset, spec->seed);
     if (!data) return std::unexpected(data.error());
-    if (data->train.rows == 0 || data->test.rows == 0)
+    if ((*data)->train.rows == 0 || (*data)->test.rows == 0)
       return fail(errc::invalid_argument, "job '{}': the data set is empty", spec->name);
 
     auto id = store->add_job(rec);
@@ -705,7 +633,8 @@ struct scheduler_state {
     rec.id = *id;
     job_entry& job = jobs[*id];
     job.rec = std::move(rec);
-    job.data = std::make_shared<const worker::dataset_pair>(std::move(*data));
+    job.placement = spec->placement;
+    job.data = std::move(*data);
     job.state_since = job.rec.submitted;
     auto& st = job.status;
     st.job = *id;
@@ -729,11 +658,11 @@ struct scheduler_state {
     auto spec = sched::parse_job_spec(rec.spec_yaml, rec.source_name, rec.base_dir);
     if (!spec) return std::unexpected(spec.error());
     if (!job.data) {  // resumed after a restart: load it now
-      auto data = worker::load_dataset(spec->dataset, spec->seed);
+      auto data = worker::load_dataset_shared(spec->dataset, spec->seed);
       if (!data) return std::unexpected(data.error());
-      if (data->train.rows == 0 || data->test.rows == 0)
+      if ((*data)->train.rows == 0 || (*data)->test.rows == 0)
         return fail(errc::invalid_argument, "job '{}': the data set is empty", spec->name);
-      job.data = std::make_shared<const worker::dataset_pair>(std::move(*data));
+      job.data = std::move(*data);
     }
     start_job sj;
     sj.job = id;
@@ -748,8 +677,8 @@ struct scheduler_state {
     for (auto h : shard_hosts) job.hosts.insert(h);
     for (auto h : worker_hosts) job.hosts.insert(h);
     for (auto h : job.hosts) {
-      auto it = nodes.find(h);
-      sj.peers.push_back({h, it != nodes.end() ? it->second.last.address : net->bound_address()});
+      const auto* n = nodes.find(h);
+      sj.peers.push_back({h, n ? n->last.address : net->bound_address()});
     }
     job.ctx =
         make_job_context(id, *spec, job.data, net, sj.master_host, sj.shard_hosts, sj.worker_hosts);
@@ -891,41 +820,32 @@ struct scheduler_state {
   /// (then the fewest actors, then by name); else (a user's coach rescale beyond what is free)
   /// any live node by the same order.
   result<std::uint32_t> place_part(job_entry& job, bool worker, const std::string& name) {
-    if (!name.empty()) {
-      for (const auto& [host, n] : nodes) {
-        if (n.last.name != name) continue;
-        if (!n.alive) return fail(errc::resource_exhausted, "node '{}' is not heartbeating", name);
-        if (n.last.draining) return fail(errc::resource_exhausted, "node '{}' is draining", name);
-        return host;
-      }
-      return fail(errc::not_found, "no node named '{}'", name);
-    }
+    if (!name.empty()) return nodes.by_name(name);
     auto& planned = worker ? job.planned_workers : job.planned_shards;
     while (!planned.empty()) {
       const auto h = planned.front();
       planned.pop_front();
-      if (auto it = nodes.find(h);
-          it != nodes.end() && it->second.alive && !it->second.last.draining)
-        return h;
+      if (nodes.usable(h)) return h;
     }
+    // Beside the job's parts, by its placement, where it fits.
+    auto [w, s] = parts_of(job);
+    sched::placement_request req;
+    req.job = job.status.job;
+    req.per_worker = worker_cost(job.rec);
+    req.per_shard = shard_cost(job.rec);
+    req.worker_nodes = w;
+    req.shard_nodes = s;
+    sched::resource_pool pool(cluster());
+    if (auto h = exec->place_one(pool, req, worker, job.placement)) return *h;
+    // A user's coach rescale beyond what is free: the usable node running the fewest parts of
+    // that kind of the job, then the fewest parts, then by name.
     std::map<std::uint32_t, std::size_t> count;
-    auto tally = [&](std::uint32_t h) { ++count[h]; };
-    if (worker) {
-      for (const auto& [r, h] : job.worker_at) tally(h);
-    } else {
-      for (const auto& [k, h] : job.shard_at) tally(h);
-    }
-    const auto view = cluster();
-    const auto cost = worker ? worker_cost(job.rec) : shard_cost(job.rec);
-    std::set<std::uint32_t> fits;
-    for (const auto& n : view.nodes)
-      if (n.free.gpus >= cost.gpus && n.free.cpus >= cost.cpus) fits.insert(n.id);
-    const node_entry* best = nullptr;
-    for (const auto& [host, n] : nodes) {
-      if (!n.alive || n.last.draining) continue;
-      auto key = [&](const node_entry* e) {
-        return std::tuple(!fits.contains(e->last.host), count[e->last.host], e->last.actors_running,
-                          e->last.name);
+    for (auto h : worker ? w : s) ++count[h];
+    const sched::node_entry* best = nullptr;
+    for (const auto& [host, n] : nodes.nodes()) {
+      if (!nodes.usable(host)) continue;
+      auto key = [&](const sched::node_entry* e) {
+        return std::tuple(count[e->last.host], e->last.parts_running, e->last.name);
       };
       if (!best || key(&n) < key(best)) best = &n;
     }
@@ -967,7 +887,7 @@ struct scheduler_state {
       (a.part.worker ? sj.added_workers : sj.added_shards).push_back({a.part.id, a.host});
       if (std::none_of(sj.peers.begin(), sj.peers.end(),
                        [&](const auto& p) { return p.host == a.host; }))
-        sj.peers.push_back({a.host, nodes.at(a.host).last.address});
+        sj.peers.push_back({a.host, nodes.find(a.host)->last.address});
       job.hosts.insert(a.host);
       job.ctx->added->place(a.part.worker, a.part.id, a.host);  // the master's view
       (a.part.worker ? job.status.worker_nodes : job.status.shard_nodes)
@@ -1161,17 +1081,15 @@ struct scheduler_state {
     if (now - born > opt.node_timeout) {
       for (auto& [id, job] : jobs) {
         std::erase_if(job.stop_unsent, [&](std::uint32_t h) {
-          auto it = nodes.find(h);
-          if (it != nodes.end() && it->second.alive) return false;
+          if (const auto* n = nodes.find(h); n && n->alive) return false;
           job.stopping.erase(h);
           return true;
         });
       }
     }
-    for (auto& [host, n] : nodes) {
-      if (!n.alive || now - n.seen <= opt.node_timeout) continue;
-      n.alive = false;
-      std::fprintf(stderr, "coach-node: node '%s' stopped heartbeating\n", n.last.name.c_str());
+    for (const auto host : nodes.expire()) {
+      const std::string name = nodes.name(host);
+      std::fprintf(stderr, "coach-node: node '%s' stopped heartbeating\n", name.c_str());
       poke();
       for (auto& [id, job] : jobs) {
         if (job.stopping.erase(host) && job.stopping.empty()) poke();
@@ -1192,7 +1110,7 @@ struct scheduler_state {
         if (!only_workers) {
           end(job, job_state::failed,
               coach::error{errc::resource_exhausted,
-                           coach::format("node '{}' stopped heartbeating", n.last.name)});
+                           coach::format("node '{}' stopped heartbeating", name)});
           continue;
         }
         job.hosts.erase(host);
@@ -1203,7 +1121,7 @@ struct scheduler_state {
         for (auto r : ranks)
           if (r < job.status.worker_nodes.size()) job.status.worker_nodes[r] += " (lost)";
         std::fprintf(stderr, "coach-node: job %llu goes on without the %zu worker(s) of '%s'\n",
-                     static_cast<unsigned long long>(id), ranks.size(), n.last.name.c_str());
+                     static_cast<unsigned long long>(id), ranks.size(), name.c_str());
         caf::anon_send(job.master, lost_atom::value, std::move(ranks));
       }
     }
@@ -1248,10 +1166,14 @@ struct scheduler_state {
     if (!job.over() && s.state == job_state::running)
       s.seconds = std::chrono::duration<double>(clock_type::now() - job.started).count();
     // Traffic: what every node's transport sent for this job, from their latest heartbeats.
-    for (const auto& [host, n] : nodes)
-      for (const auto& l : n.last.traffic)
+    for (const auto& [host, hb] : heartbeats)
+      for (const auto& l : hb.traffic)
         if (l.job == s.job) s.traffic.push_back(l);
     if (with_model) s.model_json = model_json(job);
+    if (job.launched && !job.over()) {
+      auto [w, sh] = parts_of(job);
+      if (!w.empty() && !sh.empty()) s.aggregation_degree = sched::aggregation_degree(w, sh);
+    }
     return s;
   }
 
@@ -1362,9 +1284,8 @@ struct scheduler_state {
       reply.body = std::move(out);
     } else if (std::get_if<nodes_request>(&req)) {
       nodes_reply out;
-      const auto now = clock_type::now();
-      for (const auto& [host, n] : nodes)
-        out.nodes.push_back({n.last, std::chrono::duration<double>(now - n.seen).count(), n.alive});
+      for (const auto& [host, n] : nodes.nodes())
+        out.nodes.push_back({heartbeats.at(host), nodes.silent_for(host), n.alive});
       reply.body = std::move(out);
     } else if (auto* c = std::get_if<cancel_request>(&req)) {
       auto it = jobs.find(c->job);
@@ -1410,6 +1331,7 @@ caf::behavior cluster_scheduler(caf::stateful_actor<scheduler_state>* self,
   st.store = opt.store;
   st.self_ep = {host, scheduler_id};
   st.self = self;
+  st.nodes.set_timeout(std::chrono::duration_cast<sched::seconds>(opt.node_timeout));
   st.open_store();
   st.net->bind(st.self_ep, caf::actor_cast<caf::actor>(self));
   self->attach_functor([net = st.net, ep = st.self_ep] { net->unbind(ep); });

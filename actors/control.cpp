@@ -51,8 +51,23 @@ constexpr std::size_t max_config_members = 1 << 16;  // worker ranks of one conf
 constexpr std::uint16_t max_errc = std::uint16_t(errc::internal);  // highest code in error.hpp
 constexpr std::size_t word_bytes = sizeof(capnp::word);
 
-static_assert(std::uint16_t(job_state::cancelled) == std::uint16_t(wire::JobState::CANCELLED));
-static_assert(std::uint16_t(job_state::queued) == std::uint16_t(wire::JobState::QUEUED));
+wire::JobState to_wire(job_state s) noexcept {
+  switch (s) {
+    case job_state::queued:
+      return wire::JobState::QUEUED;
+    case job_state::running:
+      return wire::JobState::RUNNING;
+    case job_state::suspended:
+      return wire::JobState::SUSPENDED;
+    case job_state::succeeded:
+      return wire::JobState::SUCCEEDED;
+    case job_state::failed:
+      return wire::JobState::FAILED;
+    case job_state::cancelled:
+      return wire::JobState::CANCELLED;
+  }
+  return wire::JobState::FAILED;
+}
 
 // --- encoding ------------------------------------------------------------------------------
 
@@ -199,7 +214,7 @@ void put_request(wire::Request::Builder b, const api_request& r) {
 void put_job_status(wire::JobStatus::Builder b, const job_status& s) {
   b.setJob(s.job);
   put_text([&](unsigned n) { return b.initName(n); }, s.name);
-  b.setState(static_cast<wire::JobState>(s.state));
+  b.setState(to_wire(s.state));
   b.setEpochsDone(s.epochs_done);
   b.setEpochsTotal(s.epochs_total);
   b.setTestAccuracy(s.test_accuracy);
@@ -242,6 +257,8 @@ void put_job_status(wire::JobStatus::Builder b, const job_status& s) {
   }
   put_text([&](unsigned n) { return b.initModel(n); }, s.model_json, max_model_bytes);
   b.setResumes(s.resumes);
+  put_text([&](unsigned n) { return b.initPlacement(n); }, s.placement, max_text_bytes);
+  b.setAggregationDegree(s.aggregation_degree);
   b.setChangesDone(s.changes_done);
 }
 
@@ -483,9 +500,28 @@ job_status get_job_status(wire::JobStatus::Reader r) {
   job_status s;
   s.job = r.getJob();
   s.name = get_text(r.getName(), "job status name");
-  const auto state = static_cast<std::uint16_t>(r.getState());
-  if (state > std::uint16_t(job_state::cancelled)) refuse("job status has unknown state {}", state);
-  s.state = static_cast<job_state>(state);
+  switch (r.getState()) {
+    case wire::JobState::QUEUED:
+      s.state = job_state::queued;
+      break;
+    case wire::JobState::RUNNING:
+      s.state = job_state::running;
+      break;
+    case wire::JobState::SUSPENDED:
+      s.state = job_state::suspended;
+      break;
+    case wire::JobState::SUCCEEDED:
+      s.state = job_state::succeeded;
+      break;
+    case wire::JobState::FAILED:
+      s.state = job_state::failed;
+      break;
+    case wire::JobState::CANCELLED:
+      s.state = job_state::cancelled;
+      break;
+    default:
+      refuse("job status has unknown state {}", std::uint16_t(r.getState()));
+  }
   s.epochs_done = r.getEpochsDone();
   s.epochs_total = r.getEpochsTotal();
   s.test_accuracy = r.getTestAccuracy();
@@ -515,6 +551,8 @@ job_status get_job_status(wire::JobStatus::Reader r) {
                          c.getSamplesPerSecondAfter(), c.getPrepareMs()});
   s.model_json = get_text(r.getModel(), "job status model", max_model_bytes);
   s.resumes = r.getResumes();
+  s.placement = get_text(r.getPlacement(), "job status placement");
+  s.aggregation_degree = r.getAggregationDegree();
   s.changes_done = r.getChangesDone();
   return s;
 }
@@ -639,22 +677,6 @@ control_message read(kj::ArrayPtr<const capnp::word> words) {
 }
 
 }  // namespace
-
-std::string_view to_string(job_state s) noexcept {
-  switch (s) {
-    case job_state::queued:
-      return "queued";
-    case job_state::running:
-      return "running";
-    case job_state::succeeded:
-      return "succeeded";
-    case job_state::failed:
-      return "failed";
-    case job_state::cancelled:
-      return "cancelled";
-  }
-  return "unknown";
-}
 
 std::uint32_t node_host_id(std::string_view address) noexcept {
   std::uint32_t h = 2166136261u;  // FNV-1a, 32 bits

@@ -6,6 +6,7 @@
 // (schemas/control.capnp); actors::control_codec converts. docs/wire.md describes them.
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 #include "actors/transport.hpp"
 #include "common/error.hpp"
 #include "ps/job_config.hpp"
+#include "scheduler/cluster_view.hpp"
 #include "scheduler/host_probe.hpp"
 #include "scheduler/job_report.hpp"
 
@@ -101,8 +103,8 @@ struct command_reply {
   std::optional<coach::error> failure;  ///< empty: done
 };
 
-enum class job_state : std::uint8_t { queued, running, succeeded, failed, cancelled };
-std::string_view to_string(job_state s) noexcept;
+/// One enum for a job's life across the project (scheduler/cluster_view.hpp).
+using job_state = scheduler::job_state;
 
 /// What `coach status` shows of one job.
 struct job_status {
@@ -130,6 +132,10 @@ struct job_status {
   /// cluster scheduler"); empty when the scheduler sent none.
   std::string model_json;
   std::uint32_t resumes = 0;  ///< times the job restarted from its checkpoint
+  std::string placement;      ///< the placement that placed its parts; empty before it started
+  /// The share of its worker-shard bytes that stay on one host (scheduler/placement.hpp); NaN
+  /// when it runs no parts.
+  double aggregation_degree = std::numeric_limits<double>::quiet_NaN();
   /// Changes of workers or shards in effect so far (their first step applied), as of the last
   /// progress report.
   std::uint32_t changes_done = 0;

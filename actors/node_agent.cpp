@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <future>
 #include <map>
 #include <set>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "actors/roles.hpp"
 #include "common/huge_pages.hpp"
 #include "scheduler/host_probe.hpp"
+#include "worker/dataset_cache.hpp"
 
 namespace coach::actors {
 
@@ -134,6 +136,17 @@ struct agent_state {
     return hb;
   }
 
+  /// The job's data set (one copy per process, worker/dataset_cache.hpp). Loading takes seconds
+  /// on a busy host; this node keeps heartbeating meanwhile, or the scheduler would count it dead.
+  result<std::shared_ptr<const worker::dataset_pair>> load_data(const worker::dataset_config& cfg,
+                                                                std::uint64_t seed) {
+    auto pending = std::async(std::launch::async,
+                              [cfg, seed] { return worker::load_dataset_shared(cfg, seed); });
+    while (pending.wait_for(opt.heartbeat) != std::future_status::ready)
+      send({0, scheduler_id}, heartbeat());
+    return pending.get();
+  }
+
   /// Starts this node's shards (phase 1) or workers (phase 2) of a job.
   result<void> start(const start_job& sj) {
     if (draining && !sj.workers_phase && !parts.contains(sj.job))
@@ -143,13 +156,12 @@ struct agent_state {
     if (!part.ctx) {
       auto spec = scheduler::parse_job_spec(sj.spec_yaml, sj.source_name, sj.base_dir);
       if (!spec) return std::unexpected(spec.error());
-      auto data = worker::load_dataset(spec->dataset, spec->seed);
+      auto data = load_data(spec->dataset, spec->seed);
       if (!data) return fail(data.error().code, "node '{}': {}", opt.name, data.error().message);
       for (const auto& p : sj.peers)
         if (p.host != opt.host) net->add_peer(p.host, p.address);
-      part.ctx = make_job_context(sj.job, *spec,
-                                  std::make_shared<const worker::dataset_pair>(std::move(*data)),
-                                  net, sj.master_host, sj.shard_hosts, sj.worker_hosts);
+      part.ctx = make_job_context(sj.job, *spec, std::move(*data), net, sj.master_host,
+                                  sj.shard_hosts, sj.worker_hosts);
     }
     auto& ctx = part.ctx;
     auto& sys = self_system();

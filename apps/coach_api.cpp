@@ -80,7 +80,9 @@ std::string to_json(const actors::job_status& s) {
   out += coach::format("\"changes\": [{}], ", changes);
   out += coach::format("\"seconds\": {}, \"error\": {}, \"error_code\": {}, ",
                        json_number(s.seconds), json_string(s.error), s.error_code);
-  out += coach::format("\"resumes\": {}, \"changes_done\": {}, ", s.resumes, s.changes_done);
+  out += coach::format(
+      "\"resumes\": {}, \"changes_done\": {}, \"placement\": {}, \"aggregation_degree\": {}, ",
+      s.resumes, s.changes_done, json_string(s.placement), json_number(s.aggregation_degree));
   // The scheduler's JSON as it is (it sends it for one job's status).
   if (!s.model_json.empty()) out += coach::format("\"model\": {}, ", s.model_json);
   out += coach::format("\"cross_host_bytes\": {}, \"traffic\": [", cross_host_bytes(s));
@@ -129,15 +131,16 @@ std::string human_bytes(std::uint64_t b) {
 }
 
 void print_status_table(const std::vector<actors::job_status>& jobs) {
-  std::printf("%-5s %-20s %-10s %-7s %-9s %-11s %-8s %-7s %s\n", "JOB", "NAME", "STATE", "EPOCH",
-              "ACCURACY", "SAMPLES/S", "WORKERS", "SHARDS", "CROSS-HOST");
+  std::printf("%-5s %-20s %-10s %-7s %-9s %-11s %-8s %-7s %-10s %s\n", "JOB", "NAME", "STATE",
+              "EPOCH", "ACCURACY", "SAMPLES/S", "WORKERS", "SHARDS", "PLACEMENT", "CROSS-HOST");
   for (const auto& s : jobs) {
     const std::string acc =
         std::isnan(s.test_accuracy) ? "-" : coach::format("{}", json_number(s.test_accuracy));
-    std::printf("%-5llu %-20s %-10s %3u/%-3u %-9s %-11.0f %-8u %-7u %s\n",
+    std::printf("%-5llu %-20s %-10s %3u/%-3u %-9s %-11.0f %-8u %-7u %-10s %s\n",
                 static_cast<unsigned long long>(s.job), s.name.c_str(),
                 std::string(to_string(s.state)).c_str(), s.epochs_done, s.epochs_total, acc.c_str(),
                 s.samples_per_second, s.workers, s.shards,
+                s.placement.empty() ? "-" : s.placement.c_str(),
                 human_bytes(cross_host_bytes(s)).c_str());
     if (!s.error.empty()) std::printf("      error: %s\n", s.error.c_str());
   }

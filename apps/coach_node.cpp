@@ -23,6 +23,7 @@
 #include "common/huge_pages.hpp"
 #include "scheduler/host_probe.hpp"
 #include "scheduler/job_store.hpp"
+#include "scheduler/placement.hpp"
 #include "scheduler/policy.hpp"
 
 namespace {
@@ -45,7 +46,8 @@ int main(int argc, char** argv) {
   use_huge_pages(argv);  // large buffers on huge pages (common/huge_pages.hpp)
   keep_freed_memory();   // and what it frees stays mapped (before any thread starts)
   CLI::App app{"coach-node: the Coach daemon of one host", "coach-node"};
-  std::string listen, join, name, advertise, gpus_text, store_path = "coach-jobs.db", policy;
+  std::string listen, join, name, advertise, gpus_text, store_path = "coach-jobs.db", policy,
+                                                        placement = "dltap";
   bool is_scheduler = false;
   std::uint32_t cpus = 0;
   double heartbeat_s = 1.0, node_timeout_s = 5.0, drain_timeout_s = 600.0;
@@ -61,6 +63,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--policy", policy,
                  "With --scheduler: the policy when the store names none (default fifo)");
+  app.add_option("--placement", placement,
+                 "With --scheduler: where jobs' parts go unless a spec names its own placement: "
+                 "spread | best-fit | random | dltap")
+      ->capture_default_str();
   app.add_option("--gpus", gpus_text, "GPUs this node may use, e.g. 0,1 (default: all)");
   app.add_option("--heartbeat", heartbeat_s, "Seconds between heartbeats")
       ->check(CLI::Range(0.05, 60.0));
@@ -126,6 +132,11 @@ int main(int argc, char** argv) {
       }
       so.policy = policy;
     }
+    if (auto p = scheduler::make_placement(placement); !p) {
+      std::fprintf(stderr, "coach-node: --placement: %s\n", p.error().message.c_str());
+      return 2;
+    }
+    so.placement = placement;
   }
 
   const std::uint32_t host = actors::node_host_id(address);

@@ -3,13 +3,15 @@
 // examples/traces/README.md the file formats.
 //
 //   coach-sim --trace FILE --policy fifo|elastic-fifo|round-robin|coach|all
+//             [--placement spread|best-fit|random|dltap|all] [--link-gbps G]
 //             [--nodes N] [--gpus-per-node G] [--models FILE] [--json] [...]
 //   coach-sim generate --jobs N --seed S --out FILE [--models FILE] [--nodes N] [...]
 //
-// Output: a table on stdout, one row per policy. With --json, one JSON object on the last line:
-// for one policy, its figures (sim.hpp: policy, jobs, makespan_s, avg_jct_s, p95_jct_s,
-// avg_queue_s, gpu_utilization, wall_s and a few counters); for `--policy all`,
-// {"trace", "nodes", "gpus_per_node", "results": [one such object per policy]}.
+// Output: a table on stdout, one row per policy and placement. With --json, one JSON object on
+// the last line: for one policy and placement, its figures (sim.hpp: policy, placement, jobs,
+// makespan_s, avg_jct_s, p95_jct_s, avg_queue_s, gpu_utilization, wall_s, a few counters,
+// cross_host_bytes); for `all` in either, {"trace", "nodes", "gpus_per_node", "results": [one
+// such object per run]}.
 //
 // Exit codes: 0 done; 2 bad input (command line, missing or malformed trace or models file,
 // unknown policy, a job that does not fit the cluster), each as one line on stderr naming the
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "scheduler/job_report.hpp"
+#include "scheduler/placement.hpp"
 #include "scheduler/policy.hpp"
 #include "scheduler/sim.hpp"
 #include "scheduler/trace.hpp"
@@ -48,15 +51,16 @@ int report(const coach::error& e) {
 }
 
 void print_header() {
-  std::printf("%-13s %6s %12s %11s %11s %11s %8s %8s %8s %7s %7s\n", "policy", "jobs", "makespan_s",
-              "avg_jct_s", "p95_jct_s", "avg_queue_s", "gpu_util", "resizes", "suspends", "model_e",
-              "wall_s");
+  std::printf("%-13s %-9s %6s %12s %11s %11s %11s %8s %8s %8s %7s %11s %7s\n", "policy",
+              "placement", "jobs", "makespan_s", "avg_jct_s", "p95_jct_s", "avg_queue_s",
+              "gpu_util", "resizes", "suspends", "model_e", "cross_TB", "wall_s");
 }
 
 void print_row(const sched::sim_result& r) {
-  std::printf("%-13s %6zu %12.0f %11.0f %11.0f %11.0f %8.3f %8zu %8zu %7.3f %7.2f\n",
-              r.policy.c_str(), r.jobs, r.makespan_s, r.avg_jct_s, r.p95_jct_s, r.avg_queue_s,
-              r.gpu_utilization, r.resizes, r.suspensions, r.model_error, r.wall_s);
+  std::printf("%-13s %-9s %6zu %12.0f %11.0f %11.0f %11.0f %8.3f %8zu %8zu %7.3f %11.3f %7.2f\n",
+              r.policy.c_str(), r.placement.c_str(), r.jobs, r.makespan_s, r.avg_jct_s, r.p95_jct_s,
+              r.avg_queue_s, r.gpu_utilization, r.resizes, r.suspensions, r.model_error,
+              r.cross_host_bytes / 1e12, r.wall_s);
 }
 
 int run_generate(const sched::trace_generator_options& o, const std::string& models_path,
@@ -88,8 +92,18 @@ int run_generate(const sched::trace_generator_options& o, const std::string& mod
   return 0;
 }
 
-int run_sim(const std::string& trace_path, const std::string& policy,
-            const std::string& models_path, const sched::sim_options& options, bool json) {
+int run_sim(const std::string& trace_path, const std::string& policy, const std::string& placement,
+            const std::string& models_path, sched::sim_options options, bool json) {
+  std::vector<std::string> placements;
+  if (placement == "all") {
+    for (auto name : sched::placement_names()) placements.emplace_back(name);
+  } else {
+    if (auto made = sched::make_placement(placement); !made) {
+      std::fprintf(stderr, "coach-sim: --placement: %s (or all)\n", made.error().message.c_str());
+      return 2;
+    }
+    placements.push_back(placement);
+  }
   std::vector<std::string> policies;
   if (policy == "all") {
     for (auto name : sched::policy_names()) policies.emplace_back(name);
@@ -113,23 +127,25 @@ int run_sim(const std::string& trace_path, const std::string& policy,
   if (!models) return report(models.error());
 
   std::vector<sched::sim_result> results;
-  for (const auto& name : policies) {
-    // Each policy starts from an empty performance model: a policy never benefits from what
-    // another one's run taught the model.
-    auto r = sched::simulate(*t, *models, name, options);
-    if (!r) return report(r.error());
-    if (results.empty()) {  // after the first run, so that bad input prints only its error
-      std::printf("coach-sim: %s, %zu jobs, %d nodes x %d GPUs\n", trace_path.c_str(),
-                  t->jobs.size(), options.nodes, options.gpus_per_node);
-      print_header();
+  for (const auto& name : policies)
+    for (const auto& where : placements) {
+      // Each policy starts from an empty performance model: a policy never benefits from what
+      // another one's run taught the model.
+      options.placement = where;
+      auto r = sched::simulate(*t, *models, name, options);
+      if (!r) return report(r.error());
+      if (results.empty()) {  // after the first run, so that bad input prints only its error
+        std::printf("coach-sim: %s, %zu jobs, %d nodes x %d GPUs\n", trace_path.c_str(),
+                    t->jobs.size(), options.nodes, options.gpus_per_node);
+        print_header();
+      }
+      if (r->rejected > 0)
+        std::fprintf(stderr, "coach-sim: %s: %zu action(s) refused; the first: %s\n", name.c_str(),
+                     r->rejected, r->first_rejection.c_str());
+      print_row(*r);
+      std::fflush(stdout);
+      results.push_back(std::move(*r));
     }
-    if (r->rejected > 0)
-      std::fprintf(stderr, "coach-sim: %s: %zu action(s) refused; the first: %s\n", name.c_str(),
-                   r->rejected, r->first_rejection.c_str());
-    print_row(*r);
-    std::fflush(stdout);
-    results.push_back(std::move(*r));
-  }
   if (json) {
     if (results.size() == 1) {
       std::printf("%s\n", sched::to_json(results.front()).c_str());
@@ -151,12 +167,17 @@ int main(int argc, char** argv) {
   CLI::App app{"coach-sim: compare scheduling policies on a job trace (discrete-event)",
                "coach-sim"};
   app.require_subcommand(0, 1);
-  std::string trace_path, policy = "all", models_path;
+  std::string trace_path, policy = "all", placement = "dltap", models_path;
   bool json = false;
   sched::sim_options options;
   double slice_s = options.policy.slice.count();
   app.add_option("--trace", trace_path, "Job trace (CSV; examples/traces/README.md)");
   app.add_option("--policy", policy, "fifo | elastic-fifo | round-robin | coach | all")
+      ->capture_default_str();
+  app.add_option("--placement", placement, "spread | best-fit | random | dltap | all")
+      ->capture_default_str();
+  app.add_option("--link-gbps", options.link_gbps,
+                 "Each node's link, Gbit/s (models with param_mb and steps pay for crossing it)")
       ->capture_default_str();
   app.add_option("--nodes", options.nodes, "Nodes of the simulated cluster")->capture_default_str();
   app.add_option("--gpus-per-node", options.gpus_per_node, "GPUs per node")->capture_default_str();
@@ -213,5 +234,5 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.policy.slice = sched::seconds(slice_s);
-  return run_sim(trace_path, policy, models_path, options, json);
+  return run_sim(trace_path, policy, placement, models_path, options, json);
 }

@@ -51,6 +51,16 @@ class wall_clock final : public clock_source {
   }
 };
 
+/// Seconds of std::chrono::steady_clock (its own origin), for what must not jump with the
+/// wall clock: node liveness.
+class steady_clock_source final : public clock_source {
+ public:
+  time_point now() const override {
+    const auto since = std::chrono::steady_clock::now().time_since_epoch();
+    return time_point(std::chrono::duration_cast<seconds>(since));
+  }
+};
+
 /// A clock that moves only when told to: tests drive policies with it.
 class manual_clock final : public clock_source {
  public:

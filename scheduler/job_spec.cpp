@@ -640,7 +640,7 @@ result<job_spec> spec_parser::parse(const YAML::Node& root) {
   auto top = open_map(root, "", line_of(root, 1),
                       {"name", "dataset", "model", "optimizer", "batch_size", "epochs",
                        "consistency", "seed", "workers", "shards", "gpus_per_worker", "backend",
-                       "slice_size", "host_reduce", "function", "schedule"});
+                       "slice_size", "host_reduce", "placement", "function", "schedule"});
   if (!top) return std::unexpected(std::move(top.error()));
 
   job_spec spec;
@@ -704,6 +704,14 @@ result<job_spec> spec_parser::parse(const YAML::Node& root) {
     auto v = get_enum<bool>(*e, {{"true", true}, {"false", false}}, "true, false");
     if (!v) return std::unexpected(std::move(v.error()));
     spec.host_reduce = *v;
+  }
+  if ((e = top->find("placement"))) {
+    auto v = get_enum<std::string>(
+        *e,
+        {{"spread", "spread"}, {"best-fit", "best-fit"}, {"random", "random"}, {"dltap", "dltap"}},
+        "spread, best-fit, random, dltap");
+    if (!v) return std::unexpected(std::move(v.error()));
+    spec.placement = *v;
   }
   if ((e = top->find("function"))) {
     if (auto r = parse_function(*e, spec); !r) return std::unexpected(std::move(r.error()));

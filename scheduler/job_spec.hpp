@@ -35,6 +35,9 @@
 //   slice_size: 16384            # floats per slice of the parameter vector, >= 1; default 16384
 //   host_reduce: false           # true: the workers of one host sum their gradients and push
 //                                # once per host (worker/host_reducer.hpp); default false
+//   placement: dltap             # spread | best-fit | random | dltap: where a cluster puts the
+//                                # job's parts (scheduler/placement.hpp); default: the
+//                                # scheduler's (coach-node --placement)
 //   function: {deadline_s: 30, memory_mb: 512}   # optional: run workers as bounded functions;
 //                                # each >= 0, 0 = unlimited; both default 0
 //   schedule:                    # optional: elastic changes at given steps (coach train)
@@ -120,6 +123,7 @@ struct job_spec {
   kernels::backend_kind backend = kernels::backend_kind::auto_select;
   std::size_t slice_size = 16384;           ///< floats per slice of the parameter vector
   bool host_reduce = false;                 ///< one push per host (worker/host_reducer.hpp)
+  std::string placement;                    ///< a placement's name; empty: the scheduler's
   std::optional<function_limits> function;  ///< set: workers run as bounded functions
   std::vector<schedule_action> schedule;    ///< by at_step, ascending
 };

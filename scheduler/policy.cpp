@@ -149,9 +149,7 @@ bool frees_only(const job_view& job, const action& a) noexcept {
 
 }  // namespace detail
 
-result<void> apply_action(resource_pool& pool, const job_view& job, const action& a,
-                          std::vector<std::uint32_t>& worker_nodes,
-                          std::vector<std::uint32_t>& shard_nodes) {
+result<void> check_action(const job_view& job, const action& a) {
   const std::string what = to_string(a);
   switch (a.kind) {
     case action::kind_type::start:
@@ -171,25 +169,29 @@ result<void> apply_action(resource_pool& pool, const job_view& job, const action
       if (job.state != job_state::running)
         return fail(errc::invalid_argument, "{}: the job is {}, not running", what,
                     to_string(job.state));
-      break;
+      return {};
   }
-  int w = 0, s = 0;
-  if (a.kind != action::kind_type::suspend) {
-    if (a.workers < job.min_workers || a.workers > job.max_workers)
-      return fail(errc::invalid_argument, "{}: workers outside the job's range [{}, {}]", what,
-                  job.min_workers, job.max_workers);
-    if (a.shards < job.min_shards || a.shards > job.max_shards)
-      return fail(errc::invalid_argument, "{}: shards outside the job's range [{}, {}]", what,
-                  job.min_shards, job.max_shards);
-    if (!job.elastic && (a.workers != job.requested_workers || a.shards != job.requested_shards))
-      return fail(errc::invalid_argument,
-                  "{}: the job is not elastic and asked for {} workers and {} shards", what,
-                  job.requested_workers, job.requested_shards);
-    w = a.workers;
-    s = a.shards;
-  }
+  if (a.workers < job.min_workers || a.workers > job.max_workers)
+    return fail(errc::invalid_argument, "{}: workers outside the job's range [{}, {}]", what,
+                job.min_workers, job.max_workers);
+  if (a.shards < job.min_shards || a.shards > job.max_shards)
+    return fail(errc::invalid_argument, "{}: shards outside the job's range [{}, {}]", what,
+                job.min_shards, job.max_shards);
+  if (!job.elastic && (a.workers != job.requested_workers || a.shards != job.requested_shards))
+    return fail(errc::invalid_argument,
+                "{}: the job is not elastic and asked for {} workers and {} shards", what,
+                job.requested_workers, job.requested_shards);
+  return {};
+}
+
+result<void> apply_action(resource_pool& pool, const job_view& job, const action& a,
+                          std::vector<std::uint32_t>& worker_nodes,
+                          std::vector<std::uint32_t>& shard_nodes) {
+  if (auto ok = check_action(job, a); !ok) return ok;
+  const int w = a.kind == action::kind_type::suspend ? 0 : a.workers;
+  const int s = a.kind == action::kind_type::suspend ? 0 : a.shards;
   if (!change(pool, job.per_worker, job.per_shard, worker_nodes, shard_nodes, w, s))
-    return fail(errc::invalid_argument, "{}: does not fit the free resources", what);
+    return fail(errc::invalid_argument, "{}: does not fit the free resources", to_string(a));
   return {};
 }
 

@@ -151,6 +151,11 @@ class policy_holder {
   std::unique_ptr<policy> active_;
 };
 
+/// Checks that `a` suits `job`: its state (start: waiting; resize, suspend: running), its
+/// ranges, its elasticity, and that a resize changes something. Errors: invalid_argument
+/// naming the action and what is wrong.
+result<void> check_action(const job_view& job, const action& a);
+
 /// Carries out `a` on `pool` for `job`, whose parts are on `worker_nodes` and `shard_nodes`
 /// (by rank and shard id; updated in place): frees first (the highest ranks and ids leave),
 /// then places the added parts by resource_pool's rule. What an executor (the simulator, the

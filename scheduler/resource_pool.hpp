@@ -55,6 +55,14 @@ class resource_pool {
   int free_gpus() const noexcept { return free_gpus_; }
   int total_gpus() const noexcept { return total_gpus_; }
   std::size_t size() const noexcept { return nodes_.size(); }
+  /// The position (order added, 0-based) of node `id`, or nullopt if it is not in the pool.
+  std::optional<std::size_t> position(std::uint32_t id) const { return lookup(id); }
+  /// The id of the node added `pos`-th (0-based). REQUIRES: pos < size().
+  std::uint32_t id_at(std::size_t pos) const { return nodes_[pos].id; }
+  /// What is free on the node added `pos`-th. REQUIRES: pos < size().
+  const resources& free_at(std::size_t pos) const { return nodes_[pos].free; }
+  /// Whether `demand` fits in `free` (CPUs with a rounding slack).
+  static bool fits(const resources& free, const resources& demand) noexcept;
   /// The pool as a cluster_view, nodes in the order they were added.
   cluster_view view() const;
 
@@ -64,7 +72,6 @@ class resource_pool {
     resources total;
     resources free;
   };
-  static bool fits(const resources& free, const resources& demand) noexcept;
   void unlink(std::size_t n);
   void link(std::size_t n);
   std::size_t index_of(std::uint32_t id) const;

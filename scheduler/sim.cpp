@@ -6,9 +6,11 @@
 #include <limits>
 #include <queue>
 #include <random>
+#include <unordered_map>
 
 #include "common/enforce.hpp"
 #include "common/format.hpp"
+#include "scheduler/executor.hpp"
 #include "scheduler/job_report.hpp"
 
 namespace coach::scheduler {
@@ -25,6 +27,8 @@ struct sim_job {
   double submit = 0;
   std::string model;
   perf_theta theta{};
+  double param_bytes = 0;  ///< the model's parameters; 0: no network time
+  double steps = 0;        ///< steps of one epoch at one worker
   bool elastic = true;
   int min_w = 1, max_w = 1, req_w = 1;
   int min_s = 1, max_s = 1, req_s = 1;
@@ -38,7 +42,9 @@ struct sim_job {
   double done = 0;                    ///< epochs, as of `last`
   double last = 0;                    ///< when done and gpu_seconds were brought up to date
   double paused_until = 0;            ///< no progress before this (a rescale or resume in progress)
-  double speed = 0;                   ///< epochs per second at (w, s)
+  double speed = 0;                   ///< epochs per second at (w, s) and this placement
+  double net_s = 0;                   ///< network seconds per epoch at this placement
+  double cross_per_epoch = 0;         ///< bytes across hosts per epoch at this placement
   std::uint64_t gen = 0;              ///< bumped by every change: older events are stale
   int samples = 0;                    ///< epochs reported since the last allocation change
   double first_start = -1;
@@ -69,8 +75,12 @@ const resources shard_demand{0, 1.0, 0};
 
 class simulator {
  public:
-  simulator(std::vector<sim_job> jobs, const sim_options& options, policy_holder holder)
-      : options_(options), jobs_(std::move(jobs)), holder_(std::move(holder)) {
+  simulator(std::vector<sim_job> jobs, const sim_options& options, policy_holder holder,
+            executor exec)
+      : options_(options),
+        jobs_(std::move(jobs)),
+        holder_(std::move(holder)),
+        exec_(std::move(exec)) {
     for (int n = 0; n < options.nodes; ++n) {
       const resources total{options.gpus_per_node, options.cpus_per_node, 0};
       pool_.add_node(std::uint32_t(n), total, total);
@@ -165,7 +175,12 @@ class simulator {
   void advance(sim_job& j, double now) {
     if (j.state == job_state::running) {
       const double from = std::max(j.last, j.paused_until);
-      if (now > from) j.done = std::min(j.epochs_total, j.done + (now - from) * j.speed);
+      if (now > from) {
+        const double done = std::min(j.epochs_total, j.done + (now - from) * j.speed);
+        cross_bytes_ += (done - j.done) * j.cross_per_epoch;
+        network_s_ += (done - j.done) * j.net_s;
+        j.done = done;
+      }
       j.gpu_seconds += double(j.w) * (now - j.last);
     }
     j.last = now;
@@ -187,7 +202,8 @@ class simulator {
 
   void measure(sim_job& j) {
     const double factor = std::max(0.1, 1.0 + options_.noise * normal());
-    holder_.model()->observe(j.id, j.model, j.w, j.s, epoch_seconds(j.theta, j.w, j.s) * factor);
+    holder_.model()->observe(j.id, j.model, j.w, j.s,
+                             (epoch_seconds(j.theta, j.w, j.s) + j.net_s) * factor);
     ++j.samples;
   }
 
@@ -273,7 +289,7 @@ class simulator {
         continue;
       }
       advance(*j, now);
-      auto applied = apply_action(pool_, views_[j->view_slot], a, j->wn, j->sn);
+      auto applied = exec_.apply(pool_, views_[j->view_slot], a, {}, j->wn, j->sn);
       if (!applied) {
         reject(applied.error().message);
         continue;
@@ -305,13 +321,35 @@ class simulator {
       j->w = int(j->wn.size());
       j->s = int(j->sn.size());
       j->max_w_seen = std::max(j->max_w_seen, j->w);
-      j->speed = j->w > 0 ? 1.0 / epoch_seconds(j->theta, j->w, j->s) : 0.0;
+      network(*j);
+      j->speed = j->w > 0 ? 1.0 / (epoch_seconds(j->theta, j->w, j->s) + j->net_s) : 0.0;
       j->samples = 0;
       if (was_running && j->state != job_state::running) --running_;
       if (!was_running && j->state == job_state::running) ++running_;
       schedule(*j, now);
     }
     return d.revisit_at ? to_seconds(*d.revisit_at) : inf;
+  }
+
+  /// A job's network time and bytes per epoch at its placement (the file comment).
+  void network(sim_job& j) const {
+    j.net_s = j.cross_per_epoch = 0;
+    if (j.w == 0 || j.s == 0 || j.param_bytes <= 0 || j.steps <= 0) return;
+    const double pair = 2 * j.param_bytes / double(j.s);  // one worker with one shard, per step
+    link_.clear();
+    double cross = 0;
+    for (auto sn : j.sn)
+      for (auto wn : j.wn)
+        if (wn != sn) {
+          link_[wn] += pair;
+          link_[sn] += pair;
+          cross += pair;
+        }
+    double busiest = 0;
+    for (const auto& [node, bytes] : link_) busiest = std::max(busiest, bytes);
+    const double steps = j.steps / double(j.w);
+    j.net_s = steps * busiest / (options_.link_gbps * 1e9 / 8);
+    j.cross_per_epoch = steps * cross;
   }
 
   void reject(std::string why) {
@@ -322,6 +360,9 @@ class simulator {
   sim_result figures(std::string_view policy_name) const {
     sim_result r;
     r.policy = std::string(policy_name);
+    r.placement = std::string(exec_.placement_name());
+    r.cross_host_bytes = cross_bytes_;
+    r.network_s = network_s_;
     r.jobs = jobs_.size();
     r.decisions = decisions_;
     r.actions = actions_;
@@ -359,7 +400,11 @@ class simulator {
   sim_options options_;
   std::vector<sim_job> jobs_;
   policy_holder holder_;
+  executor exec_;
   resource_pool pool_;
+  mutable std::unordered_map<std::uint32_t, double> link_;  ///< network()'s scratch
+  double cross_bytes_ = 0;
+  double network_s_ = 0;
   std::priority_queue<event, std::vector<event>, later> events_;
   std::uint64_t seq_ = 0;
   std::vector<std::size_t> active_;  ///< arrived jobs, by arrival (and some finished ones)
@@ -397,6 +442,8 @@ result<std::vector<sim_job>> build_jobs(const trace& t, const model_table& model
     j.submit = tj.submit_time;
     j.model = tj.model;
     j.theta = curve->theta;
+    j.param_bytes = curve->param_mb * 1e6;
+    j.steps = curve->steps;
     j.elastic = tj.elastic;
     j.req_w = tj.num_gpus;
     if (tj.elastic) {
@@ -431,6 +478,10 @@ result<sim_result> simulate(const trace& t, const model_table& models, std::stri
   if (options.cpus_per_node < 1)
     return fail(errc::invalid_argument, "cpus_per_node {} is less than one worker's 1 CPU",
                 options.cpus_per_node);
+  if (!(options.link_gbps > 0))
+    return fail(errc::invalid_argument, "link_gbps must be > 0 (got {})", options.link_gbps);
+  auto exec = executor::make({options.placement, options.seed});
+  if (!exec) return std::unexpected(exec.error());
   if (!(options.rescale_cost_s >= 0) || !(options.noise >= 0) || !(options.max_scale >= 1))
     return fail(errc::invalid_argument,
                 "rescale_cost_s and noise must be >= 0 and max_scale >= 1 (got {}, {}, {})",
@@ -445,20 +496,22 @@ result<sim_result> simulate(const trace& t, const model_table& models, std::stri
   if (!po.model) po.model = std::make_shared<perf_model>();
   auto holder = policy_holder::make(policy, po);
   if (!holder) return std::unexpected(holder.error());
-  simulator sim(std::move(*jobs), options, std::move(*holder));
+  simulator sim(std::move(*jobs), options, std::move(*holder), std::move(*exec));
   return sim.run(policy);
 }
 
 std::string to_json(const sim_result& r) {
   return coach::format(
-      "{\"policy\": {}, \"jobs\": {}, \"makespan_s\": {}, \"avg_jct_s\": {}, \"p95_jct_s\": {}, "
-      "\"avg_queue_s\": {}, \"gpu_utilization\": {}, \"wall_s\": {}, \"decisions\": {}, "
-      "\"actions\": {}, \"resizes\": {}, \"suspensions\": {}, \"rejected\": {}, "
-      "\"predictions\": {}, \"model_error\": {}}",
-      json_string(r.policy), r.jobs, json_number(r.makespan_s), json_number(r.avg_jct_s),
-      json_number(r.p95_jct_s), json_number(r.avg_queue_s), json_number(r.gpu_utilization),
-      json_number(r.wall_s), r.decisions, r.actions, r.resizes, r.suspensions, r.rejected,
-      r.predictions, json_number(r.model_error));
+      "{\"policy\": {}, \"placement\": {}, \"jobs\": {}, \"makespan_s\": {}, \"avg_jct_s\": {}, "
+      "\"p95_jct_s\": {}, \"avg_queue_s\": {}, \"gpu_utilization\": {}, \"wall_s\": {}, "
+      "\"decisions\": {}, \"actions\": {}, \"resizes\": {}, \"suspensions\": {}, "
+      "\"rejected\": {}, \"predictions\": {}, \"model_error\": {}, \"cross_host_bytes\": {}, "
+      "\"network_s\": {}}",
+      json_string(r.policy), json_string(r.placement), r.jobs, json_number(r.makespan_s),
+      json_number(r.avg_jct_s), json_number(r.p95_jct_s), json_number(r.avg_queue_s),
+      json_number(r.gpu_utilization), json_number(r.wall_s), r.decisions, r.actions, r.resizes,
+      r.suspensions, r.rejected, r.predictions, json_number(r.model_error),
+      json_number(r.cross_host_bytes), json_number(r.network_s));
 }
 
 }  // namespace coach::scheduler

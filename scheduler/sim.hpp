@@ -15,6 +15,15 @@
 // and fetch parameters; a resumed job restores from its shards' checkpoint). A first start is
 // free, for every policy alike.
 //
+// Network: a step moves each worker's push and pull of every shard's slice of the parameters
+// (2 × param_mb / p to and from each of the p shards). Where a worker and a shard are on two
+// nodes, those bytes cross both nodes' links; the busiest link of the job, at link_gbps, takes
+// (bytes on it per step) / bandwidth per step, and an epoch of steps/w steps adds that much time
+// to t(w, p). So the placement (executor, scheduler/placement.hpp: the one the cluster scheduler
+// uses) changes a job's speed, and the simulator counts the bytes that cross hosts. Jobs do not
+// slow each other's links (a link's bandwidth is its own per job): an optimistic bound for
+// spread-out placements. Models without param_mb and steps have no network time.
+//
 // Measurements: the simulator reports an epoch's time to the performance model
 // (perf_model::observe) for the first `samples_per_config` epochs after each change of a job's
 // allocation, multiplied by a noise factor 1 + N(0, noise) (clamped to >= 0.1): what a job
@@ -61,6 +70,9 @@ struct sim_options {
   policy_options policy;
   /// Swaps of the active policy: (time in seconds, policy name), by time.
   std::vector<std::pair<double, std::string>> policy_changes;
+  /// Where parts go: spread, best-fit, random or dltap (scheduler/placement.hpp).
+  std::string placement = "dltap";
+  double link_gbps = 10;  ///< each node's link, Gbit/s
 };
 
 /// One job's outcome.
@@ -80,6 +92,7 @@ struct sim_job_result {
 /// A run's figures (see the file comment).
 struct sim_result {
   std::string policy;  ///< the policy at the start
+  std::string placement;
   std::size_t jobs = 0;
   double makespan_s = 0;
   double avg_jct_s = 0;
@@ -95,6 +108,8 @@ struct sim_result {
   std::string first_rejection;  ///< why the first of them was refused
   std::size_t predictions = 0;  ///< measured epochs the model had a prediction for
   double model_error = 0;       ///< their mean |predicted − observed| / observed
+  double cross_host_bytes = 0;  ///< bytes between workers and shards on different nodes
+  double network_s = 0;         ///< job-seconds spent on the network (summed over jobs)
   std::vector<sim_job_result> per_job;  ///< by id
 };
 
@@ -105,9 +120,9 @@ struct sim_result {
 result<sim_result> simulate(const trace& t, const model_table& models, std::string_view policy,
                             const sim_options& options = {});
 
-/// The figures as one JSON object on one line: policy, jobs, makespan_s, avg_jct_s, p95_jct_s,
-/// avg_queue_s, gpu_utilization, wall_s, then decisions, actions, resizes, suspensions,
-/// rejected, predictions, model_error.
+/// The figures as one JSON object on one line: policy, placement, jobs, makespan_s, avg_jct_s,
+/// p95_jct_s, avg_queue_s, gpu_utilization, wall_s, then decisions, actions, resizes,
+/// suspensions, rejected, predictions, model_error, cross_host_bytes, network_s.
 std::string to_json(const sim_result& r);
 
 }  // namespace coach::scheduler

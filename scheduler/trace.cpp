@@ -165,6 +165,9 @@ constexpr std::array<std::string_view, 3> trace_required{"submit_time", "duratio
 
 constexpr std::array<std::string_view, 6> model_columns{"model",  "theta0", "theta1",
                                                         "theta2", "theta3", "theta4"};
+// The columns a models file may have: the required ones, then the network model's.
+constexpr std::array<std::string_view, 8> model_known{"model",  "theta0", "theta1",   "theta2",
+                                                      "theta3", "theta4", "param_mb", "steps"};
 
 // --- the generator's random source: splitmix64 and distributions written out, so that a seed
 // gives the same trace with any standard library.
@@ -282,7 +285,7 @@ result<trace> load_trace(const std::string& path) {
 result<model_table> parse_models(std::string_view text, std::string_view source) {
   auto table = read_csv(text, source);
   if (!table) return std::unexpected(table.error());
-  auto cols = map_columns(table->header, model_columns, model_columns, source);
+  auto cols = map_columns(table->header, model_known, model_columns, source);
   if (!cols) return std::unexpected(cols.error());
   model_table out;
   for (const auto& row : table->rows) {
@@ -309,6 +312,16 @@ result<model_table> parse_models(std::string_view text, std::string_view source)
     if (!(sum > 0))
       return fail(errc::invalid_argument, "{}:{}: model '{}' has every theta 0 (no epoch time)",
                   source, row.line, m.name);
+    for (std::size_t k : {std::size_t(6), std::size_t(7)}) {
+      const int c = (*cols)[k];
+      if (c < 0 || row.cells[std::size_t(c)].empty()) continue;
+      auto v = parse_number(row.cells[std::size_t(c)], model_known[k], source, row.line);
+      if (!v) return std::unexpected(v.error());
+      if (*v < 0)
+        return fail(errc::invalid_argument, "{}:{}: column '{}': {} is negative", source, row.line,
+                    model_known[k], *v);
+      (k == 6 ? m.param_mb : m.steps) = *v;
+    }
     out.models.push_back(std::move(m));
   }
   if (out.models.empty()) return fail(errc::invalid_argument, "{}: lists no model", source);

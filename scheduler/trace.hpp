@@ -16,8 +16,11 @@
 //
 // A models file is CSV too: columns model, theta0, theta1, theta2, theta3, theta4: the true
 // epoch time t(w, p) = θ0 + θ1/w + θ2·w/p + θ3·w + θ4·p in seconds (perf_model.hpp explains
-// the terms). The simulator runs each job at 1/t epochs per second; the coach policy must learn
-// the curve from the epochs it sees.
+// the terms), with the parameter server's traffic inside one host. Two optional columns add
+// the network (scheduler/sim.hpp): param_mb, the model's parameters in MB (10^6 bytes), and
+// steps, the steps of one epoch at one worker (w workers take steps/w each); absent or 0: no
+// network time. The simulator runs each job at 1/(t + network time) epochs per second; the
+// coach policy must learn the curve from the epochs it sees.
 //
 // Errors name the file and the line: parse_error for a malformed cell or row, invalid_argument
 // for a value out of range or an unknown column, not_found for a missing file, io_error for an
@@ -59,6 +62,8 @@ struct trace {
 struct model_curve {
   std::string name;
   perf_theta theta{};
+  double param_mb = 0;  ///< parameters, MB; 0: no network time
+  double steps = 0;     ///< steps of one epoch at one worker
 };
 
 /// The models a trace may name.

@@ -21,6 +21,7 @@ enum JobState {
   succeeded @2;
   failed @3;
   cancelled @4;
+  suspended @5;   # stopped by the policy, its checkpoint kept; it resumes from there
 }
 
 # coach submit JOB.yaml [--workers N] [--shards M] [--wait]
@@ -78,7 +79,9 @@ struct JobStatus {
   changes @19 :List(ChangeReport);  # the job's changes of workers or shards (once it ended)
   model @20 :Text;             # the performance model's view of the job: one JSON object
   resumes @21 :UInt32;         # times the job restarted from its checkpoint
-  changesDone @22 :UInt32;     # changes of workers or shards in effect so far (last progress)
+  placement @22 :Text;         # the placement that placed its parts (spread, dltap, ...)
+  aggregationDegree @23 :Float64;  # share of its worker-shard bytes kept on one host; NaN: none
+  changesDone @24 :UInt32;     # changes of workers or shards in effect so far (last progress)
 }
 
 # One change of a running job, timed by its master (scheduler::change_report); -1 = n/a.

@@ -37,7 +37,7 @@ class cluster : public ::testing::Test {
   static void SetUpTestSuite() {
     sched_addr_ = free_address();
     nodes_.push_back(start_node({"--listen", sched_addr_, "--scheduler", "--store", "", "--name",
-                                 "node-a", "--heartbeat", "0.25"},
+                                 "node-a", "--heartbeat", "0.25", "--placement", "spread"},
                                 "node-a"));
     for (const char* name : {"node-b", "node-c"})
       nodes_.push_back(start_node({"--listen", free_address(), "--join", sched_addr_, "--name",

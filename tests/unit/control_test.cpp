@@ -377,8 +377,8 @@ TEST(control_codec, extremes_and_nan_round_trip) {
 }
 
 TEST(control_codec, every_job_state_round_trips) {
-  for (const auto state : {job_state::queued, job_state::running, job_state::succeeded,
-                           job_state::failed, job_state::cancelled}) {
+  for (const auto state : {job_state::queued, job_state::running, job_state::suspended,
+                           job_state::succeeded, job_state::failed, job_state::cancelled}) {
     job_status s;
     s.state = state;
     const auto back = round_trip(api_reply{std::nullopt, status_reply{{s}}});
@@ -598,9 +598,9 @@ TEST(control_codec, out_of_range_values_are_refused) {
             "control message refused: command reply carries unknown error code 0");
   EXPECT_EQ(
       decode_error(raw([](auto root) {
-        root.initReply().initStatus().initJobs(1)[0].setState(static_cast<schemas::JobState>(5));
+        root.initReply().initStatus().initJobs(1)[0].setState(static_cast<schemas::JobState>(6));
       })),
-      "control message refused: job status has unknown state 5");
+      "control message refused: job status has unknown state 6");
   EXPECT_EQ(decode_error(raw(
                 [](auto root) { root.initReply().initStatus().initJobs(1)[0].setErrorCode(10); })),
             "control message refused: job status has unknown error code 10");

@@ -2,6 +2,7 @@
 // reproducible, and every kind of broken file gets an error that names the file and the fault.
 
 #include "worker/dataset.hpp"
+#include "worker/dataset_cache.hpp"
 
 #include <gtest/gtest.h>
 #include <zlib.h>
@@ -511,6 +512,32 @@ TEST_F(dataset_files, csv_plain_and_gz) {
                                                      {0.375f, 0.0f, 0.25f, 1.0f},
                                                      {1.0f, 0.25f, 0.0f, 1.0f}}));
   }
+}
+
+TEST_F(dataset_files, a_shared_load_is_one_copy_while_held_and_fresh_once_let_go) {
+  const auto path = write("s.csv", std::string_view("0,4,8,0\n8,2,0,1\n1,1,1,2\n3,0,2,1\n"));
+  auto a = load_dataset_shared(csv_config(path), 5);
+  ASSERT_TRUE(a) << a.error().to_string();
+  auto b = load_dataset_shared(csv_config(path), 5);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(a->get(), b->get()) << "one copy for the same file, split and seed";
+  auto other_seed = load_dataset_shared(csv_config(path), 6);
+  ASSERT_TRUE(other_seed);
+  EXPECT_NE(a->get(), other_seed->get()) << "the csv split depends on the seed";
+  auto other_split = load_dataset_shared(csv_config(path, 0.25), 5);
+  ASSERT_TRUE(other_split);
+  EXPECT_NE(a->get(), other_split->get());
+  EXPECT_EQ(other_split->get()->test.rows, 1u);
+  // Let go of every copy and change the file: the next load reads the new file.
+  a->reset();
+  b->reset();
+  write("s.csv", std::string_view("0,4,8,0\n8,2,0,1\n1,1,1,2\n3,0,2,1\n5,5,5,0\n7,1,1,2\n"));
+  auto c = load_dataset_shared(csv_config(path), 5);
+  ASSERT_TRUE(c);
+  EXPECT_EQ((*c)->train.rows + (*c)->test.rows, 6u);
+  auto missing = load_dataset_shared(csv_config((dir_ / "none.csv").string()), 5);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, errc::not_found);
 }
 
 TEST_F(dataset_files, csv_ragged_row_names_the_line) {

@@ -456,6 +456,22 @@ TEST(job_spec, unknown_enum_values_list_the_allowed_ones) {
   }
 }
 
+TEST(job_spec, placement_names_one_of_the_four_or_is_left_to_the_scheduler) {
+  auto none = parse_job_spec(full_example, "job.yaml");
+  ASSERT_TRUE(none) << none.error().message;
+  EXPECT_EQ(none->placement, "");
+  for (std::string name : {"spread", "best-fit", "random", "dltap"}) {
+    auto spec = parse_job_spec(std::string(full_example) + "placement: " + name + "\n", "job.yaml");
+    ASSERT_TRUE(spec) << spec.error().message;
+    EXPECT_EQ(spec->placement, name);
+  }
+  const error e = parse_error_of(std::string(full_example) + "placement: nearest\n");
+  EXPECT_EQ(e.code, errc::invalid_argument);
+  EXPECT_TRUE(has(e.message,
+                  "field 'placement' must be one of spread, best-fit, random, dltap, "
+                  "got 'nearest'"));
+}
+
 TEST(job_spec, host_reduce_is_off_unless_asked_for) {
   auto off = parse_job_spec(minimal, "job.yaml");
   ASSERT_TRUE(off) << off.error().to_string();

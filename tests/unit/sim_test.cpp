@@ -198,10 +198,18 @@ sim_options small_cluster() {
   return o;
 }
 
+/// The shipped models without their network figures: a job's duration is then its run time
+/// at its request, wherever its parts are.
+model_table without_network() {
+  auto m = *load_models(shipped_models);
+  for (auto& c : m.models) c.param_mb = c.steps = 0;
+  return m;
+}
+
 TEST(sim, fifo_runs_every_job_for_exactly_its_duration) {
   // fifo never resizes nor suspends, so each job runs at its request from its start to its
   // end: finish − start must be the trace's duration, whatever the noise of measurements.
-  const auto models = *load_models(shipped_models);
+  const auto models = without_network();
   trace_generator_options g;
   g.jobs = 200;
   g.nodes = 4;
@@ -368,6 +376,75 @@ TEST(sim, on_the_shipped_trace_elastic_fifo_and_coach_beat_fifo) {
   EXPECT_LT(coach->avg_jct_s, elastic->avg_jct_s);  // the model's allocation pays
   EXPECT_LT(coach->makespan_s, fifo->makespan_s);
   EXPECT_EQ(fifo->rejected + elastic->rejected + coach->rejected, 0u);
+}
+
+TEST(sim, on_the_shipped_trace_dltap_moves_fewer_bytes_and_ends_jobs_sooner_than_spread) {
+  auto t = load_trace(shipped_trace);
+  ASSERT_TRUE(t) << t.error().message;
+  const auto models = *load_models(shipped_models);
+  for (auto policy : policy_names()) {
+    sim_options o;
+    o.placement = "spread";
+    auto spread = simulate(*t, models, policy, o);
+    o.placement = "dltap";
+    auto dltap = simulate(*t, models, policy, o);
+    ASSERT_TRUE(spread && dltap);
+    EXPECT_EQ(spread->placement, "spread");
+    EXPECT_EQ(dltap->placement, "dltap");
+    EXPECT_GT(spread->cross_host_bytes, 0.0) << policy;
+    EXPECT_LE(dltap->cross_host_bytes, 0.6 * spread->cross_host_bytes) << policy;
+    EXPECT_LT(dltap->avg_jct_s, spread->avg_jct_s) << policy;
+    EXPECT_EQ(spread->rejected + dltap->rejected, 0u) << policy;
+    EXPECT_TRUE(has(to_json(*dltap), "\"placement\": \"dltap\""));
+    EXPECT_TRUE(has(to_json(*dltap), "\"cross_host_bytes\": "));
+  }
+}
+
+TEST(sim, network_time_follows_the_link_and_vanishes_without_model_sizes) {
+  // One 4-GPU job of vgg16 on 4 nodes of 1 GPU: its parts must cross nodes.
+  trace t =
+      parse_ok("submit_time,duration,num_gpus,model,num_shards,elastic\n0,1000,4,vgg16,2,0\n");
+  sim_options o;
+  o.nodes = 4;
+  o.gpus_per_node = 1;
+  o.noise = 0;
+  const auto models = *load_models(shipped_models);
+  auto slow = simulate(t, models, "fifo", o);
+  o.link_gbps = 100;
+  auto fast = simulate(t, models, "fifo", o);
+  auto none = simulate(t, without_network(), "fifo", o);
+  ASSERT_TRUE(slow && fast && none);
+  EXPECT_GT(slow->avg_jct_s, fast->avg_jct_s);
+  EXPECT_GT(fast->avg_jct_s, 1000.0);
+  EXPECT_NEAR(none->avg_jct_s, 1000.0, 1e-6);
+  EXPECT_DOUBLE_EQ(none->cross_host_bytes, 0.0);
+  // The same bytes cross whatever the link's speed.
+  EXPECT_NEAR(slow->cross_host_bytes, fast->cross_host_bytes, 1e-6 * fast->cross_host_bytes);
+  EXPECT_GT(slow->network_s, 10 * fast->network_s - 1e-9);
+  o.link_gbps = 0;
+  auto bad = simulate(t, models, "fifo", o);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message, "link_gbps must be > 0 (got 0)");
+  o.link_gbps = 10;
+  o.placement = "closest";
+  bad = simulate(t, models, "fifo", o);
+  ASSERT_FALSE(bad);
+  EXPECT_TRUE(has(bad.error().message, "unknown placement 'closest'"));
+}
+
+TEST(models, network_columns_are_optional_and_checked) {
+  auto m = parse_models(
+      "model,theta0,theta1,theta2,theta3,theta4,param_mb,steps\na,1,2,3,4,5,98,600\n"
+      "b,1,1,1,1,1,,\n",
+      "m.csv");
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(m->find("a")->param_mb, 98);
+  EXPECT_EQ(m->find("a")->steps, 600);
+  EXPECT_EQ(m->find("b")->param_mb, 0);
+  auto bad =
+      parse_models("model,theta0,theta1,theta2,theta3,theta4,param_mb\na,1,2,3,4,5,-1\n", "m.csv");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message, "m.csv:2: column 'param_mb': -1 is negative");
 }
 
 TEST(sim, a_thousand_jobs_on_a_hundred_nodes_take_well_under_a_second_each) {

@@ -1,0 +1,91 @@
+#include "scheduler/node_table.hpp"
+
+#include <algorithm>
+
+#include "common/format.hpp"
+
+namespace coach::scheduler {
+
+heard node_table::heartbeat(node_report report) {
+  auto [it, fresh] = nodes_.try_emplace(report.host);
+  auto& n = it->second;
+  heard out;
+  out.joined = fresh;
+  out.back = !fresh && !n.alive;
+  out.moved = fresh || n.last.address != report.address;
+  n.last = std::move(report);
+  n.seen = clock_.now();
+  n.alive = true;
+  return out;
+}
+
+std::vector<std::uint32_t> node_table::expire() {
+  const auto now = clock_.now();
+  if (last_expire_ && now - *last_expire_ > timeout_ / 2) {
+    const auto deaf = now - *last_expire_;
+    for (auto& [host, n] : nodes_)
+      if (n.alive) n.seen = std::min(now, n.seen + deaf);
+  }
+  last_expire_ = now;
+  std::vector<std::uint32_t> out;
+  for (auto& [host, n] : nodes_) {
+    if (!n.alive || now - n.seen <= timeout_) continue;
+    n.alive = false;
+    out.push_back(host);
+  }
+  return out;
+}
+
+const node_entry* node_table::find(std::uint32_t host) const {
+  auto it = nodes_.find(host);
+  return it == nodes_.end() ? nullptr : &it->second;
+}
+
+bool node_table::usable(std::uint32_t host) const {
+  const auto* n = find(host);
+  return n && n->alive && !n->last.draining;
+}
+
+std::string node_table::name(std::uint32_t host) const {
+  const auto* n = find(host);
+  return n ? n->last.name : coach::format("host {}", host);
+}
+
+result<std::uint32_t> node_table::by_name(std::string_view name) const {
+  for (const auto& [host, n] : nodes_) {
+    if (n.last.name != name) continue;
+    if (!n.alive) return fail(errc::resource_exhausted, "node '{}' is not heartbeating", name);
+    if (n.last.draining) return fail(errc::resource_exhausted, "node '{}' is draining", name);
+    return host;
+  }
+  return fail(errc::not_found, "no node named '{}'", name);
+}
+
+double node_table::silent_for(std::uint32_t host) const {
+  const auto* n = find(host);
+  return n ? (clock_.now() - n->seen).count() : 0.0;
+}
+
+cluster_view node_table::view(const std::map<std::uint32_t, resources>& reserved) const {
+  std::vector<const node_entry*> usable;
+  for (const auto& [host, n] : nodes_)
+    if (n.alive && !n.last.draining) usable.push_back(&n);
+  std::sort(usable.begin(), usable.end(),
+            [](const node_entry* a, const node_entry* b) { return a->last.name < b->last.name; });
+  cluster_view view;
+  for (const auto* n : usable) {
+    const auto& r = n->last.resources;
+    node_view v;
+    v.id = n->last.host;
+    v.total = {int(r.gpus_total.size()), double(r.cpus_total), r.memory_total};
+    resources out{};
+    if (auto g = reserved.find(v.id); g != reserved.end()) out = g->second;
+    v.free.gpus = std::max(0, std::min(int(r.gpus_free.size()), v.total.gpus - out.gpus));
+    v.free.cpus = std::max(0.0, v.total.cpus - out.cpus);
+    v.free.memory = std::min(r.memory_free, v.total.memory);
+    view.nodes.push_back(v);
+  }
+  return view;
+}
+
+}  // namespace coach::scheduler

@@ -1,0 +1,96 @@
+#pragma once
+// scheduler::node_table: the cluster scheduler's view of its nodes, from their heartbeats. A
+// node is alive while it heartbeats at least once per `timeout`; one silent for longer is dead
+// (expire() reports it once) until it heartbeats again. Live nodes that are not draining take
+// work; view() turns them into the cluster_view a policy sees, less what the scheduler has
+// handed out on each (its reservations):
+//
+//   free GPUs  = the fewer of what the heartbeat measured free (other processes count) and the
+//                node's total less what the scheduler gave out;
+//   free CPUs  = the node's advertised CPUs (coach-node --cpus caps them) less what the
+//                scheduler gave out: a load average counts our own parts and lags by a minute,
+//                so it cannot say what a new part would get;
+//   free memory = measured.
+//
+// Plain logic with an injected clock (scheduler/clock.hpp): tests drive liveness with a
+// manual_clock. Threads: none; the owner (the scheduler actor) calls it from one thread.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.hpp"
+#include "scheduler/clock.hpp"
+#include "scheduler/cluster_view.hpp"
+#include "scheduler/host_probe.hpp"
+
+namespace coach::scheduler {
+
+/// What one heartbeat says of its node.
+struct node_report {
+  std::uint32_t host = 0;  ///< unique per node
+  std::string name;
+  std::string address;  ///< where its transport listens, "tcp://IP:PORT"
+  host_resources resources;
+  std::uint32_t parts_running = 0;  ///< shards and workers it runs
+  bool draining = false;            ///< takes no new work
+};
+
+/// A node as the table knows it.
+struct node_entry {
+  node_report last;   ///< its latest heartbeat
+  time_point seen{};  ///< when that arrived
+  bool alive = true;
+};
+
+/// What one heartbeat changed.
+struct heard {
+  bool joined = false;  ///< first heartbeat of this host
+  bool back = false;    ///< it was dead and heartbeats again
+  bool moved = false;   ///< its address is new (first heartbeat or a restart elsewhere)
+};
+
+class node_table {
+ public:
+  /// REQUIRES: `clock` outlives the table; timeout > 0.
+  node_table(const clock_source& clock, seconds timeout) : clock_(clock), timeout_(timeout) {}
+
+  /// Records a heartbeat (now, by the clock).
+  heard heartbeat(node_report report);
+  /// Marks dead the nodes silent for longer than the timeout; returns those newly dead. The owner
+  /// calls it on a timer. Silence the owner could not have heard does not count: when more than
+  /// half the timeout passed since the previous call (the owner was busy, its timer late, and
+  /// heartbeats waited in its mailbox), every live node's silence is shortened by that gap.
+  std::vector<std::uint32_t> expire();
+
+  /// The node, or null.
+  const node_entry* find(std::uint32_t host) const;
+  /// Alive and not draining: takes work.
+  bool usable(std::uint32_t host) const;
+  /// The name of a node, or "host N" for one never heard of.
+  std::string name(std::uint32_t host) const;
+  /// The usable node named `name`. Errors: not_found (no such node), resource_exhausted (not
+  /// heartbeating, draining), each naming it.
+  result<std::uint32_t> by_name(std::string_view name) const;
+  /// Seconds since the node's last heartbeat.
+  double silent_for(std::uint32_t host) const;
+
+  /// The usable nodes by name, free resources less `reserved` (see the file comment).
+  cluster_view view(const std::map<std::uint32_t, resources>& reserved) const;
+
+  const std::map<std::uint32_t, node_entry>& nodes() const noexcept { return nodes_; }
+  seconds timeout() const noexcept { return timeout_; }
+  /// REQUIRES: t > 0.
+  void set_timeout(seconds t) noexcept { timeout_ = t; }
+
+ private:
+  const clock_source& clock_;
+  seconds timeout_;
+  std::map<std::uint32_t, node_entry> nodes_;
+  std::optional<time_point> last_expire_;
+};
+
+}  // namespace coach::scheduler

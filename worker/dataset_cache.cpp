@@ -1,0 +1,53 @@
+#include "worker/dataset_cache.hpp"
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+namespace coach::worker {
+namespace {
+
+// Everything that changes what load_dataset returns. The csv split depends on the seed; the
+// idx split does not, so idx ignores it and jobs with other seeds share one copy.
+using cache_key = std::tuple<int, std::string, double, std::size_t, std::size_t, std::uint64_t>;
+
+cache_key key_of(const dataset_config& cfg, std::uint64_t seed) {
+  const bool seeded = cfg.format == dataset_format::csv;
+  return {int(cfg.format), cfg.path,       seeded ? cfg.test_fraction : 0.0,
+          cfg.train_limit, cfg.test_limit, seeded ? seed : 0};
+}
+
+struct cache {
+  std::mutex mu;
+  std::map<cache_key, std::weak_ptr<const dataset_pair>> loaded;
+};
+
+cache& the_cache() {
+  static cache c;
+  return c;
+}
+
+}  // namespace
+
+result<std::shared_ptr<const dataset_pair>> load_dataset_shared(const dataset_config& cfg,
+                                                                std::uint64_t seed) {
+  auto& c = the_cache();
+  const auto key = key_of(cfg, seed);
+  {
+    std::lock_guard lock(c.mu);
+    if (auto it = c.loaded.find(key); it != c.loaded.end())
+      if (auto held = it->second.lock()) return held;
+  }
+  auto data = load_dataset(cfg, seed);  // outside the lock: seconds for Fashion-MNIST
+  if (!data) return std::unexpected(data.error());
+  auto fresh = std::make_shared<const dataset_pair>(std::move(*data));
+  std::lock_guard lock(c.mu);
+  auto& slot = c.loaded[key];
+  if (auto held = slot.lock()) return held;  // another caller finished first
+  std::erase_if(c.loaded, [](const auto& kv) { return kv.second.expired(); });
+  c.loaded[key] = fresh;
+  return fresh;
+}
+
+}  // namespace coach::worker
