@@ -136,12 +136,12 @@ struct agent_state {
     return hb;
   }
 
-  /// The job's data set (one copy per process, worker/dataset_cache.hpp). Loading takes seconds
-  /// on a busy host; this node keeps heartbeating meanwhile, or the scheduler would count it dead.
-  result<std::shared_ptr<const worker::dataset_pair>> load_data(const worker::dataset_config& cfg,
-                                                                std::uint64_t seed) {
-    auto pending = std::async(std::launch::async,
-                              [cfg, seed] { return worker::load_dataset_shared(cfg, seed); });
+  /// Runs `work` on a thread of its own and heartbeats while it waits: loading a data set or
+  /// building a large model's parameters takes seconds on a busy host (longer on memory the
+  /// host has dropped), and a node silent for the scheduler's node timeout counts as dead.
+  template <class Work>
+  auto while_heartbeating(Work work) {
+    auto pending = std::async(std::launch::async, std::move(work));
     while (pending.wait_for(opt.heartbeat) != std::future_status::ready)
       send({0, scheduler_id}, heartbeat());
     return pending.get();
@@ -156,7 +156,9 @@ struct agent_state {
     if (!part.ctx) {
       auto spec = scheduler::parse_job_spec(sj.spec_yaml, sj.source_name, sj.base_dir);
       if (!spec) return std::unexpected(spec.error());
-      auto data = load_data(spec->dataset, spec->seed);
+      auto data = while_heartbeating([cfg = spec->dataset, seed = spec->seed] {
+        return worker::load_dataset_shared(cfg, seed);  // one copy per process
+      });
       if (!data) return fail(data.error().code, "node '{}': {}", opt.name, data.error().message);
       for (const auto& p : sj.peers)
         if (p.host != opt.host) net->add_peer(p.host, p.address);
@@ -180,8 +182,11 @@ struct agent_state {
                       want * sizeof(float));
         initial = *sj.initial_params;
       } else {
-        initial.resize(ctx->model.num_params());
-        ctx->model.init_params(initial, ctx->spec.seed);
+        initial = while_heartbeating([&model = ctx->model, seed = ctx->spec.seed] {
+          std::vector<float> p(model.num_params());
+          model.init_params(p, seed);
+          return p;
+        });
       }
       for (std::uint32_t k = 0; k < ctx->shards.size(); ++k) {
         if (ctx->shards[k].host != opt.host) continue;
