@@ -249,20 +249,27 @@ struct shard_state {
   /// release waits until the step before the boundary is applied; an adoption until this shard
   /// is at the transfer's version, or at once when it owns nothing. Pushes of the boundary's
   /// step that waited for the move are taken then; a step they complete is answered as a whole.
+  ///
+  /// Only steps that resume() completes are answered to the pushers: an empty shard's adoption
+  /// moves its version from 0 to the transfer's without completing any step, and the pushes it
+  /// held are of that step, not of the one before (their workers wait for the next version).
   void run_moves() {
-    const auto version = core->applied_steps();
+    int completed = 0;
     // An adoption can make a release due (and the reverse): go on until nothing moves.
     for (std::size_t before = SIZE_MAX; before != releases.size() + adoptions.size();) {
       before = releases.size() + adoptions.size();
-      run_moves_once();
+      completed += run_moves_once();
     }
-    if (core->applied_steps() > version) {
+    if (completed > 0) {
       for (const auto& p : pushers) waiting[core->applied_steps()].push_back({p, {}});
       completed_outside_push();
     }
   }
 
-  void run_moves_once() {
+  /// One pass over the releases and adoptions due; returns the steps that held pushes taken
+  /// after them completed.
+  int run_moves_once() {
+    int completed = 0;
     for (auto it = releases.begin(); it != releases.end();) {
       if (core->applied_steps() != it->at_version) {
         ++it;
@@ -277,7 +284,7 @@ struct shard_state {
         transfers_waiting.push_back(
             make_transfer(self_ep, ctx->shard_ep(it->to), ctx->job, shared));
         send_transfers();  // now, unless the step's answers are still going out
-        resume();
+        completed += resume();
         serve(core->applied_steps());  // pulls that waited for the release
       }
       it = releases.erase(it);
@@ -293,15 +300,19 @@ struct shard_state {
       } else {
         ctx->net->send(make_transfer_ack(self_ep, ctx->master, ctx->job, ack));
         serve(core->applied_steps());  // a new shard may have pulls waiting for this version
-        resume();
+        completed += resume();
       }
       it = adoptions.erase(it);
     }
+    return completed;
   }
 
-  /// Takes the pushes that waited for a move (ps::shard::resume).
-  void resume() {
+  /// Takes the pushes that waited for a move (ps::shard::resume); returns the steps they
+  /// completed (counted by the version, so also when one of them was refused).
+  int resume() {
+    const auto before = core->applied_steps();
     if (auto done = core->resume(); !done) report(done.error());
+    return int(core->applied_steps() - before);
   }
 
   /// A pull or snapshot request: `asked` are the keys wanted (empty: all this shard owns).
