@@ -50,6 +50,7 @@ struct epoch_stats {
 struct assembly {
   std::uint32_t epoch = 0;
   bool final = false;  ///< the job's last version (cancel), not evaluated
+  bool asked = false;  ///< the shards are asked (once its step's configuration is current)
   std::shared_ptr<std::vector<float>> values;
   std::optional<ps::key_coverage> received;  ///< keys arrived (shards answer in pieces)
 };
@@ -125,6 +126,10 @@ struct master_state {
   bool change_failed = false;  ///< a new shard of the change could not start: it is dropped
   std::vector<std::pair<endpoint, migrate_order>> orders_waiting;
   std::size_t acks_awaited = 0;
+  /// Shards that hand over everything they own in the transfers under way: they own nothing in
+  /// the current configuration, but hold their slices (and their node's memory) until the
+  /// transfers are acknowledged.
+  std::vector<std::uint32_t> releasing;
   // Timing of changes (scheduler::change_report): the last completed steps, the changes.
   std::deque<step_done> recent;
   std::vector<change_timing> timings;
@@ -301,6 +306,11 @@ struct master_state {
       ctx->net->send(make_migrate(ctx->master, src, ctx->job, o));
       ++acks_awaited;
     }
+    if (!orders_waiting.empty()) {
+      const auto n = next_cfg->map.load();
+      for (auto k : live_shards())
+        if (k >= n.size() || n[k] == 0) releasing.push_back(k);
+    }
     orders_waiting.clear();
     publish();
     return true;
@@ -427,8 +437,9 @@ struct master_state {
   }
 
   /// Tells hooks.changed which workers and shards hold a part of the job now: those of the
-  /// current configuration and, while a change waits for its transfers, of the next one (its
-  /// new parts are placed already), and the new shards of migrations started ahead.
+  /// current configuration and, while a change waits for its new parts, of the next one (its
+  /// new parts are placed already), the shards whose slices are still travelling away, and the
+  /// new shards of migrations started ahead.
   void report_layout() {
     if (!hooks.changed) return;
     auto members = cfg.members;
@@ -440,6 +451,8 @@ struct master_state {
       for (std::uint32_t k = 0; k < n.size(); ++k)
         if (n[k] > 0 && std::ranges::find(live, k) == live.end()) live.push_back(k);
     }
+    for (auto k : releasing)
+      if (std::ranges::find(live, k) == live.end()) live.push_back(k);
     for (const auto& [k, c] : preparing) live.push_back(k);
     for (const auto& c : actions)
       if (c.shard && std::ranges::find(live, *c.shard) == live.end()) live.push_back(*c.shard);
@@ -542,6 +555,10 @@ struct master_state {
     if (--acks_awaited > 0) return;
     if (!timings.empty() && timings.back().orders_sent)
       timings.back().rep.transfer_ms = ms_between(*timings.back().orders_sent, clock_type::now());
+    if (!releasing.empty()) {  // what they held is free now (before any later change begins)
+      releasing.clear();
+      report_layout();
+    }
     regrant_parked();  // a change that waited for these transfers may begin
   }
 
@@ -617,6 +634,11 @@ struct master_state {
     for (const auto& r : waiting) grant(r);
   }
 
+  /// Assembles version `version` of the parameters. The shards are asked by ask_snapshots once
+  /// step `version` opens, under the configuration that governs it: a shard answers a version
+  /// with the ranges that configuration gives it (it waits for the move a change at that step
+  /// asks of it, ps::shard::owns_assigned), so asked under the configuration of the step
+  /// before, a source would leave out what it hands over and a new shard would not be asked.
   void request_snapshot(std::int64_t version, std::uint32_t epoch, bool final) {
     if (auto it = assemblies.find(version); it != assemblies.end()) {
       it->second.final = it->second.final || final;
@@ -627,8 +649,19 @@ struct master_state {
     a.final = final;
     a.values = std::make_shared<std::vector<float>>(ctx->model.num_params());
     a.received.emplace(ctx->model.num_params());
-    for (auto k : live_shards())
-      ctx->net->send(to(ctx->shard_ep(k), msg_kind::snapshot_request, version));
+  }
+
+  /// Asks the shards of the current configuration (that of step s) for the snapshots of
+  /// versions up to s not asked for yet. Called as step s opens, before any of its grants, so a
+  /// shard has the request before step s's pushes take it past the version.
+  void ask_snapshots(std::int64_t s) {
+    for (auto& [version, a] : assemblies) {
+      if (version > s) break;
+      if (a.asked) continue;
+      a.asked = true;
+      for (auto k : live_shards())
+        ctx->net->send(to(ctx->shard_ep(k), msg_kind::snapshot_request, version));
+    }
   }
 
   /// Opens step s if it can: false when the epoch's last chunks are still being processed.
@@ -671,6 +704,9 @@ struct master_state {
       }
     }
     plan.expected = cfg.members.size();
+    // Step s's configuration is final now (its change, if any, has begun), and no grant of it
+    // has gone out: the snapshots of versions up to s are asked for under it.
+    ask_snapshots(s);
     plans.emplace(s, std::move(plan));
     open_step = s;
     return true;
