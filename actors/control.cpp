@@ -162,6 +162,7 @@ void put_start_job(wire::StartJob::Builder b, const start_job& s) {
     p.setWorker(s.start->worker);
     p.setId(s.start->id);
     p.setFirstStep(s.start->first_step);
+    p.setExpectKeys(s.start->expect_keys);
     auto c = p.initConfig();
     c.setVersion(s.start->version);
     c.setFromStep(s.start->from_step);
@@ -252,11 +253,13 @@ void put_job_status(wire::JobStatus::Builder b, const job_status& s) {
     cs[i].setPauseMs(c.pause_ms);
     cs[i].setSamplesPerSecondBefore(c.samples_per_s_before);
     cs[i].setSamplesPerSecondAfter(c.samples_per_s_after);
+    cs[i].setPrepareMs(c.prepare_ms);
   }
   put_text([&](unsigned n) { return b.initModel(n); }, s.model_json, max_model_bytes);
   b.setResumes(s.resumes);
   put_text([&](unsigned n) { return b.initPlacement(n); }, s.placement, max_text_bytes);
   b.setAggregationDegree(s.aggregation_degree);
+  b.setChangesDone(s.changes_done);
 }
 
 void put_reply(wire::Reply::Builder b, const api_reply& r) {
@@ -432,6 +435,7 @@ start_job get_start_job(wire::StartJob::Reader r) {
     a.worker = p.getWorker();
     a.id = p.getId();
     a.first_step = p.getFirstStep();
+    a.expect_keys = p.getExpectKeys();
     a.version = c.getVersion();
     a.from_step = c.getFromStep();
     a.members = get_u32s(c.getMembers(), "startJob start members", max_config_members);
@@ -544,11 +548,12 @@ job_status get_job_status(wire::JobStatus::Reader r) {
     s.changes.push_back({get_text(c.getWhat(), "job status change"), c.getStep(), c.getJoinMs(),
                          c.getTransferMs(), c.getMovedBytes(), c.getGapMs(), c.getStepMs(),
                          c.getPauseMs(), c.getSamplesPerSecondBefore(),
-                         c.getSamplesPerSecondAfter()});
+                         c.getSamplesPerSecondAfter(), c.getPrepareMs()});
   s.model_json = get_text(r.getModel(), "job status model", max_model_bytes);
   s.resumes = r.getResumes();
   s.placement = get_text(r.getPlacement(), "job status placement");
   s.aggregation_degree = r.getAggregationDegree();
+  s.changes_done = r.getChangesDone();
   return s;
 }
 

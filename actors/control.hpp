@@ -50,6 +50,9 @@ struct added_part {
   std::int64_t from_step = 0;          ///< owner of each slice (the map itself is rebuilt by the
   std::vector<std::uint32_t> members;  ///< receiver, which knows the job's size)
   std::vector<std::uint32_t> slice_owners;
+  /// A shard: the keys it will adopt soon (a migration prepared ahead); its node warms the
+  /// memory for them before it answers (common/huge_pages.hpp, warm_memory). 0: none.
+  std::uint64_t expect_keys = 0;
   friend bool operator==(const added_part&, const added_part&) = default;
 };
 

@@ -1,6 +1,7 @@
 #include "actors/elastic_messages.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace coach::actors {
@@ -127,7 +128,11 @@ wire_message make_transfer(const endpoint& src, const endpoint& dst, std::uint64
   return m;
 }
 
-result<ps::slice_transfer> read_transfer(const wire_message& m, std::size_t state_per_param) {
+namespace {
+
+/// read_transfer; `values` is m's values frame when the caller lets it be taken.
+result<ps::slice_transfer> read_transfer(const wire_message& m, std::size_t state_per_param,
+                                         frame* values) {
   if (auto ok = expect_kind(m, msg_kind::transfer); !ok) return std::unexpected(ok.error());
   if (auto ok = check_ranges(m); !ok) return std::unexpected(ok.error());
   if (m.hdr.step < 0)
@@ -152,10 +157,31 @@ result<ps::slice_transfer> read_transfer(const wire_message& m, std::size_t stat
     out.resize(keys);
     if (keys > 0) std::memcpy(out.data(), m.frames[i].data, m.frames[i].bytes);
   };
-  copy(0, t.values);
+  // The values' frame becomes the transfer's storage when nobody else can see it: no copy, so
+  // no page of the shard is written twice (a 256 MiB copy was the largest part of a migration's
+  // pause, docs/performance.md "rescale_bench"). Floats need their alignment; ZeroMQ's buffers
+  // have it (8 bytes).
+  if (values && keys > 0 && values->exclusive && values->owner.use_count() == 1 &&
+      reinterpret_cast<std::uintptr_t>(values->data) % alignof(float) == 0) {
+    auto* p = reinterpret_cast<float*>(const_cast<std::byte*>(values->data));
+    t.buffer = std::make_shared<float_buffer>(p, keys, std::move(values->owner));
+    *values = frame{};
+  } else {
+    copy(0, t.values);
+  }
   if (state_per_param >= 1) copy(1, t.state_a);
   if (state_per_param >= 2) copy(2, t.state_b);
   return t;
+}
+
+}  // namespace
+
+result<ps::slice_transfer> read_transfer(const wire_message& m, std::size_t state_per_param) {
+  return read_transfer(m, state_per_param, nullptr);
+}
+
+result<ps::slice_transfer> read_transfer(wire_message&& m, std::size_t state_per_param) {
+  return read_transfer(m, state_per_param, m.frames.empty() ? nullptr : &m.frames[0]);
 }
 
 wire_message make_transfer_ack(const endpoint& src, const endpoint& dst, std::uint64_t job,

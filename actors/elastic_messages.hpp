@@ -38,8 +38,14 @@ result<migrate_order> read_migrate(const wire_message& m);
 /// the message.
 wire_message make_transfer(const endpoint& src, const endpoint& dst, std::uint64_t job,
                            std::shared_ptr<const ps::slice_transfer> t);
-/// Reads a transfer for a shard whose optimizer keeps `state_per_param` floats per key.
+/// Reads a transfer for a shard whose optimizer keeps `state_per_param` floats per key (the
+/// values and state are copied out of the frames).
 result<ps::slice_transfer> read_transfer(const wire_message& m, std::size_t state_per_param);
+/// The same, taking the values without a copy where their frame is exclusive and held by `m`
+/// alone (a transfer received from another process): the transfer's `buffer` is then the memory
+/// the values arrived in, which an empty shard adopts as its storage. The optimizer state is
+/// copied.
+result<ps::slice_transfer> read_transfer(wire_message&& m, std::size_t state_per_param);
 
 /// destination shard -> master: the transfer from `from` to `to` at `version` is adopted.
 struct transfer_ack {

@@ -74,7 +74,7 @@ namespace {
 
 added_part to_added_part(bool worker, std::uint32_t id, const ps::job_config& c,
                          std::int64_t first_step) {
-  return {worker, id, first_step, c.version, c.from_step, c.members, c.map.owners()};
+  return {worker, id, first_step, c.version, c.from_step, c.members, c.map.owners(), 0};
 }
 
 }  // namespace
@@ -104,8 +104,11 @@ void job_runner::spawn(const runner_env& env, std::uint64_t id, std::uint32_t ge
     return caf::actor{};
   };
   hooks.add_shard = [me, id, gen](std::uint32_t k, const ps::job_config& c,
-                                  const std::string& node) -> result<caf::actor> {
-    caf::anon_send(me, add_part_atom::value, id, gen, to_added_part(false, k, c, 0), node);
+                                  const std::string& node,
+                                  std::uint64_t expect_keys) -> result<caf::actor> {
+    auto part = to_added_part(false, k, c, 0);
+    part.expect_keys = expect_keys;
+    caf::anon_send(me, add_part_atom::value, id, gen, std::move(part), node);
     return caf::actor{};
   };
   hooks.changed = [me, id, gen](const std::vector<std::uint32_t>& members,

@@ -50,6 +50,7 @@ struct epoch_stats {
 struct assembly {
   std::uint32_t epoch = 0;
   bool final = false;  ///< the job's last version (cancel), not evaluated
+  bool asked = false;  ///< the shards are asked (once its step's configuration is current)
   std::shared_ptr<std::vector<float>> values;
   std::optional<ps::key_coverage> received;  ///< keys arrived (shards answer in pieces)
 };
@@ -60,6 +61,10 @@ struct change_request {
   scheduler::schedule_action action;
   std::string node;                                 ///< empty: where the hooks decide
   std::optional<clock_type::time_point> requested;  ///< empty: when its step comes (schedule)
+  /// A migration asked for while the job runs: its new shard, started (and its node's memory
+  /// warmed) before the change is queued for a step boundary, and when it was ready.
+  std::optional<std::uint32_t> shard;
+  std::optional<clock_type::time_point> prepared;
 };
 
 /// A completed step: all its reports are in (its update is applied on every shard).
@@ -110,7 +115,10 @@ struct master_state {
   elastic_hooks hooks;  ///< starts new workers and shards
   /// Links this master to a part it added, so the job's parts stop together.
   std::function<void(const caf::actor&)> link;
-  std::deque<change_request> actions;      ///< by step: the changes not yet begun
+  std::deque<change_request> actions;  ///< by step: the changes not yet begun
+  /// Migrations whose new shard (the key) is starting elsewhere; each is queued for the next
+  /// step boundary once its shard is ready (docs/design.md "Elastic jobs").
+  std::map<std::uint32_t, change_request> preparing;
   std::optional<ps::job_config> next_cfg;  ///< a change waiting for its parts and transfers
   /// Parts of that change starting elsewhere (ready_atom awaited), and the migrate orders sent
   /// once they are up (a transfer to a shard that does not exist yet would be lost).
@@ -118,6 +126,10 @@ struct master_state {
   bool change_failed = false;  ///< a new shard of the change could not start: it is dropped
   std::vector<std::pair<endpoint, migrate_order>> orders_waiting;
   std::size_t acks_awaited = 0;
+  /// Shards that hand over everything they own in the transfers under way: they own nothing in
+  /// the current configuration, but hold their slices (and their node's memory) until the
+  /// transfers are acknowledged.
+  std::vector<std::uint32_t> releasing;
   // Timing of changes (scheduler::change_report): the last completed steps, the changes.
   std::deque<step_done> recent;
   std::vector<change_timing> timings;
@@ -156,9 +168,9 @@ struct master_state {
     return m;
   }
 
-  /// Starts the change `a` at step s: new parts, slices to move. True when it is done at once
-  /// (nothing to start elsewhere or transfer); otherwise step s waits for the new parts and the
-  /// transfers' acknowledgements.
+  /// Starts the change `a` at step s: new parts, slices to move. True when step s can open now
+  /// (nothing to start elsewhere: the new configuration is published with the migrate orders,
+  /// and the transfers go on under step s); otherwise step s waits for the new parts.
   bool begin_change(std::int64_t s, const change_request& req) {
     const auto& a = req.action;
     start_timing(s, req);
@@ -174,7 +186,7 @@ struct master_state {
         return std::nullopt;
       }
       const std::uint32_t k = next_shard++;
-      auto ok = hooks.add_shard(k, cfg, req.node);
+      auto ok = hooks.add_shard(k, cfg, req.node, 0);
       if (!ok) {
         std::fprintf(stderr, "coach: job master: cannot add shard %u: %s\n", k,
                      ok.error().message.c_str());
@@ -238,7 +250,10 @@ struct master_state {
                        a.value);
           return true;
         }
-        if (auto k = add_shard()) move(plan.plan_migrate(a.value, *k));
+        if (req.shard)  // started ahead
+          move(plan.plan_migrate(a.value, *req.shard));
+        else if (auto k = add_shard())
+          move(plan.plan_migrate(a.value, *k));
         break;
       }
     }
@@ -278,21 +293,43 @@ struct master_state {
     return send_orders();
   }
 
-  /// The change's parts are up: sends its migrate orders. True when it is done at once.
+  /// The change's parts are up: sends its migrate orders, then publishes the configuration at
+  /// once: the workers go on with the step while the slices travel (a shard holds the step's
+  /// pushes until it owns what the configuration gives it; ps::shard::owns_assigned), so the
+  /// pause is what is left of the transfer when the workers' pushes arrive. The next change
+  /// begins once every transfer is acknowledged. Returns true (step s can open).
   bool send_orders() {
     if (!orders_waiting.empty() && !timings.empty()) timings.back().orders_sent = clock_type::now();
+    // Before the configuration, from this same sender: a source has its order when the
+    // configuration that takes its slices away arrives.
     for (auto& [src, o] : orders_waiting) {
       ctx->net->send(make_migrate(ctx->master, src, ctx->job, o));
       ++acks_awaited;
     }
+    if (!orders_waiting.empty()) {
+      const auto n = next_cfg->map.load();
+      for (auto k : live_shards())
+        if (k >= n.size() || n[k] == 0) releasing.push_back(k);
+    }
     orders_waiting.clear();
-    if (acks_awaited > 0) return false;
     publish();
     return true;
   }
 
   /// A part started elsewhere is up (or could not start: `why` says why).
   void on_ready(bool worker, std::uint32_t id, const std::string& why) {
+    if (auto it = preparing.find(id); !worker && it != preparing.end()) {
+      auto c = std::move(it->second);
+      preparing.erase(it);
+      if (!why.empty()) {
+        std::fprintf(stderr, "coach: job %llu: cannot add shard %u: %s; the migration is dropped\n",
+                     static_cast<unsigned long long>(ctx->job), id, why.c_str());
+        return;
+      }
+      c.prepared = clock_type::now();
+      request_change(std::move(c));
+      return;
+    }
     if (parts_awaited == 0 || !next_cfg) {
       std::fprintf(stderr, "coach: job master: unexpected news of %s %u\n",
                    worker ? "worker" : "shard", id);
@@ -316,8 +353,8 @@ struct master_state {
                    static_cast<long long>(next_cfg->from_step));
       orders_waiting.clear();
       next_cfg.reset();
-    } else if (!send_orders()) {
-      return;  // transfers under way
+    } else {
+      send_orders();  // the step opens now; the transfers go on under it
     }
     regrant_parked();
   }
@@ -336,7 +373,7 @@ struct master_state {
   std::string request_change(change_request c) {
     if (done || cancelled) return "the job is ending";
     c.action.at_step = open_step + 1;
-    c.requested = clock_type::now();
+    if (!c.requested) c.requested = clock_type::now();
     auto at = std::upper_bound(
         actions.begin(), actions.end(), c.action.at_step,
         [](std::int64_t s, const change_request& x) { return s < x.action.at_step; });
@@ -377,12 +414,32 @@ struct master_state {
       for (auto k : live) names += (names.empty() ? "" : ", ") + std::to_string(k);
       return coach::format("shard {} owns no slices (live shards: {})", shard, names);
     }
-    return request_change({{0, kind::migrate, shard}, node});
+    if (done || cancelled) return "the job is ending";
+    // The new shard starts now, while the job trains: its node warms the memory the slices will
+    // arrive in (a first write to memory the host has dropped runs at ~0.1 GB/s here, seconds for
+    // a large shard, docs/performance.md "rescale_bench"), and the change takes the first step
+    // boundary after that, so the pause is the transfer alone.
+    change_request c{{0, kind::migrate, shard}, node, clock_type::now(), std::nullopt, {}};
+    const auto& map = next_cfg ? next_cfg->map : cfg.map;
+    std::uint64_t keys = 0;
+    for (const auto& r : map.ranges_of(shard)) keys += r.size();
+    const std::uint32_t k = next_shard++;
+    auto ok = hooks.add_shard(k, cfg, node, keys);
+    if (!ok) return coach::format("cannot add shard {}: {}", k, ok.error().message);
+    c.shard = k;
+    if (!*ok) {  // starting on another node: queued once it is ready (on_ready)
+      preparing.emplace(k, std::move(c));
+      return {};
+    }
+    link(*ok);
+    c.prepared = clock_type::now();
+    return request_change(std::move(c));
   }
 
   /// Tells hooks.changed which workers and shards hold a part of the job now: those of the
-  /// current configuration and, while a change waits for its transfers, of the next one (its
-  /// new parts are placed already).
+  /// current configuration and, while a change waits for its new parts, of the next one (its
+  /// new parts are placed already), the shards whose slices are still travelling away, and the
+  /// new shards of migrations started ahead.
   void report_layout() {
     if (!hooks.changed) return;
     auto members = cfg.members;
@@ -394,6 +451,11 @@ struct master_state {
       for (std::uint32_t k = 0; k < n.size(); ++k)
         if (n[k] > 0 && std::ranges::find(live, k) == live.end()) live.push_back(k);
     }
+    for (auto k : releasing)
+      if (std::ranges::find(live, k) == live.end()) live.push_back(k);
+    for (const auto& [k, c] : preparing) live.push_back(k);
+    for (const auto& c : actions)
+      if (c.shard && std::ranges::find(live, *c.shard) == live.end()) live.push_back(*c.shard);
     hooks.changed(members, live);
   }
 
@@ -402,8 +464,6 @@ struct master_state {
   void publish() {
     cfg = std::move(*next_cfg);
     next_cfg.reset();
-    if (!timings.empty() && timings.back().orders_sent)
-      timings.back().rep.transfer_ms = ms_between(*timings.back().orders_sent, clock_type::now());
     send_config();
     report_layout();
   }
@@ -421,6 +481,7 @@ struct master_state {
                                a.value);
     if (!req.node.empty()) t.rep.what += " to " + req.node;
     t.rep.step = s;
+    if (req.prepared) t.rep.prepare_ms = ms_between(t.requested, *req.prepared);
     // Before: the steps completed before the request (not those waiting at its boundary).
     std::vector<double> gaps;
     std::uint64_t samples = 0;
@@ -486,14 +547,19 @@ struct master_state {
 
   void on_ack(const wire_message& m) {
     auto a = read_transfer_ack(m);
-    if (!a || acks_awaited == 0 || !next_cfg) {
+    if (!a || acks_awaited == 0) {
       std::fprintf(stderr, "coach: job master: unexpected transfer_ack from %llu\n",
                    static_cast<unsigned long long>(m.hdr.src.id));
       return;
     }
     if (--acks_awaited > 0) return;
-    publish();
-    regrant_parked();
+    if (!timings.empty() && timings.back().orders_sent)
+      timings.back().rep.transfer_ms = ms_between(*timings.back().orders_sent, clock_type::now());
+    if (!releasing.empty()) {  // what they held is free now (before any later change begins)
+      releasing.clear();
+      report_layout();
+    }
+    regrant_parked();  // a change that waited for these transfers may begin
   }
 
   /// Workers that died leave the job (docs/design.md "Elastic jobs"): every step from the
@@ -568,6 +634,11 @@ struct master_state {
     for (const auto& r : waiting) grant(r);
   }
 
+  /// Assembles version `version` of the parameters. The shards are asked by ask_snapshots once
+  /// step `version` opens, under the configuration that governs it: a shard answers a version
+  /// with the ranges that configuration gives it (it waits for the move a change at that step
+  /// asks of it, ps::shard::owns_assigned), so asked under the configuration of the step
+  /// before, a source would leave out what it hands over and a new shard would not be asked.
   void request_snapshot(std::int64_t version, std::uint32_t epoch, bool final) {
     if (auto it = assemblies.find(version); it != assemblies.end()) {
       it->second.final = it->second.final || final;
@@ -578,14 +649,28 @@ struct master_state {
     a.final = final;
     a.values = std::make_shared<std::vector<float>>(ctx->model.num_params());
     a.received.emplace(ctx->model.num_params());
-    for (auto k : live_shards())
-      ctx->net->send(to(ctx->shard_ep(k), msg_kind::snapshot_request, version));
+  }
+
+  /// Asks the shards of the current configuration (that of step s) for the snapshots of
+  /// versions up to s not asked for yet. Called as step s opens, before any of its grants, so a
+  /// shard has the request before step s's pushes take it past the version.
+  void ask_snapshots(std::int64_t s) {
+    for (auto& [version, a] : assemblies) {
+      if (version > s) break;
+      if (a.asked) continue;
+      a.asked = true;
+      for (auto k : live_shards())
+        ctx->net->send(to(ctx->shard_ep(k), msg_kind::snapshot_request, version));
+    }
   }
 
   /// Opens step s if it can: false when the epoch's last chunks are still being processed.
   bool open(std::int64_t s) {
-    if (next_cfg) return false;  // a change waits for its transfers
-    if (!cancelled && !actions.empty() && actions.front().action.at_step <= s) {
+    if (next_cfg) return false;  // a change waits for its new parts
+    // A change begins once the transfers of the one before are in; until then the steps go on
+    // without it.
+    if (!cancelled && !actions.empty() && actions.front().action.at_step <= s &&
+        acks_awaited == 0) {
       const auto a = actions.front();
       actions.pop_front();
       if (!begin_change(s, a)) return false;
@@ -619,6 +704,9 @@ struct master_state {
       }
     }
     plan.expected = cfg.members.size();
+    // Step s's configuration is final now (its change, if any, has begun), and no grant of it
+    // has gone out: the snapshots of versions up to s are asked for under it.
+    ask_snapshots(s);
     plans.emplace(s, std::move(plan));
     open_step = s;
     return true;
@@ -712,6 +800,8 @@ struct master_state {
     p.samples_per_s = p.seconds > 0 ? double(e.samples) / p.seconds : 0.0;
     p.workers = std::uint32_t(cfg.members.size());
     p.shards = std::uint32_t(live_shards().size());
+    p.changes_done = std::uint32_t(
+        std::ranges::count_if(timings, [](const change_timing& t) { return t.boundary_done; }));
     caf::anon_send(observer, progress_atom::value, p);
   }
 

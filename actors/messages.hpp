@@ -79,6 +79,10 @@ struct frame {
   std::shared_ptr<const void> owner;
   const std::byte* data = nullptr;
   std::size_t bytes = 0;
+  /// The bytes are this frame's alone (a frame received from another process, in memory the
+  /// transport allocated for it): while `owner` is held nowhere else, a receiver may keep them
+  /// as its own storage and write them (actors/elastic_messages.hpp, read_transfer).
+  bool exclusive = false;
 
   template <class T>
   static frame of(std::shared_ptr<const void> owner, const T* p, std::size_t count) {
@@ -94,6 +98,11 @@ struct frame {
 struct wire_message {
   envelope hdr;
   std::vector<frame> frames;
+  /// Not on the wire: held by the transport until the message has left this process (its
+  /// bytes handed to the network, or delivered to an actor of this process) or was dropped. A
+  /// sender that shares one token among messages learns, from its last owner going, that all
+  /// of them are out.
+  std::shared_ptr<const void> sent;
   std::size_t payload_bytes() const noexcept;
   /// Bytes this message would occupy on the wire: frames plus a header estimate.
   std::size_t wire_bytes() const noexcept;

@@ -6,9 +6,11 @@
 #include <future>
 #include <map>
 #include <set>
+#include <vector>
 
 #include "actors/cluster.hpp"
 #include "actors/roles.hpp"
+#include "common/huge_pages.hpp"
 #include "scheduler/host_probe.hpp"
 #include "worker/dataset_cache.hpp"
 
@@ -55,6 +57,22 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
+/// (warmed_atom, n): the memory for the n-th deferred answer is warm; answer now.
+using warmed_atom = caf::atom_constant<caf::atom("warmed")>;
+
+/// The allocations a shard that will adopt `keys` keys makes when its first transfer and push
+/// arrive, to warm before, one block each of the size it will be: the transfer's frames as
+/// ZeroMQ receives them (values, which the shard keeps where they arrived, and
+/// `state_per_param` floats of optimizer state per key), the copies of the state, and the first
+/// push of a step.
+std::vector<std::size_t> warm_blocks_for(std::uint64_t keys, std::size_t state_per_param) {
+  if (keys == 0) return {};
+  const std::size_t floats = std::size_t(keys) * sizeof(float);
+  std::vector<std::size_t> blocks(2 + state_per_param, floats + zmq_frame_overhead);
+  blocks.insert(blocks.end(), state_per_param, floats);
+  return blocks;
+}
+
 struct job_part {
   std::shared_ptr<job_context> ctx;
   std::vector<endpoint> bound;     ///< endpoints this node bound for the job
@@ -70,6 +88,11 @@ struct agent_state {
   std::uint64_t sequence = 0;
   bool draining = false;
   std::string last_probe_error;
+  /// Set by start(): memory to warm before the answer goes (a shard added ahead of a migration).
+  std::vector<std::size_t> warm_before_answer;
+  /// Answers held until memory is warm, by number (warmed_atom).
+  std::map<std::uint64_t, std::pair<endpoint, command_reply>> deferred;
+  std::uint64_t next_deferred = 0;
   static inline const char* name = "coach.node_agent";
 
   std::uint32_t running() const {
@@ -80,6 +103,14 @@ struct agent_state {
 
   void send(const endpoint& dst, const control_message& m) {
     net->send(make_control(self_ep, dst, m));
+  }
+
+  /// Sends the answers held for warming now, in order: the scheduler reads a node's answers in
+  /// the order it sent the commands (a stop's answer after the answers to what came before it).
+  /// A part answered early is ready with its memory only partly warm (slower, still correct).
+  void flush_deferred() {
+    for (auto& [n, d] : deferred) send(d.first, d.second);
+    deferred.clear();
   }
 
   node_heartbeat heartbeat() {
@@ -212,8 +243,13 @@ struct agent_state {
       part.actors.push_back(spawn_added_worker(sys, ctx, a.id, std::move(*be), c, a.first_step));
       part.bound.push_back(ctx->worker_ep(a.id));
     } else {
+      if (a.expect_keys > ctx->model.num_params())
+        return fail(errc::invalid_argument,
+                    "node '{}': added shard {} expects {} keys, the model has {} parameters",
+                    opt.name, a.id, a.expect_keys, ctx->model.num_params());
       part.actors.push_back(spawn_added_shard(sys, ctx, a.id, c));
       part.bound.push_back(ctx->shard_ep(a.id));
+      warm_before_answer = warm_blocks_for(a.expect_keys, ctx->spec.optimizer.state_per_param());
     }
     watch(part.actors.back());
     std::fprintf(stderr, "coach-node: job %llu: started %s %u\n",
@@ -271,18 +307,40 @@ caf::behavior node_agent(caf::stateful_actor<agent_state, caf::event_based_actor
                      s.parts.size());
         s.send({0, scheduler_id}, s.heartbeat());  // tell the scheduler at once
       },
+      [self](warmed_atom, std::uint64_t n) {
+        auto& s = self->state;
+        auto it = s.deferred.find(n);
+        if (it == s.deferred.end()) return;
+        s.send(it->second.first, it->second.second);
+        s.deferred.erase(it);
+      },
       [self](wire_message& m) {
         auto& s = self->state;
         auto msg = read_control(m);
         if (!msg) return;
+        s.flush_deferred();
         if (auto* sj = std::get_if<start_job>(&*msg)) {
           command_reply reply{sj->job, std::nullopt};
+          s.warm_before_answer.clear();
           if (auto ok = s.start(*sj); !ok) {
             reply.failure = ok.error();
             // A part that could not be added leaves the job's other parts here running.
             if (auto it = s.parts.find(sj->job);
                 !sj->start || it == s.parts.end() || it->second.actors.empty())
               s.stop(sj->job);
+          }
+          if (!reply.failure && !s.warm_before_answer.empty()) {
+            // The scheduler tells the master the shard is ready once this answer comes: warm
+            // its memory first, on a thread of its own (seconds for a large shard whose memory
+            // the host has dropped), while heartbeats go on.
+            const auto n = s.next_deferred++;
+            s.deferred.emplace(n, std::make_pair(m.hdr.src, reply));
+            self->home_system().spawn<caf::detached>(
+                [agent = caf::actor_cast<caf::actor>(self), blocks = s.warm_before_answer, n] {
+                  warm_memory(blocks);
+                  caf::anon_send(agent, warmed_atom::value, n);
+                });
+            return;
           }
           s.send(m.hdr.src, reply);
         } else if (auto* stop = std::get_if<stop_job>(&*msg)) {

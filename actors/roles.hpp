@@ -40,9 +40,11 @@ struct elastic_hooks {
   std::function<result<caf::actor>(std::uint32_t rank, const ps::job_config& c,
                                    std::int64_t first_step, const std::string& node)>
       add_worker;
-  /// Starts shard `id`, owning nothing yet, under `c`.
+  /// Starts shard `id`, owning nothing yet, under `c`. `expect_keys` > 0: the shard will adopt
+  /// about that many keys soon (a migration prepared ahead of its step boundary), and a part
+  /// started elsewhere is `ready` only once its node has warmed the memory for them.
   std::function<result<caf::actor>(std::uint32_t id, const ps::job_config& c,
-                                   const std::string& node)>
+                                   const std::string& node, std::uint64_t expect_keys)>
       add_shard;
   /// A change took effect: `members` are the job's workers from now on and `live` the shards
   /// that own slices (a worker that left, a drained shard and a migration's source hold

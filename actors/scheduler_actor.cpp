@@ -80,9 +80,10 @@ result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_
   ja.evaluator = spawn_evaluator(sys, ctx);
   // Parts added while the job runs start here too (the master links itself to them).
   elastic_hooks hooks;
-  // One process: a node name has no meaning here.
-  hooks.add_shard = [&sys, ctx](std::uint32_t id, const ps::job_config& c,
-                                const std::string&) -> result<caf::actor> {
+  // One process: a node name has no meaning here, and memory to warm would be this process's
+  // (where the source's buffer goes over without a copy).
+  hooks.add_shard = [&sys, ctx](std::uint32_t id, const ps::job_config& c, const std::string&,
+                                std::uint64_t) -> result<caf::actor> {
     return spawn_added_shard(sys, ctx, id, c);
   };
   hooks.add_worker = [&sys, ctx](std::uint32_t rank, const ps::job_config& c, std::int64_t first,

@@ -45,6 +45,20 @@ ps::job_config job_context::initial_config() const {
 
 namespace {
 
+/// (answers_atom): the answers of the last applied step have left this process.
+using answers_atom = caf::atom_constant<caf::atom("answered")>;
+
+/// Carried by a step's answers (wire_message::sent): tells the shard when the last has left.
+struct answers_token {
+  caf::actor_addr shard;
+  explicit answers_token(caf::actor_addr a) : shard(std::move(a)) {}
+  answers_token(const answers_token&) = delete;
+  answers_token& operator=(const answers_token&) = delete;
+  ~answers_token() {
+    if (auto self = caf::actor_cast<caf::actor>(shard)) caf::anon_send(self, answers_atom::value);
+  }
+};
+
 struct shard_state {
   std::shared_ptr<const job_context> ctx;
   endpoint self_ep;
@@ -67,6 +81,15 @@ struct shard_state {
   /// transfer, so this shard may not have it yet).
   std::uint64_t released_for = 0;
   std::vector<ps::slice_transfer> adoptions;
+  /// The answers to a step's pushes go before a transfer that a release at its end makes: they
+  /// are on the workers' critical path, while the transfer has the workers' compute time to
+  /// travel in (sent together, they share this host's cores and links: at 256 MiB the answers
+  /// came ~0.5 s later, and so did the step). Each answer of a step carries `answering` as its
+  /// `sent` token; the token's end (answers_atom) sends the transfers that waited for it.
+  std::shared_ptr<const void> answering;
+  std::weak_ptr<const void> answers_out;  ///< the last step's token, until its answers are out
+  std::vector<wire_message> transfers_waiting;
+  caf::actor_addr self_addr;
   std::uint64_t protocol_errors = 0;
   static inline const char* name = "coach.ps_shard";
 
@@ -110,6 +133,9 @@ struct shard_state {
   void serve(std::int64_t v) {
     auto it = waiting.find(v);
     if (it == waiting.end()) return;
+    // Between a boundary and the transfer (or release) it asks of this shard, what it owns is
+    // not what the configuration says: wait for that (run_moves serves then).
+    if (!core->owns_assigned(v)) return;
     // Shared, not copied: the shard copies on write if a reader still holds it (ps/shard.hpp).
     auto values = core->share_values();
     std::shared_ptr<const void> owner = values;
@@ -154,16 +180,32 @@ struct shard_state {
     if (unsent.empty()) return;
     auto values = core->share_values();
     std::shared_ptr<const void> owner = values;
+    if (!answering) answering = std::make_shared<const answers_token>(self_addr);
     for (const auto& dst : pushers) {
       wire_message m = params_to(dst, unsent.front().version);
       for (const auto& p : unsent) {
         m.hdr.ranges.push_back(p.keys);
         m.frames.push_back(frame::of(owner, values->data() + p.offset, p.keys.size()));
       }
+      m.sent = answering;
       ctx->net->send(std::move(m));
     }
     unsent.clear();
     unsent_floats = 0;
+  }
+
+  /// The step's answers are all handed to the transport: from now on their token ends when the
+  /// last of them has left.
+  void answers_made() {
+    answers_out = answering;
+    answering.reset();
+  }
+
+  /// Sends the transfers that waited for the answers, once those are out.
+  void send_transfers() {
+    if (!answers_out.expired()) return;
+    for (auto& m : transfers_waiting) ctx->net->send(std::move(m));
+    transfers_waiting.clear();
   }
 
   /// Answers whoever waits for the current version (after steps completed outside a push).
@@ -196,24 +238,38 @@ struct shard_state {
     releases.push_back(std::move(*o));
   }
 
-  void on_transfer(const wire_message& m) {
-    auto t = read_transfer(m, ctx->spec.optimizer.state_per_param());
+  void on_transfer(wire_message& m) {
+    // Taken without a copy where it arrived from another process (an empty shard adopts it).
+    auto t = read_transfer(std::move(m), ctx->spec.optimizer.state_per_param());
     if (!t) return report(t.error());
     adoptions.push_back(std::move(*t));
   }
 
   /// Hands over and takes slices whose version has come (docs/design.md "Elastic jobs"). A
   /// release waits until the step before the boundary is applied; an adoption until this shard
-  /// is at the transfer's version, or at once when it owns nothing.
+  /// is at the transfer's version, or at once when it owns nothing. Pushes of the boundary's
+  /// step that waited for the move are taken then; a step they complete is answered as a whole.
+  ///
+  /// Only steps that resume() completes are answered to the pushers: an empty shard's adoption
+  /// moves its version from 0 to the transfer's without completing any step, and the pushes it
+  /// held are of that step, not of the one before (their workers wait for the next version).
   void run_moves() {
+    int completed = 0;
     // An adoption can make a release due (and the reverse): go on until nothing moves.
     for (std::size_t before = SIZE_MAX; before != releases.size() + adoptions.size();) {
       before = releases.size() + adoptions.size();
-      run_moves_once();
+      completed += run_moves_once();
+    }
+    if (completed > 0) {
+      for (const auto& p : pushers) waiting[core->applied_steps()].push_back({p, {}});
+      completed_outside_push();
     }
   }
 
-  void run_moves_once() {
+  /// One pass over the releases and adoptions due; returns the steps that held pushes taken
+  /// after them completed.
+  int run_moves_once() {
+    int completed = 0;
     for (auto it = releases.begin(); it != releases.end();) {
       if (core->applied_steps() != it->at_version) {
         ++it;
@@ -225,7 +281,11 @@ struct shard_state {
       } else {
         released_for = std::max(released_for, it->config_version);
         auto shared = std::make_shared<const ps::slice_transfer>(std::move(*t));
-        ctx->net->send(make_transfer(self_ep, ctx->shard_ep(it->to), ctx->job, shared));
+        transfers_waiting.push_back(
+            make_transfer(self_ep, ctx->shard_ep(it->to), ctx->job, shared));
+        send_transfers();  // now, unless the step's answers are still going out
+        completed += resume();
+        serve(core->applied_steps());  // pulls that waited for the release
       }
       it = releases.erase(it);
     }
@@ -240,9 +300,19 @@ struct shard_state {
       } else {
         ctx->net->send(make_transfer_ack(self_ep, ctx->master, ctx->job, ack));
         serve(core->applied_steps());  // a new shard may have pulls waiting for this version
+        completed += resume();
       }
       it = adoptions.erase(it);
     }
+    return completed;
+  }
+
+  /// Takes the pushes that waited for a move (ps::shard::resume); returns the steps they
+  /// completed (counted by the version, so also when one of them was refused).
+  int resume() {
+    const auto before = core->applied_steps();
+    if (auto done = core->resume(); !done) report(done.error());
+    return int(core->applied_steps() - before);
   }
 
   /// A pull or snapshot request: `asked` are the keys wanted (empty: all this shard owns).
@@ -288,6 +358,7 @@ struct shard_state {
     }
     if (*done) {
       send_pieces();  // the step's last pieces
+      answers_made();
       pushers.clear();
       serve(core->applied_steps());
     }
@@ -301,12 +372,14 @@ caf::behavior shard_actor(caf::stateful_actor<shard_state>* self,
   auto& st = self->state;
   st.ctx = ctx;
   st.self_ep = ctx->shard_ep(id);
+  st.self_addr = self->address();
   auto be = kernels::make_backend(kernels::backend_kind::cpu);
   st.be = std::move(*be);
   st.core = std::make_unique<ps::shard>(id, ctx->spec.optimizer, *st.be, std::move(ranges),
                                         initial_owned);
   if (auto ok = st.core->configure(cfg); !ok) st.report(ok.error());
   return {
+      [self](answers_atom) { self->state.send_transfers(); },
       [self](wire_message& m) {
         auto& s = self->state;
         switch (m.hdr.kind) {

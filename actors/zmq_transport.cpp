@@ -299,9 +299,16 @@ class zmq_transport_impl final : public zmq_transport {
       }
       for (std::size_t i = 0; i < msg.frames.size(); ++i) {
         const auto& f = msg.frames[i];
-        auto* hint = new std::shared_ptr<const void>(f.owner);
-        zmq::message_t part(const_cast<std::byte*>(f.data), f.bytes, release_owner, hint);
         const bool last = i + 1 == msg.frames.size();
+        // The last frame also holds the message's `sent` token: ZeroMQ lets go of it once the
+        // frame is written out.
+        auto* hint = new std::shared_ptr<const void>(
+            last && msg.sent
+                ? std::make_shared<
+                      const std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(
+                      f.owner, msg.sent)
+                : f.owner);
+        zmq::message_t part(const_cast<std::byte*>(f.data), f.bytes, release_owner, hint);
         // Once the first frame is queued the rest of the message goes too (ZeroMQ multipart).
         s->send(part, (last ? zmq::send_flags::none : zmq::send_flags::sndmore) | wait);
         bytes += f.bytes;
@@ -398,7 +405,7 @@ class zmq_transport_impl final : public zmq_transport {
       auto owner = std::make_shared<zmq::message_t>(std::move(parts[i]));
       bytes += owner->size();
       msg.frames.push_back(
-          frame{owner, static_cast<const std::byte*>(owner->data()), owner->size()});
+          frame{owner, static_cast<const std::byte*>(owner->data()), owner->size(), true});
     }
     auto route = msg.hdr.dst.host == opt_.host ? routes_.find_route(msg.hdr.dst)
                                                : detail::route_table::route{};

@@ -56,6 +56,12 @@
 
 namespace coach::actors {
 
+/// Bytes libzmq (4.3, 64-bit) allocates with a received frame: a frame of n bytes arrives in one
+/// malloc of n + this (its message content header, then the bytes). Memory warmed for frames to
+/// come (common/huge_pages.hpp, warm_memory) is warmed in blocks of exactly that size: the
+/// blocks ZeroMQ's next receives take, and the blocks its earlier receives of that size left.
+inline constexpr std::size_t zmq_frame_overhead = 40;
+
 /// Options of a zmq_transport.
 struct zmq_transport_options {
   std::uint32_t host = 0;  ///< this node's host id (endpoint::host of its actors)

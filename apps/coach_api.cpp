@@ -80,8 +80,9 @@ std::string to_json(const actors::job_status& s) {
   out += coach::format("\"changes\": [{}], ", changes);
   out += coach::format("\"seconds\": {}, \"error\": {}, \"error_code\": {}, ",
                        json_number(s.seconds), json_string(s.error), s.error_code);
-  out += coach::format("\"resumes\": {}, \"placement\": {}, \"aggregation_degree\": {}, ",
-                       s.resumes, json_string(s.placement), json_number(s.aggregation_degree));
+  out += coach::format(
+      "\"resumes\": {}, \"changes_done\": {}, \"placement\": {}, \"aggregation_degree\": {}, ",
+      s.resumes, s.changes_done, json_string(s.placement), json_number(s.aggregation_degree));
   // The scheduler's JSON as it is (it sends it for one job's status).
   if (!s.model_json.empty()) out += coach::format("\"model\": {}, ", s.model_json);
   out += coach::format("\"cross_host_bytes\": {}, \"traffic\": [", cross_host_bytes(s));

@@ -45,6 +45,7 @@ bool is_wildcard(const std::string& address) {
 int main(int argc, char** argv) {
   using namespace coach;
   use_huge_pages(argv);  // large buffers on huge pages (common/huge_pages.hpp)
+  keep_freed_memory();   // and what it frees stays mapped (before any thread starts)
   CLI::App app{"coach-node: the Coach daemon of one host", "coach-node"};
   std::string listen, join, name, advertise, gpus_text, store_path = "coach-jobs.db", policy,
                                                         placement = "dltap";

@@ -9,16 +9,26 @@
 //   migrate:  a job of 1 worker (node-a) and 1 shard (node-b) whose model has 4, 64, 256 MiB of
 //             parameters (plain SGD: the shard's state is its values) moves the shard whole to
 //             node-c, back to node-b, and so on (so the steps before and after a move are alike:
-//             the shard is never beside the worker); the pause is the gap between the steps
+//             the shard is never beside the worker); each move is asked for once the one before
+//             took effect and the job trained 6 more steps. The pause is the gap between the steps
 //             around the move less the median step before it, next to the transfer time of the
-//             shard's bytes at the throughput
-//             of raw ZeroMQ between two processes measured in the same run (an echo of the same
-//             size: one way takes half a round trip).
+//             shard's bytes at the throughput of raw ZeroMQ between two processes measured in the
+//             same run (an echo of the same size, sent without a copy: one way takes half a round
+//             trip). The goal, for EVERY move: pause <= transfer + 20 ms ("ok" per move).
 //   throughput: samples/s over up to 20 steps before each change and after it.
+//
+// This program, its echo and the nodes run with the nodes' memory policy (common/huge_pages.hpp:
+// huge pages unless --no-huge-pages, freed memory kept), so the raw echo meets the memory the
+// nodes do. The scheduler gives a node 30 s without heartbeats (the default is 5 s): on the VMs
+// measured, a node starting the 256 MiB job on memory the host has dropped spends ~10 s building
+// the initial parameters on its agent's thread (not what is measured here; docs/performance.md).
 //
 // With --json, one JSON object on the last line:
 //   {"join_ms", "joins_ms": [...], "migrations": [{"size_bytes", "pause_ms", "transfer_ms",
-//    "handover_ms", "gap_ms", "step_ms", "link_gbps"}], "throughput": {...}}
+//    "handover_ms", "gap_ms", "step_ms", "link_gbps", "pauses_ms": [...]}] (the median move of
+//    each size), "moves": [{"size_bytes", "move", "pause_ms", "transfer_ms", "bound_ms", "ok",
+//    "gap_ms", "step_ms", "handover_ms", "prepare_ms"}] (every move), "every_move_ok",
+//    "throughput": {...}}
 #include <CLI/CLI.hpp>
 #include <caf/all.hpp>
 #include <zmq.hpp>
@@ -43,6 +53,7 @@
 #include "actors/api_client.hpp"
 #include "bench/bench_processes.hpp"
 #include "common/format.hpp"
+#include "common/huge_pages.hpp"
 #include "scheduler/job_report.hpp"
 
 namespace {
@@ -64,14 +75,17 @@ double link_gbps(std::size_t bytes) {
   s.set(zmq::sockopt::linger, 0);
   s.connect(addr);
   std::vector<char> payload(bytes, 'x');
+  // Sent without a copy, as a shard sends its values: ZeroMQ is done with the payload once the
+  // echo has come back.
+  auto message = [&] { return zmq::message_t(payload.data(), payload.size(), nullptr, nullptr); };
   zmq::message_t reply;
-  s.send(zmq::buffer(payload), zmq::send_flags::none);  // warm up; waits for the bind
+  s.send(message(), zmq::send_flags::none);  // warm up; waits for the bind
   (void)s.recv(reply);
   std::vector<double> rtt;
   const auto until = clock_type::now() + 1s;
   while (rtt.size() < 5 || (clock_type::now() < until && rtt.size() < 200)) {
     const auto t0 = clock_type::now();
-    s.send(zmq::buffer(payload), zmq::send_flags::none);
+    s.send(message(), zmq::send_flags::none);
     (void)s.recv(reply);
     rtt.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
   }
@@ -129,6 +143,21 @@ struct cluster {
     return fail(errc::internal, "job {} made no progress for {} s", job, limit.count());
   }
 
+  /// Waits until `n` changes of the job took effect (their first step applied).
+  result<void> changes_in_effect(std::uint64_t job, std::uint32_t n, std::chrono::seconds limit) {
+    const auto deadline = clock_type::now() + limit;
+    while (clock_type::now() < deadline) {
+      auto s = status(job);
+      if (!s) return std::unexpected(s.error());
+      if (s->changes_done >= n) return {};
+      if (s->state != actors::job_state::running && s->state != actors::job_state::queued)
+        return fail(errc::internal, "job {} ended ({}): {}", job, to_string(s->state), s->error);
+      std::this_thread::sleep_for(20ms);
+    }
+    return fail(errc::internal, "job {}: change {} did not take effect in {} s", job, n,
+                limit.count());
+  }
+
   /// Cancels the job and waits for its end; its final status (with the changes).
   result<actors::job_status> finish(std::uint64_t job) {
     if (auto c = call(actors::cancel_request{job}); !c) return std::unexpected(c.error());
@@ -155,7 +184,7 @@ result<cluster> start_cluster(const fs::path& dir) {
   const std::string node = std::string(COACH_BINARY_DIR) + "/apps/coach-node";
   c.nodes.push_back(spawn(node,
                           {"--listen", c.at, "--scheduler", "--store", "", "--name", "node-a",
-                           "--heartbeat", "0.25", "--exit-with-parent"},
+                           "--heartbeat", "0.25", "--node-timeout", "30", "--exit-with-parent"},
                           dir / "node-a.log"));
   for (const char* name : {"node-b", "node-c"})
     c.nodes.push_back(spawn(node,
@@ -206,6 +235,15 @@ struct migration {
   scheduler::change_report rep;                ///< the one of median pause
 };
 
+/// The goal for one move of a shard of this size: its pause at most the transfer time + 20 ms.
+double bound_ms(const migration& m) {
+  return m.transfer_ms + 20;
+}
+/// Whether a move met it (a pause that could not be measured did not).
+bool within(const migration& m, const scheduler::change_report& r) {
+  return r.pause_ms >= 0 && r.pause_ms <= bound_ms(m);
+}
+
 int run(const std::vector<std::size_t>& sizes_mib, int joins, int repeat, bool json, bool keep) {
   const fs::path dir =
       fs::temp_directory_path() / ("coach-rescale-bench-" + std::to_string(::getpid()));
@@ -240,12 +278,12 @@ int run(const std::vector<std::size_t>& sizes_mib, int joins, int repeat, bool j
   }
   std::vector<double> joins_ms;
   for (const auto& r : join_reports) joins_ms.push_back(r.join_ms);
-  if (!json) {
-    std::printf("%-12s %10s %12s %12s\n", "change", "join_ms", "before_sps", "after_sps");
-    for (const auto& r : join_reports)
-      std::printf("%-12s %10.2f %12.0f %12.0f\n", r.what.c_str(), r.join_ms, r.samples_per_s_before,
-                  r.samples_per_s_after);
-  }
+  // The table goes to stdout, or to stderr with --json (the JSON is then all of stdout).
+  FILE* table = json ? stderr : stdout;
+  std::fprintf(table, "%-12s %10s %12s %12s\n", "change", "join_ms", "before_sps", "after_sps");
+  for (const auto& r : join_reports)
+    std::fprintf(table, "%-12s %10.2f %12.0f %12.0f\n", r.what.c_str(), r.join_ms,
+                 r.samples_per_s_before, r.samples_per_s_after);
 
   // Migrations of a shard of each size between node-b and node-c (the worker is on node-a).
   std::vector<migration> migrations;
@@ -265,6 +303,11 @@ int run(const std::vector<std::size_t>& sizes_mib, int joins, int repeat, bool j
       auto r =
           c->call(actors::migrate_request{*job, std::uint32_t(i), i % 2 ? "node-b" : "node-c"});
       if (!r) return fail_with(r.error());
+      // The new shard starts first (its node warms the memory the shard will arrive in) and
+      // the move takes the next step boundary after that: the next one is asked for once this
+      // one took effect and the job trained 6 steps more.
+      if (auto ok = c->changes_in_effect(*job, std::uint32_t(i + 1), 300s); !ok)
+        return fail_with(ok.error());
       if (auto ok = c->train_past(*job, 8 * 6, 300s); !ok) return fail_with(ok.error());
     }
     auto end = c->finish(*job);
@@ -277,26 +320,34 @@ int run(const std::vector<std::size_t>& sizes_mib, int joins, int repeat, bool j
               [](auto& a, auto& b) { return a.pause_ms < b.pause_ms; });
     m.rep = by_pause[by_pause.size() / 2];
     migrations.push_back(m);
-    if (!json)
-      for (const auto& rep : m.reps)
-        std::printf(
-            "migrate %4zu MiB: pause %8.1f ms (gap %8.1f - step %8.1f) | transfer at %.2f GB/s "
-            "%8.1f ms | handover %8.1f ms | %8.0f -> %8.0f samples/s\n",
-            mib, rep.pause_ms, rep.gap_ms, rep.step_ms, m.link_gbps, m.transfer_ms, rep.transfer_ms,
-            rep.samples_per_s_before, rep.samples_per_s_after);
+    std::fprintf(table,
+                 "migrate %zu MiB (%zu bytes): raw ZeroMQ one way %.2f GB/s, transfer %.1f ms\n"
+                 "  %4s %9s %9s %9s %4s %9s %9s %11s %10s %9s\n",
+                 mib, m.size_bytes, m.link_gbps, m.transfer_ms, "move", "pause_ms", "transf_ms",
+                 "bound_ms", "ok", "gap_ms", "step_ms", "handover_ms", "prepare_ms", "sps_after");
+    for (std::size_t k = 0; k < m.reps.size(); ++k) {
+      const auto& rep = m.reps[k];
+      std::fprintf(table, "  %4zu %9.1f %9.1f %9.1f %4s %9.1f %9.1f %11.1f %10.1f %9.0f\n", k + 1,
+                   rep.pause_ms, m.transfer_ms, bound_ms(m), within(m, rep) ? "yes" : "NO",
+                   rep.gap_ms, rep.step_ms, rep.transfer_ms, rep.prepare_ms,
+                   rep.samples_per_s_after);
+    }
   }
   stop(c->nodes);
   if (!keep) fs::remove_all(dir);
 
   const double join = median(joins_ms);
-  if (!json) {
-    std::printf("join: median %.2f ms over %zu joins (goal < 100 ms)\n", join, joins_ms.size());
-    for (const auto& m : migrations)
-      std::printf("migrate %zu bytes: median pause %.1f ms vs transfer %.1f ms + 20 ms: %s\n",
-                  m.size_bytes, m.rep.pause_ms, m.transfer_ms,
-                  m.rep.pause_ms <= m.transfer_ms + 20 ? "met" : "NOT met");
-    return 0;
-  }
+  std::size_t moves = 0, ok = 0;
+  for (const auto& m : migrations)
+    for (const auto& rep : m.reps) ++moves, ok += within(m, rep) ? 1 : 0;
+  std::fprintf(table, "join: median %.2f ms over %zu joins (goal < 100 ms)\n", join,
+               joins_ms.size());
+  for (const auto& m : migrations)
+    std::fprintf(table, "migrate %zu bytes: median pause %.1f ms vs transfer %.1f ms + 20 ms\n",
+                 m.size_bytes, m.rep.pause_ms, m.transfer_ms);
+  std::fprintf(table, "every move within transfer + 20 ms: %s (%zu of %zu)\n",
+               ok == moves ? "yes" : "no", ok, moves);
+  if (!json) return 0;
   std::string out = coach::format("{{\"join_ms\": {}, \"joins_ms\": [", num(join));
   for (std::size_t i = 0; i < joins_ms.size(); ++i) out += (i ? ", " : "") + num(joins_ms[i]);
   out += "], \"migrations\": [";
@@ -311,7 +362,22 @@ int run(const std::vector<std::size_t>& sizes_mib, int joins, int repeat, bool j
       out += (k ? ", " : "") + num(m.reps[k].pause_ms);
     out += "]}";
   }
-  out += "], \"throughput\": {";
+  out += "], \"moves\": [";
+  bool first_move = true;
+  for (const auto& m : migrations)
+    for (std::size_t k = 0; k < m.reps.size(); ++k) {
+      const auto& rep = m.reps[k];
+      out += coach::format(
+          "{}{{\"size_bytes\": {}, \"move\": {}, \"pause_ms\": {}, \"transfer_ms\": {}, "
+          "\"bound_ms\": {}, \"ok\": {}, \"gap_ms\": {}, \"step_ms\": {}, \"handover_ms\": {}, "
+          "\"prepare_ms\": {}}}",
+          first_move ? "" : ", ", m.size_bytes, k + 1, num(rep.pause_ms), num(m.transfer_ms),
+          num(bound_ms(m)), within(m, rep) ? "true" : "false", num(rep.gap_ms), num(rep.step_ms),
+          num(rep.transfer_ms), num(rep.prepare_ms));
+      first_move = false;
+    }
+  out += coach::format("], \"every_move_ok\": {}", ok == moves ? "true" : "false");
+  out += ", \"throughput\": {";
   bool first = true;
   auto add = [&](const std::string& key, const scheduler::change_report& r) {
     out += coach::format("{}\"{}\": {{\"before\": {}, \"after\": {}}}", first ? "" : ", ", key,
@@ -328,6 +394,12 @@ int run(const std::vector<std::size_t>& sizes_mib, int joins, int repeat, bool j
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The nodes' memory policy, for this program and (inherited) its echo and nodes: huge pages
+  // unless --no-huge-pages (decided before the re-execution that sets them), freed memory kept.
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--no-huge-pages") ::setenv("COACH_HUGE_PAGES", "0", 1);
+  coach::use_huge_pages(argv);
+  coach::keep_freed_memory();
   CLI::App app{"Coach rescale_bench: the cost of changing a running job, between processes",
                "rescale_bench"};
   std::string sizes = "4,64,256";
@@ -366,11 +438,5 @@ int main(int argc, char** argv) {
     at = comma + 1;
   }
   signal(SIGPIPE, SIG_IGN);
-  // The children inherit it: coach-node sets huge pages for itself unless told not to
-  // (common/huge_pages.hpp); the raw ZeroMQ echo gets the same pages as the nodes.
-  if (no_huge_pages)
-    ::setenv("COACH_HUGE_PAGES", "0", 1);
-  else
-    ::setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1", 1);
   return run(list, joins, repeat, json, keep);
 }

@@ -17,22 +17,31 @@
 
 namespace coach {
 
-/// A contiguous float buffer of fixed size, owned by a buffer_pool.
+/// A contiguous float buffer of fixed size, owned by a buffer_pool. Its storage is its own
+/// vector, or memory it was given without a copy (a message received from another process).
 class float_buffer {
  public:
-  explicit float_buffer(std::size_t n) : data_(n) {}
+  explicit float_buffer(std::size_t n) : data_(n), ptr_(data_.data()), size_(n) {}
   /// Takes `v` as its storage (no copy).
-  explicit float_buffer(std::vector<float> v) noexcept : data_(std::move(v)) {}
-  /// Gives its storage away (no copy); it is empty afterwards.
-  std::vector<float> take() noexcept { return std::move(data_); }
-  float* data() noexcept { return data_.data(); }
-  const float* data() const noexcept { return data_.data(); }
-  std::size_t size() const noexcept { return data_.size(); }
-  std::span<float> span() noexcept { return data_; }
-  std::span<const float> span() const noexcept { return data_; }
+  explicit float_buffer(std::vector<float> v) noexcept
+      : data_(std::move(v)), ptr_(data_.data()), size_(data_.size()) {}
+  /// Takes the `n` floats at `p` as its storage (no copy); `keep` owns that memory and is held
+  /// as long as this buffer. REQUIRES: nobody else reads or writes the memory from now on.
+  float_buffer(float* p, std::size_t n, std::shared_ptr<const void> keep) noexcept
+      : ptr_(p), size_(n), keep_(std::move(keep)) {}
+  float_buffer(const float_buffer&) = delete;
+  float_buffer& operator=(const float_buffer&) = delete;
+  float* data() noexcept { return ptr_; }
+  const float* data() const noexcept { return ptr_; }
+  std::size_t size() const noexcept { return size_; }
+  std::span<float> span() noexcept { return {ptr_, size_}; }
+  std::span<const float> span() const noexcept { return {ptr_, size_}; }
 
  private:
   std::vector<float> data_;
+  float* ptr_ = nullptr;
+  std::size_t size_ = 0;
+  std::shared_ptr<const void> keep_;  ///< owns the memory when data_ does not
 };
 
 /// Hands out float buffers of one fixed size and takes them back for reuse.

@@ -1,12 +1,22 @@
 #include "common/huge_pages.hpp"
 
+#include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace coach {
+namespace {
+
+std::atomic<bool> g_keeping{false};
+
+}  // namespace
 
 void use_huge_pages(char** argv) noexcept {
   const char* off = std::getenv("COACH_HUGE_PAGES");
@@ -18,6 +28,39 @@ void use_huge_pages(char** argv) noexcept {
   if (::setenv("GLIBC_TUNABLES", value.c_str(), 1) != 0) return;
   ::execv("/proc/self/exe", argv);
   // Not possible (no /proc, say): go on with ordinary pages.
+}
+
+bool keep_freed_memory() noexcept {
+  const char* off = std::getenv("COACH_KEEP_MEMORY");
+  if (off && std::strcmp(off, "0") == 0) return false;
+  // Threads of other arenas would allocate large blocks with mmap whatever M_MMAP_MAX says
+  // (glibc falls back to it when a block does not fit an arena's 64 MiB heaps): one arena.
+  const bool ok = ::mallopt(M_ARENA_MAX, 1) == 1 && ::mallopt(M_MMAP_MAX, 0) == 1 &&
+                  ::mallopt(M_TRIM_THRESHOLD, INT_MAX) == 1;
+  g_keeping = ok;
+  return ok;
+}
+
+std::size_t warm_memory(std::span<const std::size_t> blocks) noexcept {
+  if (!g_keeping) return 0;
+  std::vector<void*> held;
+  held.reserve(blocks.size());
+  std::size_t bytes = 0;
+  const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE));
+  for (const auto n : blocks) {
+    if (n == 0) continue;
+    auto* p = static_cast<volatile char*>(std::malloc(n));
+    if (!p) break;
+    held.push_back(const_cast<char*>(p));
+    // A write, not a read: a read maps the shared zero page and leaves the real fault for later.
+    for (std::size_t i = 0; i < n; i += page) p[i] = 0;
+    p[n - 1] = 0;
+    bytes += n;
+  }
+  const bool all = held.size() == std::size_t(std::count_if(blocks.begin(), blocks.end(),
+                                                            [](auto n) { return n > 0; }));
+  for (auto* p : held) std::free(p);
+  return all ? bytes : 0;
 }
 
 }  // namespace coach

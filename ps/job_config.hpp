@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "common/buffer_pool.hpp"
@@ -33,16 +36,20 @@ struct slice_transfer {
   std::int64_t version = 0;       ///< steps applied to the values
   std::int64_t updates = 0;       ///< steps with samples applied (Adam's t)
   std::vector<key_range> ranges;  ///< ascending, disjoint
-  std::vector<float> values;      ///< the ranges' values, concatenated (or shared_values)
-  /// Instead of `values` when a shard hands over everything it owns while readers still hold
-  /// its buffer (its last answers being sent): the buffer itself, which nobody writes any more.
-  std::shared_ptr<const float_buffer> shared_values;
+  std::vector<float> values;      ///< the ranges' values, concatenated (unless `buffer` is set)
+  /// Instead of `values`: a buffer that holds them, taken over without a copy (a shard that
+  /// hands over everything it owns gives its own; a transfer received from another process is
+  /// held in the memory it arrived in). An empty shard adopts it as its storage.
+  std::shared_ptr<float_buffer> buffer;
+  /// Others still read `buffer` (the source's last answers are being sent): nobody writes it
+  /// again, and a shard that adopts the transfer copies it.
+  bool buffer_shared = false;
   std::vector<float> state_a;  ///< momentum velocity or Adam m (empty for sgd)
   std::vector<float> state_b;  ///< Adam v (empty otherwise)
 
   /// The values, wherever they are.
   std::span<const float> values_span() const noexcept {
-    return shared_values ? shared_values->span() : std::span<const float>(values);
+    return buffer ? std::as_const(*buffer).span() : std::span<const float>(values);
   }
 };
 

@@ -35,6 +35,7 @@ void shard::set_members(std::vector<std::uint32_t> ranks) {
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
   schedule_.clear();
   schedule_[applied_] = ranks;
+  assigned_.clear();
   members_ = std::move(ranks);
 }
 
@@ -62,11 +63,22 @@ result<bool> shard::push(std::int64_t step, contribution c, const piece_callback
 
 result<bool> shard::push(std::int64_t step, std::uint64_t config_version, contribution c,
                          const piece_callback& on_piece) {
-  if (config_version > config_version_) {
+  if (config_version > config_version_ || (step >= applied_ && !owns_assigned(step))) {
     held_.push_back({step, config_version, std::move(c)});
     return false;
   }
   return push(step, std::move(c), on_piece);
+}
+
+bool shard::owns_assigned(std::int64_t step) const {
+  auto it = assigned_.upper_bound(step);
+  if (it == assigned_.begin()) return true;
+  const auto& want = std::prev(it)->second;
+  return !want || *want == ranges_;
+}
+
+result<int> shard::resume() {
+  return take_held();
 }
 
 bool shard::maybe_apply(const piece_callback& on_piece) {
@@ -88,6 +100,11 @@ result<int> shard::configure(const job_config& c) {
   const std::int64_t from = std::max(c.from_step, applied_);
   schedule_.erase(schedule_.lower_bound(from), schedule_.end());
   schedule_[from] = std::move(members);
+  assigned_.erase(assigned_.lower_bound(from), assigned_.end());
+  if (c.map.num_params() > 0)
+    assigned_[from] = c.map.ranges_of(id_);
+  else
+    assigned_[from] = std::nullopt;
   if (from == applied_) members_ = schedule_[from];
   // A removed member may have been the last one the open step waited for.
   int completed = !pending_.empty() && maybe_apply({}) ? 1 : 0;
@@ -97,19 +114,31 @@ result<int> shard::configure(const job_config& c) {
 }
 
 result<int> shard::take_held() {
-  std::vector<held_push> ready, later;
-  for (auto& h : held_)
-    (h.config_version <= config_version_ ? ready : later).push_back(std::move(h));
-  held_ = std::move(later);
-  std::stable_sort(ready.begin(), ready.end(), [](const held_push& a, const held_push& b) {
-    return a.step != b.step ? a.step < b.step : a.c.rank < b.c.rank;
-  });
   int completed = 0;
   std::optional<coach::error> first;
-  for (auto& h : ready) {
-    auto done = push(h.step, std::move(h.c));
-    if (!done && !first) first = done.error();
-    if (done && *done) ++completed;
+  // A push taken can complete a step, which can make pushes of the next step takeable.
+  for (bool more = true; more;) {
+    std::vector<held_push> ready, later;
+    for (auto& h : held_) {
+      const bool takeable = h.config_version <= config_version_ &&
+                            (h.step < applied_ || owns_assigned(h.step)) && h.step <= applied_;
+      (takeable ? ready : later).push_back(std::move(h));
+    }
+    held_ = std::move(later);
+    more = false;
+    std::stable_sort(ready.begin(), ready.end(), [](const held_push& a, const held_push& b) {
+      return a.step != b.step ? a.step < b.step : a.c.rank < b.c.rank;
+    });
+    for (auto& h : ready) {
+      // Held past the configuration that removed its rank from the step (the worker died):
+      // dropped, as a push that arrives after that configuration is refused.
+      if (h.step == applied_ && !pending_.contains(h.c.rank) &&
+          !std::binary_search(members_.begin(), members_.end(), h.c.rank))
+        continue;
+      auto done = push(h.step, std::move(h.c));
+      if (!done && !first) first = done.error();
+      if (done && *done) ++completed, more = true;
+    }
   }
   if (first) return std::unexpected(*first);
   return completed;
@@ -147,7 +176,8 @@ std::vector<key_range> merged(std::vector<key_range> rs) {
 }  // namespace
 
 result<slice_transfer> shard::release(const std::vector<key_range>& ranges, std::uint32_t to) {
-  if (!pending_.empty() || !held_.empty())
+  // Held pushes are not accepted yet (they wait for this very release, or a configuration).
+  if (!pending_.empty())
     return fail(errc::protocol_error,
                 "shard {}: cannot hand over slices while step {} is partially pushed", id_,
                 applied_);
@@ -185,10 +215,8 @@ result<slice_transfer> shard::release(const std::vector<key_range>& ranges, std:
     // (the step's last answers are still being sent) they are shared: nobody writes them again.
     for (const auto& p : go) t.ranges.push_back(p.range);
     t.ranges = merged(t.ranges);
-    if (values_.use_count() == 1)
-      t.values = values_->take();
-    else
-      t.shared_values = values_;
+    t.buffer_shared = values_.use_count() > 1;
+    t.buffer = std::move(values_);
     t.state_a = std::move(state_a_);
     t.state_b = std::move(state_b_);
     relayout({}, {}, {}, {});
@@ -221,14 +249,15 @@ result<void> shard::adopt(slice_transfer&& t) {
   for (const auto& r : t.ranges) n += r.size();
   const std::size_t per = opt_.state_per_param();
   const auto sorted = merged(t.ranges);
-  if (t.shared_values || t.values.size() != n || t.state_a.size() != (per >= 1 ? n : 0) ||
+  if (t.buffer_shared || t.values_span().size() != n || t.state_a.size() != (per >= 1 ? n : 0) ||
       t.state_b.size() != (per >= 2 ? n : 0) || sorted != t.ranges)
     return adopt(std::as_const(t));  // copies shared values; a refusal says what is wrong
   applied_ = t.version;
   updates_ = t.updates;
   if (auto it = schedule_.upper_bound(applied_); it != schedule_.begin())
     members_ = std::prev(it)->second;
-  relayout(sorted, std::move(t.values), std::move(t.state_a), std::move(t.state_b));
+  relayout(sorted, std::move(t.values), std::move(t.state_a), std::move(t.state_b),
+           std::move(t.buffer));
   return {};
 }
 
@@ -286,7 +315,7 @@ result<void> shard::adopt(const slice_transfer& t) {
 }
 
 void shard::relayout(std::vector<key_range> ranges, std::vector<float> values, std::vector<float> a,
-                     std::vector<float> b) {
+                     std::vector<float> b, std::shared_ptr<float_buffer> buffer) {
   ranges_ = std::move(ranges);
   offsets_.clear();
   std::size_t total = 0;
@@ -294,11 +323,13 @@ void shard::relayout(std::vector<key_range> ranges, std::vector<float> values, s
     offsets_.push_back(total);
     total += r.size();
   }
-  COACH_ENFORCE(values.size() == total, "relayout: values do not match the ranges");
+  COACH_ENFORCE((buffer ? buffer->size() : values.size()) == total,
+                "relayout: values do not match the ranges");
   // A fresh pool: readers of the old values keep their buffer (its pool lives on with it). The
-  // values become its first buffer without a copy.
+  // values become the shard's buffer without a copy: the given buffer as it is (it goes back
+  // where it came from when the shard lets it go), else the vector as the pool's first buffer.
   pool_ = std::make_unique<buffer_pool>(total);
-  values_ = pool_->adopt(std::move(values));
+  values_ = buffer ? std::move(buffer) : pool_->adopt(std::move(values));
   const std::size_t per = opt_.state_per_param();
   state_a_ = per >= 1 ? std::move(a) : std::vector<float>{};
   state_b_ = per >= 2 ? std::move(b) : std::vector<float>{};

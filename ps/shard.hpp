@@ -19,7 +19,10 @@
 // held until that configuration arrives. A contribution received from a rank that a later
 // configuration removes from the open step (the worker died) is still applied: every gradient a
 // shard accepted is applied exactly once. Slices move between shards at step boundaries with
-// release (the source) and adopt (the destination), values and optimizer state together.
+// release (the source) and adopt (the destination), values and optimizer state together. The
+// workers go on at the boundary without waiting for the slices: a push of a step whose
+// configuration gives this shard other ranges than it owns (a transfer it awaits has not come,
+// or a release it owes is not made) is held too, and taken by resume() once the shard owns them.
 //
 // Not thread-safe: its actor calls it from one message handler at a time.
 
@@ -28,6 +31,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -124,20 +128,33 @@ class shard {
   std::uint64_t config_version() const noexcept { return config_version_; }
 
   /// push() under configuration `config_version`: held (returns false) while the shard has not
-  /// seen that configuration.
+  /// seen that configuration, or does not own the ranges the configuration gives it at `step`
+  /// (owns_assigned). A held push from a rank that a later configuration removes from its step
+  /// before the push is taken is dropped (its worker died; its chunk is processed again).
   result<bool> push(std::int64_t step, std::uint64_t config_version, contribution c,
                     const piece_callback& on_piece = {});
+  /// Whether the shard owns exactly the ranges the configuration governing `step` gives it
+  /// (true where no configuration with a shard map says: set_members, or none yet). False
+  /// between a step boundary and the adoption or release that the boundary's change asks of it.
+  bool owns_assigned(std::int64_t step) const;
+  /// Takes the held pushes that became takeable (after adopt or release: the shard owns its
+  /// configuration's ranges now). Returns the number of steps that completed (answered as a
+  /// whole, not piece by piece); protocol_error if a held push turns out invalid (the first).
+  result<int> resume();
 
   /// Hands over the slices in `ranges` (each within what this shard owns) to shard `to`: their
-  /// values and optimizer state at the current version; the shard owns them no more.
+  /// values and optimizer state at the current version; the shard owns them no more. Pushes held
+  /// for the ranges it keeps are taken by resume() afterwards.
   /// Errors: protocol_error when a step is partially pushed, or a range is not owned here.
   result<slice_transfer> release(const std::vector<key_range>& ranges, std::uint32_t to);
   /// Takes slices handed over by release(). A shard that owns nothing takes the transfer's
   /// version and update count (a shard added to a running job); one that owns slices requires
-  /// them to equal its own. Errors: protocol_error on a version mismatch, overlapping ranges,
-  /// or sizes that disagree with the ranges.
+  /// them to equal its own. Pushes held for the slices are taken by resume() afterwards.
+  /// Errors: protocol_error on a version mismatch, overlapping ranges, or sizes that disagree
+  /// with the ranges.
   result<void> adopt(const slice_transfer& t);
-  /// The same; a shard that owns nothing takes the transfer's storage without copying it.
+  /// The same; a shard that owns nothing takes the transfer's storage without copying it (its
+  /// values vector, or its buffer unless others still read that: then the values are copied).
   result<void> adopt(slice_transfer&& t);
   /// Steps applied with samples (Adam's t).
   std::int64_t updates() const noexcept { return updates_; }
@@ -171,9 +188,10 @@ class shard {
   std::vector<float> state_b_;                  ///< Adam v
   std::vector<float> acc_;                      ///< gradient sum of one piece
   std::vector<const contribution*> with_data_;  ///< of the step being applied, in rank order
-  /// Replaces the owned ranges and their values and state (migration).
+  /// Replaces the owned ranges and their values and state (migration): the values are
+  /// `buffer` when given (taken as it is), else `values`.
   void relayout(std::vector<key_range> ranges, std::vector<float> values, std::vector<float> a,
-                std::vector<float> b);
+                std::vector<float> b, std::shared_ptr<float_buffer> buffer = nullptr);
   /// Completes the open step if every expected member has pushed; true if it did.
   bool maybe_apply(const piece_callback& on_piece);
   /// Takes the held pushes whose configuration is known now, in step then rank order.
@@ -187,6 +205,9 @@ class shard {
 
   std::vector<std::uint32_t> members_;
   std::map<std::int64_t, std::vector<std::uint32_t>> schedule_;  ///< from step -> members
+  /// From step -> the ranges its configuration gives this shard (none: a configuration without
+  /// a shard map, which asks nothing of the ranges).
+  std::map<std::int64_t, std::optional<std::vector<key_range>>> assigned_;
   std::uint64_t config_version_ = 0;
   std::vector<held_push> held_;
   std::map<std::uint32_t, contribution> pending_;  ///< by rank: summed in rank order

@@ -19,6 +19,7 @@ struct progress_event {
   double seconds = 0;               ///< since the epoch began
   std::uint32_t workers = 0;        ///< members of the current configuration
   std::uint32_t shards = 0;         ///< shards owning slices now
+  std::uint32_t changes_done = 0;   ///< changes of workers or shards in effect (step applied)
 };
 
 /// One finished epoch.
@@ -51,6 +52,9 @@ struct change_report {
   double pause_ms = -1;           ///< gap_ms - step_ms (the time the change added), at least 0
   double samples_per_s_before = -1;  ///< over up to 20 steps before the request
   double samples_per_s_after = -1;   ///< over up to 20 steps after the change
+  /// Request -> the new shard of a migration placed and its memory warmed, while the job went on
+  /// training (the change's step boundary comes after it).
+  double prepare_ms = -1;
 };
 
 /// The outcome of a whole job.

@@ -53,6 +53,9 @@ struct job_status {
   /// The share of its worker-shard bytes that stay on one host (scheduler/placement.hpp); NaN
   /// when it runs no parts.
   double aggregation_degree = std::numeric_limits<double>::quiet_NaN();
+  /// Changes of workers or shards in effect so far (their first step applied), as of the last
+  /// progress report.
+  std::uint32_t changes_done = 0;
 };
 
 }  // namespace coach::scheduler

@@ -54,6 +54,7 @@ struct AddedPart {
   id @1 :UInt32;               # its rank or shard id
   firstStep @2 :Int64;         # a worker's first step
   config @3 :JobConfig;
+  expectKeys @4 :UInt64;       # a shard: keys it will adopt soon; its node warms memory for them
 }
 
 # ps::job_config: members and the owner of every slice of the parameter vector, from a step on.

@@ -81,6 +81,7 @@ struct JobStatus {
   resumes @21 :UInt32;         # times the job restarted from its checkpoint
   placement @22 :Text;         # the placement that placed its parts (spread, dltap, ...)
   aggregationDegree @23 :Float64;  # share of its worker-shard bytes kept on one host; NaN: none
+  changesDone @24 :UInt32;     # changes of workers or shards in effect so far (last progress)
 }
 
 # One change of a running job, timed by its master (scheduler::change_report); -1 = n/a.
@@ -95,6 +96,7 @@ struct ChangeReport {
   pauseMs @7 :Float64;         # gapMs - stepMs, at least 0
   samplesPerSecondBefore @8 :Float64;
   samplesPerSecondAfter @9 :Float64;
+  prepareMs @10 :Float64;      # request -> a migration's new shard placed and its memory warmed
 }
 
 struct StatusReply {

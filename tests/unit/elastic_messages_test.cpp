@@ -4,6 +4,7 @@
 
 #include "actors/codec.hpp"
 #include "actors/elastic_messages.hpp"
+#include "ps/shard.hpp"
 
 namespace coach::actors {
 namespace {
@@ -23,6 +24,7 @@ wire_message over_the_wire(const wire_message& m) {
   for (const auto& f : m.frames) {
     auto copy = std::make_shared<std::vector<std::byte>>(f.data, f.data + f.bytes);
     out.frames.push_back(frame::of(copy, copy->data(), copy->size()));
+    out.frames.back().exclusive = true;  // as the ZeroMQ transport delivers it
   }
   return out;
 }
@@ -131,7 +133,7 @@ TEST(elastic_messages, transfer_round_trips_values_and_state_without_copying_on_
   EXPECT_EQ(back->version, 40);
   EXPECT_EQ(back->updates, 39);
   EXPECT_EQ(back->ranges, t->ranges);
-  EXPECT_EQ(back->values, t->values);
+  EXPECT_EQ(std::vector<float>(back->values_span().begin(), back->values_span().end()), t->values);
   EXPECT_EQ(back->state_a, t->state_a);
   EXPECT_EQ(back->state_b, t->state_b);
 
@@ -143,6 +145,61 @@ TEST(elastic_messages, transfer_round_trips_values_and_state_without_copying_on_
   auto short_state = read_transfer(make_transfer(from, to, 8, t), 2);
   ASSERT_FALSE(short_state);
   EXPECT_NE(short_state.error().message.find("a frame of 16 bytes for 5 keys"), std::string::npos);
+}
+
+TEST(elastic_messages, a_received_transfer_keeps_its_values_where_they_arrived) {
+  // A 256 MiB shard copied once more on arrival paid a copy into fresh memory on top of the
+  // transfer (docs/performance.md "rescale_bench"): a transfer received from another process is
+  // read without copying its values, and an empty shard adopts that memory as its storage.
+  auto t = std::make_shared<ps::slice_transfer>();
+  t->from = 1;
+  t->to = 2;
+  t->version = 6;
+  t->updates = 6;
+  t->ranges = {{0, 3}, {8, 10}};
+  t->values = {1, 2, 3, 4, 5};
+  auto arrived = over_the_wire(make_transfer(from, to, 8, t));
+  const auto* where = reinterpret_cast<const float*>(arrived.frames[0].data);
+  auto back = read_transfer(std::move(arrived), 0);
+  ASSERT_TRUE(back) << back.error().message;
+  ASSERT_TRUE(back->buffer);
+  EXPECT_FALSE(back->buffer_shared);
+  EXPECT_TRUE(back->values.empty());
+  EXPECT_EQ(back->values_span().data(), where) << "read in place, not copied";
+  EXPECT_EQ(std::vector<float>(back->values_span().begin(), back->values_span().end()), t->values);
+
+  auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
+  ps::optimizer_config sgd;
+  sgd.sgd.learning_rate = 1.0f;
+  ps::shard s(2, sgd, *be, {}, {});
+  ASSERT_TRUE(s.adopt(std::move(*back)));
+  EXPECT_EQ(s.values().data(), where) << "adopted as the shard's storage";
+  EXPECT_EQ(s.applied_steps(), 6);
+  s.set_members({0});
+  auto g = std::make_shared<std::vector<float>>(5, 1.0f);
+  ps::contribution c;
+  c.rank = 0;
+  c.samples = 1;
+  c.parts = {{g->data(), 3}, {g->data() + 3, 2}};
+  c.keep_alive = g;
+  ASSERT_TRUE(s.push(6, std::move(c)));
+  EXPECT_EQ(s.values().data(), where) << "updated in place";
+  EXPECT_EQ(std::vector<float>(s.values().begin(), s.values().end()),
+            (std::vector<float>{0, 1, 2, 3, 4}));
+
+  // Memory someone else still holds, or a message read through a const reference, is copied.
+  auto held = over_the_wire(make_transfer(from, to, 8, t));
+  auto other = held.frames[0].owner;
+  auto copied = read_transfer(std::move(held), 0);
+  ASSERT_TRUE(copied);
+  EXPECT_FALSE(copied->buffer);
+  EXPECT_EQ(copied->values, t->values);
+  const auto kept = over_the_wire(make_transfer(from, to, 8, t));
+  auto read_only = read_transfer(kept, 0);
+  ASSERT_TRUE(read_only);
+  EXPECT_FALSE(read_only->buffer);
+  EXPECT_EQ(read_only->values, t->values);
+  EXPECT_EQ(kept.frames[0].owner.use_count(), 1);
 }
 
 }  // namespace

@@ -11,9 +11,12 @@
 //
 // The harness plays the job master's protocol (docs/design.md, "Elastic jobs"): a configuration
 // reaches every shard before the grants that refer to it; slices move at a step boundary (the
-// source releases once it has applied the step before, the destination adopts and acknowledges)
-// and the step's grants wait for the acknowledgements; a worker pushes step s once every shard it
-// pulls from has applied step s - 1 (its pull returned).
+// source releases once it has applied the step before, the destination adopts and acknowledges);
+// a worker pushes step s once every shard it pulls from has applied step s - 1 (its pull
+// returned). Two ways: the step's grants wait for the acknowledgements (sequential), or, as the
+// job master does, the configuration and the grants go out with the migrate orders and the
+// workers push while the slices travel (overlapped: the shards hold those pushes until they own
+// what the configuration gives them); the next change waits for the acknowledgements.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -61,7 +64,8 @@ struct grant {
   std::int64_t step = 0;
   std::uint64_t config_version = 0;
   std::uint64_t samples = 0;
-  shard_map map;
+  shard_map map;       ///< where the step's pushes go
+  shard_map pull_map;  ///< who answered the pushes of the step before (version `step`)
 };
 
 struct worker_sim {
@@ -81,14 +85,16 @@ struct run_result {
   counted_log counted;                                                        ///< by (shard, step)
   std::vector<std::vector<std::pair<std::uint32_t, std::uint64_t>>> members;  ///< by step
   int joins = 0, leaves = 0, deaths = 0, adds = 0, drains = 0, migrations = 0;
+  int held_for_moves = 0;  ///< pushes that reached a shard before the move they needed
 };
 
 class elastic_sim {
  public:
-  elastic_sim(optimizer_config opt, std::uint64_t seed, bool deaths)
+  elastic_sim(optimizer_config opt, std::uint64_t seed, bool deaths, bool overlap = false)
       : opt_(opt),
         rng_(seed),
         deaths_(deaths),
+        overlap_(overlap),
         be_(std::move(*kernels::make_backend(kernels::backend_kind::cpu))) {}
 
   run_result run() {
@@ -155,6 +161,8 @@ class elastic_sim {
   /// Maybe one change of the configuration, taking effect at step s.
   void boundary(std::int64_t s, run_result& out) {
     if (s == 0 || rng_() % 10 >= 4) return;
+    // The next change begins once the transfers of the one before are acknowledged.
+    while (acks_awaited_ > 0) ASSERT_TRUE(tick(out)) << "stuck waiting for transfers";
     job_config next = cfg_;
     next.version = cfg_.version + 1;
     next.from_step = s;
@@ -202,7 +210,9 @@ class elastic_sim {
       send(master_id, int(ft.first), std::move(m));
       ++acks_awaited_;
     }
-    while (acks_awaited_ > 0) ASSERT_TRUE(tick(out)) << "stuck waiting for transfers";
+    if (!overlap_) {
+      while (acks_awaited_ > 0) ASSERT_TRUE(tick(out)) << "stuck waiting for transfers";
+    }
     cfg_ = std::move(next);
     for (auto& [k, sh] : shards_) {
       message m;
@@ -241,7 +251,11 @@ class elastic_sim {
       ++out.deaths;
     }
     out.members.emplace_back(samples.begin(), samples.end());
-    for (auto r : members) workers_[r].grants.push_back({s, cfg_.version, samples[r], cfg_.map});
+    // Version s comes from the shards the pushes of step s - 1 went to (out.maps holds step s's
+    // map already), or, sequentially, from the owners of step s, which have it by then.
+    const auto& pull = overlap_ && out.maps.size() >= 2 ? out.maps[out.maps.size() - 2] : cfg_.map;
+    for (auto r : members)
+      workers_[r].grants.push_back({s, cfg_.version, samples[r], cfg_.map, pull});
   }
 
   /// One event: a ready worker pushes, or one message is delivered. False when nothing is left.
@@ -263,7 +277,7 @@ class elastic_sim {
 
   /// A worker's pull of version g.step returned: every shard it pulls from has applied g.step.
   bool can_push(const grant& g) const {
-    const auto n = g.map.load();
+    const auto n = g.pull_map.load();
     for (std::uint32_t k = 0; k < n.size(); ++k)
       if (n[k] > 0 && shards_.at(k)->applied_steps() < g.step) return false;
     return true;
@@ -343,6 +357,7 @@ class elastic_sim {
           }
           c.keep_alive = g;
         }
+        if (m.step >= sh.applied_steps() && !sh.owns_assigned(m.step)) ++out.held_for_moves;
         auto done = sh.push(m.step, m.config_version, std::move(c));
         if (counted) {
           ASSERT_TRUE(done) << "shard " << to << " refused a push of rank " << m.rank << " step "
@@ -397,6 +412,8 @@ class elastic_sim {
           m.t = std::move(*t);
           send(int(k), int(it->to), std::move(m));
         }
+        auto resumed = sh.resume();  // the pushes that waited for the move
+        ASSERT_TRUE(resumed) << resumed.error().message;
         it = d.erase(it);
         again = true;
       }
@@ -406,6 +423,7 @@ class elastic_sim {
   optimizer_config opt_;
   std::mt19937_64 rng_;
   bool deaths_;
+  bool overlap_;
   std::unique_ptr<kernels::backend> be_;
   job_config cfg_;
   std::map<std::uint32_t, std::unique_ptr<shard>> shards_;
@@ -493,6 +511,27 @@ TEST(elastic_property, random_rescales_migrations_and_deaths_apply_every_gradien
   EXPECT_GT(migrations, 20);
 }
 
+TEST(elastic_property, workers_push_while_slices_travel_and_every_gradient_applies_once) {
+  // The job master's way: the boundary's grants go out with the migrate orders, so pushes reach
+  // destinations before their slices (and sources before they release); the shards hold them.
+  optimizer_config opt;
+  opt.kind = optimizer_kind::sgd;
+  opt.sgd = {0.5f, 0.0f, 0.0f};
+  int moves = 0, held = 0;
+  for (std::uint64_t seed = 1; seed <= 60; ++seed) {
+    elastic_sim sim(opt, seed, false, true);
+    auto r = sim.run();
+    if (HasFatalFailure()) return;
+    const auto want = expected_sgd(r);
+    for (std::size_t i = 0; i < num_keys; ++i)
+      ASSERT_EQ(r.params[i], want[i]) << "seed " << seed << " key " << i;
+    moves += r.adds + r.drains + r.migrations;
+    held += r.held_for_moves;
+  }
+  EXPECT_GT(moves, 60);
+  EXPECT_GT(held, 20) << "pushes overtook the slices they needed";
+}
+
 class elastic_invisible : public ::testing::TestWithParam<optimizer_kind> {};
 
 TEST_P(elastic_invisible, migrated_run_is_bitwise_equal_to_one_unmigrated_shard) {
@@ -500,14 +539,15 @@ TEST_P(elastic_invisible, migrated_run_is_bitwise_equal_to_one_unmigrated_shard)
   opt.kind = GetParam();
   opt.sgd = {0.05f, GetParam() == optimizer_kind::momentum ? 0.9f : 0.0f, 1e-3f};
   opt.adam.learning_rate = 0.01f;
-  for (std::uint64_t seed = 100; seed < 120; ++seed) {
-    elastic_sim sim(opt, seed, false);
-    auto r = sim.run();
-    if (HasFatalFailure()) return;
-    const auto want = unmigrated(r, opt);
-    ASSERT_EQ(0, std::memcmp(r.params.data(), want.data(), num_keys * sizeof(float)))
-        << "seed " << seed;
-  }
+  for (std::uint64_t seed = 100; seed < 120; ++seed)
+    for (bool overlap : {false, true}) {
+      elastic_sim sim(opt, seed, false, overlap);
+      auto r = sim.run();
+      if (HasFatalFailure()) return;
+      const auto want = unmigrated(r, opt);
+      ASSERT_EQ(0, std::memcmp(r.params.data(), want.data(), num_keys * sizeof(float)))
+          << "seed " << seed << (overlap ? " (overlapped)" : "");
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(optimizers, elastic_invisible,
@@ -568,15 +608,16 @@ TEST(shard_elastic, a_whole_shard_moves_without_copying_its_values) {
   const float* storage = a.values().data();
   auto t = a.release({{4, 8}, {0, 2}}, 1);
   ASSERT_TRUE(t) << t.error().message;
-  EXPECT_EQ(t->values.data(), storage) << "released by moving, not copying";
+  EXPECT_EQ(t->values_span().data(), storage) << "released by moving, not copying";
+  EXPECT_FALSE(t->buffer_shared);
   EXPECT_EQ(t->ranges, (std::vector<key_range>{{0, 2}, {4, 8}}));
-  EXPECT_EQ(t->values, init);
+  EXPECT_EQ(std::vector<float>(t->values_span().begin(), t->values_span().end()), init);
   EXPECT_EQ(t->state_a, std::vector<float>(6, 0.0f));
   EXPECT_TRUE(a.ranges().empty());
   EXPECT_TRUE(a.values().empty());
 
   shard b(1, opt, *be, {}, {});
-  const float* moved = t->values.data();
+  const float* moved = t->values_span().data();
   ASSERT_TRUE(b.adopt(std::move(*t)));
   EXPECT_EQ(b.values().data(), moved) << "adopted by moving, not copying";
   EXPECT_EQ(b.ranges(), (std::vector<key_range>{{0, 2}, {4, 8}}));
@@ -599,7 +640,7 @@ TEST(shard_elastic, a_whole_shard_moves_without_copying_its_values) {
   auto reader = d.share_values();
   auto shared = d.release({{0, 2}}, 3);
   ASSERT_TRUE(shared);
-  EXPECT_TRUE(shared->values.empty());
+  EXPECT_TRUE(shared->buffer_shared);
   EXPECT_EQ(shared->values_span().data(), reader->data());
   shard e(3, opt, *be, {}, {});
   ASSERT_TRUE(e.adopt(std::move(*shared)));
@@ -637,6 +678,98 @@ TEST(shard_elastic, bad_transfers_and_releases_are_refused_with_the_reason) {
   auto short_values = fresh.adopt(t);
   ASSERT_FALSE(short_values);
   EXPECT_NE(short_values.error().message.find("carries 3 values for 8 keys"), std::string::npos);
+}
+
+TEST(shard_elastic, a_push_that_overtakes_its_slices_waits_for_them) {
+  // At a boundary the workers push step s while the slices travel: a new shard holds the pushes
+  // until it has adopted what the configuration gives it, then applies the step exactly.
+  auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
+  optimizer_config opt;
+  opt.sgd.learning_rate = 1.0f;
+  std::vector<float> init{1, 2, 3, 4};
+  job_config c1;
+  c1.version = 1;
+  c1.members = {0, 1};
+  c1.map = shard_map::even(4, 2, 1);  // shard 0 owns [0, 4)
+  shard a(0, opt, *be, {{0, 4}}, init);
+  ASSERT_TRUE(a.configure(c1));
+  shard b(1, opt, *be, {}, {});
+  ASSERT_TRUE(b.configure(c1));
+  job_config c2 = c1;  // from step 0: shard 1 owns everything
+  c2.version = 2;
+  c2.map.apply(c1.map.plan_migrate(0, 1));
+  ASSERT_TRUE(b.configure(c2));
+  EXPECT_FALSE(b.owns_assigned(0));
+  auto g = std::make_shared<std::vector<float>>(4, 2.0f);
+  auto contrib = [&](std::uint32_t rank) {
+    contribution c;
+    c.rank = rank;
+    c.samples = 1;
+    c.parts.emplace_back(g->data(), 4);
+    c.keep_alive = g;
+    return c;
+  };
+  for (std::uint32_t rank : {0u, 1u}) {
+    auto early = b.push(0, 2, contrib(rank));
+    ASSERT_TRUE(early) << early.error().message;
+    EXPECT_FALSE(*early) << "held: the slices have not come";
+  }
+  ASSERT_TRUE(a.configure(c2));  // the source learns the move after its order
+  auto t = a.release({{0, 4}}, 1);
+  ASSERT_TRUE(t) << t.error().message;
+  EXPECT_TRUE(a.owns_assigned(0));
+  ASSERT_TRUE(b.adopt(std::move(*t)));
+  EXPECT_TRUE(b.owns_assigned(0));
+  auto resumed = b.resume();
+  ASSERT_TRUE(resumed) << resumed.error().message;
+  EXPECT_EQ(*resumed, 1) << "the held pushes completed step 0";
+  EXPECT_EQ(b.applied_steps(), 1);
+  EXPECT_EQ(std::vector<float>(b.values().begin(), b.values().end()),
+            (std::vector<float>{-1, 0, 1, 2}));  // w - (2 + 2) / 2
+}
+
+TEST(shard_elastic, a_held_push_of_a_rank_removed_meanwhile_is_dropped) {
+  auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
+  optimizer_config opt;
+  opt.sgd.learning_rate = 1.0f;
+  job_config c1;
+  c1.version = 1;
+  c1.members = {0, 1};
+  c1.map = shard_map::even(2, 2, 1);
+  shard a(0, opt, *be, {{0, 2}}, std::vector<float>{10, 10});
+  ASSERT_TRUE(a.configure(c1));
+  shard b(1, opt, *be, {}, {});
+  job_config c2 = c1;
+  c2.version = 2;
+  c2.map.apply(c1.map.plan_migrate(0, 1));
+  ASSERT_TRUE(b.configure(c2));
+  auto g = std::make_shared<std::vector<float>>(2, 4.0f);
+  contribution dead;
+  dead.rank = 1;
+  dead.samples = 2;
+  dead.parts.emplace_back(g->data(), 2);
+  dead.keep_alive = g;
+  ASSERT_TRUE(b.push(0, 2, std::move(dead)));  // held
+  job_config c3 = c2;                          // rank 1 died before the slices came
+  c3.version = 3;
+  c3.members = {0};
+  ASSERT_TRUE(b.configure(c3));
+  ASSERT_TRUE(a.configure(c2));
+  auto t = a.release({{0, 2}}, 1);
+  ASSERT_TRUE(t);
+  ASSERT_TRUE(b.adopt(std::move(*t)));
+  auto resumed = b.resume();
+  ASSERT_TRUE(resumed) << resumed.error().message;
+  EXPECT_EQ(*resumed, 0);
+  contribution live;
+  live.rank = 0;
+  live.samples = 2;
+  live.parts.emplace_back(g->data(), 2);
+  live.keep_alive = g;
+  auto done = b.push(0, 3, std::move(live));
+  ASSERT_TRUE(done) << done.error().message;
+  EXPECT_TRUE(*done);
+  EXPECT_FLOAT_EQ(b.values()[0], 8.0f) << "10 - 4 / 2: the dead rank's push was not applied";
 }
 
 TEST(shard_elastic, a_push_under_an_unseen_configuration_waits_for_it) {
