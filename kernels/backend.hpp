@@ -6,7 +6,13 @@
 // Memory: every float* passed to an op is memory of this backend (host memory for cpu, device
 // memory for cuda); integer label arrays are host memory (a device backend copies them itself).
 // alloc/free/upload/download move data between host and backend memory. All matrices are row-major
-// and dense unless a leading dimension says otherwise.
+// and dense unless a leading dimension says otherwise; the layer ops take batch-major NCHW tensors
+// (kernels/layer_shapes.hpp).
+//
+// Determinism: every op gives the same bits for the same inputs on the same backend (no atomics
+// on floats, fixed reduction orders). Between backends, elementwise ops agree bit for bit except
+// where a transcendental function rounds differently (tanh, sigmoid, gelu); reductions and GEMMs
+// agree to rounding (docs/cuda.md lists the tolerances).
 //
 // Threads: a backend object is used by one thread at a time (each worker owns its own).
 
@@ -16,6 +22,8 @@
 #include <string_view>
 
 #include "common/error.hpp"
+#include "kernels/layer_shapes.hpp"
+#include "kernels/layer_shapes_check.hpp"
 
 namespace coach::kernels {
 
@@ -58,6 +66,10 @@ class backend {
   virtual void upload(float* dst, const float* host_src, std::size_t n) = 0;
   /// Copies n floats from backend memory into host memory (waits for pending work).
   virtual void download(float* host_dst, const float* src, std::size_t n) = 0;
+  /// Allocates n int32 values of backend memory (zeroed), for max_pool2d's argmax indices.
+  virtual std::int32_t* alloc_indices(std::size_t n) = 0;
+  /// Releases memory from alloc_indices (nullptr is a no-op).
+  virtual void free_indices(std::int32_t* p) noexcept = 0;
 
   // --- dense algebra ----------------------------------------------------------------------
   /// C[m x n] = alpha * op(A) * op(B) + beta * C, where op(A) is m x k and op(B) is k x n.
@@ -79,6 +91,21 @@ class backend {
   /// dx = dy where y > 0 else 0 (y is relu's output); dx may alias dy.
   virtual void relu_grad(const float* y, const float* dy, float* dx, std::size_t n) = 0;
 
+  /// y = tanh(x), elementwise; y may alias x.
+  virtual void tanh(const float* x, float* y, std::size_t n) = 0;
+  /// dx = dy * (1 - y * y), where y is tanh's output; dx may alias dy.
+  virtual void tanh_grad(const float* y, const float* dy, float* dx, std::size_t n) = 0;
+  /// y = 1 / (1 + exp(-x)), elementwise; y may alias x.
+  virtual void sigmoid(const float* x, float* y, std::size_t n) = 0;
+  /// dx = dy * y * (1 - y), where y is sigmoid's output; dx may alias dy.
+  virtual void sigmoid_grad(const float* y, const float* dy, float* dx, std::size_t n) = 0;
+  /// GELU in its tanh approximation (Hendrycks & Gimpel; GPT-2's and PyTorch's
+  /// approximate="tanh"): y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). y may alias x.
+  virtual void gelu(const float* x, float* y, std::size_t n) = 0;
+  /// dx = dy * d gelu(x) / dx of the same approximation. Takes gelu's INPUT x (its output does
+  /// not determine the derivative); dx may alias dy (not x).
+  virtual void gelu_grad(const float* x, const float* dy, float* dx, std::size_t n) = 0;
+
   /// Softmax cross-entropy over rows of logits (rows x cols) with integer labels in [0, cols).
   /// Writes dlogits = softmax(logits) - onehot(label) (the gradient of the SUM of row losses;
   /// may alias logits) and returns the sum of the row losses -log softmax(logits)[label].
@@ -98,6 +125,84 @@ class backend {
   virtual double sum(const float* x, std::size_t n) = 0;
   /// Sum of squares of all n elements (accumulated in double).
   virtual double sum_squares(const float* x, std::size_t n) = 0;
+
+  // --- layers (NCHW; kernels/layer_shapes.hpp) -------------------------------------------
+  // A shape that fails validate() (layer_shapes_check.hpp) is a programming error (COACH_ENFORCE):
+  // the model layer validates its configuration once and reports an error there. Outputs are
+  // overwritten (never accumulated into) and not read, except the running statistics that
+  // batch_norm_forward_train updates; no output may alias an input unless the op says so.
+
+  /// y = conv(x, w) + bias, x N x C x H x W, w K x C x R x S, bias K (nullptr: no bias),
+  /// y N x K x out_h x out_w. The column matrix (C R S x out_h out_w per image) lives in a
+  /// workspace the backend owns and keeps between calls (grown to the largest request; see each
+  /// backend's header for its size); callers pass none.
+  virtual void conv2d_forward(const conv2d_shape& s, const float* x, const float* w,
+                              const float* bias, float* y) = 0;
+  /// dx = the gradient of the convolution with respect to its input, from dy (N x K x out_h x
+  /// out_w) and w; dx is N x C x H x W. Uses the backend's workspace as conv2d_forward.
+  virtual void conv2d_backward_data(const conv2d_shape& s, const float* dy, const float* w,
+                                    float* dx) = 0;
+  /// dw (K x C x R x S) = the gradient with respect to the weights, summed over the batch in
+  /// image order; db (K) = dy summed per filter over batch and positions (nullptr: not
+  /// computed). Uses the backend's workspace as conv2d_forward.
+  virtual void conv2d_backward_filter(const conv2d_shape& s, const float* x, const float* dy,
+                                      float* dw, float* db) = 0;
+
+  /// y = the maximum of each window (N x C x out_h x out_w); argmax (backend memory from
+  /// alloc_indices, one per output) = where it sits in its input plane, h * W + w. A tie goes to
+  /// the first maximum in row-major window order; a NaN wins (the first one), so a divergence
+  /// shows, as in PyTorch; a pad is never picked.
+  virtual void max_pool2d_forward(const pool2d_shape& s, const float* x, float* y,
+                                  std::int32_t* argmax) = 0;
+  /// dx (N x C x H x W) = each dy routed to its window's argmax and summed where windows overlap
+  /// (in output order: deterministic), zero elsewhere.
+  /// REQUIRES: argmax as written by max_pool2d_forward with the same shape.
+  virtual void max_pool2d_backward(const pool2d_shape& s, const float* dy,
+                                   const std::int32_t* argmax, float* dx) = 0;
+  /// y = the sum of each window's inputs divided by the window's area R S, a pad counting as a
+  /// zero (PyTorch's count_include_pad=True).
+  virtual void avg_pool2d_forward(const pool2d_shape& s, const float* x, float* y) = 0;
+  /// dx = for each input, the sum of dy over the windows that hold it (in output order), divided
+  /// by the window's area.
+  virtual void avg_pool2d_backward(const pool2d_shape& s, const float* dy, float* dx) = 0;
+
+  /// Inverted dropout: y[i] = x[i] / (1 - p) where counter_rng::keeps(seed, step, i, p), else 0.
+  /// The mask is a pure function of (seed, step, i) (kernels/counter_rng.hpp): the same on every
+  /// backend, and recomputed by dropout_backward rather than stored. The model layer makes each
+  /// (layer, worker, step) a distinct (seed, step). The scale is the float 1.0f / (1.0f - p).
+  /// y may alias x. REQUIRES: 0 <= p < 1.
+  virtual void dropout_forward(const float* x, float* y, std::size_t n, float p, std::uint64_t seed,
+                               std::uint64_t step) = 0;
+  /// dx[i] = dy[i] / (1 - p) where forward with the same (p, seed, step) kept element i, else 0.
+  /// dx may alias dy. REQUIRES: 0 <= p < 1.
+  virtual void dropout_backward(const float* dy, float* dx, std::size_t n, float p,
+                                std::uint64_t seed, std::uint64_t step) = 0;
+
+  /// Training-mode batch norm of x (N x C x S) per channel c: mean and biased variance over the
+  /// N S elements (accumulated in double), inv_std = 1 / sqrt(var + eps),
+  /// y = gamma[c] * ((x - mean) * inv_std) + beta[c]. Writes saved_mean[c] and saved_inv_std[c]
+  /// (for batch_norm_backward) and updates running_mean / running_var with o.momentum, the
+  /// variance unbiased (times N S / (N S - 1); biased when N S == 1), as PyTorch does.
+  /// gamma, beta, the running and saved statistics are C floats each. y may alias x.
+  virtual void batch_norm_forward_train(const batch_norm_shape& s, const batch_norm_options& o,
+                                        const float* x, const float* gamma, const float* beta,
+                                        float* y, float* running_mean, float* running_var,
+                                        float* saved_mean, float* saved_inv_std) = 0;
+  /// Inference-mode batch norm from the running statistics:
+  /// y = gamma[c] * ((x - running_mean[c]) * inv_std[c]) + beta[c] with the float
+  /// inv_std = 1.0f / sqrt(running_var[c] + eps). Nothing is updated. y may alias x.
+  virtual void batch_norm_forward_inference(const batch_norm_shape& s, const batch_norm_options& o,
+                                            const float* x, const float* gamma, const float* beta,
+                                            const float* running_mean, const float* running_var,
+                                            float* y) = 0;
+  /// Gradients of batch_norm_forward_train (the batch statistics' own dependence on x included):
+  /// with xhat = (x - saved_mean) * saved_inv_std and M = N S, per channel dbeta = sum dy and
+  /// dgamma = sum dy xhat (accumulated in double), and
+  /// dx = (gamma inv_std) * (dy - dbeta / M - xhat * (dgamma / M)). dx may alias dy.
+  virtual void batch_norm_backward(const batch_norm_shape& s, const float* x, const float* dy,
+                                   const float* gamma, const float* saved_mean,
+                                   const float* saved_inv_std, float* dx, float* dgamma,
+                                   float* dbeta) = 0;
 
   // --- fused optimizer updates (elementwise, so sharding never changes the result) --------
   /// With g' = grad_scale * g + weight_decay * w:  v = momentum * v + g';  w -= lr * v.

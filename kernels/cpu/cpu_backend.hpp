@@ -10,11 +10,20 @@
 // sequence on the vector and the scalar paths, so applying an op to a vector in pieces (as the
 // shards do) gives bit-identical results to applying it at once.
 //
-// Threads: an object has no state beyond its vtable; one thread at a time uses it (backend.hpp).
+// Layers (cpu_layers.cpp): convolution is im2col of one image at a time into a column buffer the
+// object owns (C R S x out_h out_w floats, grown to the largest request, kept until the object
+// dies), then one gemm per image; a pointwise convolution (1 x 1, stride 1, no pad) uses the image
+// itself. Pooling backward and col2im gather each input's contributions in output order, and
+// per-channel sums accumulate in double in (n, position) order, so every result is a fixed
+// sequence of operations, which the cuda kernels repeat where they can (cuda_layers.cu).
+//
+// Threads: the column buffer is the only state; one thread at a time uses the object
+// (backend.hpp).
 
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "kernels/backend.hpp"
 
@@ -46,6 +55,18 @@ class cpu_backend final : public backend {
   void relu(const float* x, float* y, std::size_t n) override;
   /// See backend::relu_grad.
   void relu_grad(const float* y, const float* dy, float* dx, std::size_t n) override;
+  /// See backend::tanh (std::tanh in float).
+  void tanh(const float* x, float* y, std::size_t n) override;
+  /// See backend::tanh_grad.
+  void tanh_grad(const float* y, const float* dy, float* dx, std::size_t n) override;
+  /// See backend::sigmoid (std::exp in float).
+  void sigmoid(const float* x, float* y, std::size_t n) override;
+  /// See backend::sigmoid_grad.
+  void sigmoid_grad(const float* y, const float* dy, float* dx, std::size_t n) override;
+  /// See backend::gelu (the tanh approximation).
+  void gelu(const float* x, float* y, std::size_t n) override;
+  /// See backend::gelu_grad.
+  void gelu_grad(const float* x, const float* dy, float* dx, std::size_t n) override;
   /// See backend::softmax_xent. Labels are host memory. Stable for any finite logits.
   double softmax_xent(const float* logits, const std::int32_t* labels, int rows, int cols,
                       float* dlogits) override;
@@ -66,6 +87,58 @@ class cpu_backend final : public backend {
   /// See backend::adam_update. The bias corrections are computed in double once per call.
   void adam_update(float* w, float* m, float* v, const float* g, std::size_t n, float grad_scale,
                    std::int64_t t, const adam_options& opt) override;
+
+  /// Allocates n zeroed int32 values of host memory. Throws std::bad_alloc.
+  std::int32_t* alloc_indices(std::size_t n) override;
+  /// Releases memory from alloc_indices (nullptr is a no-op).
+  void free_indices(std::int32_t* p) noexcept override;
+
+  /// See backend::conv2d_forward. Workspace: one image's column matrix, C R S out_h out_w floats
+  /// (none for a pointwise convolution).
+  void conv2d_forward(const conv2d_shape& s, const float* x, const float* w, const float* bias,
+                      float* y) override;
+  /// See backend::conv2d_backward_data. Workspace as conv2d_forward.
+  void conv2d_backward_data(const conv2d_shape& s, const float* dy, const float* w,
+                            float* dx) override;
+  /// See backend::conv2d_backward_filter. Workspace as conv2d_forward.
+  void conv2d_backward_filter(const conv2d_shape& s, const float* x, const float* dy, float* dw,
+                              float* db) override;
+  /// See backend::max_pool2d_forward.
+  void max_pool2d_forward(const pool2d_shape& s, const float* x, float* y,
+                          std::int32_t* argmax) override;
+  /// See backend::max_pool2d_backward.
+  void max_pool2d_backward(const pool2d_shape& s, const float* dy, const std::int32_t* argmax,
+                           float* dx) override;
+  /// See backend::avg_pool2d_forward.
+  void avg_pool2d_forward(const pool2d_shape& s, const float* x, float* y) override;
+  /// See backend::avg_pool2d_backward.
+  void avg_pool2d_backward(const pool2d_shape& s, const float* dy, float* dx) override;
+  /// See backend::dropout_forward.
+  void dropout_forward(const float* x, float* y, std::size_t n, float p, std::uint64_t seed,
+                       std::uint64_t step) override;
+  /// See backend::dropout_backward.
+  void dropout_backward(const float* dy, float* dx, std::size_t n, float p, std::uint64_t seed,
+                        std::uint64_t step) override;
+  /// See backend::batch_norm_forward_train.
+  void batch_norm_forward_train(const batch_norm_shape& s, const batch_norm_options& o,
+                                const float* x, const float* gamma, const float* beta, float* y,
+                                float* running_mean, float* running_var, float* saved_mean,
+                                float* saved_inv_std) override;
+  /// See backend::batch_norm_forward_inference.
+  void batch_norm_forward_inference(const batch_norm_shape& s, const batch_norm_options& o,
+                                    const float* x, const float* gamma, const float* beta,
+                                    const float* running_mean, const float* running_var,
+                                    float* y) override;
+  /// See backend::batch_norm_backward.
+  void batch_norm_backward(const batch_norm_shape& s, const float* x, const float* dy,
+                           const float* gamma, const float* saved_mean, const float* saved_inv_std,
+                           float* dx, float* dgamma, float* dbeta) override;
+
+ private:
+  /// The column buffer, at least `floats` long.
+  float* columns(std::size_t floats);
+
+  std::vector<float> columns_;
 };
 
 }  // namespace coach::kernels

@@ -135,6 +135,7 @@ void cuda_backend::release() noexcept {
   if (partials_ != nullptr) (void)cudaFree(partials_);
   if (results_dev_ != nullptr) (void)cudaFree(results_dev_);
   if (results_host_ != nullptr) (void)cudaFreeHost(results_host_);
+  if (columns_ != nullptr) (void)cudaFree(columns_);
   if (blas_ != nullptr) (void)cublasDestroy(blas_);
   if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
   labels_host_ = nullptr;
@@ -146,6 +147,8 @@ void cuda_backend::release() noexcept {
   partials_ = nullptr;
   results_dev_ = nullptr;
   results_host_ = nullptr;
+  columns_ = nullptr;
+  columns_capacity_ = 0;
   blas_ = nullptr;
   stream_ = nullptr;
   (void)cudaGetLastError();

@@ -14,6 +14,14 @@
 // device buffer reused across calls. Ops that return a number (softmax_xent, count_correct, sum,
 // sum_squares) wait for their result; the rest only enqueue.
 //
+// Layers (cuda_backend_layers.cpp, cuda_layers.cu): convolution is im2col of a chunk of images
+// into a column workspace the object owns (up to max(one image, 2^23 floats = 32 MiB) per chunk,
+// grown on demand and kept until the object dies), one strided-batched cublasSgemm per chunk for
+// forward and backward data, and one cublasSgemm per image (in image order, accumulating) for the
+// filter gradient. Pooling, col2im, dropout and the per-channel steps of batch norm do the cpu
+// backend's arithmetic in its order; per-channel sums accumulate in double in a fixed tree order
+// (one block per channel), so they agree with the cpu's to double rounding.
+//
 // Errors: preconditions (negative sizes, a label out of range) are COACH_ENFORCE'd as on the cpu.
 // A failing CUDA or cuBLAS call throws kernels::cuda_error (cuda_error.hpp says why throwing, and
 // what the codes mean); an error of a kernel that already ran surfaces at the next call that
@@ -88,6 +96,18 @@ class cuda_backend final : public backend {
   void relu(const float* x, float* y, std::size_t n) override;
   /// See backend::relu_grad.
   void relu_grad(const float* y, const float* dy, float* dx, std::size_t n) override;
+  /// See backend::tanh (tanhf: within 2 ulp of the cpu's std::tanh, not bitwise).
+  void tanh(const float* x, float* y, std::size_t n) override;
+  /// See backend::tanh_grad (bitwise as the cpu).
+  void tanh_grad(const float* y, const float* dy, float* dx, std::size_t n) override;
+  /// See backend::sigmoid (expf: within a few ulp of the cpu, not bitwise).
+  void sigmoid(const float* x, float* y, std::size_t n) override;
+  /// See backend::sigmoid_grad (bitwise as the cpu).
+  void sigmoid_grad(const float* y, const float* dy, float* dx, std::size_t n) override;
+  /// See backend::gelu (tanhf: within a few ulp of the cpu, not bitwise).
+  void gelu(const float* x, float* y, std::size_t n) override;
+  /// See backend::gelu_grad (tanhf: within a few ulp of the cpu, not bitwise).
+  void gelu_grad(const float* x, const float* dy, float* dx, std::size_t n) override;
   /// See backend::softmax_xent. Labels are host memory; waits for the loss.
   double softmax_xent(const float* logits, const std::int32_t* labels, int rows, int cols,
                       float* dlogits) override;
@@ -109,6 +129,51 @@ class cuda_backend final : public backend {
   /// call, exactly as the cpu backend computes them.
   void adam_update(float* w, float* m, float* v, const float* g, std::size_t n, float grad_scale,
                    std::int64_t t, const adam_options& opt) override;
+
+  /// Allocates n zeroed int32 values of device memory (at least one). Throws cuda_error.
+  std::int32_t* alloc_indices(std::size_t n) override;
+  /// Releases memory from alloc_indices after the device has finished with it.
+  void free_indices(std::int32_t* p) noexcept override;
+
+  /// See backend::conv2d_forward. Workspace: the column matrices of a chunk of images.
+  void conv2d_forward(const conv2d_shape& s, const float* x, const float* w, const float* bias,
+                      float* y) override;
+  /// See backend::conv2d_backward_data; col2im gathers in the cpu's order.
+  void conv2d_backward_data(const conv2d_shape& s, const float* dy, const float* w,
+                            float* dx) override;
+  /// See backend::conv2d_backward_filter; db sums in double per filter.
+  void conv2d_backward_filter(const conv2d_shape& s, const float* x, const float* dy, float* dw,
+                              float* db) override;
+  /// See backend::max_pool2d_forward (bitwise as the cpu, indices included).
+  void max_pool2d_forward(const pool2d_shape& s, const float* x, float* y,
+                          std::int32_t* argmax) override;
+  /// See backend::max_pool2d_backward (bitwise as the cpu).
+  void max_pool2d_backward(const pool2d_shape& s, const float* dy, const std::int32_t* argmax,
+                           float* dx) override;
+  /// See backend::avg_pool2d_forward (bitwise as the cpu).
+  void avg_pool2d_forward(const pool2d_shape& s, const float* x, float* y) override;
+  /// See backend::avg_pool2d_backward (bitwise as the cpu).
+  void avg_pool2d_backward(const pool2d_shape& s, const float* dy, float* dx) override;
+  /// See backend::dropout_forward (bitwise as the cpu: the same mask and scale).
+  void dropout_forward(const float* x, float* y, std::size_t n, float p, std::uint64_t seed,
+                       std::uint64_t step) override;
+  /// See backend::dropout_backward (bitwise as the cpu).
+  void dropout_backward(const float* dy, float* dx, std::size_t n, float p, std::uint64_t seed,
+                        std::uint64_t step) override;
+  /// See backend::batch_norm_forward_train.
+  void batch_norm_forward_train(const batch_norm_shape& s, const batch_norm_options& o,
+                                const float* x, const float* gamma, const float* beta, float* y,
+                                float* running_mean, float* running_var, float* saved_mean,
+                                float* saved_inv_std) override;
+  /// See backend::batch_norm_forward_inference (bitwise as the cpu).
+  void batch_norm_forward_inference(const batch_norm_shape& s, const batch_norm_options& o,
+                                    const float* x, const float* gamma, const float* beta,
+                                    const float* running_mean, const float* running_var,
+                                    float* y) override;
+  /// See backend::batch_norm_backward.
+  void batch_norm_backward(const batch_norm_shape& s, const float* x, const float* dy,
+                           const float* gamma, const float* saved_mean, const float* saved_inv_std,
+                           float* dx, float* dgamma, float* dbeta) override;
 
   /// The device index this backend runs on.
   int device() const noexcept { return device_; }
@@ -145,6 +210,10 @@ class cuda_backend final : public backend {
   const std::int32_t* device_labels(const std::int32_t* labels, int rows);
   /// Copies results_dev_ to results_host_ after the work enqueued so far, waits, returns it.
   const results& fetch_results();
+  /// The convolution workspace, at least `floats` long (device memory).
+  float* columns(std::size_t floats);
+  /// Images per chunk of a convolution: as many as fit the workspace cap, at least one.
+  int conv_chunk(const conv2d_shape& s) const;
 
   int device_ = 0;
   int max_blocks_ = 1;
@@ -161,6 +230,8 @@ class cuda_backend final : public backend {
   double* partials_ = nullptr;       ///< device, detail::cuda_max_partials doubles
   results* results_dev_ = nullptr;   ///< device
   results* results_host_ = nullptr;  ///< pinned
+  float* columns_ = nullptr;         ///< device, the convolution workspace
+  std::size_t columns_capacity_ = 0;
 };
 
 }  // namespace coach::kernels

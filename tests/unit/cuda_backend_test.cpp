@@ -9,12 +9,18 @@
 // product, as kernels_test holds the cpu. sum and sum_squares: within 1e-12 of sum |x| (both
 // accumulate in double). softmax_xent: row sums of exponentials may round differently, so the loss
 // is within (cols + 4) FLT_EPSILON per row and each gradient entry within (cols + 8) FLT_EPSILON of
-// its probability.
+// its probability. Layers: pooling, dropout, batch norm inference and the activation gradients from
+// equal outputs equal the cpu bit for bit (kernels/layer_geometry.hpp is compiled on both sides);
+// tanh, sigmoid and gelu within 8 FLT_EPSILON (|y| + |x| + 1) (libm against CUDA's tanhf/expf);
+// conv2d within 4 (depth + 2) FLT_EPSILON times the same op on |inputs|; batch norm statistics
+// within an ulp or two (double sums in different orders), its outputs within 1e-5 (|y| + 1).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -664,6 +670,279 @@ TEST_F(cuda_vs_cpu, optimizer_updates_in_pieces_equal_one_update_bit_for_bit) {
   };
   expect_same(run(true, false), run(false, false), "momentum in pieces");
   expect_same(run(true, true), run(false, true), "adam in pieces");
+}
+
+// --- layers ---------------------------------------------------------------------------------
+
+/// |x| elementwise: the magnitudes that bound a sum's rounding error.
+std::vector<float> absolute(std::vector<float> v) {
+  for (float& x : v) x = std::abs(x);
+  return v;
+}
+
+TEST_F(cuda_vs_cpu, activations_match_cpu_bitwise_or_within_a_few_ulp) {
+  auto xs = random_floats(100003, 900, -8.0f, 8.0f);
+  xs[0] = 0.0f;
+  xs[1] = 50.0f;
+  xs[2] = -100.0f;
+  const std::size_t n = xs.size();
+  auto x = both(xs);
+  auto dy = both(random_floats(n, 901));
+  auto y = both(std::vector<float>(n, nan_f));
+  auto dx = both(std::vector<float>(n, nan_f));
+  // tanhf / expf on the device and glibc's on the host are each within 2 ulp: outputs within
+  // 8 FLT_EPSILON (|y| + 1) of each other; gelu and its slope take 0.5 x (1 + t), hence |x|.
+  auto near = [&](const std::string& what) {
+    const auto g = from_gpu(y.gpu, n), c = from_cpu(y.cpu, n);
+    for (std::size_t i = 0; i < n; ++i)
+      ASSERT_NEAR(g[i], c[i], 8 * FLT_EPSILON * (std::abs(c[i]) + 1 + std::abs(xs[i])))
+          << what << " at x = " << xs[i];
+  };
+  gpu_->tanh(x.gpu, y.gpu, n);
+  cpu_.tanh(x.cpu, y.cpu, n);
+  near("tanh");
+  // The gradients from the same y are bitwise: multiplications and subtractions only.
+  cpu_.download(xs.data(), y.cpu, n);
+  auto same_y = both(xs);
+  gpu_->tanh_grad(same_y.gpu, dy.gpu, dx.gpu, n);
+  cpu_.tanh_grad(same_y.cpu, dy.cpu, dx.cpu, n);
+  expect_same_memory(dx, n, "tanh_grad");
+  xs = from_cpu(x.cpu, n);
+  gpu_->sigmoid(x.gpu, y.gpu, n);
+  cpu_.sigmoid(x.cpu, y.cpu, n);
+  near("sigmoid");
+  auto sig = both(from_cpu(y.cpu, n));
+  gpu_->sigmoid_grad(sig.gpu, dy.gpu, dx.gpu, n);
+  cpu_.sigmoid_grad(sig.cpu, dy.cpu, dx.cpu, n);
+  expect_same_memory(dx, n, "sigmoid_grad");
+  gpu_->gelu(x.gpu, y.gpu, n);
+  cpu_.gelu(x.cpu, y.cpu, n);
+  near("gelu");
+  gpu_->gelu_grad(x.gpu, dy.gpu, y.gpu, n);
+  cpu_.gelu_grad(x.cpu, dy.cpu, y.cpu, n);
+  near("gelu_grad");
+}
+
+TEST_F(cuda_vs_cpu, conv2d_matches_cpu_within_gemm_rounding_on_every_path) {
+  struct conv_case {
+    conv2d_shape s;
+    const char* name;
+  };
+  auto shape = [](int n, int c, int h, int w, int k, int r, int q, int sh, int sw, int ph, int pw) {
+    conv2d_shape s;
+    s.batch = n;
+    s.channels = c;
+    s.height = h;
+    s.width = w;
+    s.filters = k;
+    s.kernel_h = r;
+    s.kernel_w = q;
+    s.stride_h = sh;
+    s.stride_w = sw;
+    s.pad_h = ph;
+    s.pad_w = pw;
+    return s;
+  };
+  const conv_case cases[] = {
+      {shape(2, 3, 5, 4, 2, 3, 2, 1, 1, 0, 0), "small, 3x2 kernel"},
+      {shape(4, 8, 17, 13, 16, 3, 3, 2, 2, 1, 1), "stride 2, padding 1"},
+      {shape(3, 5, 9, 11, 7, 2, 3, 1, 2, 1, 0), "non-square"},
+      {shape(5, 16, 8, 8, 32, 1, 1, 1, 1, 0, 0), "pointwise, batched in one GEMM"},
+      // 40 images of 64 x 9 x 32 x 32 columns (576 K floats each): several workspace chunks.
+      {shape(40, 64, 32, 32, 8, 3, 3, 1, 1, 1, 1), "chunked workspace"},
+  };
+  std::uint32_t seed = 910;
+  for (const auto& cc : cases) {
+    SCOPED_TRACE(cc.name);
+    const auto& s = cc.s;
+    const auto xs = random_floats(s.input_size(), ++seed);
+    const auto ws = random_floats(s.weight_size(), ++seed);
+    const auto bs = random_floats(std::size_t(s.filters), ++seed);
+    const auto dys = random_floats(s.output_size(), ++seed);
+    auto x = both(xs), w = both(ws), b = both(bs), dy = both(dys);
+    // Magnitudes: the same ops on |inputs| (on the cpu) bound each output's rounding error.
+    auto ax = both(absolute(xs)), aw = both(absolute(ws)), ab = both(absolute(bs)),
+         ady = both(absolute(dys));
+    auto check = [&](const pair_ptr& out, const float* magnitude, std::size_t n, double depth,
+                     const std::string& what) {
+      const auto g = from_gpu(out.gpu, n), c = from_cpu(out.cpu, n);
+      for (std::size_t i = 0; i < n; ++i)
+        ASSERT_NEAR(g[i], c[i], 4 * (depth + 2) * FLT_EPSILON * magnitude[i] + 1e-30)
+            << what << " at " << i;
+    };
+    std::vector<float> mag(std::max(s.output_size(), std::max(s.input_size(), s.weight_size())));
+    float* m = cpu_.alloc(mag.size());
+
+    auto y = both(std::vector<float>(s.output_size(), nan_f));
+    gpu_->conv2d_forward(s, x.gpu, w.gpu, b.gpu, y.gpu);
+    cpu_.conv2d_forward(s, x.cpu, w.cpu, b.cpu, y.cpu);
+    cpu_.conv2d_forward(s, ax.cpu, aw.cpu, ab.cpu, m);
+    check(y, m, s.output_size(), double(s.column_rows()), "y");
+
+    auto dx = both(std::vector<float>(s.input_size(), nan_f));
+    gpu_->conv2d_backward_data(s, dy.gpu, w.gpu, dx.gpu);
+    cpu_.conv2d_backward_data(s, dy.cpu, w.cpu, dx.cpu);
+    cpu_.conv2d_backward_data(s, ady.cpu, aw.cpu, m);
+    check(dx, m, s.input_size(), double(s.filters) * s.kernel_h * s.kernel_w, "dx");
+
+    auto dw = both(std::vector<float>(s.weight_size(), nan_f));
+    auto db = both(std::vector<float>(std::size_t(s.filters), nan_f));
+    gpu_->conv2d_backward_filter(s, x.gpu, dy.gpu, dw.gpu, db.gpu);
+    cpu_.conv2d_backward_filter(s, x.cpu, dy.cpu, dw.cpu, db.cpu);
+    cpu_.conv2d_backward_filter(s, ax.cpu, ady.cpu, m, nullptr);
+    check(dw, m, s.weight_size(), double(s.batch) * s.out_h() * s.out_w(), "dw");
+    // db: both sum in double, rounding once to float.
+    const auto gdb = from_gpu(db.gpu, std::size_t(s.filters));
+    const auto cdb = from_cpu(db.cpu, std::size_t(s.filters));
+    for (int k = 0; k < s.filters; ++k)
+      ASSERT_NEAR(gdb[std::size_t(k)], cdb[std::size_t(k)], 2 * FLT_EPSILON * std::abs(cdb[k]))
+          << "db at " << k;
+    cpu_.free(m);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST_F(cuda_vs_cpu, pooling_equals_cpu_bit_for_bit_indices_included) {
+  auto pool = [](int n, int c, int h, int w, int wh, int ww, int sh, int sw, int ph, int pw) {
+    pool2d_shape s;
+    s.batch = n;
+    s.channels = c;
+    s.height = h;
+    s.width = w;
+    s.window_h = wh;
+    s.window_w = ww;
+    s.stride_h = sh;
+    s.stride_w = sw;
+    s.pad_h = ph;
+    s.pad_w = pw;
+    return s;
+  };
+  const pool2d_shape shapes[] = {pool(8, 16, 32, 32, 2, 2, 2, 2, 0, 0),
+                                 pool(4, 8, 33, 29, 3, 3, 2, 2, 1, 1),
+                                 pool(3, 5, 12, 17, 3, 2, 1, 2, 1, 0)};
+  std::uint32_t seed = 950;
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(testing::Message()
+                 << s.height << "x" << s.width << " window " << s.window_h << "x" << s.window_w);
+    auto xs = random_floats(s.input_size(), ++seed);
+    for (std::size_t i = 0; i < xs.size(); i += 7) xs[i] = std::round(xs[i]);  // ties
+    auto x = both(xs);
+    auto dy = both(random_floats(s.output_size(), ++seed));
+    auto y = both(std::vector<float>(s.output_size(), nan_f));
+    auto dx = both(std::vector<float>(s.input_size(), nan_f));
+    std::int32_t* garg = gpu_->alloc_indices(s.output_size());
+    std::int32_t* carg = cpu_.alloc_indices(s.output_size());
+    gpu_->max_pool2d_forward(s, x.gpu, y.gpu, garg);
+    cpu_.max_pool2d_forward(s, x.cpu, y.cpu, carg);
+    expect_same_memory(y, s.output_size(), "max y");
+    std::vector<float> bits(s.output_size());
+    gpu_->download(bits.data(), reinterpret_cast<const float*>(garg), bits.size());
+    EXPECT_EQ(std::memcmp(bits.data(), carg, bits.size() * sizeof(float)), 0) << "argmax";
+    gpu_->max_pool2d_backward(s, dy.gpu, garg, dx.gpu);
+    cpu_.max_pool2d_backward(s, dy.cpu, carg, dx.cpu);
+    expect_same_memory(dx, s.input_size(), "max dx");
+    gpu_->free_indices(garg);
+    cpu_.free_indices(carg);
+    gpu_->avg_pool2d_forward(s, x.gpu, y.gpu);
+    cpu_.avg_pool2d_forward(s, x.cpu, y.cpu);
+    expect_same_memory(y, s.output_size(), "avg y");
+    gpu_->avg_pool2d_backward(s, dy.gpu, dx.gpu);
+    cpu_.avg_pool2d_backward(s, dy.cpu, dx.cpu);
+    expect_same_memory(dx, s.input_size(), "avg dx");
+  }
+}
+
+TEST_F(cuda_vs_cpu, dropout_mask_and_values_equal_cpu_bit_for_bit) {
+  const std::size_t n = 1000003;
+  auto x = both(random_floats(n, 970));
+  auto y = both(std::vector<float>(n, nan_f));
+  for (float p : {0.0f, 0.1f, 0.5f, 0.9f})
+    for (std::uint64_t step : {0ull, 1ull, 123456789ull}) {
+      SCOPED_TRACE(testing::Message() << "p=" << p << " step=" << step);
+      gpu_->dropout_forward(x.gpu, y.gpu, n, p, 2024, step);
+      cpu_.dropout_forward(x.cpu, y.cpu, n, p, 2024, step);
+      expect_same_memory(y, n, "dropout forward");
+      gpu_->dropout_backward(x.gpu, y.gpu, n, p, 2024, step);
+      cpu_.dropout_backward(x.cpu, y.cpu, n, p, 2024, step);
+      expect_same_memory(y, n, "dropout backward");
+    }
+}
+
+TEST_F(cuda_vs_cpu, batch_norm_matches_cpu_to_double_rounding_and_inference_bitwise) {
+  const batch_norm_shape shapes[] = {{32, 16, 64}, {128, 100, 1}, {3, 7, 1001}};
+  std::uint32_t seed = 990;
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(testing::Message() << s.batch << " x " << s.channels << " x " << s.spatial);
+    const std::size_t total = s.size(), c_n = std::size_t(s.channels);
+    auto xs = random_floats(total, ++seed, -3.0f, 5.0f);
+    auto x = both(xs);
+    auto gamma = both(random_floats(c_n, ++seed, 0.5f, 2.0f));
+    auto beta = both(random_floats(c_n, ++seed));
+    auto rm = both(random_floats(c_n, ++seed));
+    auto rv = both(random_floats(c_n, ++seed, 0.5f, 2.0f));
+    auto sm = both(std::vector<float>(c_n, nan_f));
+    auto si = both(std::vector<float>(c_n, nan_f));
+    auto y = both(std::vector<float>(total, nan_f));
+    const batch_norm_options o;
+    gpu_->batch_norm_forward_train(s, o, x.gpu, gamma.gpu, beta.gpu, y.gpu, rm.gpu, rv.gpu, sm.gpu,
+                                   si.gpu);
+    cpu_.batch_norm_forward_train(s, o, x.cpu, gamma.cpu, beta.cpu, y.cpu, rm.cpu, rv.cpu, sm.cpu,
+                                  si.cpu);
+    // The statistics are double sums in different orders, rounded to float once: equal, or one
+    // ulp apart when a sum sits on a rounding boundary.
+    auto near_ulp = [&](const pair_ptr& p, std::size_t count, double rel, const std::string& what) {
+      const auto g = from_gpu(p.gpu, count), c = from_cpu(p.cpu, count);
+      for (std::size_t i = 0; i < count; ++i)
+        ASSERT_NEAR(g[i], c[i], rel * (std::abs(c[i]) + 1e-30)) << what << " at " << i;
+    };
+    near_ulp(sm, c_n, FLT_EPSILON, "saved mean");
+    near_ulp(si, c_n, FLT_EPSILON, "saved inverse std");
+    near_ulp(rm, c_n, 2 * FLT_EPSILON, "running mean");
+    near_ulp(rv, c_n, 2 * FLT_EPSILON, "running var");
+    {
+      // y from (possibly one-ulp different) statistics: within a few ulp of |gamma xhat| + |beta|.
+      const auto g = from_gpu(y.gpu, total), c = from_cpu(y.cpu, total);
+      for (std::size_t i = 0; i < total; ++i)
+        ASSERT_NEAR(g[i], c[i], 1e-5 * (std::abs(c[i]) + 1)) << "y at " << i;
+    }
+    // Inference from equal running statistics: bit for bit.
+    auto stats = both(from_cpu(rv.cpu, c_n));
+    auto means = both(from_cpu(rm.cpu, c_n));
+    gpu_->batch_norm_forward_inference(s, o, x.gpu, gamma.gpu, beta.gpu, means.gpu, stats.gpu,
+                                       y.gpu);
+    cpu_.batch_norm_forward_inference(s, o, x.cpu, gamma.cpu, beta.cpu, means.cpu, stats.cpu,
+                                      y.cpu);
+    expect_same_memory(y, total, "inference y");
+    // Backward from the cpu's saved statistics on both: sums to double rounding, dx close.
+    auto saved_mean = both(from_cpu(sm.cpu, c_n));
+    auto saved_inv = both(from_cpu(si.cpu, c_n));
+    auto dy = both(random_floats(total, ++seed));
+    auto dx = both(std::vector<float>(total, nan_f));
+    auto dgamma = both(std::vector<float>(c_n, nan_f));
+    auto dbeta = both(std::vector<float>(c_n, nan_f));
+    gpu_->batch_norm_backward(s, x.gpu, dy.gpu, gamma.gpu, saved_mean.gpu, saved_inv.gpu, dx.gpu,
+                              dgamma.gpu, dbeta.gpu);
+    cpu_.batch_norm_backward(s, x.cpu, dy.cpu, gamma.cpu, saved_mean.cpu, saved_inv.cpu, dx.cpu,
+                             dgamma.cpu, dbeta.cpu);
+    // dbeta, dgamma cancel (random signs): bound by the sum of |terms| (about m / 2 for dy in
+    // [-1, 1]) times a float rounding.
+    const double m = double(s.per_channel());
+    {
+      const auto g = from_gpu(dbeta.gpu, c_n), c = from_cpu(dbeta.cpu, c_n);
+      for (std::size_t i = 0; i < c_n; ++i)
+        ASSERT_NEAR(g[i], c[i], FLT_EPSILON * (std::abs(c[i]) + 1e-9 * m)) << i;
+    }
+    {
+      const auto g = from_gpu(dgamma.gpu, c_n), c = from_cpu(dgamma.cpu, c_n);
+      for (std::size_t i = 0; i < c_n; ++i)
+        ASSERT_NEAR(g[i], c[i], FLT_EPSILON * (std::abs(c[i]) + 1e-9 * m)) << i;
+    }
+    {
+      const auto g = from_gpu(dx.gpu, total), c = from_cpu(dx.cpu, total);
+      for (std::size_t i = 0; i < total; ++i)
+        ASSERT_NEAR(g[i], c[i], 1e-5 * (std::abs(c[i]) + 1)) << "dx at " << i;
+    }
+  }
 }
 
 // --- training -------------------------------------------------------------------------------

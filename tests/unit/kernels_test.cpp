@@ -2,16 +2,21 @@
 // the build (the same suite for each implementation of the seam), plus the factory functions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
+#include <numbers>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/backend.hpp"
+#include "kernels/counter_rng.hpp"
 
 namespace coach::kernels {
 namespace {
@@ -53,6 +58,7 @@ class backend_test : public ::testing::TestWithParam<backend_kind> {
 
   void TearDown() override {
     for (float* p : owned_) be_->free(p);
+    for (std::int32_t* p : owned_indices_) be_->free_indices(p);
   }
 
   /// Backend memory holding a copy of `host`.
@@ -70,12 +76,38 @@ class backend_test : public ::testing::TestWithParam<backend_kind> {
     return out;
   }
 
+  /// Backend memory for n int32 indices, filled with -7 (a value no op writes).
+  std::int32_t* dev_indices(std::size_t n) {
+    std::int32_t* p = be_->alloc_indices(n);
+    owned_indices_.push_back(p);
+    const std::vector<std::int32_t> fill(n, -7);
+    std::vector<float> bits(n);
+    std::memcpy(bits.data(), fill.data(), n * sizeof(float));
+    be_->upload(reinterpret_cast<float*>(p), bits.data(), n);  // a byte copy either way
+    return p;
+  }
+
+  /// Host copy of n int32 indices of backend memory.
+  std::vector<std::int32_t> host_indices(const std::int32_t* p, std::size_t n) {
+    const auto bits = host(reinterpret_cast<const float*>(p), n);
+    std::vector<std::int32_t> out(n);
+    std::memcpy(out.data(), bits.data(), n * sizeof(float));
+    return out;
+  }
+
   /// Runs one gemm against a double reference (defined with the gemm tests).
   void check_gemm(bool ta, bool tb, const gemm_case& g, float alpha, float beta,
                   std::uint32_t seed);
 
+  /// Checks `analytic` against central differences of `loss` at x0, element by element:
+  /// |analytic[i] - fd[i]| <= abs_tol + rel_tol * |fd[i]|.
+  void expect_matches_differences(const std::function<double(const std::vector<float>&)>& loss,
+                                  const std::vector<float>& x0, const std::vector<float>& analytic,
+                                  float h, double abs_tol, double rel_tol, const std::string& what);
+
   std::unique_ptr<backend> be_;
   std::vector<float*> owned_;
+  std::vector<std::int32_t*> owned_indices_;
 };
 
 // --- memory ---------------------------------------------------------------------------------
@@ -522,6 +554,582 @@ TEST_P(backend_test, optimizer_updates_element_by_element_equal_one_update_bit_f
     const auto whole = run(n);
     for (std::size_t step : {std::size_t(1), std::size_t(3), std::size_t(7)})
       EXPECT_EQ(run(step), whole) << (use_adam ? "adam" : "sgd") << " in pieces of " << step;
+  }
+}
+
+// --- layers: helpers ------------------------------------------------------------------------
+
+void backend_test::expect_matches_differences(
+    const std::function<double(const std::vector<float>&)>& loss, const std::vector<float>& x0,
+    const std::vector<float>& analytic, float h, double abs_tol, double rel_tol,
+    const std::string& what) {
+  ASSERT_EQ(analytic.size(), x0.size()) << what;
+  for (std::size_t i = 0; i < x0.size(); ++i) {
+    auto plus = x0, minus = x0;
+    plus[i] += h;
+    minus[i] -= h;
+    const double fd = (loss(plus) - loss(minus)) / (double(plus[i]) - double(minus[i]));
+    ASSERT_NEAR(analytic[i], fd, abs_tol + rel_tol * std::abs(fd)) << what << " at " << i;
+  }
+}
+
+/// sum_i y[i] g[i] in double: the scalar loss whose gradient with respect to y is g.
+double dot(const std::vector<float>& y, const std::vector<float>& g) {
+  double acc = 0.0;
+  for (std::size_t i = 0; i < y.size(); ++i) acc += double(y[i]) * double(g[i]);
+  return acc;
+}
+
+/// Direct convolution in double (the definition, no im2col).
+std::vector<double> reference_conv(const conv2d_shape& s, const std::vector<float>& x,
+                                   const std::vector<float>& w, const std::vector<float>& b) {
+  const int oh_n = s.out_h(), ow_n = s.out_w();
+  std::vector<double> y(s.output_size());
+  for (int n = 0; n < s.batch; ++n)
+    for (int k = 0; k < s.filters; ++k)
+      for (int oh = 0; oh < oh_n; ++oh)
+        for (int ow = 0; ow < ow_n; ++ow) {
+          double acc = b.empty() ? 0.0 : double(b[std::size_t(k)]);
+          for (int c = 0; c < s.channels; ++c)
+            for (int r = 0; r < s.kernel_h; ++r)
+              for (int q = 0; q < s.kernel_w; ++q) {
+                const int ih = oh * s.stride_h - s.pad_h + r;
+                const int iw = ow * s.stride_w - s.pad_w + q;
+                if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) continue;
+                acc +=
+                    double(x[((std::size_t(n) * s.channels + c) * s.height + ih) * s.width + iw]) *
+                    double(
+                        w[((std::size_t(k) * s.channels + c) * s.kernel_h + r) * s.kernel_w + q]);
+              }
+          y[((std::size_t(n) * s.filters + k) * oh_n + oh) * ow_n + ow] = acc;
+        }
+  return y;
+}
+
+conv2d_shape make_conv(int n, int c, int h, int w, int k, int r, int s, int stride_h, int stride_w,
+                       int pad_h, int pad_w) {
+  conv2d_shape out;
+  out.batch = n;
+  out.channels = c;
+  out.height = h;
+  out.width = w;
+  out.filters = k;
+  out.kernel_h = r;
+  out.kernel_w = s;
+  out.stride_h = stride_h;
+  out.stride_w = stride_w;
+  out.pad_h = pad_h;
+  out.pad_w = pad_w;
+  return out;
+}
+
+pool2d_shape make_pool(int n, int c, int h, int w, int wh, int ww, int sh, int sw, int ph, int pw) {
+  pool2d_shape out;
+  out.batch = n;
+  out.channels = c;
+  out.height = h;
+  out.width = w;
+  out.window_h = wh;
+  out.window_w = ww;
+  out.stride_h = sh;
+  out.stride_w = sw;
+  out.pad_h = ph;
+  out.pad_w = pw;
+  return out;
+}
+
+// --- activations ----------------------------------------------------------------------------
+
+TEST_P(backend_test, tanh_sigmoid_gelu_match_their_formulas_also_in_place) {
+  auto x = random_floats(1001, 80, -6.0f, 6.0f);
+  x[0] = 0.0f;
+  x[1] = 30.0f;  // saturation: no NaN from exp overflow
+  x[2] = -30.0f;
+  x[3] = -100.0f;
+  struct activation {
+    const char* name;
+    void (backend::*op)(const float*, float*, std::size_t);
+    double (*want)(double);
+  };
+  const activation ops[] = {
+      {"tanh", &backend::tanh, [](double v) { return std::tanh(v); }},
+      {"sigmoid", &backend::sigmoid, [](double v) { return 1.0 / (1.0 + std::exp(-v)); }},
+      {"gelu", &backend::gelu,
+       [](double v) {
+         return 0.5 * v *
+                (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (v + 0.044715 * v * v * v)));
+       }},
+  };
+  for (const auto& a : ops) {
+    SCOPED_TRACE(a.name);
+    float* in = dev(x);
+    float* out = dev(std::vector<float>(x.size(), nan_f));  // the output is not read
+    (be_.get()->*a.op)(in, out, x.size());
+    const auto got = host(out, x.size());
+    for (std::size_t i = 0; i < x.size(); ++i)
+      ASSERT_NEAR(got[i], a.want(x[i]), 4 * FLT_EPSILON * (1.0 + std::abs(a.want(x[i]))))
+          << "x = " << x[i];
+    (be_.get()->*a.op)(in, in, x.size());
+    EXPECT_EQ(host(in, x.size()), got) << "in place";
+  }
+}
+
+TEST_P(backend_test, activation_gradients_match_central_differences) {
+  const std::size_t n = 64;
+  const auto x = random_floats(n, 81, -3.0f, 3.0f);
+  const auto g = random_floats(n, 82);
+  float* dg = dev(g);
+  float* y = dev(std::vector<float>(n));
+  float* probe_out = dev(std::vector<float>(n));
+  float* probe_in = dev(x);
+  auto loss_of = [&](void (backend::*op)(const float*, float*, std::size_t)) {
+    return [&, op](const std::vector<float>& v) {
+      be_->upload(probe_in, v.data(), n);
+      (be_.get()->*op)(probe_in, probe_out, n);
+      return dot(host(probe_out, n), g);
+    };
+  };
+  // tanh and sigmoid take their output, gelu its input.
+  float* dx = dev(std::vector<float>(n, nan_f));
+  be_->tanh(dev(x), y, n);
+  be_->tanh_grad(y, dg, dx, n);
+  expect_matches_differences(loss_of(&backend::tanh), x, host(dx, n), 1e-2f, 1e-4, 1e-3, "tanh");
+  be_->sigmoid(dev(x), y, n);
+  be_->sigmoid_grad(y, dg, dx, n);
+  expect_matches_differences(loss_of(&backend::sigmoid), x, host(dx, n), 1e-2f, 1e-4, 1e-3,
+                             "sigmoid");
+  be_->gelu_grad(dev(x), dg, dx, n);
+  expect_matches_differences(loss_of(&backend::gelu), x, host(dx, n), 1e-2f, 1e-4, 1e-3, "gelu");
+  // dx aliasing dy.
+  const auto want = host(dx, n);
+  float* inplace = dev(g);
+  be_->gelu_grad(dev(x), inplace, inplace, n);
+  EXPECT_EQ(host(inplace, n), want);
+}
+
+// --- convolution ----------------------------------------------------------------------------
+
+TEST_P(backend_test, conv2d_forward_matches_hand_computed_values) {
+  // x = 1..9 as a 3 x 3 image; a 2 x 2 kernel of ones sums each 2 x 2 block, plus the bias.
+  const std::vector<float> x{1, 2, 3, 4, 5, 6, 7, 8, 9};
+  auto s = make_conv(1, 1, 3, 3, 1, 2, 2, 1, 1, 0, 0);
+  float* y = dev(std::vector<float>(4, nan_f));
+  be_->conv2d_forward(s, dev(x), dev({1, 1, 1, 1}), dev({0.5f}), y);
+  EXPECT_EQ(host(y, 4), (std::vector<float>{12.5f, 16.5f, 24.5f, 28.5f}));
+  // 3 x 3 kernel, stride 2, padding 1: each output sees a corner block of the image; a second
+  // filter (all twos, no bias) doubles it.
+  s = make_conv(1, 1, 3, 3, 2, 3, 3, 2, 2, 1, 1);
+  std::vector<float> w(18, 1.0f);
+  std::fill(w.begin() + 9, w.end(), 2.0f);
+  float* y2 = dev(std::vector<float>(8, nan_f));
+  be_->conv2d_forward(s, dev(x), dev(w), nullptr, y2);
+  EXPECT_EQ(host(y2, 8), (std::vector<float>{12, 16, 24, 28, 24, 32, 48, 56}));
+  // Two channels, a 1 x 1 kernel (the pointwise path): y = 2 x_0 - x_1 per position.
+  s = make_conv(1, 2, 1, 3, 1, 1, 1, 1, 1, 0, 0);
+  float* y3 = dev(std::vector<float>(3, nan_f));
+  be_->conv2d_forward(s, dev({1, 2, 3, 10, 20, 30}), dev({2, -1}), nullptr, y3);
+  EXPECT_EQ(host(y3, 3), (std::vector<float>{-8, -16, -24}));
+}
+
+TEST_P(backend_test, conv2d_backward_matches_hand_computed_values) {
+  // 1 x 1 x 3 x 3 input, 2 x 2 kernel, stride 1: dy of ones spreads the kernel over the image.
+  const auto s = make_conv(1, 1, 3, 3, 1, 2, 2, 1, 1, 0, 0);
+  float* dx = dev(std::vector<float>(9, nan_f));
+  be_->conv2d_backward_data(s, dev({1, 1, 1, 1}), dev({1, 2, 3, 4}), dx);
+  // Input (h, w) gets w[r, q] for each output (h - r, w - q) in range.
+  EXPECT_EQ(host(dx, 9), (std::vector<float>{1, 3, 2, 4, 10, 6, 3, 7, 4}));
+  float* dw = dev(std::vector<float>(4, nan_f));
+  float* db = dev(std::vector<float>(1, nan_f));
+  be_->conv2d_backward_filter(s, dev({1, 2, 3, 4, 5, 6, 7, 8, 9}), dev({1, 0, 0, 2}), dw, db);
+  // dw[r, q] = x[r, q] * 1 + x[r + 1, q + 1] * 2.
+  EXPECT_EQ(host(dw, 4), (std::vector<float>{11, 14, 20, 23}));
+  EXPECT_EQ(host(db, 1), (std::vector<float>{3}));
+}
+
+TEST_P(backend_test, conv2d_matches_direct_convolution_and_central_differences) {
+  struct conv_case {
+    conv2d_shape s;
+    const char* name;
+  };
+  const conv_case cases[] = {
+      {make_conv(2, 3, 5, 4, 2, 3, 2, 1, 1, 0, 0), "3x2 kernel, stride 1"},
+      {make_conv(2, 2, 5, 6, 3, 3, 3, 2, 2, 1, 1), "stride 2, padding 1"},
+      {make_conv(3, 2, 4, 7, 2, 2, 3, 1, 2, 1, 0), "non-square stride and padding"},
+      {make_conv(2, 3, 3, 4, 2, 1, 1, 1, 1, 0, 0), "pointwise"},
+      {make_conv(1, 1, 6, 6, 1, 3, 3, 3, 3, 0, 0), "stride equal to kernel"},
+  };
+  std::uint32_t seed = 300;
+  for (const auto& cc : cases) {
+    SCOPED_TRACE(cc.name);
+    const auto& s = cc.s;
+    ASSERT_TRUE(validate(s).has_value()) << validate(s).error().to_string();
+    const auto x = random_floats(s.input_size(), ++seed);
+    const auto w = random_floats(s.weight_size(), ++seed);
+    const auto b = random_floats(std::size_t(s.filters), ++seed);
+    const auto g = random_floats(s.output_size(), ++seed);  // dL/dy
+    float* y = dev(std::vector<float>(s.output_size(), nan_f));
+    be_->conv2d_forward(s, dev(x), dev(w), dev(b), y);
+    const auto got = host(y, s.output_size());
+    const auto want = reference_conv(s, x, w, b);
+    for (std::size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5 * (1.0 + double(s.column_rows()))) << "y at " << i;
+
+    float* dx = dev(std::vector<float>(s.input_size(), nan_f));
+    float* dw = dev(std::vector<float>(s.weight_size(), nan_f));
+    float* db = dev(std::vector<float>(std::size_t(s.filters), nan_f));
+    float* dg = dev(g);
+    be_->conv2d_backward_data(s, dg, dev(w), dx);
+    be_->conv2d_backward_filter(s, dev(x), dg, dw, db);
+    // L = <conv(x, w) + b, g> is linear in each argument: central differences have no
+    // truncation error, so a wide step (h = 0.25) keeps the float rounding of the affected
+    // outputs (~1e-6) small against 2h.
+    float* px = dev(x);
+    float* pw = dev(w);
+    float* pb = dev(b);
+    float* py = dev(std::vector<float>(s.output_size()));
+    auto loss = [&](float* param, std::size_t n) {
+      return [&, param, n](const std::vector<float>& v) {
+        be_->upload(param, v.data(), n);
+        be_->conv2d_forward(s, px, pw, pb, py);
+        const double l = dot(host(py, s.output_size()), g);
+        return l;
+      };
+    };
+    auto restore = [&] {
+      be_->upload(px, x.data(), x.size());
+      be_->upload(pw, w.data(), w.size());
+      be_->upload(pb, b.data(), b.size());
+    };
+    expect_matches_differences(loss(px, x.size()), x, host(dx, x.size()), 0.25f, 1e-4, 1e-4, "dx");
+    restore();
+    expect_matches_differences(loss(pw, w.size()), w, host(dw, w.size()), 0.25f, 1e-4, 1e-4, "dw");
+    restore();
+    expect_matches_differences(loss(pb, b.size()), b, host(db, b.size()), 0.25f, 1e-4, 1e-4, "db");
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST_P(backend_test, conv2d_backward_filter_skips_the_bias_gradient_when_db_is_null) {
+  const auto s = make_conv(2, 2, 4, 4, 3, 3, 3, 1, 1, 1, 1);
+  const auto x = random_floats(s.input_size(), 320);
+  const auto dy = random_floats(s.output_size(), 321);
+  float* dw1 = dev(std::vector<float>(s.weight_size(), nan_f));
+  float* dw2 = dev(std::vector<float>(s.weight_size(), nan_f));
+  float* db = dev(std::vector<float>(std::size_t(s.filters)));
+  be_->conv2d_backward_filter(s, dev(x), dev(dy), dw1, nullptr);
+  be_->conv2d_backward_filter(s, dev(x), dev(dy), dw2, db);
+  EXPECT_EQ(host(dw1, s.weight_size()), host(dw2, s.weight_size()));  // and deterministic
+}
+
+TEST(layer_shapes, validate_rejects_impossible_shapes_naming_the_field) {
+  auto s = make_conv(1, 1, 3, 3, 1, 3, 3, 1, 1, 0, 0);
+  EXPECT_TRUE(validate(s).has_value());
+  EXPECT_EQ(s.out_h(), 1);
+  s.filters = 0;
+  ASSERT_FALSE(validate(s).has_value());
+  EXPECT_EQ(validate(s).error().code, errc::invalid_argument);
+  EXPECT_NE(validate(s).error().message.find("'filters'"), std::string::npos);
+  s = make_conv(1, 1, 2, 2, 1, 3, 3, 1, 1, 0, 0);  // kernel larger than the input
+  EXPECT_FALSE(validate(s).has_value());
+  s.pad_h = s.pad_w = 1;  // now it fits
+  EXPECT_TRUE(validate(s).has_value());
+  s.pad_h = 3;  // a window entirely in the padding
+  EXPECT_FALSE(validate(s).has_value());
+  s = make_conv(1 << 20, 1 << 10, 64, 64, 1, 1, 1, 1, 1, 0, 0);  // 2^42 elements
+  ASSERT_FALSE(validate(s).has_value());
+  EXPECT_NE(validate(s).error().message.find("int index range"), std::string::npos);
+  auto p = make_pool(1, 1, 4, 4, 2, 2, 2, 2, 0, 0);
+  EXPECT_TRUE(validate(p).has_value());
+  EXPECT_EQ(p.out_h(), 2);
+  p.pad_w = 2;
+  EXPECT_FALSE(validate(p).has_value());
+  batch_norm_shape bn;
+  EXPECT_TRUE(validate(bn).has_value());
+  bn.spatial = -1;
+  EXPECT_FALSE(validate(bn).has_value());
+}
+
+// --- pooling --------------------------------------------------------------------------------
+
+TEST_P(backend_test, max_and_avg_pool_match_hand_computed_values) {
+  const std::vector<float> x{1,  2,  5, 3,   //
+                             4,  0,  6, -1,  //
+                             -2, -3, 7, 7,   //
+                             -5, -4, 8, 9};
+  const auto s = make_pool(1, 1, 4, 4, 2, 2, 2, 2, 0, 0);
+  float* y = dev(std::vector<float>(4, nan_f));
+  std::int32_t* arg = dev_indices(4);
+  float* dx = dev(x);
+  be_->max_pool2d_forward(s, dev(x), y, arg);
+  EXPECT_EQ(host(y, 4), (std::vector<float>{4, 6, -2, 9}));
+  EXPECT_EQ(host_indices(arg, 4), (std::vector<std::int32_t>{4, 6, 8, 15}));
+  be_->max_pool2d_backward(s, dev({10, 20, 30, 40}), arg, dx);
+  EXPECT_EQ(host(dx, 16), (std::vector<float>{0, 0, 0, 0, 10, 0, 20, 0, 30, 0, 0, 0, 0, 0, 0, 40}));
+  be_->avg_pool2d_forward(s, dev(x), y);
+  EXPECT_EQ(host(y, 4), (std::vector<float>{7.0f / 4, 13.0f / 4, -14.0f / 4, 31.0f / 4}));
+  be_->avg_pool2d_backward(s, dev({4, 8, 12, 16}), dx);
+  EXPECT_EQ(host(dx, 16), (std::vector<float>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}));
+
+  // Ties go to the first maximum; a 3 x 3 window with stride 1 and padding 1 over a 2 x 2 image
+  // never picks a pad even where every input is negative, and overlapping windows add up.
+  const auto t = make_pool(1, 1, 2, 2, 3, 3, 1, 1, 1, 1);
+  float* ty = dev(std::vector<float>(4, nan_f));
+  std::int32_t* targ = dev_indices(4);
+  be_->max_pool2d_forward(t, dev({-3, -1, -1, -2}), ty, targ);
+  EXPECT_EQ(host(ty, 4), (std::vector<float>{-1, -1, -1, -1}));
+  EXPECT_EQ(host_indices(targ, 4), (std::vector<std::int32_t>{1, 1, 1, 1}));
+  float* tdx = dev(std::vector<float>(4, nan_f));
+  be_->max_pool2d_backward(t, dev({1, 2, 3, 4}), targ, tdx);
+  EXPECT_EQ(host(tdx, 4), (std::vector<float>{0, 10, 0, 0}));
+  // Average with padding: pads count as zeros, the divisor is always 9.
+  be_->avg_pool2d_forward(t, dev({9, 18, 27, 36}), ty);
+  EXPECT_EQ(host(ty, 4), (std::vector<float>{10, 10, 10, 10}));
+  // A NaN wins its window.
+  be_->max_pool2d_forward(t, dev({1, nan_f, 3, 4}), ty, targ);
+  for (float v : host(ty, 4)) EXPECT_TRUE(std::isnan(v));
+  EXPECT_EQ(host_indices(targ, 4), (std::vector<std::int32_t>{1, 1, 1, 1}));
+}
+
+TEST_P(backend_test, pooling_gradients_match_central_differences) {
+  const pool2d_shape shapes[] = {
+      make_pool(2, 3, 5, 6, 2, 2, 2, 2, 0, 0),  // disjoint windows, odd height
+      make_pool(2, 2, 5, 5, 3, 3, 2, 2, 1, 1),  // overlapping, padded
+      make_pool(1, 2, 4, 7, 3, 2, 1, 2, 1, 0),  // non-square window, stride and pad
+  };
+  std::uint32_t seed = 400;
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(testing::Message()
+                 << s.height << "x" << s.width << " window " << s.window_h << "x" << s.window_w);
+    // Distinct inputs 0.1 apart (a shuffled ladder): a step of h = 0.01 never changes an argmax.
+    std::vector<float> x(s.input_size());
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * float(i) - 3.0f;
+    std::shuffle(x.begin(), x.end(), std::mt19937(++seed));
+    const auto g = random_floats(s.output_size(), ++seed);
+    float* dg = dev(g);
+    float* probe = dev(x);
+    float* y = dev(std::vector<float>(s.output_size()));
+    std::int32_t* arg = dev_indices(s.output_size());
+    float* dx = dev(std::vector<float>(s.input_size(), nan_f));
+
+    be_->max_pool2d_forward(s, probe, y, arg);
+    be_->max_pool2d_backward(s, dg, arg, dx);
+    std::int32_t* scratch_arg = dev_indices(s.output_size());
+    auto max_loss = [&](const std::vector<float>& v) {
+      be_->upload(probe, v.data(), v.size());
+      be_->max_pool2d_forward(s, probe, y, scratch_arg);
+      return dot(host(y, s.output_size()), g);
+    };
+    expect_matches_differences(max_loss, x, host(dx, x.size()), 1e-2f, 1e-4, 1e-4, "max");
+
+    be_->avg_pool2d_backward(s, dg, dx);
+    auto avg_loss = [&](const std::vector<float>& v) {
+      be_->upload(probe, v.data(), v.size());
+      be_->avg_pool2d_forward(s, probe, y);
+      return dot(host(y, s.output_size()), g);
+    };
+    // Linear: a wide step, as for the convolution.
+    expect_matches_differences(avg_loss, x, host(dx, x.size()), 0.25f, 1e-4, 1e-4, "avg");
+    if (HasFatalFailure()) return;
+  }
+}
+
+// --- dropout --------------------------------------------------------------------------------
+
+TEST_P(backend_test, dropout_mask_depends_on_seed_and_step_only_and_scales_kept_elements) {
+  const std::size_t n = 100003;
+  const float p = 0.3f;
+  const float scale = 1.0f / (1.0f - p);
+  const auto x = random_floats(n, 500, 0.5f, 1.5f);  // never zero: a zero output means dropped
+  float* dx_in = dev(x);
+  auto run = [&](std::uint64_t seed, std::uint64_t step) {
+    float* y = dev(std::vector<float>(n, nan_f));
+    be_->dropout_forward(dx_in, y, n, p, seed, step);
+    return host(y, n);
+  };
+  const auto a = run(42, 7);
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool keep = counter_rng::keeps(42, 7, i, p);  // the documented generator
+    ASSERT_EQ(a[i], keep ? x[i] * scale : 0.0f) << "element " << i;
+    kept += keep;
+  }
+  // Binomial(n, 0.7): the standard deviation of the kept fraction is 0.0015.
+  EXPECT_NEAR(double(kept) / double(n), 1.0 - p, 0.01);
+  EXPECT_EQ(run(42, 7), a);  // same seed and step: same mask
+  auto differing = [&](const std::vector<float>& b) {
+    std::size_t d = 0;
+    for (std::size_t i = 0; i < n; ++i) d += (a[i] == 0.0f) != (b[i] == 0.0f);
+    return double(d) / double(n);
+  };
+  // Independent masks disagree on 2 p (1 - p) = 42 % of elements.
+  EXPECT_NEAR(differing(run(43, 7)), 2 * p * (1 - p), 0.02) << "another seed";
+  EXPECT_NEAR(differing(run(42, 8)), 2 * p * (1 - p), 0.02) << "another step";
+
+  // Backward: the same mask and scale, on the gradient; in place too.
+  const auto dy = random_floats(n, 501);
+  float* ddy = dev(dy);
+  float* dxo = dev(std::vector<float>(n, nan_f));
+  be_->dropout_backward(ddy, dxo, n, p, 42, 7);
+  const auto got = host(dxo, n);
+  for (std::size_t i = 0; i < n; ++i)
+    ASSERT_EQ(got[i], a[i] != 0.0f ? dy[i] * scale : 0.0f) << "element " << i;
+  be_->dropout_backward(ddy, ddy, n, p, 42, 7);
+  EXPECT_EQ(host(ddy, n), got);
+
+  // p = 0 keeps everything unscaled.
+  float* y0 = dev(std::vector<float>(n, nan_f));
+  be_->dropout_forward(dx_in, y0, n, 0.0f, 1, 1);
+  EXPECT_EQ(host(y0, n), x);
+}
+
+TEST_P(backend_test, dropout_gradient_matches_central_differences) {
+  const std::size_t n = 50;
+  const auto x = random_floats(n, 510);
+  const auto g = random_floats(n, 511);
+  float* dx = dev(std::vector<float>(n, nan_f));
+  be_->dropout_backward(dev(g), dx, n, 0.5f, 9, 3);
+  float* probe = dev(x);
+  float* y = dev(std::vector<float>(n));
+  auto loss = [&](const std::vector<float>& v) {
+    be_->upload(probe, v.data(), n);
+    be_->dropout_forward(probe, y, n, 0.5f, 9, 3);
+    return dot(host(y, n), g);
+  };
+  expect_matches_differences(loss, x, host(dx, n), 1e-2f, 1e-4, 1e-4, "dropout");
+}
+
+// --- batch norm -----------------------------------------------------------------------------
+
+TEST_P(backend_test, batch_norm_training_normalizes_each_channel_and_updates_running_stats) {
+  struct bn_case {
+    batch_norm_shape s;
+    const char* name;
+  };
+  const bn_case cases[] = {{{4, 3, 10}, "N x C x H W"}, {{16, 5, 1}, "dense layer (H = W = 1)"}};
+  std::uint32_t seed = 600;
+  for (const auto& bc : cases) {
+    SCOPED_TRACE(bc.name);
+    const auto& s = bc.s;
+    const std::size_t total = s.size(), m = s.per_channel();
+    const std::size_t c_n = std::size_t(s.channels), sp = std::size_t(s.spatial);
+    // Channel c: values around 3 c with spread 1 + c.
+    auto x = random_floats(total, ++seed, -2.0f, 2.0f);
+    for (std::size_t i = 0; i < total; ++i) {
+      const std::size_t c = (i / sp) % c_n;
+      x[i] = 3.0f * float(c) + (1.0f + float(c)) * x[i];
+    }
+    const batch_norm_options o;  // momentum 0.1, eps 1e-5
+    const std::vector<float> ones(c_n, 1.0f), zeros(c_n, 0.0f);
+    const auto rm0 = random_floats(c_n, ++seed), rv0 = random_floats(c_n, ++seed, 0.5f, 2.0f);
+    float* rm = dev(rm0);
+    float* rv = dev(rv0);
+    float* sm = dev(std::vector<float>(c_n, nan_f));
+    float* si = dev(std::vector<float>(c_n, nan_f));
+    float* y = dev(std::vector<float>(total, nan_f));
+    be_->batch_norm_forward_train(s, o, dev(x), dev(ones), dev(zeros), y, rm, rv, sm, si);
+    const auto out = host(y, total);
+    const auto got_rm = host(rm, c_n), got_rv = host(rv, c_n);
+    const auto got_sm = host(sm, c_n), got_si = host(si, c_n);
+    for (std::size_t c = 0; c < c_n; ++c) {
+      double mean = 0, var = 0, out_mean = 0, out_var = 0;
+      auto each = [&](auto f) {
+        for (std::size_t n = 0; n < std::size_t(s.batch); ++n)
+          for (std::size_t i = 0; i < sp; ++i) f((n * c_n + c) * sp + i);
+      };
+      each([&](std::size_t i) { mean += x[i]; });
+      mean /= double(m);
+      each([&](std::size_t i) { var += (x[i] - mean) * (x[i] - mean); });
+      var /= double(m);
+      each([&](std::size_t i) { out_mean += out[i]; });
+      out_mean /= double(m);
+      each([&](std::size_t i) { out_var += (out[i] - out_mean) * (out[i] - out_mean); });
+      out_var /= double(m);
+      EXPECT_NEAR(out_mean, 0.0, 1e-5) << "channel " << c;
+      EXPECT_NEAR(out_var, var / (var + 1e-5), 1e-5) << "channel " << c;  // ~1
+      EXPECT_NEAR(got_sm[c], mean, 1e-6 * (1 + std::abs(mean)));
+      EXPECT_NEAR(got_si[c], 1.0 / std::sqrt(var + 1e-5), 1e-6 / std::sqrt(var));
+      EXPECT_NEAR(got_rm[c], 0.9 * rm0[c] + 0.1 * mean, 1e-6 * (1 + std::abs(mean)));
+      const double unbiased = var * double(m) / double(m - 1);
+      EXPECT_NEAR(got_rv[c], 0.9 * rv0[c] + 0.1 * unbiased, 1e-6 * (1 + unbiased));
+    }
+    // gamma and beta scale and shift the normalized output; y may alias x.
+    const auto gamma = random_floats(c_n, ++seed, 0.5f, 2.0f);
+    const auto beta = random_floats(c_n, ++seed);
+    float* inplace = dev(x);
+    be_->batch_norm_forward_train(s, o, inplace, dev(gamma), dev(beta), inplace, rm, rv, sm, si);
+    const auto affine = host(inplace, total);
+    for (std::size_t i = 0; i < total; ++i) {
+      const std::size_t c = (i / sp) % c_n;
+      ASSERT_NEAR(affine[i], gamma[c] * out[i] + beta[c], 1e-5 * (1 + std::abs(out[i])));
+    }
+  }
+}
+
+TEST_P(backend_test, batch_norm_inference_uses_the_running_statistics) {
+  const batch_norm_shape s{3, 2, 4};
+  const auto x = random_floats(s.size(), 620, -3.0f, 3.0f);
+  const std::vector<float> gamma{2.0f, -1.0f}, beta{0.5f, 1.0f};
+  const std::vector<float> rm{1.0f, -2.0f}, rv{4.0f, 0.25f};
+  batch_norm_options o;
+  o.epsilon = 0.0f;  // 1 / sqrt(4) and 1 / sqrt(0.25) are exact
+  float* y = dev(std::vector<float>(s.size(), nan_f));
+  float* drm = dev(rm);
+  float* drv = dev(rv);
+  be_->batch_norm_forward_inference(s, o, dev(x), dev(gamma), dev(beta), drm, drv, y);
+  const auto got = host(y, s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const std::size_t c = (i / 4) % 2;
+    const float inv = c == 0 ? 0.5f : 2.0f;
+    ASSERT_EQ(got[i], gamma[c] * ((x[i] - rm[c]) * inv) + beta[c]) << i;
+  }
+  EXPECT_EQ(host(drm, 2), rm);  // nothing updated
+  EXPECT_EQ(host(drv, 2), rv);
+}
+
+TEST_P(backend_test, batch_norm_gradients_match_central_differences) {
+  const batch_norm_shape shapes[] = {{3, 2, 5}, {6, 3, 1}};
+  std::uint32_t seed = 700;
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(testing::Message() << s.batch << " x " << s.channels << " x " << s.spatial);
+    const std::size_t total = s.size(), c_n = std::size_t(s.channels);
+    const auto x = random_floats(total, ++seed, -2.0f, 2.0f);
+    const auto gamma = random_floats(c_n, ++seed, 0.5f, 1.5f);
+    const auto beta = random_floats(c_n, ++seed);
+    const auto g = random_floats(total, ++seed);
+    const batch_norm_options o;
+    float* rm = dev(std::vector<float>(c_n));
+    float* rv = dev(std::vector<float>(c_n, 1.0f));
+    float* sm = dev(std::vector<float>(c_n));
+    float* si = dev(std::vector<float>(c_n));
+    float* px = dev(x);
+    float* pg = dev(gamma);
+    float* pb = dev(beta);
+    float* y = dev(std::vector<float>(total));
+    be_->batch_norm_forward_train(s, o, px, pg, pb, y, rm, rv, sm, si);
+    float* dx = dev(std::vector<float>(total, nan_f));
+    float* dgamma = dev(std::vector<float>(c_n, nan_f));
+    float* dbeta = dev(std::vector<float>(c_n, nan_f));
+    be_->batch_norm_backward(s, px, dev(g), pg, sm, si, dx, dgamma, dbeta);
+    auto loss = [&](float* param, std::size_t n) {
+      return [&, param, n](const std::vector<float>& v) {
+        be_->upload(param, v.data(), n);
+        be_->batch_norm_forward_train(s, o, px, pg, pb, y, rm, rv, sm, si);
+        return dot(host(y, total), g);
+      };
+    };
+    // Non-linear in x: h = 1e-2 leaves a truncation error of order h^2.
+    expect_matches_differences(loss(px, total), x, host(dx, total), 1e-2f, 2e-3, 1e-2, "dx");
+    be_->upload(px, x.data(), total);
+    expect_matches_differences(loss(pg, c_n), gamma, host(dgamma, c_n), 1e-2f, 1e-3, 1e-3,
+                               "dgamma");
+    be_->upload(pg, gamma.data(), c_n);
+    expect_matches_differences(loss(pb, c_n), beta, host(dbeta, c_n), 1e-2f, 1e-3, 1e-3, "dbeta");
+    // dx aliasing dy gives the same gradient.
+    float* inplace = dev(g);
+    be_->batch_norm_forward_train(s, o, px, pg, pb, y, rm, rv, sm, si);
+    be_->batch_norm_backward(s, px, inplace, pg, sm, si, inplace, dgamma, dbeta);
+    EXPECT_EQ(host(inplace, total), host(dx, total));
+    if (HasFatalFailure()) return;
   }
 }
 

@@ -1,0 +1,346 @@
+// The layer ops of kernels::cpu_backend: activations, convolution (im2col + gemm), pooling,
+// dropout and batch norm. Each loop here is the reference order the cuda kernels repeat
+// (kernels/cuda/cuda_layers.cu): where a cuda kernel must equal this one bit for bit, both do the
+// same float operations in the same order (no FMA: the library builds with -ffp-contract=off).
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <new>
+
+#include "common/enforce.hpp"
+#include "kernels/counter_rng.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/layer_geometry.hpp"
+#include "kernels/layer_shapes_check.hpp"
+
+namespace coach::kernels {
+namespace {
+
+/// Enforces a shape's validity (a programming error otherwise: backend.hpp).
+template <class Shape>
+void enforce_valid(const Shape& s, const char* op) {
+  const auto ok = validate(s);
+  COACH_ENFORCE(ok.has_value(), ok ? op : ok.error().message.c_str());
+}
+
+/// Columns of one image: row (c R + r) S + q, column oh out_w + ow holds
+/// x[c, oh stride_h - pad_h + r, ow stride_w - pad_w + q], or 0 in the padding.
+void im2col(const conv2d_shape& s, const float* x, float* col) {
+  const int oh_n = s.out_h(), ow_n = s.out_w();
+  const std::size_t plane = std::size_t(oh_n) * std::size_t(ow_n);
+  for (int c = 0; c < s.channels; ++c)
+    for (int r = 0; r < s.kernel_h; ++r)
+      for (int q = 0; q < s.kernel_w; ++q) {
+        float* dst = col + (std::size_t(c * s.kernel_h + r) * s.kernel_w + q) * plane;
+        for (int oh = 0; oh < oh_n; ++oh) {
+          const int ih = oh * s.stride_h - s.pad_h + r;
+          float* row = dst + std::size_t(oh) * ow_n;
+          if (ih < 0 || ih >= s.height) {
+            std::fill(row, row + ow_n, 0.0f);
+            continue;
+          }
+          const float* src = x + (std::size_t(c) * s.height + ih) * s.width;
+          for (int ow = 0; ow < ow_n; ++ow) {
+            const int iw = ow * s.stride_w - s.pad_w + q;
+            row[ow] = (iw >= 0 && iw < s.width) ? src[iw] : 0.0f;
+          }
+        }
+      }
+}
+
+/// The adjoint of im2col for one image: dx[c, ih, iw] = the sum of the column entries that
+/// im2col copied from (c, ih, iw), gathered in (r, q) order (geometry::conv_sources).
+void col2im(const conv2d_shape& s, const float* col, float* dx) {
+  const std::size_t plane = std::size_t(s.out_h()) * std::size_t(s.out_w());
+  for (int c = 0; c < s.channels; ++c)
+    for (int ih = 0; ih < s.height; ++ih)
+      for (int iw = 0; iw < s.width; ++iw)
+        dx[(std::size_t(c) * s.height + ih) * s.width + iw] =
+            geometry::col2im_sum(s, col, plane, c, ih, iw);
+}
+
+/// Sum in double of term(j) over channel c's elements j = (n, position) of an N x C x S tensor,
+/// in (n, position) order; term gets the element's index in the tensor.
+template <class Term>
+double channel_sum(int batch, int channels, std::size_t spatial, int c, Term term) {
+  const std::size_t stride = std::size_t(channels) * spatial;
+  double acc = 0.0;
+  for (std::size_t n = 0; n < std::size_t(batch); ++n) {
+    const std::size_t base = n * stride + std::size_t(c) * spatial;
+    for (std::size_t i = 0; i < spatial; ++i) acc += term(base + i);
+  }
+  return acc;
+}
+
+}  // namespace
+
+// --- index memory ---------------------------------------------------------------------------
+
+std::int32_t* cpu_backend::alloc_indices(std::size_t n) {
+  COACH_ENFORCE(n <= std::numeric_limits<std::size_t>::max() / sizeof(std::int32_t),
+                "alloc_indices size overflows");
+  const std::size_t bytes = n * sizeof(std::int32_t);
+  void* p = ::operator new (bytes, std::align_val_t{64});
+  if (bytes > 0) std::memset(p, 0, bytes);
+  return static_cast<std::int32_t*>(p);
+}
+
+void cpu_backend::free_indices(std::int32_t* p) noexcept {
+  if (p != nullptr) ::operator delete (p, std::align_val_t{64});
+}
+
+float* cpu_backend::columns(std::size_t floats) {
+  if (columns_.size() < floats) columns_.resize(floats);
+  return columns_.data();
+}
+
+// --- activations ----------------------------------------------------------------------------
+
+void cpu_backend::tanh(const float* x, float* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+}
+
+void cpu_backend::tanh_grad(const float* y, const float* dy, float* dx, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = y[i];
+    dx[i] = dy[i] * (1.0f - v * v);
+  }
+}
+
+void cpu_backend::sigmoid(const float* x, float* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));
+}
+
+void cpu_backend::sigmoid_grad(const float* y, const float* dy, float* dx, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = y[i];
+    dx[i] = dy[i] * (v * (1.0f - v));
+  }
+}
+
+void cpu_backend::gelu(const float* x, float* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    y[i] = geometry::gelu_value(v, std::tanh(geometry::gelu_inner(v)));
+  }
+}
+
+void cpu_backend::gelu_grad(const float* x, const float* dy, float* dx, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    dx[i] = dy[i] * geometry::gelu_slope(v, std::tanh(geometry::gelu_inner(v)));
+  }
+}
+
+// --- convolution ----------------------------------------------------------------------------
+
+void cpu_backend::conv2d_forward(const conv2d_shape& s, const float* x, const float* w,
+                                 const float* bias, float* y) {
+  enforce_valid(s, "conv2d_forward");
+  const int k = s.filters;
+  const int crs = int(s.column_rows());
+  const int plane = s.out_h() * s.out_w();
+  const std::size_t x_image = std::size_t(s.channels) * s.height * s.width;
+  const std::size_t y_image = std::size_t(k) * plane;
+  float* col = s.is_pointwise() ? nullptr : columns(s.column_size());
+  for (int n = 0; n < s.batch; ++n) {
+    const float* xn = x + std::size_t(n) * x_image;
+    float* yn = y + std::size_t(n) * y_image;
+    if (col != nullptr) im2col(s, xn, col);
+    gemm(false, false, k, plane, crs, 1.0f, w, crs, col != nullptr ? col : xn, plane, 0.0f, yn,
+         plane);
+    if (bias != nullptr)
+      for (int f = 0; f < k; ++f) {
+        float* row = yn + std::size_t(f) * plane;
+        const float b = bias[f];
+        for (int p = 0; p < plane; ++p) row[p] = row[p] + b;
+      }
+  }
+}
+
+void cpu_backend::conv2d_backward_data(const conv2d_shape& s, const float* dy, const float* w,
+                                       float* dx) {
+  enforce_valid(s, "conv2d_backward_data");
+  const int k = s.filters;
+  const int crs = int(s.column_rows());
+  const int plane = s.out_h() * s.out_w();
+  const std::size_t x_image = std::size_t(s.channels) * s.height * s.width;
+  const std::size_t y_image = std::size_t(k) * plane;
+  float* col = s.is_pointwise() ? nullptr : columns(s.column_size());
+  for (int n = 0; n < s.batch; ++n) {
+    const float* dyn = dy + std::size_t(n) * y_image;
+    float* dxn = dx + std::size_t(n) * x_image;
+    // columns = W^T dy_n (C R S x out positions); a pointwise convolution's columns are dx_n.
+    gemm(true, false, crs, plane, k, 1.0f, w, crs, dyn, plane, 0.0f, col != nullptr ? col : dxn,
+         plane);
+    if (col != nullptr) col2im(s, col, dxn);
+  }
+}
+
+void cpu_backend::conv2d_backward_filter(const conv2d_shape& s, const float* x, const float* dy,
+                                         float* dw, float* db) {
+  enforce_valid(s, "conv2d_backward_filter");
+  const int k = s.filters;
+  const int crs = int(s.column_rows());
+  const int plane = s.out_h() * s.out_w();
+  const std::size_t x_image = std::size_t(s.channels) * s.height * s.width;
+  const std::size_t y_image = std::size_t(k) * plane;
+  float* col = s.is_pointwise() ? nullptr : columns(s.column_size());
+  for (int n = 0; n < s.batch; ++n) {
+    const float* xn = x + std::size_t(n) * x_image;
+    if (col != nullptr) im2col(s, xn, col);
+    // dW (+)= dy_n col^T, images in order.
+    gemm(false, true, k, crs, plane, 1.0f, dy + std::size_t(n) * y_image, plane,
+         col != nullptr ? col : xn, plane, n == 0 ? 0.0f : 1.0f, dw, crs);
+  }
+  if (db == nullptr) return;
+  for (int f = 0; f < k; ++f)
+    db[f] = float(channel_sum(s.batch, k, std::size_t(plane), f,
+                              [&](std::size_t i) { return double(dy[i]); }));
+}
+
+// --- pooling --------------------------------------------------------------------------------
+
+void cpu_backend::max_pool2d_forward(const pool2d_shape& s, const float* x, float* y,
+                                     std::int32_t* argmax) {
+  enforce_valid(s, "max_pool2d_forward");
+  const std::size_t in_plane = std::size_t(s.height) * s.width;
+  const std::size_t out_plane = std::size_t(s.out_h()) * s.out_w();
+  for (std::size_t nc = 0; nc < std::size_t(s.batch) * s.channels; ++nc)
+    for (std::size_t o = 0; o < out_plane; ++o) {
+      const auto best = geometry::max_window(s, x + nc * in_plane, int(o));
+      y[nc * out_plane + o] = best.value;
+      argmax[nc * out_plane + o] = best.index;
+    }
+}
+
+void cpu_backend::max_pool2d_backward(const pool2d_shape& s, const float* dy,
+                                      const std::int32_t* argmax, float* dx) {
+  enforce_valid(s, "max_pool2d_backward");
+  const std::size_t in_plane = std::size_t(s.height) * s.width;
+  const std::size_t out_plane = std::size_t(s.out_h()) * s.out_w();
+  for (std::size_t nc = 0; nc < std::size_t(s.batch) * s.channels; ++nc)
+    for (std::size_t i = 0; i < in_plane; ++i)
+      dx[nc * in_plane + i] =
+          geometry::max_pool_gather(s, dy + nc * out_plane, argmax + nc * out_plane, int(i));
+}
+
+void cpu_backend::avg_pool2d_forward(const pool2d_shape& s, const float* x, float* y) {
+  enforce_valid(s, "avg_pool2d_forward");
+  const std::size_t in_plane = std::size_t(s.height) * s.width;
+  const std::size_t out_plane = std::size_t(s.out_h()) * s.out_w();
+  for (std::size_t nc = 0; nc < std::size_t(s.batch) * s.channels; ++nc)
+    for (std::size_t o = 0; o < out_plane; ++o)
+      y[nc * out_plane + o] = geometry::avg_window(s, x + nc * in_plane, int(o));
+}
+
+void cpu_backend::avg_pool2d_backward(const pool2d_shape& s, const float* dy, float* dx) {
+  enforce_valid(s, "avg_pool2d_backward");
+  const std::size_t in_plane = std::size_t(s.height) * s.width;
+  const std::size_t out_plane = std::size_t(s.out_h()) * s.out_w();
+  for (std::size_t nc = 0; nc < std::size_t(s.batch) * s.channels; ++nc)
+    for (std::size_t i = 0; i < in_plane; ++i)
+      dx[nc * in_plane + i] = geometry::avg_pool_gather(s, dy + nc * out_plane, int(i));
+}
+
+// --- dropout --------------------------------------------------------------------------------
+
+void cpu_backend::dropout_forward(const float* x, float* y, std::size_t n, float p,
+                                  std::uint64_t seed, std::uint64_t step) {
+  COACH_ENFORCE(p >= 0.0f && p < 1.0f, "dropout needs 0 <= p < 1");
+  const std::uint64_t key = counter_rng::key(seed, step);
+  const std::uint32_t threshold = counter_rng::drop_threshold(p);
+  const float scale = 1.0f / (1.0f - p);
+  for (std::size_t i = 0; i < n; ++i)
+    y[i] = counter_rng::uniform24(key, i) >= threshold ? x[i] * scale : 0.0f;
+}
+
+void cpu_backend::dropout_backward(const float* dy, float* dx, std::size_t n, float p,
+                                   std::uint64_t seed, std::uint64_t step) {
+  // The same mask and scale as forward: the gradient of y = x * scale * keep.
+  dropout_forward(dy, dx, n, p, seed, step);
+}
+
+// --- batch norm -----------------------------------------------------------------------------
+
+void cpu_backend::batch_norm_forward_train(const batch_norm_shape& s, const batch_norm_options& o,
+                                           const float* x, const float* gamma, const float* beta,
+                                           float* y, float* running_mean, float* running_var,
+                                           float* saved_mean, float* saved_inv_std) {
+  enforce_valid(s, "batch_norm_forward_train");
+  const std::size_t m = s.per_channel();
+  const std::size_t spatial = std::size_t(s.spatial);
+  const std::size_t stride = std::size_t(s.channels) * spatial;
+  for (int c = 0; c < s.channels; ++c) {
+    const double mean =
+        channel_sum(s.batch, s.channels, spatial, c, [&](std::size_t i) { return double(x[i]); }) /
+        double(m);
+    const double sq = channel_sum(s.batch, s.channels, spatial, c, [&](std::size_t i) {
+      const double d = double(x[i]) - mean;
+      return d * d;
+    });
+    const auto stats = geometry::channel_stats(mean, sq, m, o.epsilon);
+    saved_mean[c] = stats.mean;
+    saved_inv_std[c] = stats.inv_std;
+    running_mean[c] = geometry::blend(running_mean[c], stats.mean, o.momentum);
+    running_var[c] = geometry::blend(running_var[c], stats.unbiased_var, o.momentum);
+  }
+  // Normalization after every statistic is known: y may alias x.
+  for (std::size_t n = 0; n < std::size_t(s.batch); ++n)
+    for (int c = 0; c < s.channels; ++c) {
+      const std::size_t base = n * stride + std::size_t(c) * spatial;
+      const float mean = saved_mean[c], inv = saved_inv_std[c], g = gamma[c], b = beta[c];
+      for (std::size_t i = 0; i < spatial; ++i)
+        y[base + i] = geometry::normalize(x[base + i], mean, inv, g, b);
+    }
+}
+
+void cpu_backend::batch_norm_forward_inference(const batch_norm_shape& s,
+                                               const batch_norm_options& o, const float* x,
+                                               const float* gamma, const float* beta,
+                                               const float* running_mean, const float* running_var,
+                                               float* y) {
+  enforce_valid(s, "batch_norm_forward_inference");
+  const std::size_t spatial = std::size_t(s.spatial);
+  const std::size_t stride = std::size_t(s.channels) * spatial;
+  for (std::size_t n = 0; n < std::size_t(s.batch); ++n)
+    for (int c = 0; c < s.channels; ++c) {
+      const std::size_t base = n * stride + std::size_t(c) * spatial;
+      const float mean = running_mean[c];
+      const float inv = geometry::inference_inv_std(running_var[c], o.epsilon);
+      const float g = gamma[c], b = beta[c];
+      for (std::size_t i = 0; i < spatial; ++i)
+        y[base + i] = geometry::normalize(x[base + i], mean, inv, g, b);
+    }
+}
+
+void cpu_backend::batch_norm_backward(const batch_norm_shape& s, const float* x, const float* dy,
+                                      const float* gamma, const float* saved_mean,
+                                      const float* saved_inv_std, float* dx, float* dgamma,
+                                      float* dbeta) {
+  enforce_valid(s, "batch_norm_backward");
+  const std::size_t m = s.per_channel();
+  const std::size_t spatial = std::size_t(s.spatial);
+  const std::size_t stride = std::size_t(s.channels) * spatial;
+  for (int c = 0; c < s.channels; ++c) {
+    const float mean = saved_mean[c], inv = saved_inv_std[c];
+    dbeta[c] = float(
+        channel_sum(s.batch, s.channels, spatial, c, [&](std::size_t i) { return double(dy[i]); }));
+    dgamma[c] = float(channel_sum(s.batch, s.channels, spatial, c, [&](std::size_t i) {
+      return double(dy[i]) * double(geometry::xhat(x[i], mean, inv));
+    }));
+  }
+  // dx after every channel's sums: dx may alias dy.
+  for (std::size_t n = 0; n < std::size_t(s.batch); ++n)
+    for (int c = 0; c < s.channels; ++c) {
+      const std::size_t base = n * stride + std::size_t(c) * spatial;
+      const auto k = geometry::bn_backward_constants(gamma[c], saved_mean[c], saved_inv_std[c],
+                                                     dbeta[c], dgamma[c], m);
+      for (std::size_t i = 0; i < spatial; ++i)
+        dx[base + i] = geometry::bn_backward_dx(x[base + i], dy[base + i], k);
+    }
+}
+
+}  // namespace coach::kernels
