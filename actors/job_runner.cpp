@@ -103,8 +103,7 @@ void job_runner::spawn(const runner_env& env, std::uint64_t id, std::uint32_t ge
                    node);
     return caf::actor{};
   };
-  hooks.add_shard = [me, id, gen](std::uint32_t k, const ps::job_config& c,
-                                  const std::string& node,
+  hooks.add_shard = [me, id, gen](std::uint32_t k, const ps::job_config& c, const std::string& node,
                                   std::uint64_t expect_keys) -> result<caf::actor> {
     auto part = to_added_part(false, k, c, 0);
     part.expect_keys = expect_keys;

@@ -8,8 +8,8 @@
 //   free GPUs  = the fewer of what the heartbeat measured free (other processes count) and the
 //                node's total less what the scheduler gave out;
 //   free CPUs  = the node's advertised CPUs (coach-node --cpus N sets them, even above the
-//                host's own count) less what the scheduler gave out: a load average counts our own parts and lags by a minute,
-//                so it cannot say what a new part would get;
+//                host's own count) less what the scheduler gave out: a load average counts our own
+//                parts and lags by a minute, so it cannot say what a new part would get;
 //   free memory = measured.
 //
 // Plain logic with an injected clock (scheduler/clock.hpp): tests drive liveness with a
