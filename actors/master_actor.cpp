@@ -13,6 +13,7 @@
 #include "common/format.hpp"
 #include "ps/key_coverage.hpp"
 #include "worker/chunk_dispenser.hpp"
+#include "worker/step_planner.hpp"
 
 namespace coach::actors {
 namespace {
@@ -22,15 +23,6 @@ using clock_type = std::chrono::steady_clock;
 double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
 }
-
-/// The chunks of one step, by member rank, fixed when the step opens (BSP: in rank order).
-struct step_plan {
-  std::map<std::uint32_t, std::optional<worker::chunk>> by_rank;
-  bool finished = false;     ///< training is over: every rank is told to stop
-  std::size_t expected = 0;  ///< members of the step: grants to hand out, reports to await
-  std::size_t fetched = 0;
-  std::size_t reported = 0;
-};
 
 /// Training statistics of one epoch.
 struct epoch_stats {
@@ -98,11 +90,10 @@ struct master_state {
   caf::actor evaluator;
   std::unique_ptr<worker::chunk_dispenser> dispenser;
   master_options options;
-  bool epoch_started = false;
   bool cancelled = false;
   bool done = false;
-  std::int64_t open_step = -1;
-  std::map<std::int64_t, step_plan> plans;
+  /// Who computes what at each step (worker/step_planner.hpp).
+  std::optional<worker::step_planner> planner;
   std::vector<wire_message> parked;  ///< chunk requests waiting for the epoch to complete
   std::map<std::uint32_t, epoch_stats> epochs;
   std::map<std::int64_t, assembly> assemblies;  ///< by version
@@ -372,14 +363,15 @@ struct master_state {
   /// otherwise why it is refused.
   std::string request_change(change_request c) {
     if (done || cancelled) return "the job is ending";
-    c.action.at_step = open_step + 1;
+    c.action.at_step = planner->open_step() + 1;
     if (!c.requested) c.requested = clock_type::now();
     auto at = std::upper_bound(
         actions.begin(), actions.end(), c.action.at_step,
         [](std::int64_t s, const change_request& x) { return s < x.action.at_step; });
     actions.insert(at, std::move(c));
     std::fprintf(stderr, "coach: job %llu: change asked for at step %lld\n",
-                 static_cast<unsigned long long>(ctx->job), static_cast<long long>(open_step + 1));
+                 static_cast<unsigned long long>(ctx->job),
+                 static_cast<long long>(planner->open_step() + 1));
     // Workers waiting at the boundary (a step that could not open) try again.
     regrant_parked();
     return {};
@@ -567,7 +559,7 @@ struct master_state {
   /// what they got), and the chunks they held go back to the dispenser.
   void workers_lost(const std::vector<std::uint32_t>& ranks) {
     if (done) return;
-    std::int64_t from = open_step + 1;
+    std::int64_t from = planner->open_step() + 1;
     for (auto r : ranks) {
       auto it = last_report.find(r);
       from = std::min(from, it == last_report.end() ? std::int64_t{0} : it->second + 1);
@@ -593,23 +585,7 @@ struct master_state {
     }
     report_layout();
     // Their chunks of steps they did not report go back; those steps wait for them no more.
-    std::set<std::uint32_t> epochs_reopened;
-    for (auto it = plans.lower_bound(from); it != plans.end();) {
-      auto& plan = it->second;
-      for (auto r : ranks) {
-        auto mine = plan.by_rank.find(r);
-        if (mine == plan.by_rank.end()) continue;
-        if (mine->second) {
-          dispenser->give_back(*mine->second);
-          epochs_reopened.insert(mine->second->epoch);
-        }
-        plan.by_rank.erase(mine);
-        plan.expected = plan.expected > 0 ? plan.expected - 1 : 0;
-      }
-      auto next = std::next(it);
-      forget_if_closed(it);
-      it = next;
-    }
+    const auto epochs_reopened = planner->drop(ranks, from);
     // An epoch whose end was announced is not over: its snapshot is taken again at its new end.
     std::erase_if(assemblies, [&](const auto& a) {
       return !a.second.final && epochs_reopened.contains(a.second.epoch);
@@ -675,40 +651,23 @@ struct master_state {
       actions.pop_front();
       if (!begin_change(s, a)) return false;
     }
-    step_plan plan;
-    if (cancelled) {
-      plan.finished = true;
-      request_snapshot(s, dispenser->epoch(), true);
-    } else {
-      if (!epoch_started || dispenser->exhausted()) {
-        if (epoch_started && !dispenser->epoch_done()) return false;
-        const std::uint32_t next = epoch_started ? dispenser->epoch() + 1 : options.first_epoch;
-        if (next >= num_epochs()) {
-          plan.finished = true;
-        } else {
-          dispenser->begin_epoch(next);
-          epoch_started = true;
-          epochs[next].start = clock_type::now();
-        }
-      }
-      if (!plan.finished) {
-        for (auto r : cfg.members) plan.by_rank[r] = dispenser->take();
-        ++epochs[dispenser->epoch()].steps;
-        // The step that hands out an epoch's last chunk ends it: snapshot the version after it.
-        if (dispenser->exhausted()) {
-          auto& e = epochs[dispenser->epoch()];
-          e.workers = std::uint32_t(cfg.members.size());
-          e.shards = std::uint32_t(live_shards().size());
-          request_snapshot(s + 1, dispenser->epoch(), false);
-        }
+    if (cancelled) request_snapshot(s, dispenser->epoch(), true);
+    const auto o = planner->open(cfg.members, cancelled);
+    if (!o) return false;  // the epoch's last chunks are still being processed
+    if (o->epoch_begun) epochs[*o->epoch_begun].start = clock_type::now();
+    if (!o->finished) {
+      auto& e = epochs[dispenser->epoch()];
+      ++e.steps;
+      // The step that hands out an epoch's last chunk ends it: snapshot the version after it.
+      if (o->ends_epoch) {
+        e.workers = std::uint32_t(cfg.members.size());
+        e.shards = std::uint32_t(live_shards().size());
+        request_snapshot(s + 1, dispenser->epoch(), false);
       }
     }
-    plan.expected = cfg.members.size();
     // Step s's configuration is final now (its change, if any, has begun), and no grant of it
     // has gone out: the snapshots of versions up to s are asked for under it.
     ask_snapshots(s);
-    plans.emplace(s, std::move(plan));
-    open_step = s;
     return true;
   }
 
@@ -716,71 +675,47 @@ struct master_state {
     const std::int64_t s = req.hdr.step;
     const std::uint32_t rank = req.hdr.rank;
     if (rank >= next_rank) return;
-    while (open_step < s)
-      if (!open(open_step + 1)) {
+    while (planner->open_step() < s)
+      if (!open(planner->open_step() + 1)) {
         parked.push_back(req);
         return;
       }
-    auto it = plans.find(s);
-    if (it == plans.end()) return;  // a stale request: the step is long closed
-    auto& plan = it->second;
+    using kind = worker::step_planner::grant::kind;
+    const auto g = planner->take(rank, s);
+    if (g.what == kind::stale) return;
     auto m = to(ctx->worker_ep(rank), msg_kind::chunk_grant, s);
-    auto mine = plan.by_rank.find(rank);
-    if (!plan.finished && mine == plan.by_rank.end()) {  // this rank left the job
+    if (g.what == kind::finished) {
       m.hdr.flags = flag::finished;
-      ctx->net->send(std::move(m));
-      return;
-    }
-    if (plan.finished) {
-      m.hdr.flags = flag::finished;
-    } else if (const auto& c = mine->second; !c) {
+    } else if (g.what == kind::no_chunk) {
       m.hdr.flags = flag::no_chunk;
-      m.hdr.epoch = dispenser->epoch();
+      m.hdr.epoch = g.epoch;
     } else {
-      auto idx = dispenser->indices(*c);
+      auto idx = dispenser->indices(*g.c);
       auto copy = std::make_shared<std::vector<std::uint32_t>>(idx.begin(), idx.end());
-      m.hdr.epoch = c->epoch;
-      m.hdr.chunk_id = c->id;
+      m.hdr.epoch = g.epoch;
+      m.hdr.chunk_id = g.c->id;
       m.frames.push_back(frame::of(copy, copy->data(), copy->size()));
     }
     ctx->net->send(std::move(m));
-    ++plan.fetched;
-    forget_if_closed(it);
-  }
-
-  void forget_if_closed(std::map<std::int64_t, step_plan>::iterator it) {
-    const std::size_t n = it->second.expected;
-    if (it->second.fetched >= n && (it->second.finished || it->second.reported >= n))
-      plans.erase(it);
   }
 
   void on_report(const wire_message& m) {
-    auto it = plans.find(m.hdr.step);
-    if (it == plans.end()) return;
-    auto mine = it->second.by_rank.find(m.hdr.rank);
-    if (mine == it->second.by_rank.end()) return;
-    auto& c = mine->second;
-    ++it->second.reported;
-    if (it->second.reported == it->second.expected) {
-      std::uint64_t samples = 0;
-      for (const auto& [r, chunk] : it->second.by_rank)
-        if (chunk) samples += chunk->size();
-      step_completed(it->first, samples);
-    }
+    const auto r = planner->report(m.hdr.rank, m.hdr.step);
+    if (!r.known) return;
+    if (r.step_samples) step_completed(m.hdr.step, *r.step_samples);
     auto& last = last_report.try_emplace(m.hdr.rank, -1).first->second;
     last = std::max(last, m.hdr.step);
-    if (c && dispenser->complete(*c)) {
+    if (const auto& c = r.chunk_done) {
       auto& e = epochs[c->epoch];
       e.samples += c->size();
       e.loss_sum += m.hdr.loss;
       e.compute_us += m.hdr.compute_us;
-      if (dispenser->epoch_done()) {
+      if (r.epoch_done) {
         e.seconds = seconds_since(e.start);
         maybe_finish_epoch(c->epoch);
       }
       progress(c->epoch);
     }
-    forget_if_closed(it);
     // Requests parked at the epoch's end can go on now.
     regrant_parked();
   }
@@ -911,6 +846,7 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
   st.evaluator = std::move(evaluator);
   st.dispenser = std::make_unique<worker::chunk_dispenser>(
       ctx->data->train.rows, std::size_t(ctx->spec.batch_size), ctx->spec.seed);
+  st.planner.emplace(*st.dispenser, options.first_epoch, st.num_epochs());
   st.result.name = ctx->spec.name;
   return {
       [self](wire_message& m) {

@@ -1,0 +1,123 @@
+// worker::step_planner under BSP: every member gets one chunk per step and the step completes
+// when all reported; an epoch's chunks all complete before the next epoch opens; training ends
+// after the last epoch (or at once when stopped); a rank that left gets "finished" and is not
+// waited for; the chunks of workers that leave go back and are handed out again, so each epoch
+// still trains every sample exactly once.
+
+#include "worker/step_planner.hpp"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace coach::worker {
+namespace {
+
+using kind = step_planner::grant::kind;
+
+TEST(step_planner, each_member_gets_a_chunk_and_the_step_completes_when_all_reported) {
+  chunk_dispenser d(100, 10, 7);  // 10 chunks per epoch
+  step_planner p(d, 0, 2);
+  const std::vector<std::uint32_t> members{0, 1};
+  auto o = p.open(members, false);
+  ASSERT_TRUE(o);
+  EXPECT_FALSE(o->finished);
+  EXPECT_EQ(o->epoch_begun, 0u);
+  EXPECT_FALSE(o->ends_epoch);
+  EXPECT_EQ(p.open_step(), 0);
+  const auto g0 = p.take(0, 0), g1 = p.take(1, 0);
+  ASSERT_EQ(g0.what, kind::chunk);
+  ASSERT_EQ(g1.what, kind::chunk);
+  EXPECT_NE(g0.c->id, g1.c->id);
+  EXPECT_EQ(p.take(7, 0).what, kind::finished) << "not a member of the step";
+  auto r = p.report(0, 0);
+  EXPECT_TRUE(r.known);
+  EXPECT_FALSE(r.step_samples) << "rank 1 has not reported";
+  ASSERT_TRUE(r.chunk_done);
+  EXPECT_EQ(r.chunk_done->id, g0.c->id);
+  r = p.report(1, 0);
+  ASSERT_TRUE(r.step_samples);
+  EXPECT_EQ(*r.step_samples, 20u);
+  EXPECT_EQ(p.steps_open(), 0u) << "fetched and reported by all: forgotten";
+  EXPECT_EQ(p.take(0, 0).what, kind::stale);
+  EXPECT_FALSE(p.report(0, 0).known);
+}
+
+TEST(step_planner, the_next_epoch_waits_for_every_chunk_of_this_one_and_training_ends) {
+  chunk_dispenser d(30, 10, 1);  // 3 chunks per epoch
+  step_planner p(d, 0, 2);
+  const std::vector<std::uint32_t> members{0, 1};
+  ASSERT_TRUE(p.open(members, false));  // step 0: chunks 1 and 2 of 3
+  auto o = p.open(members, false);      // step 1: the last chunk and none
+  ASSERT_TRUE(o);
+  EXPECT_TRUE(o->ends_epoch);
+  EXPECT_EQ(p.take(1, 1).what, kind::no_chunk);
+  EXPECT_FALSE(p.open(members, false)) << "epoch 0's chunks are out but not complete";
+  std::uint64_t samples = 0;
+  for (std::int64_t s : {0, 1})
+    for (std::uint32_t r : {0u, 1u}) {
+      if (s == 0 || r == 0) p.take(r, s);
+      auto rep = p.report(r, s);
+      if (rep.chunk_done) samples += rep.chunk_done->size();
+      EXPECT_EQ(rep.epoch_done, s == 1 && r == 0) << "the last chunk was rank 0's at step 1";
+    }
+  EXPECT_EQ(samples, 30u);
+  o = p.open(members, false);
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->epoch_begun, 1u);
+  // Epoch 1, then the step after its end finishes the job.
+  std::int64_t s = p.open_step();
+  for (int guard = 0; guard < 10; ++guard) {
+    for (std::uint32_t r : {0u, 1u}) {
+      p.take(r, s);
+      p.report(r, s);
+    }
+    auto next = p.open(members, false);
+    ASSERT_TRUE(next);
+    s = p.open_step();
+    if (next->finished) break;
+  }
+  EXPECT_EQ(s, 4) << "two steps per epoch";
+  EXPECT_EQ(p.take(0, s).what, kind::finished);
+}
+
+TEST(step_planner, a_stopped_job_finishes_at_its_next_step) {
+  chunk_dispenser d(100, 10, 7);
+  step_planner p(d, 0, 5);
+  const std::vector<std::uint32_t> members{0};
+  ASSERT_TRUE(p.open(members, false));
+  auto o = p.open(members, true);
+  ASSERT_TRUE(o);
+  EXPECT_TRUE(o->finished);
+  EXPECT_EQ(p.take(0, 1).what, kind::finished);
+}
+
+TEST(step_planner, the_chunks_of_workers_that_left_are_trained_by_the_others_once) {
+  chunk_dispenser d(60, 10, 3);  // 6 chunks per epoch
+  step_planner p(d, 0, 1);
+  std::vector<std::uint32_t> members{0, 1, 2};
+  ASSERT_TRUE(p.open(members, false));  // step 0: 3 chunks
+  for (std::uint32_t r : members) p.take(r, 0);
+  p.report(0, 0);
+  p.report(1, 0);
+  // Worker 2 dies before reporting step 0: its chunk goes back.
+  const std::vector<std::uint32_t> gone{2};
+  EXPECT_EQ(p.drop(gone, 0), std::set<std::uint32_t>{0});
+  EXPECT_EQ(p.steps_open(), 0u) << "step 0 waits for rank 2 no more";
+  members = {0, 1};
+  std::uint64_t samples = 20;  // steps 0's two reported chunks
+  for (std::int64_t s = 1; s < 10; ++s) {
+    auto o = p.open(members, false);
+    ASSERT_TRUE(o);
+    if (o->finished) break;
+    for (std::uint32_t r : members) {
+      p.take(r, s);
+      if (auto rep = p.report(r, s); rep.chunk_done) samples += rep.chunk_done->size();
+    }
+  }
+  EXPECT_EQ(samples, 60u) << "every sample once: the dead worker's chunk was trained again";
+  EXPECT_TRUE(d.epoch_done());
+}
+
+}  // namespace
+}  // namespace coach::worker

@@ -1,0 +1,113 @@
+// worker/step_planner.cpp: which worker computes what at each step (step_planner.hpp).
+#include "worker/step_planner.hpp"
+
+namespace coach::worker {
+
+step_planner::step_planner(chunk_dispenser& dispenser, std::uint32_t first_epoch,
+                           std::uint32_t epochs)
+    : dispenser_(dispenser), first_epoch_(first_epoch), epochs_(epochs) {}
+
+std::optional<step_planner::opened> step_planner::open(std::span<const std::uint32_t> members,
+                                                       bool stop) {
+  opened out;
+  plan p;
+  if (stop) {
+    out.finished = p.finished = true;
+  } else {
+    if (!epoch_started_ || dispenser_.exhausted()) {
+      if (epoch_started_ && !dispenser_.epoch_done()) return std::nullopt;
+      const std::uint32_t next = epoch_started_ ? dispenser_.epoch() + 1 : first_epoch_;
+      if (next >= epochs_) {
+        out.finished = p.finished = true;
+      } else {
+        dispenser_.begin_epoch(next);
+        epoch_started_ = true;
+        out.epoch_begun = next;
+      }
+    }
+    if (!p.finished) {
+      for (auto r : members) p.by_rank[r] = dispenser_.take();
+      out.ends_epoch = dispenser_.exhausted();
+    }
+  }
+  p.expected = members.size();
+  plans_.emplace(++open_step_, std::move(p));
+  return out;
+}
+
+step_planner::grant step_planner::take(std::uint32_t rank, std::int64_t step) {
+  auto it = plans_.find(step);
+  if (it == plans_.end()) return {};  // a stale request: the step is long closed
+  auto& p = it->second;
+  grant g;
+  auto mine = p.by_rank.find(rank);
+  if (!p.finished && mine == p.by_rank.end()) {  // this rank left the job: not counted
+    g.what = grant::kind::finished;
+    return g;
+  }
+  if (p.finished) {
+    g.what = grant::kind::finished;
+  } else if (!mine->second) {
+    g.what = grant::kind::no_chunk;
+    g.epoch = dispenser_.epoch();
+  } else {
+    g.what = grant::kind::chunk;
+    g.c = mine->second;
+    g.epoch = mine->second->epoch;
+  }
+  ++p.fetched;
+  forget_if_closed(it);
+  return g;
+}
+
+step_planner::reported step_planner::report(std::uint32_t rank, std::int64_t step) {
+  reported out;
+  auto it = plans_.find(step);
+  if (it == plans_.end()) return out;
+  auto mine = it->second.by_rank.find(rank);
+  if (mine == it->second.by_rank.end()) return out;
+  out.known = true;
+  const auto c = mine->second;
+  if (++it->second.reported == it->second.expected) {
+    std::uint64_t samples = 0;
+    for (const auto& [r, chunk] : it->second.by_rank)
+      if (chunk) samples += chunk->size();
+    out.step_samples = samples;
+  }
+  if (c && dispenser_.complete(*c)) {
+    out.chunk_done = c;
+    out.epoch_done = dispenser_.epoch_done();
+  }
+  forget_if_closed(it);
+  return out;
+}
+
+std::set<std::uint32_t> step_planner::drop(std::span<const std::uint32_t> ranks,
+                                           std::int64_t from) {
+  std::set<std::uint32_t> reopened;
+  for (auto it = plans_.lower_bound(from); it != plans_.end();) {
+    auto& p = it->second;
+    for (auto r : ranks) {
+      auto mine = p.by_rank.find(r);
+      if (mine == p.by_rank.end()) continue;
+      if (mine->second) {
+        dispenser_.give_back(*mine->second);
+        reopened.insert(mine->second->epoch);
+      }
+      p.by_rank.erase(mine);
+      p.expected = p.expected > 0 ? p.expected - 1 : 0;
+    }
+    auto next = std::next(it);
+    forget_if_closed(it);
+    it = next;
+  }
+  return reopened;
+}
+
+void step_planner::forget_if_closed(std::map<std::int64_t, plan>::iterator it) {
+  const std::size_t n = it->second.expected;
+  if (it->second.fetched >= n && (it->second.finished || it->second.reported >= n))
+    plans_.erase(it);
+}
+
+}  // namespace coach::worker

@@ -1,0 +1,94 @@
+#pragma once
+// worker::step_planner: which worker computes what at each step of a job, as plain logic. The
+// job master (actors/master_actor.cpp) asks it when a worker asks for its next step and when a
+// worker reports one; it keeps the plan of every open step: the chunk of each member rank, the
+// grants handed out and the reports received. Bulk-synchronous (consistency `bsp`): a step
+// gives every member of its configuration one chunk (none when the epoch's chunks are all
+// out), completes when every member reported, and the next epoch's first step opens only once
+// every chunk of the epoch completed. The place where the other consistency modes go
+// (issue 15). Unit-tested in tests/unit/step_planner_test.cpp.
+//
+// Threads: one owner (the master).
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <span>
+
+#include "worker/chunk_dispenser.hpp"
+
+namespace coach::worker {
+
+class step_planner {
+ public:
+  /// Hands out `dispenser`'s chunks for epochs [first_epoch, epochs). `dispenser` must outlive
+  /// the planner.
+  step_planner(chunk_dispenser& dispenser, std::uint32_t first_epoch, std::uint32_t epochs);
+
+  /// What opening a step did.
+  struct opened {
+    bool finished = false;                     ///< training is over: every rank is told to stop
+    std::optional<std::uint32_t> epoch_begun;  ///< the step began this epoch
+    bool ends_epoch = false;                   ///< it handed out its epoch's last chunk
+  };
+  /// Opens step open_step() + 1 for `members` (its configuration's ranks); `stop` (the job was
+  /// cancelled) makes it the finishing step. nullopt when it cannot open yet: its epoch's chunks
+  /// are all out and some are not complete (the next epoch waits for them).
+  std::optional<opened> open(std::span<const std::uint32_t> members, bool stop);
+  /// The newest step opened; -1 before the first.
+  std::int64_t open_step() const noexcept { return open_step_; }
+
+  /// What a worker is to do at a step.
+  struct grant {
+    enum class kind {
+      stale,     ///< the step is closed (a late request): nothing to answer
+      finished,  ///< training is over, or the rank is no member of the step: stop
+      no_chunk,  ///< a member without a chunk this step (the epoch's chunks are all out)
+      chunk,     ///< compute this chunk
+    };
+    kind what = kind::stale;
+    std::optional<worker::chunk> c;
+    std::uint32_t epoch = 0;  ///< of the chunk, or the current epoch
+  };
+  /// The grant of `rank` at the open step `step` (counted: a step is forgotten once every member
+  /// fetched its grant and reported).
+  grant take(std::uint32_t rank, std::int64_t step);
+
+  /// What a worker's report of a step did.
+  struct reported {
+    bool known = false;                         ///< a member of an open step (else ignored)
+    std::optional<std::uint64_t> step_samples;  ///< the step completed: its samples
+    std::optional<worker::chunk> chunk_done;    ///< the rank's chunk completed (its samples count)
+    bool epoch_done = false;                    ///< that chunk was its epoch's last
+  };
+  reported report(std::uint32_t rank, std::int64_t step);
+
+  /// Workers `ranks` left the job from step `from` on: steps from there expect them no more,
+  /// and the chunks they held in those steps go back to the dispenser. Returns the epochs whose
+  /// chunks went back.
+  std::set<std::uint32_t> drop(std::span<const std::uint32_t> ranks, std::int64_t from);
+
+  bool epoch_started() const noexcept { return epoch_started_; }
+  /// Steps open now (for tests and the master's statistics).
+  std::size_t steps_open() const noexcept { return plans_.size(); }
+
+ private:
+  struct plan {
+    std::map<std::uint32_t, std::optional<worker::chunk>> by_rank;
+    bool finished = false;
+    std::size_t expected = 0;  ///< grants to hand out, reports to await
+    std::size_t fetched = 0;
+    std::size_t reported = 0;
+  };
+  void forget_if_closed(std::map<std::int64_t, plan>::iterator it);
+
+  chunk_dispenser& dispenser_;
+  std::uint32_t first_epoch_;
+  std::uint32_t epochs_;
+  bool epoch_started_ = false;
+  std::int64_t open_step_ = -1;
+  std::map<std::int64_t, plan> plans_;
+};
+
+}  // namespace coach::worker
