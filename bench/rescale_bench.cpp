@@ -182,10 +182,13 @@ result<cluster> start_cluster(const fs::path& dir) {
   c.dir = dir;
   c.at = free_address();
   const std::string node = std::string(COACH_BINARY_DIR) + "/apps/coach-node";
-  c.nodes.push_back(spawn(node,
-                          {"--listen", c.at, "--scheduler", "--store", "", "--name", "node-a",
-                           "--heartbeat", "0.25", "--node-timeout", "30", "--exit-with-parent"},
-                          dir / "node-a.log"));
+  c.nodes.push_back(
+      spawn(node,
+            // The bench moves the shard itself: dltap's live rebalancing
+            // would move it back beside the worker between its moves.
+            {"--listen", c.at, "--scheduler", "--store", "", "--name", "node-a", "--heartbeat",
+             "0.25", "--node-timeout", "30", "--rebalance-interval", "0", "--exit-with-parent"},
+            dir / "node-a.log"));
   for (const char* name : {"node-b", "node-c"})
     c.nodes.push_back(spawn(node,
                             {"--listen", free_address(), "--join", c.at, "--name", name,
