@@ -300,15 +300,14 @@ result<registered_job*> job_registry::running_job(std::uint64_t id) {
 
 std::map<std::uint32_t, resources> job_registry::reserved() const {
   std::map<std::uint32_t, resources> out;
-  auto add = [&](std::uint32_t h, const resources& r, std::size_t n) {
-    auto& x = out[h];
-    x.gpus += r.gpus * int(n);
-    x.cpus += r.cpus * double(n);
+  auto add = [&](std::uint32_t h, const resources& r) {
+    out[h].gpus += r.gpus;
+    out[h].cpus += r.cpus;
   };
   for (const auto& [id, job] : jobs_) {
     if (!job.launched || job.over()) continue;
-    for (auto h : job.alloc.worker_hosts()) add(h, worker_cost(job.rec), 1);
-    for (auto h : job.alloc.shard_hosts()) add(h, shard_cost(job.rec), 1);
+    for (auto h : job.alloc.worker_hosts()) add(h, worker_cost(job.rec));
+    for (auto h : job.alloc.shard_hosts()) add(h, shard_cost(job.rec));
   }
   return out;
 }

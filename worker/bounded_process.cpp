@@ -83,6 +83,11 @@ std::string_view to_string(process_end e) noexcept {
   return "?";
 }
 
+memory_enforcement default_memory_enforcement() {
+  static const memory_enforcement how = detect_memory_enforcement();
+  return how;
+}
+
 std::string_view to_string(memory_enforcement m) noexcept {
   return m == memory_enforcement::cgroup ? "cgroup" : "rlimit";
 }
@@ -91,13 +96,11 @@ memory_enforcement detect_memory_enforcement(const std::string& cgroup_root) {
   const auto dir = own_cgroup(cgroup_root);
   if (dir.empty() || !has_word(dir + "/cgroup.controllers", "memory"))
     return memory_enforcement::rlimit;
-  // A child cgroup gets the memory controller only if this one hands it down, which a cgroup
-  // with processes of its own cannot do (the "no internal processes" rule): try it.
+  // A child cgroup gets the memory controller only if whoever delegated this one hands it down
+  // (cgroup.subtree_control): checked, never changed here, since that is the host's setting.
   const auto probe = dir + "/coach-probe-" + std::to_string(::getpid());
   if (::mkdir(probe.c_str(), 0755) != 0 && errno != EEXIST) return memory_enforcement::rlimit;
-  const bool ok = has_word(probe + "/cgroup.controllers", "memory") ||
-                  (write_file(dir + "/cgroup.subtree_control", "+memory") &&
-                   has_word(probe + "/cgroup.controllers", "memory"));
+  const bool ok = has_word(probe + "/cgroup.controllers", "memory");
   ::rmdir(probe.c_str());
   return ok ? memory_enforcement::cgroup : memory_enforcement::rlimit;
 }

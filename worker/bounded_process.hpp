@@ -53,8 +53,12 @@ inline constexpr int exit_out_of_memory = 3;
 enum class memory_enforcement { cgroup, rlimit };
 std::string_view to_string(memory_enforcement m) noexcept;
 /// cgroup when this process's cgroup v2 has the memory controller and a child cgroup can be
-/// made in it (cgroup_root, default /sys/fs/cgroup); else rlimit. Checked once per call.
+/// made in it with that controller (the host delegated it; cgroup_root, default
+/// /sys/fs/cgroup); else rlimit. Probes on every call.
 memory_enforcement detect_memory_enforcement(const std::string& cgroup_root = "/sys/fs/cgroup");
+/// detect_memory_enforcement() of the first call, kept for the process's life (a probe makes
+/// and removes a cgroup: not once per invocation).
+memory_enforcement default_memory_enforcement();
 
 struct process_result {
   process_end end = process_end::completed;
@@ -71,7 +75,7 @@ class bounded_process {
   /// argv; io_error when the child cannot be made or the program not run (its errno's text).
   static result<bounded_process> start(const std::vector<std::string>& argv,
                                        const process_limits& limits,
-                                       memory_enforcement how = detect_memory_enforcement());
+                                       memory_enforcement how = default_memory_enforcement());
 
   bounded_process(bounded_process&& other) noexcept;
   bounded_process& operator=(bounded_process&&) = delete;
