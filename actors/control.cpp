@@ -254,6 +254,7 @@ void put_job_status(wire::JobStatus::Builder b, const job_status& s) {
     cs[i].setSamplesPerSecondBefore(c.samples_per_s_before);
     cs[i].setSamplesPerSecondAfter(c.samples_per_s_after);
     cs[i].setPrepareMs(c.prepare_ms);
+    cs[i].setStepSpreadMs(c.step_spread_ms);
   }
   put_text([&](unsigned n) { return b.initModel(n); }, s.model_json, max_model_bytes);
   b.setResumes(s.resumes);
@@ -548,7 +549,7 @@ job_status get_job_status(wire::JobStatus::Reader r) {
     s.changes.push_back({get_text(c.getWhat(), "job status change"), c.getStep(), c.getJoinMs(),
                          c.getTransferMs(), c.getMovedBytes(), c.getGapMs(), c.getStepMs(),
                          c.getPauseMs(), c.getSamplesPerSecondBefore(),
-                         c.getSamplesPerSecondAfter(), c.getPrepareMs()});
+                         c.getSamplesPerSecondAfter(), c.getPrepareMs(), c.getStepSpreadMs()});
   s.model_json = get_text(r.getModel(), "job status model", max_model_bytes);
   s.resumes = r.getResumes();
   s.placement = get_text(r.getPlacement(), "job status placement");

@@ -15,6 +15,8 @@
 //             shard's bytes at the throughput of raw ZeroMQ between two processes measured in the
 //             same run (an echo of the same size, sent without a copy: one way takes half a round
 //             trip). The goal, for EVERY move: pause <= transfer + 20 ms ("ok" per move).
+//             spread_ms: the longest of the steps before the request less their median, how
+//             much steps varied with no change at all (the noise a pause is read against).
 //   throughput: samples/s over up to 20 steps before each change and after it.
 //
 // This program, its echo and the nodes run with the nodes' memory policy (common/huge_pages.hpp:
@@ -27,8 +29,8 @@
 //   {"join_ms", "joins_ms": [...], "migrations": [{"size_bytes", "pause_ms", "transfer_ms",
 //    "handover_ms", "gap_ms", "step_ms", "link_gbps", "pauses_ms": [...]}] (the median move of
 //    each size), "moves": [{"size_bytes", "move", "pause_ms", "transfer_ms", "bound_ms", "ok",
-//    "gap_ms", "step_ms", "handover_ms", "prepare_ms"}] (every move), "every_move_ok",
-//    "throughput": {...}}
+//    "gap_ms", "step_ms", "step_spread_ms", "handover_ms", "prepare_ms"}] (every move),
+//    "every_move_ok", "throughput": {...}}
 #include <CLI/CLI.hpp>
 #include <caf/all.hpp>
 #include <zmq.hpp>
@@ -325,14 +327,15 @@ int run(const std::vector<std::size_t>& sizes_mib, int joins, int repeat, bool j
     migrations.push_back(m);
     std::fprintf(table,
                  "migrate %zu MiB (%zu bytes): raw ZeroMQ one way %.2f GB/s, transfer %.1f ms\n"
-                 "  %4s %9s %9s %9s %4s %9s %9s %11s %10s %9s\n",
+                 "  %4s %9s %9s %9s %4s %9s %9s %9s %11s %10s %9s\n",
                  mib, m.size_bytes, m.link_gbps, m.transfer_ms, "move", "pause_ms", "transf_ms",
-                 "bound_ms", "ok", "gap_ms", "step_ms", "handover_ms", "prepare_ms", "sps_after");
+                 "bound_ms", "ok", "gap_ms", "step_ms", "spread_ms", "handover_ms", "prepare_ms",
+                 "sps_after");
     for (std::size_t k = 0; k < m.reps.size(); ++k) {
       const auto& rep = m.reps[k];
-      std::fprintf(table, "  %4zu %9.1f %9.1f %9.1f %4s %9.1f %9.1f %11.1f %10.1f %9.0f\n", k + 1,
-                   rep.pause_ms, m.transfer_ms, bound_ms(m), within(m, rep) ? "yes" : "NO",
-                   rep.gap_ms, rep.step_ms, rep.transfer_ms, rep.prepare_ms,
+      std::fprintf(table, "  %4zu %9.1f %9.1f %9.1f %4s %9.1f %9.1f %9.1f %11.1f %10.1f %9.0f\n",
+                   k + 1, rep.pause_ms, m.transfer_ms, bound_ms(m), within(m, rep) ? "yes" : "NO",
+                   rep.gap_ms, rep.step_ms, rep.step_spread_ms, rep.transfer_ms, rep.prepare_ms,
                    rep.samples_per_s_after);
     }
   }
@@ -372,11 +375,11 @@ int run(const std::vector<std::size_t>& sizes_mib, int joins, int repeat, bool j
       const auto& rep = m.reps[k];
       out += coach::format(
           "{}{{\"size_bytes\": {}, \"move\": {}, \"pause_ms\": {}, \"transfer_ms\": {}, "
-          "\"bound_ms\": {}, \"ok\": {}, \"gap_ms\": {}, \"step_ms\": {}, \"handover_ms\": {}, "
-          "\"prepare_ms\": {}}}",
+          "\"bound_ms\": {}, \"ok\": {}, \"gap_ms\": {}, \"step_ms\": {}, \"step_spread_ms\": {}, "
+          "\"handover_ms\": {}, \"prepare_ms\": {}}}",
           first_move ? "" : ", ", m.size_bytes, k + 1, num(rep.pause_ms), num(m.transfer_ms),
           num(bound_ms(m)), within(m, rep) ? "true" : "false", num(rep.gap_ms), num(rep.step_ms),
-          num(rep.transfer_ms), num(rep.prepare_ms));
+          num(rep.step_spread_ms), num(rep.transfer_ms), num(rep.prepare_ms));
       first_move = false;
     }
   out += coach::format("], \"every_move_ok\": {}", ok == moves ? "true" : "false");

@@ -57,10 +57,11 @@ std::string to_json(const change_report& c) {
   return coach::format(
       "{{\"what\": {}, \"step\": {}, \"join_ms\": {}, \"transfer_ms\": {}, "
       "\"moved_bytes\": {}, \"gap_ms\": {}, \"step_ms\": {}, \"pause_ms\": {}, "
-      "\"samples_per_s_before\": {}, \"samples_per_s_after\": {}, \"prepare_ms\": {}}}",
+      "\"step_spread_ms\": {}, \"samples_per_s_before\": {}, \"samples_per_s_after\": {}, "
+      "\"prepare_ms\": {}}}",
       quoted(c.what), c.step, num(c.join_ms), num(c.transfer_ms), c.moved_bytes, num(c.gap_ms),
-      num(c.step_ms), num(c.pause_ms), num(c.samples_per_s_before), num(c.samples_per_s_after),
-      num(c.prepare_ms));
+      num(c.step_ms), num(c.pause_ms), num(c.step_spread_ms), num(c.samples_per_s_before),
+      num(c.samples_per_s_after), num(c.prepare_ms));
 }
 
 std::string to_json(const job_result& r) {

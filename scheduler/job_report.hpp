@@ -55,6 +55,9 @@ struct change_report {
   /// Request -> the new shard of a migration placed and its memory warmed, while the job went on
   /// training (the change's step boundary comes after it).
   double prepare_ms = -1;
+  /// The longest gap before the request less step_ms: how much steps without a change varied,
+  /// the noise a pause is measured against.
+  double step_spread_ms = -1;
 };
 
 /// The outcome of a whole job.

@@ -97,6 +97,7 @@ struct ChangeReport {
   samplesPerSecondBefore @8 :Float64;
   samplesPerSecondAfter @9 :Float64;
   prepareMs @10 :Float64;      # request -> a migration's new shard placed and its memory warmed
+  stepSpreadMs @11 :Float64;   # longest gap before the request - stepMs (the noise of a pause)
 }
 
 struct StatusReply {
