@@ -108,11 +108,16 @@ class scheduler_cluster : public ::testing::Test {
     return st;
   }
 
-  std::string wait_for_end(const std::string& job) {
-    return poll(job, [](const std::string& s) {
-      return has(s, "\"state\": \"succeeded\"") || has(s, "\"state\": \"failed\"") ||
-             has(s, "\"state\": \"cancelled\"");
-    });
+  /// Polls until the job ended (or `limit` passed: a safeguard against a hang, not a timing
+  /// claim; a loaded machine runs a long job slower).
+  std::string wait_for_end(const std::string& job, std::chrono::milliseconds limit = 60s) {
+    return poll(
+        job,
+        [](const std::string& s) {
+          return has(s, "\"state\": \"succeeded\"") || has(s, "\"state\": \"failed\"") ||
+                 has(s, "\"state\": \"cancelled\"");
+        },
+        limit);
   }
 
   std::string submit(const fs::path& spec, const std::string& extra = "") {
@@ -219,7 +224,8 @@ TEST_F(scheduler_cluster, swapping_the_policy_under_a_running_job_loses_and_rest
   const auto after = status(job);  // every swap happened while it ran
   EXPECT_TRUE(has(after, "\"state\": \"running\"")) << after;
   EXPECT_LT(json_number(after, "epochs_done"), epochs) << after;
-  const auto final_status = wait_for_end(job);
+  // 800 epochs of digits: about a minute on 2 idle cores, more beside the suite's other tests.
+  const auto final_status = wait_for_end(job, 300s);
   EXPECT_TRUE(has(final_status, "\"state\": \"succeeded\"")) << final_status;
   EXPECT_EQ(json_number(final_status, "resumes"), 0) << final_status;
   EXPECT_TRUE(has(final_status, full_epochs(epochs))) << final_status;
