@@ -54,7 +54,7 @@ result<void> job_runner::launch(const runner_env& env, sched::registered_job& jo
   }
   ctx_ = std::move(ctx);
   job.model_bytes = double(ctx_->model.num_params()) * sizeof(float);
-  job.state_factor = 1.0 + double(spec->optimizer.state_per_param());
+  job.state_factor = 1.0 + double(scheduler::shard_optimizer(*spec).state_per_param());
   job.batch_size = double(spec->batch_size);
   job.status.samples_epoch = data->train.rows;
   const std::uint32_t gen = env.reg->begin_run(job, o.workers, o.shards, resumed);

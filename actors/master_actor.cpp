@@ -263,7 +263,7 @@ struct master_state {
     // One order per (source, destination) pair: the source hands over at version s.
     std::map<std::pair<std::uint32_t, std::uint32_t>, std::vector<ps::key_range>> orders;
     for (const auto& mv : moves) orders[{mv.from, mv.to}].push_back(cfg.map.slice_range(mv.slice));
-    const std::size_t floats_per_key = 1 + ctx->spec.optimizer.state_per_param();
+    const std::size_t floats_per_key = 1 + scheduler::shard_optimizer(ctx->spec).state_per_param();
     for (const auto& mv : moves)
       timings.back().rep.moved_bytes +=
           cfg.map.slice_range(mv.slice).size() * floats_per_key * sizeof(float);
@@ -489,8 +489,10 @@ struct master_state {
       last = d.at;
     }
     if (!gaps.empty()) {
+      const double longest = *std::max_element(gaps.begin(), gaps.end());
       std::nth_element(gaps.begin(), gaps.begin() + std::ptrdiff_t(gaps.size() / 2), gaps.end());
       t.rep.step_ms = gaps[gaps.size() / 2];
+      t.rep.step_spread_ms = longest - t.rep.step_ms;
       const double ms = ms_between(*first, *last);
       if (ms > 0) t.rep.samples_per_s_before = double(samples) * 1000.0 / ms;
     }
@@ -690,11 +692,19 @@ struct master_state {
       m.hdr.flags = flag::no_chunk;
       m.hdr.epoch = g.epoch;
     } else {
-      auto idx = dispenser->indices(*g.c);
-      auto copy = std::make_shared<std::vector<std::uint32_t>>(idx.begin(), idx.end());
+      // Frame 0: the chunks' indices one after the other; frame 1 (averaging): their sizes.
+      auto copy = std::make_shared<std::vector<std::uint32_t>>();
+      auto sizes = std::make_shared<std::vector<std::uint32_t>>();
+      for (const auto& c : g.chunks) {
+        auto idx = dispenser->indices(c);
+        copy->insert(copy->end(), idx.begin(), idx.end());
+        sizes->push_back(std::uint32_t(idx.size()));
+      }
       m.hdr.epoch = g.epoch;
-      m.hdr.chunk_id = g.c->id;
+      m.hdr.chunk_id = g.chunks.front().id;
       m.frames.push_back(frame::of(copy, copy->data(), copy->size()));
+      if (ctx->spec.consistency.kind == scheduler::consistency_kind::averaging)
+        m.frames.push_back(frame::of(sizes, sizes->data(), sizes->size()));
     }
     ctx->net->send(std::move(m));
   }
@@ -705,16 +715,17 @@ struct master_state {
     if (r.step_samples) step_completed(m.hdr.step, *r.step_samples);
     auto& last = last_report.try_emplace(m.hdr.rank, -1).first->second;
     last = std::max(last, m.hdr.step);
-    if (const auto& c = r.chunk_done) {
-      auto& e = epochs[c->epoch];
-      e.samples += c->size();
+    if (!r.chunks_done.empty()) {
+      const std::uint32_t epoch = r.chunks_done.front().epoch;  // a step's chunks share it
+      auto& e = epochs[epoch];
+      for (const auto& c : r.chunks_done) e.samples += c.size();
       e.loss_sum += m.hdr.loss;
       e.compute_us += m.hdr.compute_us;
       if (r.epoch_done) {
         e.seconds = seconds_since(e.start);
-        maybe_finish_epoch(c->epoch);
+        maybe_finish_epoch(epoch);
       }
-      progress(c->epoch);
+      progress(epoch);
     }
     // Requests parked at the epoch's end can go on now.
     regrant_parked();
@@ -846,7 +857,11 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
   st.evaluator = std::move(evaluator);
   st.dispenser = std::make_unique<worker::chunk_dispenser>(
       ctx->data->train.rows, std::size_t(ctx->spec.batch_size), ctx->spec.seed);
-  st.planner.emplace(*st.dispenser, options.first_epoch, st.num_epochs());
+  const auto& consistency = ctx->spec.consistency;
+  st.planner.emplace(*st.dispenser, options.first_epoch, st.num_epochs(),
+                     consistency.kind == scheduler::consistency_kind::averaging
+                         ? std::uint32_t(consistency.local_steps)
+                         : 1u);
   st.result.name = ctx->spec.name;
   return {
       [self](wire_message& m) {

@@ -23,8 +23,10 @@ namespace coach::actors {
 
 /// Kinds of data-path messages. Numbers are stable (they go on the wire): never renumber.
 enum class msg_kind : std::uint16_t {
-  chunk_request = 1,     ///< worker -> master: step, rank
-  chunk_grant = 2,       ///< master -> worker: step, epoch, chunk; frame 0 = sample indices (u32)
+  chunk_request = 1,  ///< worker -> master: step, rank
+  /// master -> worker: step, epoch, chunk; frame 0 = sample indices (u32); averaging: the
+  /// indices of up to K chunks, and frame 1 = each chunk's size (u32)
+  chunk_grant = 2,
   pull = 3,              ///< worker -> shard: step = parameter version wanted
   push = 4,              ///< worker -> shard: step, rank, samples, loss; a frame per range
   params = 5,            ///< shard -> worker or master: step = version, ranges; a frame per range

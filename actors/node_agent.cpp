@@ -249,7 +249,8 @@ struct agent_state {
                     opt.name, a.id, a.expect_keys, ctx->model.num_params());
       part.actors.push_back(spawn_added_shard(sys, ctx, a.id, c));
       part.bound.push_back(ctx->shard_ep(a.id));
-      warm_before_answer = warm_blocks_for(a.expect_keys, ctx->spec.optimizer.state_per_param());
+      warm_before_answer =
+          warm_blocks_for(a.expect_keys, scheduler::shard_optimizer(ctx->spec).state_per_param());
     }
     watch(part.actors.back());
     std::fprintf(stderr, "coach-node: job %llu: started %s %u\n",

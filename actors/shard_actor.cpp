@@ -240,7 +240,7 @@ struct shard_state {
 
   void on_transfer(wire_message& m) {
     // Taken without a copy where it arrived from another process (an empty shard adopts it).
-    auto t = read_transfer(std::move(m), ctx->spec.optimizer.state_per_param());
+    auto t = read_transfer(std::move(m), scheduler::shard_optimizer(ctx->spec).state_per_param());
     if (!t) return report(t.error());
     adoptions.push_back(std::move(*t));
   }
@@ -375,8 +375,8 @@ caf::behavior shard_actor(caf::stateful_actor<shard_state>* self,
   st.self_addr = self->address();
   auto be = kernels::make_backend(kernels::backend_kind::cpu);
   st.be = std::move(*be);
-  st.core = std::make_unique<ps::shard>(id, ctx->spec.optimizer, *st.be, std::move(ranges),
-                                        initial_owned);
+  st.core = std::make_unique<ps::shard>(id, scheduler::shard_optimizer(ctx->spec), *st.be,
+                                        std::move(ranges), initial_owned);
   if (auto ok = st.core->configure(cfg); !ok) st.report(ok.error());
   return {
       [self](answers_atom) { self->state.send_transfers(); },

@@ -12,6 +12,7 @@
 #include "actors/roles.hpp"
 #include "common/buffer_pool.hpp"
 #include "ps/key_coverage.hpp"
+#include "worker/local_averaging.hpp"
 
 namespace coach::actors {
 namespace {
@@ -22,6 +23,8 @@ struct worker_state {
   endpoint self_ep;
   std::shared_ptr<kernels::backend> be;
   std::unique_ptr<worker::mlp_runner> runner;
+  /// averaging:K: the local steps of each round (worker/local_averaging.hpp); null otherwise.
+  std::unique_ptr<worker::local_averaging> averager;
   float* params = nullptr;  ///< backend memory: the parameters assembled from the shards
   /// Zero copy: with a host backend, while every piece of the version received so far is a view
   /// of one buffer laid out as the whole vector (an in-process shard owning every key), the
@@ -225,21 +228,44 @@ struct worker_state {
     return true;
   }
 
+  /// Whether a grant's local steps cut its indices exactly, each at most a batch.
+  bool valid_local_steps(std::span<const std::uint32_t> indices,
+                         std::span<const std::uint32_t> sizes) const {
+    std::uint64_t sum = 0;
+    for (auto n : sizes) {
+      if (n > std::uint32_t(ctx->spec.batch_size)) return false;
+      sum += n;
+    }
+    return sum == indices.size();
+  }
+
   /// Runs the step when its chunk and every shard's parameters are here.
   void try_step() {
     auto it = grants.find(step);
     if (it == grants.end() || !received->complete()) return;
     const wire_message& g = it->second;
-    std::span<const std::uint32_t> indices;
-    if (!(g.hdr.flags & flag::no_chunk) && !g.frames.empty())
+    std::span<const std::uint32_t> indices, sizes;
+    if (!(g.hdr.flags & flag::no_chunk) && !g.frames.empty()) {
       indices = g.frames.front().as<std::uint32_t>();
+      if (g.frames.size() > 1) sizes = g.frames[1].as<std::uint32_t>();
+    }
+    const std::uint32_t whole_grant[] = {std::uint32_t(indices.size())};
+    if (averager && sizes.empty() && !indices.empty()) sizes = whole_grant;
+    if (!sizes.empty() && !valid_local_steps(indices, sizes)) {
+      std::fprintf(stderr, "coach: worker %u: malformed grant of step %lld (chunk sizes)\n", rank,
+                   static_cast<long long>(step));
+      return;
+    }
 
     auto buf = grads->acquire();
     const auto t0 = std::chrono::steady_clock::now();
     float* out = host_backend ? buf->data() : grad;
     // Every key arrived exactly once (key_coverage): the held pieces alone cover the vector.
     const float* w = held.empty() ? params : whole.as<float>().data();
-    const double loss = runner->forward_backward(w, ctx->data->train, indices, out);
+    const double loss =
+        averager && !indices.empty()
+            ? averager->run(*runner, w, ctx->data->train, indices, sizes, out).loss_sum
+            : runner->forward_backward(w, ctx->data->train, indices, out);
     whole = frame{};  // let the shard update in place
     held.clear();
     copying = false;
@@ -299,6 +325,11 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
   st.params = st.be->alloc(n);
   if (!st.host_backend) st.grad = st.be->alloc(n);
   st.runner = std::make_unique<worker::mlp_runner>(ctx->model, *st.be, ctx->spec.batch_size);
+  if (ctx->spec.consistency.kind == scheduler::consistency_kind::averaging) {
+    auto local = ctx->spec.optimizer.sgd;
+    if (ctx->spec.optimizer.kind == ps::optimizer_kind::sgd) local.momentum = 0;
+    st.averager = std::make_unique<worker::local_averaging>(*st.be, n, local);
+  }
   st.grads = std::make_unique<buffer_pool>(n);
   st.received.emplace(n);
   st.use(std::move(cfg));

@@ -66,6 +66,8 @@ class backend {
   virtual void upload(float* dst, const float* host_src, std::size_t n) = 0;
   /// Copies n floats from backend memory into host memory (waits for pending work).
   virtual void download(float* host_dst, const float* src, std::size_t n) = 0;
+  /// dst = src, both backend memory (no overlap).
+  virtual void copy(float* dst, const float* src, std::size_t n) = 0;
   /// Allocates n int32 values of backend memory (zeroed), for max_pool2d's argmax indices.
   virtual std::int32_t* alloc_indices(std::size_t n) = 0;
   /// Releases memory from alloc_indices (nullptr is a no-op).

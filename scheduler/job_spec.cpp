@@ -208,6 +208,7 @@ class spec_parser {
   std::string source_;
   std::string base_dir_;           // relative dataset paths are resolved against it; empty: the cwd
   std::optional<error> deferred_;  // unsupported, reported once everything else is valid
+  int consistency_line_ = 0;
 };
 
 result<spec_parser::fields> spec_parser::open_map(
@@ -523,11 +524,13 @@ result<void> spec_parser::parse_consistency(const entry& e, job_spec& spec) {
   } else {
     return bad(e, "must be one of {}, got {}", forms, describe(e.value));
   }
-  if (c.kind != consistency_kind::bsp && !deferred_) {
-    deferred_ = error{errc::unsupported,
-                      coach::format("{}:{}: field '{}': '{}' is not implemented yet (only bsp)",
-                                    source_, line_of(e), e.path, printable(text))};
+  if ((c.kind == consistency_kind::ssp || c.kind == consistency_kind::asp) && !deferred_) {
+    deferred_ =
+        error{errc::unsupported,
+              coach::format("{}:{}: field '{}': '{}' is not implemented yet (bsp, averaging:K)",
+                            source_, line_of(e), e.path, printable(text))};
   }
+  consistency_line_ = line_of(e);
   spec.consistency = c;
   return {};
 }
@@ -720,12 +723,30 @@ result<job_spec> spec_parser::parse(const YAML::Node& root) {
   if ((e = top->find("schedule"))) {
     if (auto r = parse_schedule(*e, spec); !r) return std::unexpected(std::move(r.error()));
   }
+  // Model averaging runs the optimizer on the workers, where it has no state across rounds.
+  if (spec.consistency.kind == consistency_kind::averaging &&
+      spec.optimizer.kind == ps::optimizer_kind::adam) {
+    return std::unexpected(
+        error{errc::invalid_argument,
+              coach::format("{}:{}: field 'consistency': averaging trains each worker with sgd or "
+                            "momentum from the pulled parameters; optimizer adam is not supported "
+                            "with it",
+                            source_, consistency_line_)});
+  }
   if (deferred_) return std::unexpected(*deferred_);
   return spec;
 }
 
 }  // namespace
 }  // namespace detail
+
+ps::optimizer_config shard_optimizer(const job_spec& spec) {
+  if (spec.consistency.kind != consistency_kind::averaging) return spec.optimizer;
+  ps::optimizer_config avg;
+  avg.kind = ps::optimizer_kind::sgd;
+  avg.sgd = kernels::sgd_options{1.0f, 0.0f, 0.0f};
+  return avg;
+}
 
 std::string to_string(const consistency_config& c) {
   switch (c.kind) {

@@ -26,7 +26,9 @@
 //     # epsilon: 1e-8            # adam only, > 0; default 1e-8
 //   batch_size: 64               # required; in [1, 1048576]
 //   epochs: 5                    # required; >= 1
-//   consistency: bsp             # bsp (default) | ssp:S (S >= 0) | asp | averaging:K (K >= 1)
+//   consistency: bsp             # bsp (default) | averaging:K (K >= 1: each worker trains K
+//                                # local steps, the shards average the models by samples);
+//                                # ssp:S (S >= 0) and asp are parsed, not implemented yet
 //   seed: 42                     # unsigned 64-bit; default 1
 //   workers: {min: 1, max: 4, initial: 2}   # or N, meaning min = max = initial = N; default 1
 //   shards: 2                    # same forms as workers; default 1
@@ -57,8 +59,9 @@
 // types, values out of range, unknown enum values (listing the allowed ones), missing required
 // fields, an empty document, a top level that is not a map. Codes: invalid_argument for all of
 // those, parse_error for malformed YAML (the line yaml-cpp reports), not_found for a missing file,
-// unsupported for a valid consistency other than bsp (this version implements only bsp; reported
-// only once every other field has passed).
+// unsupported for ssp:S and asp (this version implements bsp and averaging:K; reported only once
+// every other field has passed); invalid_argument for averaging:K with optimizer adam (the
+// workers run the optimizer locally, without state across rounds).
 
 #include <cstddef>
 #include <cstdint>
@@ -130,6 +133,11 @@ struct job_spec {
 
 /// "bsp", "ssp:3", "asp", "averaging:4".
 std::string to_string(const consistency_config& c);
+
+/// The rule a job's shards apply: the spec's optimizer, except under averaging:K, where the
+/// workers run it locally (worker/local_averaging.hpp) and a shard subtracts the samples-weighted
+/// mean of the members' deltas: plain SGD with learning rate 1 and no weight decay.
+ps::optimizer_config shard_optimizer(const job_spec& spec);
 
 /// Parses and validates a spec. `source_name` (a file name, or e.g. "<stdin>") starts every error
 /// message. Never throws.

@@ -1,11 +1,16 @@
 // worker/step_planner.cpp: which worker computes what at each step (step_planner.hpp).
 #include "worker/step_planner.hpp"
 
+#include <algorithm>
+
 namespace coach::worker {
 
 step_planner::step_planner(chunk_dispenser& dispenser, std::uint32_t first_epoch,
-                           std::uint32_t epochs)
-    : dispenser_(dispenser), first_epoch_(first_epoch), epochs_(epochs) {}
+                           std::uint32_t epochs, std::uint32_t chunks_per_step)
+    : dispenser_(dispenser),
+      first_epoch_(first_epoch),
+      epochs_(epochs),
+      chunks_per_step_(std::max<std::uint32_t>(1, chunks_per_step)) {}
 
 std::optional<step_planner::opened> step_planner::open(std::span<const std::uint32_t> members,
                                                        bool stop) {
@@ -26,7 +31,11 @@ std::optional<step_planner::opened> step_planner::open(std::span<const std::uint
       }
     }
     if (!p.finished) {
-      for (auto r : members) p.by_rank[r] = dispenser_.take();
+      // Round by round, so that the chunks of an epoch's end are shared out among the members.
+      for (auto r : members) p.by_rank[r];
+      for (std::uint32_t k = 0; k < chunks_per_step_; ++k)
+        for (auto r : members)
+          if (auto c = dispenser_.take()) p.by_rank[r].push_back(*c);
       out.ends_epoch = dispenser_.exhausted();
     }
   }
@@ -47,13 +56,13 @@ step_planner::grant step_planner::take(std::uint32_t rank, std::int64_t step) {
   }
   if (p.finished) {
     g.what = grant::kind::finished;
-  } else if (!mine->second) {
+  } else if (mine->second.empty()) {
     g.what = grant::kind::no_chunk;
     g.epoch = dispenser_.epoch();
   } else {
     g.what = grant::kind::chunk;
-    g.c = mine->second;
-    g.epoch = mine->second->epoch;
+    g.chunks = mine->second;
+    g.epoch = mine->second.front().epoch;
   }
   ++p.fetched;
   forget_if_closed(it);
@@ -67,17 +76,16 @@ step_planner::reported step_planner::report(std::uint32_t rank, std::int64_t ste
   auto mine = it->second.by_rank.find(rank);
   if (mine == it->second.by_rank.end()) return out;
   out.known = true;
-  const auto c = mine->second;
+  const auto chunks = mine->second;
   if (++it->second.reported == it->second.expected) {
     std::uint64_t samples = 0;
-    for (const auto& [r, chunk] : it->second.by_rank)
-      if (chunk) samples += chunk->size();
+    for (const auto& [r, cs] : it->second.by_rank)
+      for (const auto& c : cs) samples += c.size();
     out.step_samples = samples;
   }
-  if (c && dispenser_.complete(*c)) {
-    out.chunk_done = c;
-    out.epoch_done = dispenser_.epoch_done();
-  }
+  for (const auto& c : chunks)
+    if (dispenser_.complete(c)) out.chunks_done.push_back(c);
+  out.epoch_done = !out.chunks_done.empty() && dispenser_.epoch_done();
   forget_if_closed(it);
   return out;
 }
@@ -90,9 +98,9 @@ std::set<std::uint32_t> step_planner::drop(std::span<const std::uint32_t> ranks,
     for (auto r : ranks) {
       auto mine = p.by_rank.find(r);
       if (mine == p.by_rank.end()) continue;
-      if (mine->second) {
-        dispenser_.give_back(*mine->second);
-        reopened.insert(mine->second->epoch);
+      for (const auto& c : mine->second) {
+        dispenser_.give_back(c);
+        reopened.insert(c.epoch);
       }
       p.by_rank.erase(mine);
       p.expected = p.expected > 0 ? p.expected - 1 : 0;

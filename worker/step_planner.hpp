@@ -5,8 +5,9 @@
 // grants handed out and the reports received. Bulk-synchronous (consistency `bsp`): a step
 // gives every member of its configuration one chunk (none when the epoch's chunks are all
 // out), completes when every member reported, and the next epoch's first step opens only once
-// every chunk of the epoch completed. The place where the other consistency modes go
-// (issue 15). Unit-tested in tests/unit/step_planner_test.cpp.
+// every chunk of the epoch completed. Model averaging (`averaging:K`) is bulk-synchronous too,
+// with up to K chunks per member and step (the member trains K local steps, one per chunk, and
+// pushes its model's delta). Unit-tested in tests/unit/step_planner_test.cpp.
 //
 // Threads: one owner (the master).
 
@@ -15,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <span>
+#include <vector>
 
 #include "worker/chunk_dispenser.hpp"
 
@@ -22,9 +24,10 @@ namespace coach::worker {
 
 class step_planner {
  public:
-  /// Hands out `dispenser`'s chunks for epochs [first_epoch, epochs). `dispenser` must outlive
-  /// the planner.
-  step_planner(chunk_dispenser& dispenser, std::uint32_t first_epoch, std::uint32_t epochs);
+  /// Hands out `dispenser`'s chunks for epochs [first_epoch, epochs), up to `chunks_per_step`
+  /// (>= 1) to each member at each step. `dispenser` must outlive the planner.
+  step_planner(chunk_dispenser& dispenser, std::uint32_t first_epoch, std::uint32_t epochs,
+               std::uint32_t chunks_per_step = 1);
 
   /// What opening a step did.
   struct opened {
@@ -45,11 +48,11 @@ class step_planner {
       stale,     ///< the step is closed (a late request): nothing to answer
       finished,  ///< training is over, or the rank is no member of the step: stop
       no_chunk,  ///< a member without a chunk this step (the epoch's chunks are all out)
-      chunk,     ///< compute this chunk
+      chunk,     ///< compute these chunks (one local step each)
     };
     kind what = kind::stale;
-    std::optional<worker::chunk> c;
-    std::uint32_t epoch = 0;  ///< of the chunk, or the current epoch
+    std::vector<worker::chunk> chunks;  ///< 1..chunks_per_step, of one epoch (kind::chunk)
+    std::uint32_t epoch = 0;            ///< of the chunks, or the current epoch
   };
   /// The grant of `rank` at the open step `step` (counted: a step is forgotten once every member
   /// fetched its grant and reported).
@@ -59,8 +62,8 @@ class step_planner {
   struct reported {
     bool known = false;                         ///< a member of an open step (else ignored)
     std::optional<std::uint64_t> step_samples;  ///< the step completed: its samples
-    std::optional<worker::chunk> chunk_done;    ///< the rank's chunk completed (its samples count)
-    bool epoch_done = false;                    ///< that chunk was its epoch's last
+    std::vector<worker::chunk> chunks_done;     ///< the rank's chunks completed (samples count)
+    bool epoch_done = false;                    ///< one of them was its epoch's last
   };
   reported report(std::uint32_t rank, std::int64_t step);
 
@@ -75,7 +78,7 @@ class step_planner {
 
  private:
   struct plan {
-    std::map<std::uint32_t, std::optional<worker::chunk>> by_rank;
+    std::map<std::uint32_t, std::vector<worker::chunk>> by_rank;
     bool finished = false;
     std::size_t expected = 0;  ///< grants to hand out, reports to await
     std::size_t fetched = 0;
@@ -86,6 +89,7 @@ class step_planner {
   chunk_dispenser& dispenser_;
   std::uint32_t first_epoch_;
   std::uint32_t epochs_;
+  std::uint32_t chunks_per_step_;
   bool epoch_started_ = false;
   std::int64_t open_step_ = -1;
   std::map<std::int64_t, plan> plans_;

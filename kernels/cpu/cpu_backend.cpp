@@ -122,6 +122,10 @@ void cpu_backend::upload(float* dst, const float* host_src, std::size_t n) {
   if (n > 0) std::memcpy(dst, host_src, n * sizeof(float));
 }
 
+void cpu_backend::copy(float* dst, const float* src, std::size_t n) {
+  if (n > 0) std::memcpy(dst, src, n * sizeof(float));
+}
+
 void cpu_backend::download(float* host_dst, const float* src, std::size_t n) {
   if (n > 0) std::memcpy(host_dst, src, n * sizeof(float));
 }

@@ -41,6 +41,7 @@ class cpu_backend final : public backend {
   void free(float* p) noexcept override;
   /// Copies n floats (a memcpy: host and backend memory are the same).
   void upload(float* dst, const float* host_src, std::size_t n) override;
+  void copy(float* dst, const float* src, std::size_t n) override;
   /// Copies n floats (a memcpy: host and backend memory are the same).
   void download(float* host_dst, const float* src, std::size_t n) override;
 

@@ -225,6 +225,13 @@ void cuda_backend::upload(float* dst, const float* host_src, std::size_t n) {
   }
 }
 
+void cuda_backend::copy(float* dst, const float* src, std::size_t n) {
+  activate();
+  if (n > 0)
+    check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+          "cudaMemcpyAsync (copy)");
+}
+
 void cuda_backend::download(float* host_dst, const float* src, std::size_t n) {
   activate();
   if (n == 0) {

@@ -80,6 +80,7 @@ class cuda_backend final : public backend {
   /// Copies n floats from host memory to the device through pinned staging; returns once the
   /// host data is staged (the copy itself is ordered before every later op of this backend).
   void upload(float* dst, const float* host_src, std::size_t n) override;
+  void copy(float* dst, const float* src, std::size_t n) override;
   /// Copies n floats from the device to host memory, after every op enqueued before; returns
   /// when they are there. n == 0 only waits.
   void download(float* host_dst, const float* src, std::size_t n) override;

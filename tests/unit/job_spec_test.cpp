@@ -262,17 +262,38 @@ TEST(job_spec, consistency_forms) {
   };
   for (const form& f :
        {form{"ssp:3", consistency_kind::ssp, 3, 0}, form{"ssp:0", consistency_kind::ssp, 0, 0},
-        form{"asp", consistency_kind::asp, 0, 0},
-        form{"averaging:4", consistency_kind::averaging, 0, 4}}) {
+        form{"asp", consistency_kind::asp, 0, 0}}) {
     SCOPED_TRACE(f.text);
     const error e = parse_error_of(with("consistency", "consistency: " + std::string(f.text)));
     EXPECT_EQ(e.code, errc::unsupported);
     EXPECT_EQ(e.message, "job.yaml:9: field 'consistency': '" + std::string(f.text) +
-                             "' is not implemented yet (only bsp)");
+                             "' is not implemented yet (bsp, averaging:K)");
   }
   auto b = parse_job_spec(with("consistency", "consistency: bsp"), "job.yaml");
   ASSERT_TRUE(b) << b.error().to_string();
   EXPECT_EQ(b->consistency.kind, consistency_kind::bsp);
+  EXPECT_EQ(shard_optimizer(*b).kind, b->optimizer.kind);
+  EXPECT_EQ(shard_optimizer(*b).sgd.learning_rate, b->optimizer.sgd.learning_rate);
+  // averaging:K: the workers run the spec's optimizer, the shards average (SGD with rate 1).
+  auto a = parse_job_spec(with("consistency", "consistency: averaging:4"), "job.yaml");
+  ASSERT_TRUE(a) << a.error().to_string();
+  EXPECT_EQ(a->consistency.kind, consistency_kind::averaging);
+  EXPECT_EQ(a->consistency.local_steps, 4);
+  EXPECT_EQ(a->optimizer.kind, ps::optimizer_kind::sgd);
+  EXPECT_EQ(a->optimizer.sgd.learning_rate, 0.01f);
+  const auto avg = shard_optimizer(*a);
+  EXPECT_EQ(avg.kind, ps::optimizer_kind::sgd);
+  EXPECT_EQ(avg.sgd.learning_rate, 1.0f);
+  EXPECT_EQ(avg.sgd.momentum, 0.0f);
+  EXPECT_EQ(avg.sgd.weight_decay, 0.0f);
+  EXPECT_EQ(avg.state_per_param(), 0u);
+  std::string text = with("consistency", "consistency: averaging:2");
+  text.replace(text.find("type: sgd"), 9, "type: adam");
+  const error adam = parse_error_of(text);
+  EXPECT_EQ(adam.code, errc::invalid_argument);
+  EXPECT_EQ(adam.message,
+            "job.yaml:9: field 'consistency': averaging trains each worker with sgd or momentum "
+            "from the pulled parameters; optimizer adam is not supported with it");
   EXPECT_EQ(to_string(consistency_config{consistency_kind::ssp, 3, 0}), "ssp:3");
   EXPECT_EQ(to_string(consistency_config{consistency_kind::averaging, 0, 4}), "averaging:4");
 

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <set>
 #include <vector>
 
 namespace coach::worker {
@@ -28,13 +30,15 @@ TEST(step_planner, each_member_gets_a_chunk_and_the_step_completes_when_all_repo
   const auto g0 = p.take(0, 0), g1 = p.take(1, 0);
   ASSERT_EQ(g0.what, kind::chunk);
   ASSERT_EQ(g1.what, kind::chunk);
-  EXPECT_NE(g0.c->id, g1.c->id);
+  ASSERT_EQ(g0.chunks.size(), 1u);
+  ASSERT_EQ(g1.chunks.size(), 1u);
+  EXPECT_NE(g0.chunks[0].id, g1.chunks[0].id);
   EXPECT_EQ(p.take(7, 0).what, kind::finished) << "not a member of the step";
   auto r = p.report(0, 0);
   EXPECT_TRUE(r.known);
   EXPECT_FALSE(r.step_samples) << "rank 1 has not reported";
-  ASSERT_TRUE(r.chunk_done);
-  EXPECT_EQ(r.chunk_done->id, g0.c->id);
+  ASSERT_EQ(r.chunks_done.size(), 1u);
+  EXPECT_EQ(r.chunks_done[0].id, g0.chunks[0].id);
   r = p.report(1, 0);
   ASSERT_TRUE(r.step_samples);
   EXPECT_EQ(*r.step_samples, 20u);
@@ -58,7 +62,7 @@ TEST(step_planner, the_next_epoch_waits_for_every_chunk_of_this_one_and_training
     for (std::uint32_t r : {0u, 1u}) {
       if (s == 0 || r == 0) p.take(r, s);
       auto rep = p.report(r, s);
-      if (rep.chunk_done) samples += rep.chunk_done->size();
+      for (const auto& c : rep.chunks_done) samples += c.size();
       EXPECT_EQ(rep.epoch_done, s == 1 && r == 0) << "the last chunk was rank 0's at step 1";
     }
   EXPECT_EQ(samples, 30u);
@@ -112,11 +116,60 @@ TEST(step_planner, the_chunks_of_workers_that_left_are_trained_by_the_others_onc
     if (o->finished) break;
     for (std::uint32_t r : members) {
       p.take(r, s);
-      if (auto rep = p.report(r, s); rep.chunk_done) samples += rep.chunk_done->size();
+      for (const auto& c : p.report(r, s).chunks_done) samples += c.size();
     }
   }
   EXPECT_EQ(samples, 60u) << "every sample once: the dead worker's chunk was trained again";
   EXPECT_TRUE(d.epoch_done());
+}
+
+TEST(step_planner, averaging_gives_each_member_k_chunks_and_takes_them_all_back_when_it_leaves) {
+  chunk_dispenser d(95, 10, 5);  // 10 chunks per epoch, the last of 5 samples
+  step_planner p(d, 0, 1, 3);
+  std::vector<std::uint32_t> members{0, 1};
+  auto o = p.open(members, false);  // step 0: 3 chunks each
+  ASSERT_TRUE(o);
+  EXPECT_FALSE(o->ends_epoch);
+  const auto g0 = p.take(0, 0), g1 = p.take(1, 0);
+  ASSERT_EQ(g0.what, kind::chunk);
+  ASSERT_EQ(g0.chunks.size(), 3u);
+  ASSERT_EQ(g1.chunks.size(), 3u);
+  std::set<std::uint64_t> ids;
+  for (const auto* g : {&g0, &g1})
+    for (const auto& c : g->chunks) ids.insert(c.id);
+  EXPECT_EQ(ids.size(), 6u) << "no chunk handed out twice";
+  auto r = p.report(0, 0);
+  EXPECT_EQ(r.chunks_done.size(), 3u);
+  EXPECT_FALSE(r.step_samples);
+  // Rank 1 leaves with its three chunks: they go back.
+  const std::vector<std::uint32_t> gone{1};
+  EXPECT_EQ(p.drop(gone, 0), std::set<std::uint32_t>{0});
+  members = {0};
+  std::uint64_t samples = 30;
+  std::size_t most = 0;
+  for (std::int64_t s = 1; s < 10; ++s) {
+    o = p.open(members, false);
+    ASSERT_TRUE(o);
+    if (o->finished) break;
+    const auto g = p.take(0, s);
+    most = std::max(most, g.chunks.size());
+    for (const auto& c : p.report(0, s).chunks_done) samples += c.size();
+  }
+  EXPECT_EQ(most, 3u);
+  EXPECT_EQ(samples, 95u) << "every sample of the epoch once, the short last chunk included";
+  EXPECT_TRUE(d.epoch_done());
+}
+
+TEST(step_planner, at_an_epochs_end_averaging_shares_the_last_chunks_among_the_members) {
+  chunk_dispenser d(40, 10, 5);  // 4 chunks
+  step_planner p(d, 0, 1, 3);
+  const std::vector<std::uint32_t> members{0, 1, 2};
+  auto o = p.open(members, false);
+  ASSERT_TRUE(o);
+  EXPECT_TRUE(o->ends_epoch);
+  EXPECT_EQ(p.take(0, 0).chunks.size(), 2u);
+  EXPECT_EQ(p.take(1, 0).chunks.size(), 1u);
+  EXPECT_EQ(p.take(2, 0).chunks.size(), 1u);
 }
 
 }  // namespace

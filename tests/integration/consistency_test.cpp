@@ -1,0 +1,123 @@
+// Consistency modes end to end through the embedded cluster (docs/design.md, "Consistency"):
+// model averaging reaches the accuracy of BSP on digits and Fashion-MNIST, repeats bit for bit,
+// is invisible to sharding and survives workers joining and leaving and shards moving mid-epoch.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "actors/embedded_cluster.hpp"
+
+namespace coach::actors {
+namespace {
+
+using k = scheduler::schedule_action::kind_type;
+
+bool have_digits() {
+  return std::filesystem::exists("data/digits.csv.gz");
+}
+bool have_fashion() {
+  return std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+}
+
+scheduler::job_spec averaging(std::string_view example, int local_steps) {
+  auto spec = scheduler::load_job_spec(std::string(example));
+  EXPECT_TRUE(spec) << (spec ? "" : spec.error().to_string());
+  spec->consistency = {scheduler::consistency_kind::averaging, 0, local_steps};
+  return *spec;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && !a.empty() &&
+         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(consistency_averaging, digits_reaches_95_percent_and_trains_every_sample_once) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  auto spec = averaging("examples/digits-mlp.yaml", 4);
+  train_options opt;
+  opt.workers = 3;
+  auto r = train_embedded(spec, opt);
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_GE(r->test_accuracy, 0.95);
+  for (const auto& e : r->epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
+  EXPECT_LT(r->epochs.back().train_loss, r->epochs.front().train_loss);
+}
+
+TEST(consistency_averaging, fashion_mnist_mlp_reaches_86_percent_in_5_epochs) {
+  if (!have_fashion())
+    GTEST_SKIP() << "Fashion-MNIST missing: apt-get install dataset-fashion-mnist";
+  auto spec = averaging("examples/fashion-averaging.yaml", 4);
+  ASSERT_LE(spec.epochs, 5);
+  auto r = train_embedded(spec);
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_GE(r->test_accuracy, 0.86);
+  for (const auto& e : r->epochs) EXPECT_EQ(e.samples, 60000u);
+}
+
+TEST(consistency_averaging, repeats_bit_for_bit_and_does_not_depend_on_the_sharding) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  auto spec = averaging("examples/digits-mlp.yaml", 3);
+  spec.epochs = 2;
+  spec.slice_size = 256;
+  std::vector<std::vector<float>> finals;
+  for (std::uint32_t shards : {1u, 3u, 3u}) {
+    train_options opt;
+    opt.workers = 2;
+    opt.shards = shards;
+    auto r = train_embedded(spec, opt);
+    ASSERT_TRUE(r) << r.error().to_string();
+    finals.push_back(r->params);
+  }
+  EXPECT_TRUE(same_bits(finals[0], finals[1])) << "1 shard against 3";
+  EXPECT_TRUE(same_bits(finals[1], finals[2])) << "the same run twice";
+  // Not BSP in disguise: the same job under BSP ends elsewhere.
+  spec.consistency = {};
+  train_options opt;
+  opt.workers = 2;
+  auto bsp = train_embedded(spec, opt);
+  ASSERT_TRUE(bsp);
+  EXPECT_FALSE(same_bits(bsp->params, finals[0]));
+}
+
+TEST(consistency_averaging, workers_joining_and_leaving_and_shards_moving_change_nothing_else) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  auto with = [](std::vector<scheduler::schedule_action> schedule) {
+    auto spec = averaging("examples/elastic.yaml", 2);
+    spec.schedule = std::move(schedule);
+    spec.epochs = 3;
+    return spec;
+  };
+  // The same worker changes at the same steps, with and without shard changes in between.
+  auto plain = with({{5, k::workers, 3}, {14, k::workers, 2}});
+  auto moving = with({{3, k::shards, 3},
+                      {5, k::workers, 3},
+                      {8, k::migrate, 1},
+                      {11, k::shards, 1},
+                      {14, k::workers, 2},
+                      {17, k::migrate, 0}});
+  auto a = train_embedded(plain);
+  auto b = train_embedded(moving);
+  ASSERT_TRUE(a) << a.error().to_string();
+  ASSERT_TRUE(b) << b.error().to_string();
+  EXPECT_EQ(b->changes.size(), 6u);
+  for (const auto* r : {&*a, &*b})
+    for (const auto& e : r->epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
+  EXPECT_TRUE(same_bits(a->params, b->params));
+}
+
+TEST(consistency_averaging, a_worker_that_dies_mid_round_loses_no_sample) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  auto spec = averaging("examples/digits-mlp.yaml", 4);
+  train_options opt;
+  opt.workers = 3;
+  opt.kill_worker = std::pair<std::uint32_t, std::int64_t>{1, 5};
+  auto r = train_embedded(spec, opt);
+  ASSERT_TRUE(r) << r.error().to_string();
+  for (const auto& e : r->epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
+  EXPECT_EQ(r->workers, 2u);
+  EXPECT_GE(r->test_accuracy, 0.95);
+}
+
+}  // namespace
+}  // namespace coach::actors

@@ -1,0 +1,50 @@
+// worker/local_averaging.cpp: a worker's local steps of model averaging (local_averaging.hpp).
+#include "worker/local_averaging.hpp"
+
+#include <cassert>
+#include <vector>
+
+namespace coach::worker {
+
+local_averaging::local_averaging(kernels::backend& be, std::size_t num_params,
+                                 const kernels::sgd_options& opt)
+    : be_(be), n_(num_params), opt_(opt) {
+  w_ = be_.alloc(n_);
+  g_ = be_.alloc(n_);
+  if (opt_.momentum > 0) v_ = be_.alloc(n_);
+}
+
+local_averaging::~local_averaging() {
+  be_.free(w_);
+  be_.free(g_);
+  be_.free(v_);
+}
+
+local_averaging::outcome local_averaging::run(mlp_runner& runner, const float* w0,
+                                              const dataset& data,
+                                              std::span<const std::uint32_t> indices,
+                                              std::span<const std::uint32_t> sizes, float* delta) {
+  outcome out;
+  // w = w0 (a copy through the backend: w0 may be a view of the shard's buffer).
+  be_.copy(w_, w0, n_);
+  if (v_) {  // zero without reading (a diverged round may have left NaN)
+    std::vector<float> zeros(n_, 0.0f);
+    be_.upload(v_, zeros.data(), n_);
+  }
+  std::size_t at = 0;
+  for (const auto size : sizes) {
+    assert(at + size <= indices.size());
+    if (size == 0) continue;
+    out.loss_sum += runner.forward_backward(w_, data, indices.subspan(at, size), g_);
+    be_.sgd_update(w_, v_, g_, n_, 1.0f / float(size), opt_);
+    at += size;
+    out.samples += size;
+  }
+  // delta = n * (w0 - w)
+  be_.copy(delta, w0, n_);
+  be_.axpy(n_, -1.0f, w_, delta);
+  be_.scale(n_, float(out.samples), delta);
+  return out;
+}
+
+}  // namespace coach::worker
