@@ -106,8 +106,8 @@ memory_enforcement detect_memory_enforcement(const std::string& cgroup_root) {
 }
 
 result<bounded_process> bounded_process::start(const std::vector<std::string>& argv,
-                                               const process_limits& limits,
-                                               memory_enforcement how) {
+                                               const process_limits& limits, memory_enforcement how,
+                                               bool pipes) {
   if (argv.empty()) return fail(errc::invalid_argument, "a bounded process needs a program");
   bounded_process p;
   p.limits_ = limits;
@@ -134,22 +134,42 @@ result<bounded_process> bounded_process::start(const std::vector<std::string>& a
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // The child's stdin and stdout (with pipes): [0] read end, [1] write end.
+  int in[2] = {-1, -1}, out[2] = {-1, -1};
+  auto close_pipes = [&] {
+    for (int fd : {in[0], in[1], out[0], out[1]})
+      if (fd >= 0) ::close(fd);
+  };
+  if (pipes && (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0)) {
+    const int e = errno;
+    close_pipes();
+    if (procs_fd >= 0) ::close(procs_fd);
+    return fail(errc::io_error, "pipe: {}", std::strerror(e));
+  }
   // The child reports a failed exec through this pipe (closed on a successful exec).
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return fail(errc::io_error, "pipe: {}", std::strerror(errno));
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    const int e = errno;
+    close_pipes();
+    if (procs_fd >= 0) ::close(procs_fd);
+    return fail(errc::io_error, "pipe: {}", std::strerror(e));
+  }
   p.started_ = std::chrono::steady_clock::now();
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int e = errno;
     ::close(fds[0]);
     ::close(fds[1]);
+    close_pipes();
     if (procs_fd >= 0) ::close(procs_fd);
     return fail(errc::io_error, "fork: {}", std::strerror(e));
   }
   if (pid == 0) {  // the child: async-signal-safe calls only
     ::close(fds[0]);
     int e = 0;
-    if (procs_fd >= 0 && ::write(procs_fd, "0", 1) != 1) e = errno;
+    // dup2 clears close-on-exec on the copies; the originals close at exec.
+    if (pipes && (::dup2(in[0], STDIN_FILENO) < 0 || ::dup2(out[1], STDOUT_FILENO) < 0)) e = errno;
+    if (e == 0 && procs_fd >= 0 && ::write(procs_fd, "0", 1) != 1) e = errno;
     if (e == 0 && how == memory_enforcement::rlimit && limits.memory_bytes > 0) {
       const rlimit r{limits.memory_bytes, limits.memory_bytes};
       if (::setrlimit(RLIMIT_DATA, &r) != 0) e = errno;
@@ -163,6 +183,12 @@ result<bounded_process> bounded_process::start(const std::vector<std::string>& a
   }
   ::close(fds[1]);
   if (procs_fd >= 0) ::close(procs_fd);
+  if (pipes) {
+    ::close(in[0]);
+    ::close(out[1]);
+    p.in_fd_ = in[1];
+    p.out_fd_ = out[0];
+  }
   p.pid_ = pid;
   int child_errno = 0;
   const auto n = ::read(fds[0], &child_errno, sizeof child_errno);
@@ -184,6 +210,8 @@ result<bounded_process> bounded_process::start(const std::vector<std::string>& a
 bounded_process::bounded_process(bounded_process&& o) noexcept
     : pid_(o.pid_),
       pidfd_(o.pidfd_),
+      in_fd_(o.in_fd_),
+      out_fd_(o.out_fd_),
       cgroup_(std::move(o.cgroup_)),
       limits_(o.limits_),
       how_(o.how_),
@@ -191,6 +219,8 @@ bounded_process::bounded_process(bounded_process&& o) noexcept
       reaped_(o.reaped_) {
   o.pid_ = -1;
   o.pidfd_ = -1;
+  o.in_fd_ = -1;
+  o.out_fd_ = -1;
   o.cgroup_.clear();
   o.reaped_ = true;
 }
@@ -201,7 +231,14 @@ bounded_process::~bounded_process() {
     ::waitpid(pid_, nullptr, 0);
   }
   if (pidfd_ >= 0) ::close(pidfd_);
+  close_input();
+  if (out_fd_ >= 0) ::close(out_fd_);
   if (!cgroup_.empty()) ::rmdir(cgroup_.c_str());
+}
+
+void bounded_process::close_input() noexcept {
+  if (in_fd_ >= 0) ::close(in_fd_);
+  in_fd_ = -1;
 }
 
 void bounded_process::kill() noexcept {

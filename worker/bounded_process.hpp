@@ -71,11 +71,14 @@ struct process_result {
 
 class bounded_process {
  public:
-  /// Starts `argv[0]` (a path) with `argv` under `limits`. Errors: invalid_argument for an empty
-  /// argv; io_error when the child cannot be made or the program not run (its errno's text).
+  /// Starts `argv[0]` (a path) with `argv` under `limits`; with `pipes`, the child's stdin and
+  /// stdout are pipes to this process (input_fd(), output_fd()), else it inherits them.
+  /// Errors: invalid_argument for an empty argv; io_error when the child cannot be made or the
+  /// program not run (its errno's text).
   static result<bounded_process> start(const std::vector<std::string>& argv,
                                        const process_limits& limits,
-                                       memory_enforcement how = default_memory_enforcement());
+                                       memory_enforcement how = default_memory_enforcement(),
+                                       bool pipes = false);
 
   bounded_process(bounded_process&& other) noexcept;
   bounded_process& operator=(bounded_process&&) = delete;
@@ -87,11 +90,19 @@ class bounded_process {
   /// Kills the child now (SIGKILL); wait() says killed.
   void kill() noexcept;
   pid_t pid() const noexcept { return pid_; }
+  /// With pipes: writes reach the child's stdin (-1 once closed, or without pipes).
+  int input_fd() const noexcept { return in_fd_; }
+  /// With pipes: reads the child's stdout (-1 without pipes).
+  int output_fd() const noexcept { return out_fd_; }
+  /// Closes the child's stdin: it reads the end of its input.
+  void close_input() noexcept;
 
  private:
   bounded_process() = default;
   pid_t pid_ = -1;
   int pidfd_ = -1;
+  int in_fd_ = -1;
+  int out_fd_ = -1;
   std::string cgroup_;  ///< its cgroup's directory; empty under rlimit
   process_limits limits_;
   memory_enforcement how_ = memory_enforcement::rlimit;

@@ -1,0 +1,198 @@
+// Function-mode invocations (worker/invocation.hpp): the pipe messages round-trip and refuse
+// what is malformed; the coach-invocation child answers a task with the same bits as the
+// computation in this process, exits after its tasks, and ends out of memory under a cap too
+// small for its model or timed out at its deadline, leaving its task unanswered.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <random>
+
+#include "worker/bounded_process.hpp"
+#include "worker/invocation.hpp"
+
+namespace coach::worker {
+namespace {
+
+struct pipe_pair {
+  int fd[2] = {-1, -1};
+  pipe_pair() { EXPECT_EQ(::pipe2(fd, O_CLOEXEC), 0); }
+  ~pipe_pair() {
+    close_write();
+    if (fd[0] >= 0) ::close(fd[0]);
+  }
+  void close_write() {
+    if (fd[1] >= 0) ::close(fd[1]);
+    fd[1] = -1;
+  }
+};
+
+invocation_setup small_setup(bool averaging) {
+  invocation_setup s;
+  s.hidden = {6};
+  s.inputs = 5;
+  s.classes = 3;
+  s.max_batch = 4;
+  s.averaging = averaging;
+  s.local = {0.1f, 0.0f, 0.0f};
+  return s;
+}
+
+invocation_task small_task(const invocation_setup& s, std::size_t rows, unsigned seed) {
+  model_config cfg;
+  cfg.hidden = s.hidden;
+  const mlp model(cfg, s.inputs, s.classes);
+  invocation_task t;
+  t.params.resize(model.num_params());
+  model.init_params(t.params, seed);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (std::size_t i = 0; i < rows * std::size_t(s.inputs); ++i) t.x.push_back(u(rng));
+  for (std::size_t i = 0; i < rows; ++i) t.y.push_back(std::int32_t(rng() % 3));
+  if (s.averaging) {
+    for (std::size_t left = rows; left > 0;) {
+      const auto n = std::min<std::size_t>(left, std::size_t(s.max_batch));
+      t.sizes.push_back(std::uint32_t(n));
+      left -= n;
+    }
+  } else {
+    t.sizes = {std::uint32_t(rows)};
+  }
+  return t;
+}
+
+TEST(invocation, messages_round_trip_and_a_clean_end_is_no_error) {
+  pipe_pair p;
+  const auto s = small_setup(true);
+  const auto t = small_task(s, 10, 3);
+  invocation_result r{10, 12.5, {1.0f, -2.0f}, 4096};
+  ASSERT_TRUE(write_setup(p.fd[1], s));
+  ASSERT_TRUE(write_task(p.fd[1], t));
+  ASSERT_TRUE(write_result(p.fd[1], r));
+  p.close_write();
+  auto s2 = read_setup(p.fd[0]);
+  ASSERT_TRUE(s2 && *s2);
+  EXPECT_EQ(**s2, s);
+  auto t2 = read_task(p.fd[0]);
+  ASSERT_TRUE(t2 && *t2);
+  EXPECT_EQ(**t2, t);
+  auto r2 = read_result(p.fd[0]);
+  ASSERT_TRUE(r2 && *r2);
+  EXPECT_EQ(**r2, r);
+  auto end = read_task(p.fd[0]);
+  ASSERT_TRUE(end);
+  EXPECT_FALSE(*end) << "the writer closed between messages";
+}
+
+TEST(invocation, a_wrong_kind_bad_magic_or_a_cut_message_is_refused) {
+  {
+    pipe_pair p;
+    ASSERT_TRUE(write_setup(p.fd[1], small_setup(false)));
+    auto t = read_task(p.fd[0]);
+    ASSERT_FALSE(t);
+    EXPECT_EQ(t.error().code, errc::protocol_error);
+    EXPECT_NE(t.error().message.find("kind 1 where 2 was expected"), std::string::npos);
+  }
+  {
+    pipe_pair p;
+    const char junk[16] = "not a message!!";
+    ASSERT_EQ(::write(p.fd[1], junk, sizeof junk), ssize_t(sizeof junk));
+    auto s = read_setup(p.fd[0]);
+    ASSERT_FALSE(s);
+    EXPECT_EQ(s.error().code, errc::protocol_error);
+  }
+  {
+    pipe_pair p;
+    const std::uint32_t head[2] = {0x56494f43, 2};
+    const std::uint64_t size = 1000;
+    ASSERT_EQ(::write(p.fd[1], head, sizeof head), ssize_t(sizeof head));
+    ASSERT_EQ(::write(p.fd[1], &size, sizeof size), ssize_t(sizeof size));
+    p.close_write();
+    auto t = read_task(p.fd[0]);
+    ASSERT_FALSE(t);
+    EXPECT_EQ(t.error().code, errc::io_error);
+    EXPECT_NE(t.error().message.find("ended inside a message"), std::string::npos);
+  }
+}
+
+TEST(invocation, a_task_that_does_not_fit_the_model_is_a_clear_error) {
+  auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
+  const auto s = small_setup(false);
+  auto t = small_task(s, 4, 1);
+  t.params.pop_back();
+  auto r = compute_invocation(s, t, *be);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, errc::invalid_argument);
+  EXPECT_NE(r.error().message.find("parameters for a model of"), std::string::npos);
+  t = small_task(s, 4, 1);
+  t.y[2] = 7;
+  r = compute_invocation(s, t, *be);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("label 7 of 3 classes"), std::string::npos);
+}
+
+result<bounded_process> start_child(std::uint64_t tasks, const process_limits& limits) {
+  std::signal(SIGPIPE, SIG_IGN);  // a child that died must not kill the test on a write
+  return bounded_process::start({COACH_INVOCATION, "--tasks", std::to_string(tasks)}, limits,
+                                memory_enforcement::rlimit, true);
+}
+
+TEST(invocation, the_child_answers_with_the_bits_of_this_process_and_exits_after_its_tasks) {
+  auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
+  for (bool averaging : {false, true}) {
+    SCOPED_TRACE(averaging ? "averaging" : "gradient");
+    const auto s = small_setup(averaging);
+    auto child = start_child(2, {std::chrono::milliseconds(20'000), 0});
+    ASSERT_TRUE(child) << child.error().to_string();
+    ASSERT_TRUE(write_setup(child->input_fd(), s));
+    for (unsigned seed : {1u, 2u}) {
+      const auto t = small_task(s, averaging ? 10 : 4, seed);
+      ASSERT_TRUE(write_task(child->input_fd(), t));
+      auto answer = read_result(child->output_fd());
+      ASSERT_TRUE(answer && *answer);
+      auto here = compute_invocation(s, t, *be);
+      ASSERT_TRUE(here);
+      EXPECT_EQ((*answer)->samples, here->samples);
+      EXPECT_EQ((*answer)->loss_sum, here->loss_sum);
+      EXPECT_EQ((*answer)->out, here->out) << "the same bits as in this process";
+      EXPECT_GT((*answer)->peak_rss_bytes, 0u);
+    }
+    auto end = child->wait();  // it stops after its 2 tasks without being told
+    ASSERT_TRUE(end);
+    EXPECT_EQ(end->end, process_end::completed);
+  }
+}
+
+TEST(invocation, a_model_too_big_for_the_cap_ends_out_of_memory_with_its_task_unanswered) {
+  invocation_setup s = small_setup(true);
+  s.inputs = 64;
+  s.hidden = {60'000};  // ~4.5 M parameters: 18 MB a copy, several copies
+  auto child = start_child(1, {std::chrono::milliseconds(60'000), 48ull << 20});
+  ASSERT_TRUE(child) << child.error().to_string();
+  ASSERT_TRUE(write_setup(child->input_fd(), s));
+  const auto t = small_task(s, 4, 1);
+  // The write may fail once the child is gone (its stdin closed): either way no answer comes.
+  (void)write_task(child->input_fd(), t);
+  auto answer = read_result(child->output_fd());
+  EXPECT_TRUE(!answer || !*answer) << "no answer from a child out of memory";
+  auto end = child->wait();
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->end, process_end::out_of_memory);
+}
+
+TEST(invocation, a_child_past_its_deadline_is_killed_with_its_task_unanswered) {
+  auto child = start_child(1, {std::chrono::milliseconds(300), 0});
+  ASSERT_TRUE(child) << child.error().to_string();
+  ASSERT_TRUE(write_setup(child->input_fd(), small_setup(false)));
+  // No task comes: the child waits for one until its deadline.
+  auto end = child->wait();
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->end, process_end::timed_out);
+  auto answer = read_result(child->output_fd());
+  EXPECT_TRUE(answer && !*answer) << "its stdout ended without an answer";
+}
+
+}  // namespace
+}  // namespace coach::worker

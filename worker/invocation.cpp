@@ -1,0 +1,313 @@
+// worker/invocation.cpp: function-mode invocations and their pipe messages (invocation.hpp).
+#include "worker/invocation.hpp"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include "worker/bounded_process.hpp"
+#include "worker/local_averaging.hpp"
+
+namespace coach::worker {
+namespace {
+
+constexpr std::uint32_t magic = 0x56494f43;  // "COIV" in memory order
+enum class kind : std::uint32_t { setup = 1, task = 2, result = 3 };
+/// Largest payload accepted: 16 GiB (a corrupt size must not size an allocation).
+constexpr std::uint64_t max_payload = std::uint64_t(16) << 30;
+
+result<void> write_all(int fd, const void* data, std::size_t n) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0)
+      return fail(errc::io_error, "invocation pipe: write failed: {}", std::strerror(errno));
+    p += w;
+    n -= std::size_t(w);
+  }
+  return {};
+}
+
+/// Reads exactly n bytes; false (no error) when the stream ends before the first byte.
+result<bool> read_all(int fd, void* data, std::size_t n, bool may_end) {
+  auto* p = static_cast<char*>(data);
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::read(fd, p + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0)
+      return fail(errc::io_error, "invocation pipe: read failed: {}", std::strerror(errno));
+    if (r == 0) {
+      if (got == 0 && may_end) return false;
+      return fail(errc::io_error, "invocation pipe: the stream ended inside a message");
+    }
+    got += std::size_t(r);
+  }
+  return true;
+}
+
+/// A payload being built: counts and arrays, appended.
+struct writer {
+  std::vector<char> bytes;
+  template <class T>
+  void put(const T& v) {
+    const auto* p = reinterpret_cast<const char*>(&v);
+    bytes.insert(bytes.end(), p, p + sizeof v);
+  }
+  template <class T>
+  void put_array(const std::vector<T>& v) {
+    put(std::uint64_t(v.size()));
+    const auto* p = reinterpret_cast<const char*>(v.data());
+    bytes.insert(bytes.end(), p, p + v.size() * sizeof(T));
+  }
+  result<void> send(int fd, kind k) const {
+    const std::uint32_t head[2] = {magic, std::uint32_t(k)};
+    const std::uint64_t size = bytes.size();
+    if (auto r = write_all(fd, head, sizeof head); !r) return r;
+    if (auto r = write_all(fd, &size, sizeof size); !r) return r;
+    return write_all(fd, bytes.data(), bytes.size());
+  }
+};
+
+/// A payload being read: every read checked against what is left.
+struct reader {
+  std::vector<char> bytes;
+  std::size_t at = 0;
+  bool ok = true;
+  template <class T>
+  T get() {
+    T v{};
+    if (bytes.size() - at < sizeof v) {
+      ok = false;
+      return v;
+    }
+    std::memcpy(&v, bytes.data() + at, sizeof v);
+    at += sizeof v;
+    return v;
+  }
+  template <class T>
+  std::vector<T> get_array() {
+    const auto n = get<std::uint64_t>();
+    if (!ok || n > (bytes.size() - at) / sizeof(T)) {
+      ok = false;
+      return {};
+    }
+    std::vector<T> v(n);
+    std::memcpy(v.data(), bytes.data() + at, n * sizeof(T));
+    at += n * sizeof(T);
+    return v;
+  }
+};
+
+/// Reads one message of kind `want`: nullopt at a clean end of the stream.
+result<std::optional<reader>> receive(int fd, kind want) {
+  std::uint32_t head[2];
+  auto got = read_all(fd, head, sizeof head, true);
+  if (!got) return std::unexpected(got.error());
+  if (!*got) return std::optional<reader>{};
+  if (head[0] != magic) return fail(errc::protocol_error, "invocation pipe: bad magic {}", head[0]);
+  if (head[1] != std::uint32_t(want))
+    return fail(errc::protocol_error, "invocation pipe: message kind {} where {} was expected",
+                head[1], std::uint32_t(want));
+  std::uint64_t size = 0;
+  if (auto r = read_all(fd, &size, sizeof size, false); !r) return std::unexpected(r.error());
+  if (size > max_payload)
+    return fail(errc::protocol_error, "invocation pipe: a message of {} bytes", size);
+  reader rd;
+  rd.bytes.resize(size);
+  if (auto r = read_all(fd, rd.bytes.data(), size, false); !r) return std::unexpected(r.error());
+  return std::optional<reader>{std::move(rd)};
+}
+
+std::unexpected<error> malformed(std::string_view what) {
+  return fail(errc::protocol_error, "invocation pipe: malformed {}", what);
+}
+
+std::uint64_t peak_rss() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return std::uint64_t(u.ru_maxrss) * 1024;
+}
+
+}  // namespace
+
+result<void> write_setup(int fd, const invocation_setup& s) {
+  writer w;
+  w.put_array(s.hidden);
+  w.put(std::int32_t(s.inputs));
+  w.put(std::int32_t(s.classes));
+  w.put(std::int32_t(s.max_batch));
+  w.put(std::uint8_t(s.averaging));
+  w.put(s.local.learning_rate);
+  w.put(s.local.momentum);
+  w.put(s.local.weight_decay);
+  return w.send(fd, kind::setup);
+}
+
+result<void> write_task(int fd, const invocation_task& t) {
+  writer w;
+  w.put_array(t.params);
+  w.put_array(t.x);
+  w.put_array(t.y);
+  w.put_array(t.sizes);
+  return w.send(fd, kind::task);
+}
+
+result<void> write_result(int fd, const invocation_result& r) {
+  writer w;
+  w.put(r.samples);
+  w.put(r.loss_sum);
+  w.put(r.peak_rss_bytes);
+  w.put_array(r.out);
+  return w.send(fd, kind::result);
+}
+
+result<std::optional<invocation_setup>> read_setup(int fd) {
+  auto m = receive(fd, kind::setup);
+  if (!m) return std::unexpected(m.error());
+  if (!*m) return std::optional<invocation_setup>{};
+  auto& rd = **m;
+  invocation_setup s;
+  s.hidden = rd.get_array<int>();
+  s.inputs = rd.get<std::int32_t>();
+  s.classes = rd.get<std::int32_t>();
+  s.max_batch = rd.get<std::int32_t>();
+  s.averaging = rd.get<std::uint8_t>() != 0;
+  s.local.learning_rate = rd.get<float>();
+  s.local.momentum = rd.get<float>();
+  s.local.weight_decay = rd.get<float>();
+  if (!rd.ok || rd.at != rd.bytes.size()) return malformed("setup");
+  return std::optional<invocation_setup>{std::move(s)};
+}
+
+result<std::optional<invocation_task>> read_task(int fd) {
+  auto m = receive(fd, kind::task);
+  if (!m) return std::unexpected(m.error());
+  if (!*m) return std::optional<invocation_task>{};
+  auto& rd = **m;
+  invocation_task t;
+  t.params = rd.get_array<float>();
+  t.x = rd.get_array<float>();
+  t.y = rd.get_array<std::int32_t>();
+  t.sizes = rd.get_array<std::uint32_t>();
+  if (!rd.ok || rd.at != rd.bytes.size()) return malformed("task");
+  return std::optional<invocation_task>{std::move(t)};
+}
+
+result<std::optional<invocation_result>> read_result(int fd) {
+  auto m = receive(fd, kind::result);
+  if (!m) return std::unexpected(m.error());
+  if (!*m) return std::optional<invocation_result>{};
+  auto& rd = **m;
+  invocation_result r;
+  r.samples = rd.get<std::uint64_t>();
+  r.loss_sum = rd.get<double>();
+  r.peak_rss_bytes = rd.get<std::uint64_t>();
+  r.out = rd.get_array<float>();
+  if (!rd.ok || rd.at != rd.bytes.size()) return malformed("result");
+  return std::optional<invocation_result>{std::move(r)};
+}
+
+result<invocation_result> compute_invocation(const invocation_setup& setup,
+                                             const invocation_task& task, kernels::backend& be) {
+  if (setup.inputs < 1 || setup.classes < 2 || setup.max_batch < 1)
+    return fail(errc::invalid_argument, "invocation: a model of {} inputs and {} classes",
+                setup.inputs, setup.classes);
+  for (int h : setup.hidden)
+    if (h < 1) return fail(errc::invalid_argument, "invocation: a hidden layer of width {}", h);
+  model_config cfg;
+  cfg.hidden = setup.hidden;
+  const mlp model(cfg, setup.inputs, setup.classes);
+  const std::size_t rows = task.y.size();
+  if (task.params.size() != model.num_params())
+    return fail(errc::invalid_argument, "invocation: {} parameters for a model of {}",
+                task.params.size(), model.num_params());
+  if (task.x.size() != rows * std::size_t(setup.inputs))
+    return fail(errc::invalid_argument, "invocation: {} features for {} rows of {}", task.x.size(),
+                rows, setup.inputs);
+  std::uint64_t sum = 0;
+  for (auto n : task.sizes) {
+    if (n > std::uint32_t(setup.max_batch))
+      return fail(errc::invalid_argument, "invocation: a local step of {} rows (at most {})", n,
+                  setup.max_batch);
+    sum += n;
+  }
+  if (sum != rows || (!setup.averaging && task.sizes.size() > 1))
+    return fail(errc::invalid_argument, "invocation: local steps of {} rows for {} rows", sum,
+                rows);
+  for (auto label : task.y)
+    if (label < 0 || label >= setup.classes)
+      return fail(errc::invalid_argument, "invocation: label {} of {} classes", label,
+                  setup.classes);
+  dataset data;
+  data.rows = rows;
+  data.features = std::size_t(setup.inputs);
+  data.classes = setup.classes;
+  data.x = task.x;
+  data.y = task.y;
+  std::vector<std::uint32_t> indices(rows);
+  for (std::size_t i = 0; i < rows; ++i) indices[i] = std::uint32_t(i);
+
+  const std::size_t n = model.num_params();
+  float* w0 = be.alloc(n);
+  float* out = be.alloc(n);
+  be.upload(w0, task.params.data(), n);
+  mlp_runner runner(model, be, setup.max_batch);
+  invocation_result r;
+  r.samples = rows;
+  if (setup.averaging) {
+    local_averaging avg(be, n, setup.local);
+    r.loss_sum = avg.run(runner, w0, data, indices, task.sizes, out).loss_sum;
+  } else {
+    r.loss_sum = runner.forward_backward(w0, data, indices, out);
+  }
+  r.out.resize(n);
+  be.download(r.out.data(), out, n);
+  be.free(w0);
+  be.free(out);
+  return r;
+}
+
+int run_invocation(int in_fd, int out_fd, std::uint64_t max_tasks) {
+  try {
+    auto setup = read_setup(in_fd);
+    if (!setup || !*setup) {
+      std::fprintf(stderr, "coach-invocation: %s\n",
+                   setup ? "no setup" : setup.error().message.c_str());
+      return 1;
+    }
+    auto be = kernels::make_backend(kernels::backend_kind::cpu);
+    if (!be) {
+      std::fprintf(stderr, "coach-invocation: %s\n", be.error().message.c_str());
+      return 1;
+    }
+    for (std::uint64_t done = 0; max_tasks == 0 || done < max_tasks; ++done) {
+      auto task = read_task(in_fd);
+      if (!task) {
+        std::fprintf(stderr, "coach-invocation: %s\n", task.error().message.c_str());
+        return 1;
+      }
+      if (!*task) return 0;  // the worker has nothing more for this invocation
+      auto r = compute_invocation(**setup, **task, **be);
+      if (!r) {
+        std::fprintf(stderr, "coach-invocation: %s\n", r.error().message.c_str());
+        return 1;
+      }
+      r->peak_rss_bytes = peak_rss();
+      if (auto w = write_result(out_fd, *r); !w) {
+        std::fprintf(stderr, "coach-invocation: %s\n", w.error().message.c_str());
+        return 1;
+      }
+    }
+    return 0;
+  } catch (const std::bad_alloc&) {
+    return exit_out_of_memory;
+  }
+}
+
+}  // namespace coach::worker
