@@ -568,7 +568,7 @@ result<count_range> spec_parser::parse_count_range(const entry& e) const {
 }
 
 result<void> spec_parser::parse_function(const entry& e, job_spec& spec) const {
-  auto f = open_map(e, {"deadline_s", "memory_mb"});
+  auto f = open_map(e, {"deadline_s", "memory_mb", "chunks_per_invocation"});
   if (!f) return std::unexpected(std::move(f.error()));
   function_limits limits;
   if (const entry* d = f->find("deadline_s")) {
@@ -580,6 +580,11 @@ result<void> spec_parser::parse_function(const entry& e, job_spec& spec) const {
     auto v = get_uint(*m, 0);
     if (!v) return std::unexpected(std::move(v.error()));
     limits.memory_mb = *v;
+  }
+  if (const entry* c = f->find("chunks_per_invocation")) {
+    auto v = get_int(*c, 1, 1'000'000);
+    if (!v) return std::unexpected(std::move(v.error()));
+    limits.chunks_per_invocation = std::uint32_t(*v);
   }
   spec.function = limits;
   return {};

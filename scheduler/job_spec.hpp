@@ -40,8 +40,11 @@
 //   placement: dltap             # spread | best-fit | random | dltap: where a cluster puts the
 //                                # job's parts (scheduler/placement.hpp); default: the
 //                                # scheduler's (coach-node --placement)
-//   function: {deadline_s: 30, memory_mb: 512}   # optional: run workers as bounded functions;
-//                                # each >= 0, 0 = unlimited; both default 0
+//   function: {deadline_s: 30, memory_mb: 512, chunks_per_invocation: 8}
+//                                # optional: run workers as bounded functions
+//                                (worker/invocation.hpp); # deadline_s and memory_mb >= 0, 0 =
+//                                unlimited, default 0; # chunks_per_invocation in [1, 1000000],
+//                                default 8
 //   schedule:                    # optional: elastic changes at given steps (coach train)
 //     - {at_step: 20, workers: 3}   # rescale the workers to 3 (within workers.min..max)
 //     - {at_step: 40, shards: 3}    # rescale the shards to 3 (within shards.min..max)
@@ -97,8 +100,9 @@ struct consistency_config {
 
 /// Limits of a worker run as a serverless function. 0 means unlimited.
 struct function_limits {
-  double deadline_s = 0;        ///< wall-clock seconds per invocation
-  std::uint64_t memory_mb = 0;  ///< memory cap per invocation
+  double deadline_s = 0;                    ///< wall-clock seconds per invocation
+  std::uint64_t memory_mb = 0;              ///< memory cap per invocation
+  std::uint32_t chunks_per_invocation = 8;  ///< steps one invocation trains, then exits (>= 1)
 };
 
 /// One elastic change of a job's schedule (`schedule:`), taking effect at step `at_step`.

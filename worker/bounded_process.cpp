@@ -216,7 +216,8 @@ bounded_process::bounded_process(bounded_process&& o) noexcept
       limits_(o.limits_),
       how_(o.how_),
       started_(o.started_),
-      reaped_(o.reaped_) {
+      reaped_(o.reaped_),
+      deadline_killed_(o.deadline_killed_) {
   o.pid_ = -1;
   o.pidfd_ = -1;
   o.in_fd_ = -1;
@@ -249,21 +250,46 @@ void bounded_process::kill() noexcept {
     ::kill(pid_, SIGKILL);
 }
 
+namespace {
+/// Milliseconds until `deadline` for poll(): -1 without one, 0 once it passed (1 while less than
+/// a millisecond is left).
+int poll_timeout(std::chrono::milliseconds limit, std::chrono::steady_clock::time_point deadline) {
+  if (limit.count() <= 0) return -1;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  if (deadline <= std::chrono::steady_clock::now()) return 0;
+  return int(std::max<std::int64_t>(1, left.count()));
+}
+}  // namespace
+
+result<bool> bounded_process::await_output() {
+  if (out_fd_ < 0) return fail(errc::invalid_argument, "a bounded process without pipes");
+  for (;;) {
+    // Past its deadline, a child's answer does not count, even one already written.
+    const int timeout = poll_timeout(limits_.deadline, started_ + limits_.deadline);
+    int r = 0;
+    if (timeout != 0) {
+      pollfd pfd{out_fd_, POLLIN, 0};
+      r = ::poll(&pfd, 1, timeout);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return fail(errc::io_error, "poll: {}", std::strerror(errno));
+    }
+    if (r > 0) return true;
+    deadline_killed_ = true;  // the deadline passed
+    kill();
+    return false;
+  }
+}
+
 result<process_result> bounded_process::wait() {
   if (pid_ <= 0 || reaped_) return fail(errc::invalid_argument, "no child to wait for");
   process_result out;
   out.enforcement = how_;
-  bool timed_out = false;
+  bool timed_out = deadline_killed_;
   const auto deadline = started_ + limits_.deadline;
   for (;;) {
-    int timeout = -1;
-    if (limits_.deadline.count() > 0) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      timeout = int(std::max<std::int64_t>(0, left.count()));
-    }
     pollfd pfd{pidfd_, POLLIN, 0};
-    const int r = ::poll(&pfd, 1, timeout);
+    const int r = ::poll(&pfd, 1, poll_timeout(limits_.deadline, deadline));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return fail(errc::io_error, "poll: {}", std::strerror(errno));
     if (r == 0) {  // the deadline passed

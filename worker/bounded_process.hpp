@@ -96,6 +96,10 @@ class bounded_process {
   int output_fd() const noexcept { return out_fd_; }
   /// Closes the child's stdin: it reads the end of its input.
   void close_input() noexcept;
+  /// With pipes: waits until the child's stdout can be read (data, or its end), killing the
+  /// child when its deadline passes first (wait() then says timed out): the deadline holds
+  /// while the parent reads, not only in wait(). True when there is something to read.
+  result<bool> await_output();
 
  private:
   bounded_process() = default;
@@ -108,6 +112,7 @@ class bounded_process {
   memory_enforcement how_ = memory_enforcement::rlimit;
   std::chrono::steady_clock::time_point started_{};
   bool reaped_ = false;
+  bool deadline_killed_ = false;  ///< await_output() killed it at its deadline
 };
 
 }  // namespace coach::worker

@@ -220,6 +220,10 @@ TEST(job_spec, defaults) {
   ASSERT_TRUE(h->function.has_value());
   EXPECT_EQ(h->function->deadline_s, 0.0);
   EXPECT_EQ(h->function->memory_mb, 0u);
+  EXPECT_EQ(h->function->chunks_per_invocation, 8u);
+  auto c = parse_job_spec(with("function", "function: {chunks_per_invocation: 3}"), "c.yaml");
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ(c->function->chunks_per_invocation, 3u);
 }
 
 TEST(job_spec, count_shorthand_and_partial_maps) {
@@ -438,6 +442,8 @@ TEST(job_spec, out_of_range) {
                     "job.yaml:4: field 'dataset.train_limit'", "must be a non-negative integer"},
            bad_case{"function", "function: {deadline_s: -1}",
                     "job.yaml:9: field 'function.deadline_s'", "must be >= 0, got -1"},
+           bad_case{"function", "function: {chunks_per_invocation: 0}",
+                    "job.yaml:9: field 'function.chunks_per_invocation'", "got 0"},
            bad_case{"name", "name: my job", "job.yaml:1: field 'name'",
                     "letters, digits, '.', '_' or '-', got 'my job'"},
            bad_case{"name", "name: ''", "job.yaml:1: field 'name'", "got ''"},
