@@ -129,7 +129,10 @@ struct master_state {
   /// Every configuration published, by first step: the members each step expects.
   std::map<std::int64_t, std::vector<std::uint32_t>> history;
   std::map<std::uint32_t, std::int64_t> last_report;  ///< by rank: the last step reported
-  std::map<caf::actor_addr, std::uint32_t> watched;   ///< worker actors, to their ranks
+  /// Function mode: each rank's invocation counts so far (a step report carries its totals).
+  std::map<std::uint32_t, worker::invocation_counts> invocations;
+  std::string last_worker_error;                     ///< why the last worker that failed did
+  std::map<caf::actor_addr, std::uint32_t> watched;  ///< worker actors, to their ranks
   /// Worker actors, stopped when the master stops (shared with the master's exit functor).
   std::shared_ptr<std::vector<caf::actor>> worker_actors =
       std::make_shared<std::vector<caf::actor>>();
@@ -596,7 +599,10 @@ struct master_state {
       std::fprintf(stderr, "coach: job %llu: worker %u is gone; steps from %lld go on without it\n",
                    static_cast<unsigned long long>(ctx->job), r, static_cast<long long>(from));
     if (cfg.members.empty())
-      fail_job({errc::resource_exhausted, "every worker of the job is gone"});
+      fail_job({errc::resource_exhausted,
+                last_worker_error.empty()
+                    ? std::string("every worker of the job is gone")
+                    : "every worker of the job is gone (the last: " + last_worker_error + ")"});
     regrant_parked();
   }
 
@@ -713,6 +719,7 @@ struct master_state {
     const auto r = planner->report(m.hdr.rank, m.hdr.step);
     if (!r.known) return;
     if (r.step_samples) step_completed(m.hdr.step, *r.step_samples);
+    if (!m.frames.empty()) read_invocations(m);
     auto& last = last_report.try_emplace(m.hdr.rank, -1).first->second;
     last = std::max(last, m.hdr.step);
     if (!r.chunks_done.empty()) {
@@ -729,6 +736,21 @@ struct master_state {
     }
     // Requests parked at the epoch's end can go on now.
     regrant_parked();
+  }
+
+  /// Frame 0 of a function-mode worker's step report: its invocation counts so far (u64 each:
+  /// started, completed, timed out, out of memory, failed, tasks, peak memory bytes).
+  void read_invocations(const wire_message& m) {
+    const auto v = m.frames.front().as<std::uint64_t>();
+    if (v.size() != 7) return;
+    auto& c = invocations[m.hdr.rank];
+    c.started = v[0];
+    c.completed = v[1];
+    c.timed_out = v[2];
+    c.out_of_memory = v[3];
+    c.failed = v[4];
+    c.tasks = v[5];
+    c.peak_memory_bytes = v[6];
   }
 
   void progress(std::uint32_t epoch) {
@@ -818,6 +840,10 @@ struct master_state {
     result.num_params = ctx->model.num_params();
     result.bytes_moved = ctx->net->traffic().total_bytes();
     for (const auto& t : timings) result.changes.push_back(t.rep);
+    if (ctx->spec.function) {
+      result.invocations.emplace();
+      for (const auto& [rank, c] : invocations) *result.invocations += c;
+    }
     if (last_params) result.params = *last_params;
     caf::anon_send(observer, done_atom::value, job_outcome{std::nullopt, std::move(result)});
   }
@@ -839,7 +865,10 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
     if (it == s.watched.end()) return;
     const auto rank = it->second;
     s.watched.erase(it);
-    if (dm.reason != caf::exit_reason::normal) s.workers_lost({rank});
+    if (dm.reason != caf::exit_reason::normal) {
+      s.last_worker_error = caf::to_string(dm.reason);
+      s.workers_lost({rank});
+    }
   });
   self->attach_functor([workers = st.worker_actors] {
     for (auto& w : *workers) caf::anon_send_exit(w, caf::exit_reason::user_shutdown);

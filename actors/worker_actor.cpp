@@ -12,6 +12,7 @@
 #include "actors/roles.hpp"
 #include "common/buffer_pool.hpp"
 #include "ps/key_coverage.hpp"
+#include "worker/function_runner.hpp"
 #include "worker/local_averaging.hpp"
 
 namespace coach::actors {
@@ -25,6 +26,9 @@ struct worker_state {
   std::unique_ptr<worker::mlp_runner> runner;
   /// averaging:K: the local steps of each round (worker/local_averaging.hpp); null otherwise.
   std::unique_ptr<worker::local_averaging> averager;
+  /// Function mode: each step computed by a bounded invocation (worker/function_runner.hpp).
+  std::unique_ptr<worker::function_runner> functions;
+  std::function<void(coach::error)> fail;  ///< a step that cannot be computed ends this worker
   float* params = nullptr;  ///< backend memory: the parameters assembled from the shards
   /// Zero copy: with a host backend, while every piece of the version received so far is a view
   /// of one buffer laid out as the whole vector (an in-process shard owning every key), the
@@ -228,6 +232,30 @@ struct worker_state {
     return true;
   }
 
+  /// Function mode: the step's parameters `w` and its rows, computed by an invocation.
+  result<worker::invocation_result> invoke(const float* w, std::span<const std::uint32_t> indices,
+                                           std::span<const std::uint32_t> sizes) {
+    const auto& train = ctx->data->train;
+    const std::size_t n = ctx->model.num_params();
+    worker::invocation_task t;
+    t.params.resize(n);
+    if (host_backend)
+      std::copy(w, w + n, t.params.begin());
+    else
+      be->download(t.params.data(), w, n);
+    t.x.reserve(indices.size() * train.features);
+    for (auto i : indices) {
+      const float* row = train.x.data() + std::size_t(i) * train.features;
+      t.x.insert(t.x.end(), row, row + train.features);
+      t.y.push_back(train.y[i]);
+    }
+    if (sizes.empty())
+      t.sizes = {std::uint32_t(indices.size())};
+    else
+      t.sizes.assign(sizes.begin(), sizes.end());
+    return functions->run(t);
+  }
+
   /// Whether a grant's local steps cut its indices exactly, each at most a batch.
   bool valid_local_steps(std::span<const std::uint32_t> indices,
                          std::span<const std::uint32_t> sizes) const {
@@ -262,10 +290,20 @@ struct worker_state {
     float* out = host_backend ? buf->data() : grad;
     // Every key arrived exactly once (key_coverage): the held pieces alone cover the vector.
     const float* w = held.empty() ? params : whole.as<float>().data();
-    const double loss =
-        averager && !indices.empty()
-            ? averager->run(*runner, w, ctx->data->train, indices, sizes, out).loss_sum
-            : runner->forward_backward(w, ctx->data->train, indices, out);
+    double loss = 0;
+    if (functions && !indices.empty()) {
+      auto r = invoke(w, indices, sizes);
+      if (!r) return fail(std::move(r.error()));
+      loss = r->loss_sum;
+      if (host_backend)
+        std::copy(r->out.begin(), r->out.end(), out);
+      else
+        be->upload(out, r->out.data(), r->out.size());
+    } else if (averager && !indices.empty()) {
+      loss = averager->run(*runner, w, ctx->data->train, indices, sizes, out).loss_sum;
+    } else {
+      loss = runner->forward_backward(w, ctx->data->train, indices, out);
+    }
     whole = frame{};  // let the shard update in place
     held.clear();
     copying = false;
@@ -293,6 +331,13 @@ struct worker_state {
     report.hdr.chunk_id = g.hdr.chunk_id;
     report.hdr.flags = g.hdr.flags;
     report.hdr.compute_us = std::uint64_t(us);
+    if (functions) {  // its invocations so far (the master sums the ranks')
+      const auto& c = functions->counts();
+      auto v = std::make_shared<std::vector<std::uint64_t>>(
+          std::vector<std::uint64_t>{c.started, c.completed, c.timed_out, c.out_of_memory, c.failed,
+                                     c.tasks, c.peak_memory_bytes});
+      report.frames.push_back(frame::of(v, v->data(), v->size()));
+    }
     ctx->net->send(std::move(report));
 
     grants.erase(it);
@@ -325,10 +370,32 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
   st.params = st.be->alloc(n);
   if (!st.host_backend) st.grad = st.be->alloc(n);
   st.runner = std::make_unique<worker::mlp_runner>(ctx->model, *st.be, ctx->spec.batch_size);
-  if (ctx->spec.consistency.kind == scheduler::consistency_kind::averaging) {
-    auto local = ctx->spec.optimizer.sgd;
-    if (ctx->spec.optimizer.kind == ps::optimizer_kind::sgd) local.momentum = 0;
-    st.averager = std::make_unique<worker::local_averaging>(*st.be, n, local);
+  kernels::sgd_options local = ctx->spec.optimizer.sgd;
+  if (ctx->spec.optimizer.kind == ps::optimizer_kind::sgd) local.momentum = 0;
+  const bool averaging = ctx->spec.consistency.kind == scheduler::consistency_kind::averaging;
+  if (averaging) st.averager = std::make_unique<worker::local_averaging>(*st.be, n, local);
+  st.fail = [self](coach::error e) {
+    std::fprintf(stderr, "coach: worker %u: %s\n", self->state.rank, e.message.c_str());
+    self->state.ctx->net->unbind(self->state.self_ep);
+    self->quit(caf::make_error(caf::sec::runtime_error, e.message));
+  };
+  if (const auto& fn = ctx->spec.function) {
+    auto program = worker::find_invocation_program();
+    if (!program) {
+      st.fail(program.error());
+      return {};
+    }
+    worker::invocation_setup setup;
+    setup.hidden = ctx->spec.model.hidden;
+    setup.inputs = ctx->model.inputs();
+    setup.classes = ctx->model.classes();
+    setup.max_batch = ctx->spec.batch_size;
+    setup.averaging = averaging;
+    setup.local = local;
+    const worker::process_limits limits{
+        std::chrono::milliseconds(std::int64_t(fn->deadline_s * 1000.0)), fn->memory_mb << 20};
+    st.functions = std::make_unique<worker::function_runner>(*program, std::move(setup), limits,
+                                                             fn->chunks_per_invocation);
   }
   st.grads = std::make_unique<buffer_pool>(n);
   st.received.emplace(n);

@@ -89,8 +89,15 @@ std::string to_json(const job_result& r) {
   out += "  \"changes\": [";
   for (std::size_t i = 0; i < r.changes.size(); ++i)
     out += coach::format("{}\n    {}", i ? "," : "", to_json(r.changes[i]));
-  out += r.changes.empty() ? "]\n" : "\n  ]\n";
-  out += "}\n";
+  out += r.changes.empty() ? "]" : "\n  ]";
+  if (const auto& i = r.invocations) {
+    out += coach::format(
+        ",\n  \"invocations\": {{\"started\": {}, \"completed\": {}, \"timed_out\": {}, "
+        "\"out_of_memory\": {}, \"failed\": {}, \"tasks\": {}, \"peak_memory_bytes\": {}}}",
+        i->started, i->completed, i->timed_out, i->out_of_memory, i->failed, i->tasks,
+        i->peak_memory_bytes);
+  }
+  out += "\n}\n";
   return out;
 }
 

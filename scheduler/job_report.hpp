@@ -3,8 +3,11 @@
 // the JSON form written by `coach train --report FILE` (docs/report.md).
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "worker/function_runner.hpp"
 
 namespace coach::scheduler {
 
@@ -73,7 +76,9 @@ struct job_result {
   std::uint64_t num_params = 0;
   std::uint64_t bytes_moved = 0;       ///< data-path bytes counted by the transport
   std::vector<change_report> changes;  ///< every change of workers or shards, in order
-  std::vector<float> params;           ///< final parameters (not written to the report)
+  /// Function mode: the invocations of every worker, summed (worker/function_runner.hpp).
+  std::optional<worker::invocation_counts> invocations;
+  std::vector<float> params;  ///< final parameters (not written to the report)
 };
 
 /// A JSON number (6 significant digits); null for NaN and infinities.

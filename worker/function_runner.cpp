@@ -1,11 +1,32 @@
 // worker/function_runner.cpp: a worker's invocations (function_runner.hpp).
 #include "worker/function_runner.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <csignal>
+#include <cstdlib>
+#include <filesystem>
 #include <mutex>
 
 namespace coach::worker {
+
+result<std::string> find_invocation_program() {
+  if (const char* env = std::getenv("COACH_INVOCATION"); env && *env) {
+    if (::access(env, X_OK) == 0) return std::string(env);
+    return fail(errc::not_found, "function mode: COACH_INVOCATION='{}' is not an executable", env);
+  }
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return fail(errc::not_found, "function mode: cannot find this program: {}", ec.message());
+  const auto beside = self.parent_path() / "coach-invocation";
+  const auto in_apps = self.parent_path().parent_path() / "apps" / "coach-invocation";
+  for (const auto& p : {beside, in_apps})
+    if (::access(p.c_str(), X_OK) == 0) return p.string();
+  return fail(errc::not_found,
+              "function mode: coach-invocation is neither at {} nor at {} (set COACH_INVOCATION)",
+              beside.string(), in_apps.string());
+}
 
 invocation_counts& invocation_counts::operator+=(const invocation_counts& o) {
   started += o.started;

@@ -33,6 +33,10 @@ struct invocation_counts {
   friend bool operator==(const invocation_counts&, const invocation_counts&) = default;
 };
 
+/// Where coach-invocation is: $COACH_INVOCATION when set, else beside this program, else in
+/// ../apps from it (a build tree's tests). Errors: not_found naming the places looked at.
+result<std::string> find_invocation_program();
+
 class function_runner {
  public:
   /// `program`: the coach-invocation binary; `tasks_per_invocation` >= 1.

@@ -119,5 +119,89 @@ TEST(consistency_averaging, a_worker_that_dies_mid_round_loses_no_sample) {
   EXPECT_GE(r->test_accuracy, 0.95);
 }
 
+/// digits with workers run as bounded functions.
+scheduler::job_spec functions(int local_steps, double deadline_s, std::uint64_t memory_mb,
+                              std::uint32_t chunks) {
+  auto spec = scheduler::load_job_spec("examples/digits-mlp.yaml");
+  EXPECT_TRUE(spec) << (spec ? "" : spec.error().to_string());
+  if (local_steps > 0) spec->consistency = {scheduler::consistency_kind::averaging, 0, local_steps};
+  spec->function = scheduler::function_limits{deadline_s, memory_mb, chunks};
+  return *spec;
+}
+
+TEST(function_mode, bsp_and_averaging_jobs_train_in_invocations_to_the_in_process_bits) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  for (int k : {0, 4}) {
+    SCOPED_TRACE(k ? "averaging:4" : "bsp");
+    auto spec = functions(k, 30, 256, 16);
+    spec.epochs = 3;
+    auto in_functions = train_embedded(spec);
+    ASSERT_TRUE(in_functions) << in_functions.error().to_string();
+    ASSERT_TRUE(in_functions->invocations);
+    const auto& c = *in_functions->invocations;
+    EXPECT_GT(c.tasks, 0u);
+    EXPECT_EQ(c.timed_out + c.out_of_memory + c.failed, 0u);
+    // Each invocation answers 16 tasks, then exits: each of the 2 workers' last one may still
+    // run when its counts were last reported.
+    EXPECT_GE(c.started, (c.tasks + 15) / 16) << c.tasks << " tasks";
+    EXPECT_LE(c.started, (c.tasks + 15) / 16 + 2) << c.tasks << " tasks";
+    EXPECT_GE(c.completed + 2, c.started);
+    EXPECT_GT(c.peak_memory_bytes, 1u << 20);
+    for (const auto& e : in_functions->epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
+    // The same job computed in the workers' own process: the same bits.
+    spec.function.reset();
+    auto in_process = train_embedded(spec);
+    ASSERT_TRUE(in_process);
+    EXPECT_FALSE(in_process->invocations);
+    EXPECT_TRUE(same_bits(in_functions->params, in_process->params));
+  }
+}
+
+TEST(function_mode, averaging_reaches_95_percent_on_digits) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  auto r = train_embedded(functions(4, 30, 256, 8));
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_GE(r->test_accuracy, 0.95);
+  for (const auto& e : r->epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
+}
+
+TEST(function_mode, with_a_deadline_shorter_than_an_epoch_jobs_complete_and_lose_no_sample) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  // Invocations would answer 1,000 steps each, but the deadline kills every one of them long
+  // before: each epoch spans several invocations, and each killed one's step goes to the next.
+  auto spec = functions(0, 0.08, 0, 1000);
+  spec.epochs = 4;
+  spec.model.hidden = {512};
+  auto timed = train_embedded(spec);
+  ASSERT_TRUE(timed) << timed.error().to_string();
+  ASSERT_TRUE(timed->invocations);
+  const auto& c = *timed->invocations;
+  EXPECT_GE(c.timed_out, 4u) << "started " << c.started << ", tasks " << c.tasks;
+  double seconds = 0;
+  for (const auto& e : timed->epochs) {
+    EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
+    seconds += e.seconds;
+  }
+  EXPECT_GT(seconds / double(spec.epochs), 0.08) << "an epoch outlasts an invocation's deadline";
+  // Nothing committed was lost or applied twice: the bits of the run without functions.
+  spec.function.reset();
+  auto plain = train_embedded(spec);
+  ASSERT_TRUE(plain);
+  EXPECT_TRUE(same_bits(timed->params, plain->params));
+}
+
+TEST(function_mode, limits_too_small_for_one_step_fail_the_job_with_the_reason) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  auto spec = functions(0, 30, 4, 4);
+  spec.model.hidden = {20000};  // 1.5 M parameters: 6 MB a copy, against a cap of 4 MB
+  spec.epochs = 1;
+  auto r = train_embedded(spec);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("every worker of the job is gone"), std::string::npos)
+      << r.error().message;
+  EXPECT_NE(r.error().message.find("the limits (deadline 30 s, memory 4 MB"), std::string::npos)
+      << r.error().message;
+}
+
 }  // namespace
 }  // namespace coach::actors
