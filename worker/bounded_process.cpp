@@ -13,8 +13,10 @@
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 namespace coach::worker {
@@ -134,6 +136,10 @@ result<bounded_process> bounded_process::start(const std::vector<std::string>& a
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // A child gone while its input is written must not end this process (SIGPIPE): the write
+  // fails instead (EPIPE), and how the child ended is read from its exit.
+  static std::once_flag ignore_sigpipe;
+  if (pipes) std::call_once(ignore_sigpipe, [] { std::signal(SIGPIPE, SIG_IGN); });
   // The child's stdin and stdout (with pipes): [0] read end, [1] write end.
   int in[2] = {-1, -1}, out[2] = {-1, -1};
   auto close_pipes = [&] {

@@ -11,7 +11,9 @@
 // fail beyond the cap: a child reports that by exiting with exit_out_of_memory (function mode's
 // invocations catch std::bad_alloc and do). The deadline: the parent waits on a pidfd and kills
 // the child (SIGKILL) when it passes. Peak memory: the cgroup's `memory.peak` where there is one,
-// else the child's maximum resident set (wait4).
+// else the child's maximum resident set (wait4), which Linux keeps across fork and exec: it
+// includes this process's resident size at the fork, an upper bound only (a child that needs
+// its own reads VmHWM from /proc/self/status, as coach-invocation does).
 //
 // Threads: a bounded_process belongs to one thread; different ones may run concurrently. The
 // child is started with fork() and execv(), with only async-signal-safe calls between them, so
@@ -72,7 +74,8 @@ struct process_result {
 class bounded_process {
  public:
   /// Starts `argv[0]` (a path) with `argv` under `limits`; with `pipes`, the child's stdin and
-  /// stdout are pipes to this process (input_fd(), output_fd()), else it inherits them.
+  /// stdout are pipes to this process (input_fd(), output_fd()), else it inherits them; with
+  /// pipes, this process ignores SIGPIPE from then on (a write to a child gone fails instead).
   /// Errors: invalid_argument for an empty argv; io_error when the child cannot be made or the
   /// program not run (its errno's text).
   static result<bounded_process> start(const std::vector<std::string>& argv,

@@ -4,10 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
 #include <cstdlib>
 #include <filesystem>
-#include <mutex>
 
 namespace coach::worker {
 
@@ -45,12 +43,7 @@ function_runner::function_runner(std::string program, invocation_setup setup, pr
       setup_(std::move(setup)),
       limits_(limits),
       per_invocation_(std::max<std::uint32_t>(1, tasks_per_invocation)),
-      max_attempts_(std::max<std::uint32_t>(1, max_attempts)) {
-  // A child gone while its input is written must not end this process (SIGPIPE): the write
-  // fails instead, and the child's end is read from its exit.
-  static std::once_flag once;
-  std::call_once(once, [] { std::signal(SIGPIPE, SIG_IGN); });
-}
+      max_attempts_(std::max<std::uint32_t>(1, max_attempts)) {}
 
 function_runner::~function_runner() {
   if (child_) finish();
@@ -78,7 +71,10 @@ process_end function_runner::finish() {
     ++counts_.failed;
     return process_end::failed;
   }
-  counts_.peak_memory_bytes = std::max(counts_.peak_memory_bytes, r->peak_memory_bytes);
+  // Under a cgroup its memory.peak is the child's own; under rlimit wait4's figure includes the
+  // resident size of this process at the fork, so only the child's answers (VmHWM) count.
+  if (r->enforcement == memory_enforcement::cgroup)
+    counts_.peak_memory_bytes = std::max(counts_.peak_memory_bytes, r->peak_memory_bytes);
   switch (r->end) {
     case process_end::completed:
       ++counts_.completed;

@@ -1,13 +1,15 @@
 // worker/invocation.cpp: function-mode invocations and their pipe messages (invocation.hpp).
 #include "worker/invocation.hpp"
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <new>
+#include <string>
 
 #include "worker/bounded_process.hpp"
 #include "worker/local_averaging.hpp"
@@ -128,10 +130,18 @@ std::unexpected<error> malformed(std::string_view what) {
   return fail(errc::protocol_error, "invocation pipe: malformed {}", what);
 }
 
+/// This process's resident high-water mark since its exec (VmHWM). Not getrusage's ru_maxrss:
+/// Linux keeps that across fork and exec, so a child of a large process would report the
+/// parent's resident size.
 std::uint64_t peak_rss() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return std::uint64_t(u.ru_maxrss) * 1024;
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  std::uint64_t kib = 0;
+  while (status >> key) {
+    if (key == "VmHWM:" && status >> kib) return kib * 1024;
+    status.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return 0;
 }
 
 }  // namespace
@@ -155,6 +165,7 @@ result<void> write_task(int fd, const invocation_task& t) {
   w.put_array(t.x);
   w.put_array(t.y);
   w.put_array(t.sizes);
+  w.put(t.passes);
   return w.send(fd, kind::task);
 }
 
@@ -195,6 +206,7 @@ result<std::optional<invocation_task>> read_task(int fd) {
   t.x = rd.get_array<float>();
   t.y = rd.get_array<std::int32_t>();
   t.sizes = rd.get_array<std::uint32_t>();
+  t.passes = rd.get<std::uint32_t>();
   if (!rd.ok || rd.at != rd.bytes.size()) return malformed("task");
   return std::optional<invocation_task>{std::move(t)};
 }
@@ -237,6 +249,8 @@ result<invocation_result> compute_invocation(const invocation_setup& setup,
                   setup.max_batch);
     sum += n;
   }
+  if (task.passes < 1 || (!setup.averaging && task.passes != 1))
+    return fail(errc::invalid_argument, "invocation: {} passes over the rows", task.passes);
   if (sum != rows || (!setup.averaging && task.sizes.size() > 1))
     return fail(errc::invalid_argument, "invocation: local steps of {} rows for {} rows", sum,
                 rows);
@@ -262,7 +276,9 @@ result<invocation_result> compute_invocation(const invocation_setup& setup,
   r.samples = rows;
   if (setup.averaging) {
     local_averaging avg(be, n, setup.local);
-    r.loss_sum = avg.run(runner, w0, data, indices, task.sizes, out).loss_sum;
+    const auto o = avg.run(runner, w0, data, indices, task.sizes, out, task.passes);
+    r.loss_sum = o.loss_sum;
+    r.samples = o.samples;
   } else {
     r.loss_sum = runner.forward_backward(w0, data, indices, out);
   }

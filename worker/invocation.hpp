@@ -49,6 +49,9 @@ struct invocation_task {
   std::vector<float> x;              ///< rows x inputs, row-major
   std::vector<std::int32_t> y;       ///< rows labels
   std::vector<std::uint32_t> sizes;  ///< local steps (averaging; their sum is rows), else {rows}
+  /// Averaging: the local steps run this many times over the rows (a whole job in one
+  /// invocation: bench/function_bench); else 1.
+  std::uint32_t passes = 1;
   friend bool operator==(const invocation_task&, const invocation_task&) = default;
 };
 

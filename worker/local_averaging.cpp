@@ -23,7 +23,8 @@ local_averaging::~local_averaging() {
 local_averaging::outcome local_averaging::run(mlp_runner& runner, const float* w0,
                                               const dataset& data,
                                               std::span<const std::uint32_t> indices,
-                                              std::span<const std::uint32_t> sizes, float* delta) {
+                                              std::span<const std::uint32_t> sizes, float* delta,
+                                              std::uint32_t passes) {
   outcome out;
   // w = w0 (a copy through the backend: w0 may be a view of the shard's buffer).
   be_.copy(w_, w0, n_);
@@ -31,14 +32,16 @@ local_averaging::outcome local_averaging::run(mlp_runner& runner, const float* w
     std::vector<float> zeros(n_, 0.0f);
     be_.upload(v_, zeros.data(), n_);
   }
-  std::size_t at = 0;
-  for (const auto size : sizes) {
-    assert(at + size <= indices.size());
-    if (size == 0) continue;
-    out.loss_sum += runner.forward_backward(w_, data, indices.subspan(at, size), g_);
-    be_.sgd_update(w_, v_, g_, n_, 1.0f / float(size), opt_);
-    at += size;
-    out.samples += size;
+  for (std::uint32_t pass = 0; pass < passes; ++pass) {
+    std::size_t at = 0;
+    for (const auto size : sizes) {
+      assert(at + size <= indices.size());
+      if (size == 0) continue;
+      out.loss_sum += runner.forward_backward(w_, data, indices.subspan(at, size), g_);
+      be_.sgd_update(w_, v_, g_, n_, 1.0f / float(size), opt_);
+      at += size;
+      out.samples += size;
+    }
   }
   // delta = n * (w0 - w)
   be_.copy(delta, w0, n_);

@@ -36,11 +36,12 @@ class local_averaging {
     double loss_sum = 0;        ///< summed over the local steps (each at its own parameters)
   };
   /// Trains on `data`'s rows `indices`, cut into local steps of `sizes` (their sum is
-  /// indices.size(); each at most the runner's max batch), starting from `w0` (backend memory,
-  /// only read). Writes d = n * (w0 - w) to `delta` (backend memory, num_params floats).
+  /// indices.size(); each at most the runner's max batch), `passes` times over them, starting
+  /// from `w0` (backend memory, only read). Writes d = n * (w0 - w) to `delta` (backend memory,
+  /// num_params floats), n the samples trained on (indices.size() * passes).
   outcome run(mlp_runner& runner, const float* w0, const dataset& data,
               std::span<const std::uint32_t> indices, std::span<const std::uint32_t> sizes,
-              float* delta);
+              float* delta, std::uint32_t passes = 1);
 
  private:
   kernels::backend& be_;

@@ -120,6 +120,21 @@ TEST(averaging, local_steps_are_sgd_one_per_chunk_and_the_push_is_n_times_the_mo
     moved += std::abs(d[i]);
   }
   EXPECT_GT(moved, 0.1) << "the local steps changed the model";
+  // Two passes over the same chunks: the same six steps written out.
+  std::vector<float> twice(n), w2 = w0;
+  const auto o2 = avg.run(runner, w0.data(), f.data, idx, sizes, twice.data(), 2);
+  EXPECT_EQ(o2.samples, 20u);
+  for (int pass = 0; pass < 2; ++pass) {
+    std::size_t off = 0;
+    for (auto size : sizes) {
+      runner.forward_backward(w2.data(), f.data, std::span(idx).subspan(off, size), g.data());
+      for (std::size_t i = 0; i < n; ++i)
+        w2[i] -= opt.learning_rate * (g[i] * (1.0f / float(size)));
+      off += size;
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i)
+    EXPECT_NEAR(twice[i], 20.0f * (w0[i] - w2[i]), 2e-5f) << "param " << i;
   // w0 is only read, and a second round starts from it again: the same push.
   std::vector<float> again(n);
   avg.run(runner, w0.data(), f.data, idx, sizes, again.data());

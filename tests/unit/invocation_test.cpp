@@ -66,7 +66,8 @@ invocation_task small_task(const invocation_setup& s, std::size_t rows, unsigned
 TEST(invocation, messages_round_trip_and_a_clean_end_is_no_error) {
   pipe_pair p;
   const auto s = small_setup(true);
-  const auto t = small_task(s, 10, 3);
+  auto t = small_task(s, 10, 3);
+  t.passes = 3;
   invocation_result r{10, 12.5, {1.0f, -2.0f}, 4096};
   ASSERT_TRUE(write_setup(p.fd[1], s));
   ASSERT_TRUE(write_task(p.fd[1], t));
