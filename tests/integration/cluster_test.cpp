@@ -12,10 +12,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -339,6 +341,83 @@ TEST_F(cluster, a_job_outlives_a_killed_node_that_ran_only_a_worker) {
     list.ignore(1);
   }
   EXPECT_EQ(epochs + 1, 150) << final_status;
+}
+
+/// Pids of the coach-invocation processes whose parent is one of `parents`.
+std::vector<pid_t> invocations_of(const std::vector<node_process>& parents) {
+  std::vector<pid_t> out;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // pid (comm) state ppid ...: comm may hold spaces, so read after its closing parenthesis.
+    const auto close = line.rfind(')');
+    const auto open = line.find('(');
+    if (close == std::string::npos || open == std::string::npos) continue;
+    if (line.substr(open + 1, close - open - 1) != "coach-invocatio") continue;  // comm: 15 chars
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    for (const auto& n : parents)
+      if (n.pid == ppid) out.push_back(pid_t(std::stol(name)));
+  }
+  return out;
+}
+
+TEST_F(cluster, a_function_mode_job_completes_across_nodes_while_its_invocations_are_killed) {
+  const auto spec = work_dir() / "digits-functions.yaml";
+  {
+    std::ifstream in(std::string(COACH_SOURCE_DIR) + "/examples/digits-mlp.yaml");
+    std::ofstream out(spec);
+    for (std::string line; std::getline(in, line);) {
+      if (line.starts_with("epochs:")) line = "epochs: 60";
+      if (line.starts_with("consistency:")) line = "consistency: averaging:2";
+      out << line << "\n";
+    }
+    out << "function: {deadline_s: 60, memory_mb: 256, chunks_per_invocation: 6}\n";
+  }
+  auto r = coach("submit " + spec.string() + " --workers 3 --shards 1 --json --at " + sched_addr_);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string job = std::to_string(long(json_number(r.out, "job")));
+  // Kill a running invocation, wait for the job to finish one more epoch, and again: a killed
+  // invocation's step goes to the next one; the job never notices but for the time.
+  std::mt19937 rng(11);
+  int killed = 0;
+  double last_epoch = 0;
+  std::string st;
+  for (int i = 0; i < 3000; ++i) {
+    st = coach("status " + job + " --json --at " + sched_addr_).out;
+    if (st.find("\"state\": \"running\"") == std::string::npos &&
+        st.find("\"state\": \"queued\"") == std::string::npos)
+      break;
+    const double epoch = json_number(st, "epochs_done");
+    if (killed < 12 && epoch > last_epoch) {
+      auto pids = invocations_of(nodes_);
+      if (!pids.empty()) {
+        const pid_t victim = pids[rng() % pids.size()];
+        if (::kill(victim, SIGKILL) == 0) {
+          ++killed;
+          last_epoch = epoch;
+        }
+      }
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  std::fprintf(stderr, "killed %d invocations while the job ran\n", killed);
+  EXPECT_GE(killed, 5) << "the job ended before it could be hurt: " << st;
+  EXPECT_NE(st.find("\"state\": \"succeeded\""), std::string::npos) << st;
+  EXPECT_EQ(json_number(st, "epochs_done"), 60) << st;
+  EXPECT_GE(json_number(st, "test_accuracy"), 0.95) << st;
+  EXPECT_EQ(json_number(st, "samples_per_epoch"), 1438) << st;
+  const std::string all_full = "\"epoch_samples\": [1438" + [] {
+    std::string more;
+    for (int e = 1; e < 60; ++e) more += ", 1438";
+    return more;
+  }() + "]";
+  EXPECT_NE(st.find(all_full), std::string::npos) << "every epoch trained every sample: " << st;
 }
 
 // Last (gtest runs a suite's tests in order): it takes a node away.
