@@ -261,6 +261,17 @@ void put_job_status(wire::JobStatus::Builder b, const job_status& s) {
   put_text([&](unsigned n) { return b.initPlacement(n); }, s.placement, max_text_bytes);
   b.setAggregationDegree(s.aggregation_degree);
   b.setChangesDone(s.changes_done);
+  b.setFunctionMode(s.invocations.has_value());
+  if (const auto& i = s.invocations) {
+    auto c = b.initInvocations();
+    c.setStarted(i->started);
+    c.setCompleted(i->completed);
+    c.setTimedOut(i->timed_out);
+    c.setOutOfMemory(i->out_of_memory);
+    c.setFailed(i->failed);
+    c.setTasks(i->tasks);
+    c.setPeakMemoryBytes(i->peak_memory_bytes);
+  }
 }
 
 void put_reply(wire::Reply::Builder b, const api_reply& r) {
@@ -555,6 +566,12 @@ job_status get_job_status(wire::JobStatus::Reader r) {
   s.placement = get_text(r.getPlacement(), "job status placement");
   s.aggregation_degree = r.getAggregationDegree();
   s.changes_done = r.getChangesDone();
+  if (r.getFunctionMode()) {
+    const auto c = r.getInvocations();
+    s.invocations = worker::invocation_counts{
+        c.getStarted(), c.getCompleted(),       c.getTimedOut(), c.getOutOfMemory(),
+        c.getFailed(),  c.getPeakMemoryBytes(), c.getTasks()};
+  }
   return s;
 }
 

@@ -753,6 +753,12 @@ struct master_state {
     c.peak_memory_bytes = v[6];
   }
 
+  worker::invocation_counts summed_invocations() const {
+    worker::invocation_counts sum;
+    for (const auto& [rank, c] : invocations) sum += c;
+    return sum;
+  }
+
   void progress(std::uint32_t epoch) {
     const auto now = clock_type::now();
     if (now - last_progress < std::chrono::milliseconds(200)) return;
@@ -770,6 +776,7 @@ struct master_state {
     p.shards = std::uint32_t(live_shards().size());
     p.changes_done = std::uint32_t(
         std::ranges::count_if(timings, [](const change_timing& t) { return t.boundary_done; }));
+    if (ctx->spec.function) p.invocations = summed_invocations();
     caf::anon_send(observer, progress_atom::value, p);
   }
 
@@ -840,10 +847,7 @@ struct master_state {
     result.num_params = ctx->model.num_params();
     result.bytes_moved = ctx->net->traffic().total_bytes();
     for (const auto& t : timings) result.changes.push_back(t.rep);
-    if (ctx->spec.function) {
-      result.invocations.emplace();
-      for (const auto& [rank, c] : invocations) *result.invocations += c;
-    }
+    if (ctx->spec.function) result.invocations = summed_invocations();
     if (last_params) result.params = *last_params;
     caf::anon_send(observer, done_atom::value, job_outcome{std::nullopt, std::move(result)});
   }

@@ -83,6 +83,12 @@ std::string to_json(const actors::job_status& s) {
   out += coach::format(
       "\"resumes\": {}, \"changes_done\": {}, \"placement\": {}, \"aggregation_degree\": {}, ",
       s.resumes, s.changes_done, json_string(s.placement), json_number(s.aggregation_degree));
+  if (const auto& i = s.invocations)
+    out += coach::format(
+        "\"invocations\": {{\"started\": {}, \"completed\": {}, \"timed_out\": {}, "
+        "\"out_of_memory\": {}, \"failed\": {}, \"tasks\": {}, \"peak_memory_bytes\": {}}}, ",
+        i->started, i->completed, i->timed_out, i->out_of_memory, i->failed, i->tasks,
+        i->peak_memory_bytes);
   // The scheduler's JSON as it is (it sends it for one job's status).
   if (!s.model_json.empty()) out += coach::format("\"model\": {}, ", s.model_json);
   out += coach::format("\"cross_host_bytes\": {}, \"traffic\": [", cross_host_bytes(s));
@@ -142,6 +148,15 @@ void print_status_table(const std::vector<actors::job_status>& jobs) {
                 s.samples_per_second, s.workers, s.shards,
                 s.placement.empty() ? "-" : s.placement.c_str(),
                 human_bytes(cross_host_bytes(s)).c_str());
+    if (const auto& i = s.invocations)
+      std::printf(
+          "      invocations: %llu started, %llu completed, %llu timed out, %llu out of "
+          "memory, %llu failed; peak %s\n",
+          static_cast<unsigned long long>(i->started),
+          static_cast<unsigned long long>(i->completed),
+          static_cast<unsigned long long>(i->timed_out),
+          static_cast<unsigned long long>(i->out_of_memory),
+          static_cast<unsigned long long>(i->failed), human_bytes(i->peak_memory_bytes).c_str());
     if (!s.error.empty()) std::printf("      error: %s\n", s.error.c_str());
   }
 }

@@ -633,6 +633,7 @@ void job_registry::progress(registered_job& job, const progress_event& p) {
   st.workers = p.workers;
   st.shards = p.shards;
   st.changes_done = p.changes_done;
+  if (p.invocations) st.invocations = p.invocations;
 }
 
 void job_registry::epoch(registered_job& job, const epoch_report& e, perf_model& model) {

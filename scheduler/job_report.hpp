@@ -23,6 +23,8 @@ struct progress_event {
   std::uint32_t workers = 0;        ///< members of the current configuration
   std::uint32_t shards = 0;         ///< shards owning slices now
   std::uint32_t changes_done = 0;   ///< changes of workers or shards in effect (step applied)
+  /// Function mode: the invocations of every worker so far, summed.
+  std::optional<worker::invocation_counts> invocations;
 };
 
 /// One finished epoch.

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,8 @@ struct job_status {
   /// Changes of workers or shards in effect so far (their first step applied), as of the last
   /// progress report.
   std::uint32_t changes_done = 0;
+  /// Function mode: the workers' invocations so far, as of the last progress report.
+  std::optional<worker::invocation_counts> invocations;
 };
 
 }  // namespace coach::scheduler

@@ -82,6 +82,19 @@ struct JobStatus {
   placement @22 :Text;         # the placement that placed its parts (spread, dltap, ...)
   aggregationDegree @23 :Float64;  # share of its worker-shard bytes kept on one host; NaN: none
   changesDone @24 :UInt32;     # changes of workers or shards in effect so far (last progress)
+  functionMode @25 :Bool;      # the job's workers run as bounded invocations
+  invocations @26 :InvocationCounts;  # theirs so far (function mode)
+}
+
+# A function-mode job's invocations (worker::invocation_counts).
+struct InvocationCounts {
+  started @0 :UInt64;
+  completed @1 :UInt64;
+  timedOut @2 :UInt64;
+  outOfMemory @3 :UInt64;
+  failed @4 :UInt64;
+  tasks @5 :UInt64;
+  peakMemoryBytes @6 :UInt64;
 }
 
 # One change of a running job, timed by its master (scheduler::change_report); -1 = n/a.

@@ -361,6 +361,7 @@ std::vector<pid_t> invocations_of(const std::vector<node_process>& parents) {
     char state = 0;
     pid_t ppid = 0;
     rest >> state >> ppid;
+    if (state == 'Z' || state == 'X') continue;  // exited already: nothing to kill
     for (const auto& n : parents)
       if (n.pid == ppid) out.push_back(pid_t(std::stol(name)));
   }
@@ -418,6 +419,25 @@ TEST_F(cluster, a_function_mode_job_completes_across_nodes_while_its_invocations
     return more;
   }() + "]";
   EXPECT_NE(st.find(all_full), std::string::npos) << "every epoch trained every sample: " << st;
+  // coach status counts the invocations: the killed ones among those that ended otherwise.
+  const auto inv = st.find("\"invocations\": {");
+  ASSERT_NE(inv, std::string::npos) << st;
+  const std::string counts = st.substr(inv);
+  // A kill can land on an invocation that is exiting after its last task (it then ends
+  // completed), so not every kill counts; none ended otherwise.
+  const double failed = json_number(counts, "failed");
+  EXPECT_GE(failed, 1) << counts;
+  EXPECT_LE(failed, killed) << counts;
+  EXPECT_EQ(json_number(counts, "timed_out"), 0) << counts;
+  EXPECT_EQ(json_number(counts, "out_of_memory"), 0) << counts;
+  // Every invocation started ended completed or failed, but for at most one per worker still
+  // running at the last progress report.
+  const double running = json_number(counts, "started") - json_number(counts, "completed") - failed;
+  EXPECT_GE(running, 0) << counts;
+  EXPECT_LE(running, 3) << counts;
+  EXPECT_GT(json_number(counts, "peak_memory_bytes"), 1 << 20) << counts;
+  const auto table = coach("status --at " + sched_addr_);
+  EXPECT_NE(table.out.find("invocations: "), std::string::npos) << table.out;
 }
 
 // Last (gtest runs a suite's tests in order): it takes a node away.
