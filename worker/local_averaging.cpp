@@ -11,7 +11,10 @@ local_averaging::local_averaging(kernels::backend& be, std::size_t num_params,
     : be_(be), n_(num_params), opt_(opt) {
   w_ = be_.alloc(n_);
   g_ = be_.alloc(n_);
-  if (opt_.momentum > 0) v_ = be_.alloc(n_);
+  if (opt_.momentum > 0) {
+    v_ = be_.alloc(n_);
+    zeros_.assign(n_, 0.0f);
+  }
 }
 
 local_averaging::~local_averaging() {
@@ -28,10 +31,7 @@ local_averaging::outcome local_averaging::run(mlp_runner& runner, const float* w
   outcome out;
   // w = w0 (a copy through the backend: w0 may be a view of the shard's buffer).
   be_.copy(w_, w0, n_);
-  if (v_) {  // zero without reading (a diverged round may have left NaN)
-    std::vector<float> zeros(n_, 0.0f);
-    be_.upload(v_, zeros.data(), n_);
-  }
+  if (v_) be_.upload(v_, zeros_.data(), n_);  // not scale(0): a diverged round may leave NaN
   for (std::uint32_t pass = 0; pass < passes; ++pass) {
     std::size_t at = 0;
     for (const auto size : sizes) {

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "kernels/backend.hpp"
 #include "worker/dataset.hpp"
@@ -47,9 +48,10 @@ class local_averaging {
   kernels::backend& be_;
   std::size_t n_;
   kernels::sgd_options opt_;
-  float* w_ = nullptr;  ///< the local model
-  float* g_ = nullptr;  ///< one local step's gradient
-  float* v_ = nullptr;  ///< momentum velocity (momentum > 0 only)
+  float* w_ = nullptr;        ///< the local model
+  float* g_ = nullptr;        ///< one local step's gradient
+  float* v_ = nullptr;        ///< momentum velocity (momentum > 0 only)
+  std::vector<float> zeros_;  ///< host zeros that reset v_ each round (momentum > 0 only)
 };
 
 }  // namespace coach::worker
