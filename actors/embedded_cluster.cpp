@@ -36,6 +36,7 @@ result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
   req.workers = *workers;
   if (opt.kill_worker)
     req.kill = job_request::kill_point{opt.kill_worker->first, opt.kill_worker->second};
+  req.slowdown = opt.slowdown;
   req.shards = *shards;
   req.data = std::make_shared<const worker::dataset_pair>(std::move(*data));
 

@@ -27,6 +27,9 @@ struct train_options {
   std::size_t caf_threads = 2;
   /// Fault injection (tests): worker `rank` dies in step `step` after pushing to its first shard.
   std::optional<std::pair<std::uint32_t, std::int64_t>> kill_worker;
+  /// Test hook (bench/consistency_bench): how many times as long worker `rank` takes over step
+  /// `step` (>= 1); empty: full speed.
+  std::function<double(std::uint32_t rank, std::int64_t step)> slowdown;
 };
 
 /// Runs `spec` to completion (or cancellation) and returns its result, final parameters

@@ -5,6 +5,7 @@
 #include <caf/allowed_unsafe_message_type.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -61,6 +62,11 @@ struct job_context {
   /// of the job before one push per shard (worker/host_reducer.hpp).
   std::shared_ptr<worker::host_reducer> reducer;
 
+  /// Test hook (bench/consistency_bench): how many times as long worker `rank` takes over step
+  /// `step` (>= 1: it waits that factor minus one times its compute time after computing);
+  /// empty: every step at full speed.
+  std::function<double(std::uint32_t rank, std::int64_t step)> slowdown;
+
   /// Parts added while the job runs (shared: the job's actors and the node agent here).
   std::shared_ptr<part_directory> added = std::make_shared<part_directory>();
 
@@ -111,6 +117,10 @@ struct job_request {
     std::int64_t step = 0;
   };
   std::optional<kill_point> kill;
+  /// Test hook (bench/consistency_bench): how many times as long worker `rank` takes over step
+  /// `step` (>= 1: it waits that factor minus one times its compute time after computing);
+  /// empty: every step at full speed.
+  std::function<double(std::uint32_t rank, std::int64_t step)> slowdown;
 };
 
 }  // namespace coach::actors

@@ -894,7 +894,10 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
   st.planner.emplace(*st.dispenser, options.first_epoch, st.num_epochs(),
                      consistency.kind == scheduler::consistency_kind::averaging
                          ? std::uint32_t(consistency.local_steps)
-                         : 1u);
+                         : 1u,
+                     consistency.kind == scheduler::consistency_kind::ssp
+                         ? std::int64_t(consistency.staleness)
+                         : std::int64_t{-1});
   st.result.name = ctx->spec.name;
   return {
       [self](wire_message& m) {

@@ -66,9 +66,10 @@ struct shard_state {
   std::unique_ptr<ps::shard> core;
   /// Pull and snapshot requests by version: answered with one message holding every range.
   std::map<std::int64_t, std::vector<std::pair<endpoint, std::vector<ps::key_range>>>> waiting;
-  /// Who pushed to the open step: each gets the step's result piece by piece, as soon as the
-  /// pieces are updated (ps::piece), in params messages of about piece_floats floats.
-  std::vector<endpoint> pushers;
+  /// Who pushed to each step not answered yet (the open one and, in ssp:S, later ones held):
+  /// each gets the step's result piece by piece, as soon as the pieces are updated (ps::piece),
+  /// in params messages of about piece_floats floats.
+  std::map<std::int64_t, std::vector<endpoint>> pushers;
   /// Finished pieces of the step being applied not sent yet: small pieces (a shard owning many
   /// short ranges) go out together, so a push is answered in as few messages as the piece size
   /// allows; each message costs several thread wake-ups (docs/performance.md, ps_bench).
@@ -181,7 +182,7 @@ struct shard_state {
     auto values = core->share_values();
     std::shared_ptr<const void> owner = values;
     if (!answering) answering = std::make_shared<const answers_token>(self_addr);
-    for (const auto& dst : pushers) {
+    for (const auto& dst : pushers[unsent.front().version - 1]) {
       wire_message m = params_to(dst, unsent.front().version);
       for (const auto& p : unsent) {
         m.hdr.ranges.push_back(p.keys);
@@ -208,10 +209,16 @@ struct shard_state {
     transfers_waiting.clear();
   }
 
-  /// Answers whoever waits for the current version (after steps completed outside a push).
-  void completed_outside_push() {
-    pushers.clear();
-    serve(core->applied_steps());
+  /// Answers whoever waits for the current version, and those who pushed to the steps applied
+  /// whole (completed outside a push, or by pushes held for them): the current version, which
+  /// holds their step's update.
+  void answer_applied() {
+    const auto v = core->applied_steps();
+    for (auto it = pushers.begin(); it != pushers.end() && it->first < v;) {
+      for (const auto& p : it->second) waiting[v].push_back({p, {}});
+      it = pushers.erase(it);
+    }
+    serve(v);
   }
 
   void on_configure(const wire_message& m) {
@@ -222,10 +229,7 @@ struct shard_state {
     auto before = core->applied_steps();
     auto done = core->configure(*c);
     if (!done) report(done.error());
-    if (core->applied_steps() > before) {
-      for (const auto& p : pushers) waiting[core->applied_steps()].push_back({p, {}});
-      completed_outside_push();
-    }
+    if (core->applied_steps() > before) answer_applied();
   }
 
   void on_migrate(const wire_message& m) {
@@ -260,10 +264,7 @@ struct shard_state {
       before = releases.size() + adoptions.size();
       completed += run_moves_once();
     }
-    if (completed > 0) {
-      for (const auto& p : pushers) waiting[core->applied_steps()].push_back({p, {}});
-      completed_outside_push();
-    }
+    if (completed > 0) answer_applied();
   }
 
   /// One pass over the releases and adoptions due; returns the steps that held pushes taken
@@ -348,19 +349,23 @@ struct shard_state {
     const std::int64_t step = m.hdr.step;
     // A push asks for the next version too: the step's update comes back as its answer, in
     // pieces, each sent while the next one is being updated.
-    pushers.push_back(m.hdr.src);
+    auto& who = pushers[step];
+    who.push_back(m.hdr.src);
     auto done = core->push(step, m.hdr.map_version, std::move(c),
                            [this](const ps::piece& p) { on_piece(p); });
     if (!done) {
-      pushers.pop_back();
+      who.pop_back();
+      if (who.empty()) pushers.erase(step);
       report(done.error());
       return;
     }
     if (*done) {
       send_pieces();  // the step's last pieces
       answers_made();
-      pushers.clear();
-      serve(core->applied_steps());
+      pushers.erase(step);
+      // ssp:S: pushes of the next steps held until now may complete them too.
+      resume();
+      answer_applied();
     }
   }
 };
@@ -375,8 +380,11 @@ caf::behavior shard_actor(caf::stateful_actor<shard_state>* self,
   st.self_addr = self->address();
   auto be = kernels::make_backend(kernels::backend_kind::cpu);
   st.be = std::move(*be);
+  ps::shard_options options;
+  if (ctx->spec.consistency.kind == scheduler::consistency_kind::ssp)
+    options.max_ahead = ctx->spec.consistency.staleness;
   st.core = std::make_unique<ps::shard>(id, scheduler::shard_optimizer(ctx->spec), *st.be,
-                                        std::move(ranges), initial_owned);
+                                        std::move(ranges), initial_owned, options);
   if (auto ok = st.core->configure(cfg); !ok) st.report(ok.error());
   return {
       [self](answers_atom) { self->state.send_transfers(); },

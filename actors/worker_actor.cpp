@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <thread>
 
 #include "actors/elastic_messages.hpp"
 #include "actors/inline_delivery.hpp"
@@ -49,6 +50,14 @@ struct worker_state {
   std::function<void()> die;
   std::int64_t step = 0;
   std::optional<ps::key_coverage> received;  ///< keys of the current version received
+  /// ssp:S (S > 0): step s computes from the newest parameters received once they are at least
+  /// version max(s - S, first): the keys of each version arrived so far, the newest version
+  /// whose keys all arrived (each shard answers in version order, so the vector then holds
+  /// that version or a newer one of every key) and the version first pulled.
+  std::int64_t staleness = 0;
+  std::map<std::int64_t, ps::key_coverage> versions;
+  std::int64_t newest = -1;
+  std::int64_t first = 0;
   /// Keys of the current version that a shard said it no longer owns (a `moved` answer), to be
   /// pulled from their owner once this worker's configuration is at least `moved_version`.
   std::vector<ps::key_range> moved_keys;
@@ -148,8 +157,31 @@ struct worker_state {
     ctx->net->send(to(ctx->master, msg_kind::chunk_request));
   }
 
+  /// ssp:S: takes the values of one params message of any version (see `versions`).
+  void on_stale_params(const wire_message& m) {
+    auto& keys = versions.try_emplace(m.hdr.step, ctx->model.num_params()).first->second;
+    if (auto ok = accept_params(m, keys); !ok) {
+      std::fprintf(stderr, "coach: worker %u: malformed parameters from shard %llu: %s\n", rank,
+                   static_cast<unsigned long long>(m.hdr.src.id), ok.error().message.c_str());
+      return;
+    }
+    for (std::size_t i = 0; i < m.frames.size(); ++i)
+      if (const auto& r = m.hdr.ranges[i]; r.size() > 0)
+        be->upload(params + r.begin, m.frames[i].as<float>().data(), r.size());
+    if (!keys.complete()) return;
+    newest = std::max(newest, m.hdr.step);
+    versions.erase(versions.begin(), versions.upper_bound(m.hdr.step));
+  }
+
+  /// Whether the parameters at hand may compute the current step.
+  bool params_ready() const {
+    if (staleness == 0) return received->complete();
+    return newest >= std::max(first, step - staleness);
+  }
+
   /// Takes the values of one params message (a whole shard's ranges or one piece of them).
   void on_params(const wire_message& m) {
+    if (staleness > 0) return on_stale_params(m);
     if (m.hdr.step != step) {
       std::fprintf(stderr, "coach: worker %u: parameters of version %lld while at step %lld\n",
                    rank, static_cast<long long>(m.hdr.step), static_cast<long long>(step));
@@ -270,7 +302,7 @@ struct worker_state {
   /// Runs the step when its chunk and every shard's parameters are here.
   void try_step() {
     auto it = grants.find(step);
-    if (it == grants.end() || !received->complete()) return;
+    if (it == grants.end() || !params_ready()) return;
     const wire_message& g = it->second;
     std::span<const std::uint32_t> indices, sizes;
     if (!(g.hdr.flags & flag::no_chunk) && !g.frames.empty()) {
@@ -308,9 +340,15 @@ struct worker_state {
     held.clear();
     copying = false;
     if (!host_backend) be->download(buf->data(), grad, buf->size());
-    const auto us =
+    auto us =
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
             .count();
+    if (ctx->slowdown)  // a straggler (test hook): the step takes `factor` times as long
+      if (const double factor = ctx->slowdown(rank, step); factor > 1) {
+        std::this_thread::sleep_for(
+            std::chrono::microseconds(std::int64_t(double(us) * (factor - 1))));
+        us = std::int64_t(double(us) * factor);
+      }
 
     // A shard of this process that the pushes wake runs on this thread once the step's
     // messages are out (this thread only waits for its answer then): no scheduler thread is
@@ -359,6 +397,9 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
   st.rank = rank;
   st.self_ep = ctx->worker_ep(rank);
   st.step = first_step;
+  st.first = first_step;
+  if (ctx->spec.consistency.kind == scheduler::consistency_kind::ssp)
+    st.staleness = ctx->spec.consistency.staleness;
   st.die_at = die_at_step;
   st.die = [self] {
     self->state.ctx->net->unbind(self->state.self_ep);

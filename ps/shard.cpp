@@ -63,7 +63,14 @@ result<bool> shard::push(std::int64_t step, contribution c, const piece_callback
 
 result<bool> shard::push(std::int64_t step, std::uint64_t config_version, contribution c,
                          const piece_callback& on_piece) {
-  if (config_version > config_version_ || (step >= applied_ && !owns_assigned(step))) {
+  // Held for the configuration, or for the ranges it gives this shard (a shard added to the
+  // job owns nothing, and has no version, until its slices arrive).
+  const bool held = config_version > config_version_ || (step >= applied_ && !owns_assigned(step));
+  if (!held && step > applied_ + options_.max_ahead)
+    return fail(errc::protocol_error,
+                "shard {}: rank {} pushed step {} but the open step is {} (at most {} ahead)", id_,
+                c.rank, step, applied_, options_.max_ahead);
+  if (held || step > applied_) {  // ssp:S: a later step waits for its turn
     held_.push_back({step, config_version, std::move(c)});
     return false;
   }

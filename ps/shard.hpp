@@ -72,6 +72,10 @@ struct shard_options {
   /// pieces made a 1 MiB round 10-15 % slower, while 1 MiB pieces made 16 MiB rounds ~5 %
   /// faster. A shard owning at most 1 MiB answers a push in one message.
   std::size_t piece_floats = 256 * 1024;
+  /// Stale-synchronous parallel (consistency `ssp:S`): a push of a step up to this many steps
+  /// after the open one is held until its step opens (a worker computes step s from a version
+  /// of at least s - S). 0 (bulk-synchronous): a push of a later step is an error.
+  std::int64_t max_ahead = 0;
 };
 
 /// A finished piece of a step's update: its values are final for version `version` and are not
@@ -128,9 +132,11 @@ class shard {
   std::uint64_t config_version() const noexcept { return config_version_; }
 
   /// push() under configuration `config_version`: held (returns false) while the shard has not
-  /// seen that configuration, or does not own the ranges the configuration gives it at `step`
-  /// (owns_assigned). A held push from a rank that a later configuration removes from its step
-  /// before the push is taken is dropped (its worker died; its chunk is processed again).
+  /// seen that configuration, does not own the ranges the configuration gives it at `step`
+  /// (owns_assigned), or `step` is later than the open one, by at most options().max_ahead
+  /// steps (ssp:S). Once a step completes, resume() takes the held pushes of the next one. A held
+  /// push from a rank that a later configuration removes from its step before the push is taken is
+  /// dropped (its worker died; its chunk is processed again).
   result<bool> push(std::int64_t step, std::uint64_t config_version, contribution c,
                     const piece_callback& on_piece = {});
   /// Whether the shard owns exactly the ranges the configuration governing `step` gives it

@@ -524,11 +524,11 @@ result<void> spec_parser::parse_consistency(const entry& e, job_spec& spec) {
   } else {
     return bad(e, "must be one of {}, got {}", forms, describe(e.value));
   }
-  if ((c.kind == consistency_kind::ssp || c.kind == consistency_kind::asp) && !deferred_) {
-    deferred_ =
-        error{errc::unsupported,
-              coach::format("{}:{}: field '{}': '{}' is not implemented yet (bsp, averaging:K)",
-                            source_, line_of(e), e.path, printable(text))};
+  if (c.kind == consistency_kind::asp && !deferred_) {
+    deferred_ = error{
+        errc::unsupported,
+        coach::format("{}:{}: field '{}': '{}' is not implemented yet (bsp, ssp:S, averaging:K)",
+                      source_, line_of(e), e.path, printable(text))};
   }
   consistency_line_ = line_of(e);
   spec.consistency = c;

@@ -27,8 +27,9 @@
 //   batch_size: 64               # required; in [1, 1048576]
 //   epochs: 5                    # required; >= 1
 //   consistency: bsp             # bsp (default) | averaging:K (K >= 1: each worker trains K
-//                                # local steps, the shards average the models by samples);
-//                                # ssp:S (S >= 0) and asp are parsed, not implemented yet
+//                                # local steps, the shards average the models by samples)
+//                                # | ssp:S (S >= 0: a worker runs at most S steps ahead of the
+//                                # slowest); asp is parsed, not implemented yet
 //   seed: 42                     # unsigned 64-bit; default 1
 //   workers: {min: 1, max: 4, initial: 2}   # or N, meaning min = max = initial = N; default 1
 //   shards: 2                    # same forms as workers; default 1

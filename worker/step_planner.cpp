@@ -6,16 +6,26 @@
 namespace coach::worker {
 
 step_planner::step_planner(chunk_dispenser& dispenser, std::uint32_t first_epoch,
-                           std::uint32_t epochs, std::uint32_t chunks_per_step)
+                           std::uint32_t epochs, std::uint32_t chunks_per_step,
+                           std::int64_t max_ahead)
     : dispenser_(dispenser),
       first_epoch_(first_epoch),
       epochs_(epochs),
-      chunks_per_step_(std::max<std::uint32_t>(1, chunks_per_step)) {}
+      chunks_per_step_(std::max<std::uint32_t>(1, chunks_per_step)),
+      max_ahead_(max_ahead) {}
+
+std::int64_t step_planner::oldest_incomplete() const noexcept {
+  for (const auto& [step, p] : plans_)
+    if (!p.finished && p.reported < p.expected) return step;
+  return open_step_ + 1;
+}
 
 std::optional<step_planner::opened> step_planner::open(std::span<const std::uint32_t> members,
                                                        bool stop) {
   opened out;
   plan p;
+  if (!stop && max_ahead_ >= 0 && open_step_ + 1 - oldest_incomplete() > max_ahead_)
+    return std::nullopt;  // ssp:S: the slowest member is too far behind
   if (stop) {
     out.finished = p.finished = true;
   } else {

@@ -7,7 +7,11 @@
 // out), completes when every member reported, and the next epoch's first step opens only once
 // every chunk of the epoch completed. Model averaging (`averaging:K`) is bulk-synchronous too,
 // with up to K chunks per member and step (the member trains K local steps, one per chunk, and
-// pushes its model's delta). Unit-tested in tests/unit/step_planner_test.cpp.
+// pushes its model's delta). Stale-synchronous (`ssp:S`, max_ahead = S): steps complete as in
+// BSP, but a step opens while up to S steps before it are incomplete, so a worker holds a grant
+// at most S steps after the oldest step some member has not reported: it runs at most S steps
+// ahead of the slowest member (the worker computes from parameters at least S versions old;
+// actors/worker_actor.cpp). Unit-tested in tests/unit/step_planner_test.cpp.
 //
 // Threads: one owner (the master).
 
@@ -25,9 +29,12 @@ namespace coach::worker {
 class step_planner {
  public:
   /// Hands out `dispenser`'s chunks for epochs [first_epoch, epochs), up to `chunks_per_step`
-  /// (>= 1) to each member at each step. `dispenser` must outlive the planner.
+  /// (>= 1) to each member at each step. `max_ahead` >= 0 (ssp:S): a step opens only while the
+  /// oldest incomplete step is at most that many steps before it; negative: no such bound (a
+  /// BSP worker asks for its next step once it reported the last, and computes it once the
+  /// step before is applied). `dispenser` must outlive the planner.
   step_planner(chunk_dispenser& dispenser, std::uint32_t first_epoch, std::uint32_t epochs,
-               std::uint32_t chunks_per_step = 1);
+               std::uint32_t chunks_per_step = 1, std::int64_t max_ahead = -1);
 
   /// What opening a step did.
   struct opened {
@@ -37,7 +44,8 @@ class step_planner {
   };
   /// Opens step open_step() + 1 for `members` (its configuration's ranks); `stop` (the job was
   /// cancelled) makes it the finishing step. nullopt when it cannot open yet: its epoch's chunks
-  /// are all out and some are not complete (the next epoch waits for them).
+  /// are all out and some are not complete (the next epoch waits for them), or (max_ahead) a
+  /// step too far before it is incomplete.
   std::optional<opened> open(std::span<const std::uint32_t> members, bool stop);
   /// The newest step opened; -1 before the first.
   std::int64_t open_step() const noexcept { return open_step_; }
@@ -75,6 +83,8 @@ class step_planner {
   bool epoch_started() const noexcept { return epoch_started_; }
   /// Steps open now (for tests and the master's statistics).
   std::size_t steps_open() const noexcept { return plans_.size(); }
+  /// The oldest step some member has not reported (open_step() + 1 when none).
+  std::int64_t oldest_incomplete() const noexcept;
 
  private:
   struct plan {
@@ -90,6 +100,7 @@ class step_planner {
   std::uint32_t first_epoch_;
   std::uint32_t epochs_;
   std::uint32_t chunks_per_step_;
+  std::int64_t max_ahead_;
   bool epoch_started_ = false;
   std::int64_t open_step_ = -1;
   std::map<std::int64_t, plan> plans_;

@@ -1,6 +1,8 @@
 // Consistency modes end to end through the embedded cluster (docs/design.md, "Consistency"):
 // model averaging reaches the accuracy of BSP on digits and Fashion-MNIST, repeats bit for bit,
-// is invisible to sharding and survives workers joining and leaving and shards moving mid-epoch.
+// is invisible to sharding and survives workers joining and leaving and shards moving mid-epoch;
+// stale-synchronous training (ssp:S) reaches it too beside a straggler, is BSP at S = 0, and
+// loses no sample when workers join, leave or die ahead of the others and shards move.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -112,6 +114,90 @@ TEST(consistency_averaging, a_worker_that_dies_mid_round_loses_no_sample) {
   train_options opt;
   opt.workers = 3;
   opt.kill_worker = std::pair<std::uint32_t, std::int64_t>{1, 5};
+  auto r = train_embedded(spec, opt);
+  ASSERT_TRUE(r) << r.error().to_string();
+  for (const auto& e : r->epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
+  EXPECT_EQ(r->workers, 2u);
+  EXPECT_GE(r->test_accuracy, 0.95);
+}
+
+scheduler::job_spec ssp(std::string_view example, int staleness) {
+  auto spec = scheduler::load_job_spec(std::string(example));
+  EXPECT_TRUE(spec) << (spec ? "" : spec.error().to_string());
+  spec->consistency = {scheduler::consistency_kind::ssp, staleness, 0};
+  return *spec;
+}
+
+/// A straggler that moves: at each step one of three workers computes 3x as long.
+double moving_straggler(std::uint32_t rank, std::int64_t step) {
+  return std::uint32_t(step % 3) == rank % 3 ? 3.0 : 1.0;
+}
+
+TEST(consistency_ssp, digits_reaches_95_percent_beside_a_straggler_and_trains_every_sample_once) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  auto spec = ssp("examples/digits-mlp.yaml", 2);
+  train_options opt;
+  opt.workers = 3;
+  opt.shards = 2;
+  opt.slowdown = moving_straggler;
+  auto r = train_embedded(spec, opt);
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_GE(r->test_accuracy, 0.95);
+  for (const auto& e : r->epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
+  EXPECT_LT(r->epochs.back().train_loss, r->epochs.front().train_loss);
+}
+
+TEST(consistency_ssp, fashion_mnist_mlp_reaches_86_percent_in_5_epochs) {
+  if (!have_fashion())
+    GTEST_SKIP() << "Fashion-MNIST missing: apt-get install dataset-fashion-mnist";
+  auto spec = ssp("examples/fashion-ssp.yaml", 2);
+  ASSERT_LE(spec.epochs, 5);
+  auto r = train_embedded(spec);
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_GE(r->test_accuracy, 0.86);
+  for (const auto& e : r->epochs) EXPECT_EQ(e.samples, 60000u);
+}
+
+TEST(consistency_ssp, staleness_0_is_bsp_bit_for_bit) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  auto spec = ssp("examples/digits-mlp.yaml", 0);
+  spec.epochs = 2;
+  train_options opt;
+  opt.workers = 3;
+  opt.shards = 2;
+  opt.slowdown = moving_straggler;
+  auto a = train_embedded(spec, opt);
+  spec.consistency = {};
+  auto b = train_embedded(spec, opt);
+  ASSERT_TRUE(a) << a.error().to_string();
+  ASSERT_TRUE(b) << b.error().to_string();
+  EXPECT_TRUE(same_bits(a->params, b->params));
+}
+
+TEST(consistency_ssp, workers_joining_and_leaving_and_shards_moving_lose_no_sample) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  auto spec = ssp("examples/elastic.yaml", 2);
+  spec.epochs = 12;  // the schedule's last change is at step 110, in epoch 8 or so
+  train_options opt;
+  opt.slowdown = moving_straggler;
+  auto r = train_embedded(spec, opt);
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(r->changes.size(), spec.schedule.size());
+  for (const auto& e : r->epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
+  EXPECT_EQ(r->workers, 2u);
+  EXPECT_EQ(r->shards, 2u);
+  EXPECT_GE(r->test_accuracy, 0.93);
+}
+
+TEST(consistency_ssp, a_worker_that_dies_ahead_of_the_others_loses_no_sample) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  auto spec = ssp("examples/digits-mlp.yaml", 3);
+  train_options opt;
+  opt.workers = 3;
+  opt.shards = 2;
+  // Ranks 1 and 2 straggle: rank 0 runs ahead of them and dies at step 9.
+  opt.slowdown = [](std::uint32_t rank, std::int64_t) { return rank == 0 ? 1.0 : 3.0; };
+  opt.kill_worker = std::pair<std::uint32_t, std::int64_t>{0, 9};
   auto r = train_embedded(spec, opt);
   ASSERT_TRUE(r) << r.error().to_string();
   for (const auto& e : r->epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <random>
+#include <tuple>
 
 #include "common/buffer_pool.hpp"
 #include "ps/key_coverage.hpp"
@@ -111,6 +112,78 @@ TEST(shard, rejects_protocol_violations_with_clear_errors) {
   auto twice = s.push(0, make(0, {1, 1}, 1));
   ASSERT_FALSE(twice);
   EXPECT_NE(twice.error().message.find("twice"), std::string::npos);
+}
+
+/// ssp:S: a push of a later step (by at most S) is held and applied when its step opens, in
+/// rank order as in BSP, so the parameters are those of BSP given the same gradients; further
+/// ahead it is refused.
+TEST(shard, ssp_holds_pushes_of_later_steps_and_applies_them_in_step_and_rank_order) {
+  auto be = cpu();
+  optimizer_config opt;
+  opt.sgd.learning_rate = 0.25f;
+  const std::vector<float> init{1, 2, 3};
+  job_config c;
+  c.version = 1;
+  c.members = {0, 1};
+  shard_options ssp;
+  ssp.max_ahead = 2;
+  shard a(0, opt, *be, {{0, 3}}, init, ssp);
+  shard b(0, opt, *be, {{0, 3}}, init);  // BSP, the same gradients in step order
+  ASSERT_TRUE(a.configure(c));
+  ASSERT_TRUE(b.configure(c));
+  const std::vector<float> g00{1, 0, 0}, g10{0, 2, 0}, g01{3, 0, 1}, g11{0, 0, 5}, g02{1, 1, 1},
+      g12{2, 2, 2};
+  // Rank 0 runs two steps ahead: its pushes of steps 1 and 2 wait for step 0.
+  EXPECT_FALSE(*a.push(0, 1, make(0, g00, 1)));
+  EXPECT_FALSE(*a.push(1, 1, make(0, g01, 2)));
+  EXPECT_FALSE(*a.push(2, 1, make(0, g02, 1)));
+  const auto too_far = a.push(3, 1, make(0, g02, 1));
+  ASSERT_FALSE(too_far);
+  EXPECT_EQ(too_far.error().code, errc::protocol_error);
+  EXPECT_EQ(too_far.error().message,
+            "shard 0: rank 0 pushed step 3 but the open step is 0 (at most 2 ahead)");
+  EXPECT_EQ(a.applied_steps(), 0);
+  EXPECT_TRUE(*a.push(0, 1, make(1, g10, 1)));  // step 0 completes
+  EXPECT_EQ(a.applied_steps(), 1);
+  EXPECT_EQ(*a.resume(), 0) << "step 1 still waits for rank 1";
+  EXPECT_TRUE(*a.push(1, 1, make(1, g11, 3)));
+  EXPECT_EQ(*a.resume(), 0);
+  EXPECT_TRUE(*a.push(2, 1, make(1, g12, 1)));
+  EXPECT_EQ(a.applied_steps(), 3);
+  for (auto [step, x, y, nx, ny] :
+       {std::tuple{0, &g00, &g10, 1, 1}, {1, &g01, &g11, 2, 3}, {2, &g02, &g12, 1, 1}}) {
+    ASSERT_FALSE(*b.push(step, 1, make(0, *x, std::uint64_t(nx))));
+    ASSERT_TRUE(*b.push(step, 1, make(1, *y, std::uint64_t(ny))));
+  }
+  ASSERT_EQ(a.values().size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(a.values()[i], b.values()[i]) << i;
+  // Worked by hand for key 0: 1 - 0.25*(1/2) = 0.875; - 0.25*(3/5) = 0.725; - 0.25*(3/2) = 0.35.
+  EXPECT_FLOAT_EQ(a.values()[0], 0.35f);
+}
+
+/// ssp:S: pushes held for a step whose last missing push comes before them complete their
+/// steps when resume() takes them, one after the other.
+TEST(shard, ssp_held_pushes_complete_their_steps_when_the_one_before_completes) {
+  auto be = cpu();
+  optimizer_config opt;
+  opt.sgd.learning_rate = 1.0f;
+  job_config c;
+  c.version = 1;
+  c.members = {0, 1};
+  shard_options ssp;
+  ssp.max_ahead = 3;
+  shard a(0, opt, *be, {{0, 1}}, std::vector<float>{0}, ssp);
+  ASSERT_TRUE(a.configure(c));
+  for (std::int64_t step = 1; step <= 3; ++step) {  // both ranks are ahead of step 0
+    EXPECT_FALSE(*a.push(step, 1, make(0, {1}, 1)));
+    EXPECT_FALSE(*a.push(step, 1, make(1, {1}, 1)));
+  }
+  EXPECT_FALSE(*a.push(0, 1, make(1, {1}, 1)));
+  EXPECT_TRUE(*a.push(0, 1, make(0, {1}, 1)));
+  EXPECT_EQ(a.applied_steps(), 1);
+  EXPECT_EQ(*a.resume(), 3);
+  EXPECT_EQ(a.applied_steps(), 4);
+  EXPECT_FLOAT_EQ(a.values()[0], -4.0f);
 }
 
 TEST(shard, zero_sample_contributions_count_as_present_but_add_nothing) {

@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -170,6 +172,79 @@ TEST(step_planner, at_an_epochs_end_averaging_shares_the_last_chunks_among_the_m
   EXPECT_EQ(p.take(0, 0).chunks.size(), 2u);
   EXPECT_EQ(p.take(1, 0).chunks.size(), 1u);
   EXPECT_EQ(p.take(2, 0).chunks.size(), 1u);
+}
+
+/// ssp:S, driven as the master drives it, under random speeds, joins and deaths: no grant is
+/// ever more than S steps after the step the slowest live member is at (the oldest it has not
+/// reported), and every epoch still trains every sample exactly once.
+TEST(step_planner, ssp_never_lets_a_worker_run_more_than_s_steps_ahead_of_the_slowest) {
+  for (const std::int64_t S : {0, 1, 2, 4}) {
+    std::int64_t widest = 0;  // over every run: the bound is reached, not just kept
+    for (std::uint32_t seed = 1; seed <= 25; ++seed) {
+      SCOPED_TRACE(testing::Message() << "S=" << S << " seed=" << seed);
+      constexpr std::uint32_t epochs = 3;
+      chunk_dispenser d(230, 10, seed);  // 23 chunks per epoch
+      step_planner p(d, 0, epochs, 1, S);
+      std::mt19937 rng(seed);
+      struct member {
+        std::int64_t at = 0;   ///< the step it asks for or computes
+        bool granted = false;  ///< computing `at`
+      };
+      std::map<std::uint32_t, member> live;
+      std::vector<std::uint32_t> members{0, 1, 2};
+      for (auto r : members) live[r] = {};
+      std::uint32_t next_rank = 3;
+      std::map<std::uint32_t, std::uint64_t> samples;  // by epoch
+      bool finished = false;
+      for (int event = 0; event < 4000 && !finished && !live.empty(); ++event) {
+        const auto roll = rng() % 100;
+        if (roll < 3 && live.size() < 6) {  // a worker joins from the next step on
+          const auto r = next_rank++;
+          members.push_back(r);
+          live[r] = {p.open_step() + 1, false};
+          continue;
+        }
+        auto it = std::next(live.begin(), std::ptrdiff_t(rng() % live.size()));
+        const auto r = it->first;
+        auto& w = it->second;
+        if (roll < 6 && live.size() > 1) {  // it dies: steps from its first unreported one
+          const std::vector<std::uint32_t> gone{r};
+          p.drop(gone, w.at);
+          std::erase(members, r);
+          live.erase(it);
+          continue;
+        }
+        if (w.granted) {  // it reports its step and asks for the next one
+          const auto rep = p.report(r, w.at);
+          ASSERT_TRUE(rep.known);
+          for (const auto& c : rep.chunks_done) samples[c.epoch] += c.size();
+          ++w.at;
+          w.granted = false;
+          continue;
+        }
+        bool parked = false;
+        while (p.open_step() < w.at && !parked) {
+          auto o = p.open(members, false);
+          if (!o) parked = true;
+        }
+        if (parked) continue;  // asked again after the next report
+        const auto g = p.take(r, w.at);
+        if (g.what == kind::finished) {
+          finished = true;
+          break;
+        }
+        ASSERT_NE(g.what, kind::stale);
+        std::int64_t slowest = w.at;
+        for (const auto& [other, m] : live) slowest = std::min(slowest, m.at);
+        EXPECT_LE(w.at - slowest, S);
+        widest = std::max(widest, w.at - slowest);
+        w.granted = true;
+      }
+      ASSERT_TRUE(finished);
+      for (std::uint32_t e = 0; e < epochs; ++e) EXPECT_EQ(samples[e], 230u) << "epoch " << e;
+    }
+    EXPECT_EQ(widest, S);
+  }
 }
 
 }  // namespace
