@@ -11,6 +11,7 @@
 #include "actors/elastic_messages.hpp"
 #include "actors/roles.hpp"
 #include "common/format.hpp"
+#include "ps/change_planner.hpp"
 #include "ps/key_coverage.hpp"
 #include "worker/chunk_dispenser.hpp"
 #include "worker/step_planner.hpp"
@@ -169,12 +170,29 @@ struct master_state {
     const auto& a = req.action;
     start_timing(s, req);
     using kind = scheduler::schedule_action::kind_type;
-    ps::job_config next = cfg;
-    next.version = cfg.version + 1;
-    next.from_step = s;
-    std::vector<ps::slice_move> moves;
-    ps::shard_map plan = cfg.map;
-    auto add_shard = [&]() -> std::optional<std::uint32_t> {
+    ps::job_change c{a.kind == kind::workers  ? ps::job_change::kind_type::workers
+                     : a.kind == kind::shards ? ps::job_change::kind_type::shards
+                                              : ps::job_change::kind_type::migrate,
+                     a.value, req.shard};
+    ps::change_starters start;
+    start.worker = [&](std::uint32_t r, const ps::job_config& next) {
+      if (!hooks.add_worker) {
+        std::fprintf(stderr, "coach: job master: this job cannot add workers here\n");
+        return false;
+      }
+      auto ok = hooks.add_worker(r, next, s, std::string{});
+      if (!ok) {
+        std::fprintf(stderr, "coach: job master: cannot add worker %u: %s\n", r,
+                     ok.error().message.c_str());
+        return false;
+      }
+      if (*ok)
+        watch(r, *ok);
+      else
+        ++parts_awaited;  // starting on another node
+      return true;
+    };
+    start.shard = [&]() -> std::optional<std::uint32_t> {
       if (!hooks.add_shard) {
         std::fprintf(stderr, "coach: job master: this job cannot add shards here\n");
         return std::nullopt;
@@ -192,96 +210,19 @@ struct master_state {
         ++parts_awaited;  // starting on another node
       return k;
     };
-    auto move = [&](const std::vector<ps::slice_move>& mv) {
-      plan.apply(mv);
-      moves.insert(moves.end(), mv.begin(), mv.end());
-    };
-    switch (a.kind) {
-      case kind::workers: {
-        const std::size_t n = a.value;
-        while (next.members.size() > n) next.members.pop_back();  // the newest ranks leave
-        while (next.members.size() < n) {
-          if (!hooks.add_worker) {
-            std::fprintf(stderr, "coach: job master: this job cannot add workers here\n");
-            break;
-          }
-          const std::uint32_t r = next_rank++;
-          next.members.push_back(r);
-          auto ok = hooks.add_worker(r, next, s, std::string{});
-          if (!ok) {
-            std::fprintf(stderr, "coach: job master: cannot add worker %u: %s\n", r,
-                         ok.error().message.c_str());
-            next.members.pop_back();
-            break;
-          }
-          if (*ok)
-            watch(r, *ok);
-          else
-            ++parts_awaited;  // starting on another node
-          timings.back().adds_workers = true;
-        }
-        break;
-      }
-      case kind::shards: {
-        std::vector<std::uint32_t> live;
-        const auto n = plan.load();
-        for (std::uint32_t k = 0; k < n.size(); ++k)
-          if (n[k] > 0) live.push_back(k);
-        for (std::size_t have = live.size(); have < a.value; ++have) {
-          auto k = add_shard();
-          if (!k) break;
-          move(plan.plan_add(*k));
-        }
-        // The newest shards drain onto the others.
-        for (std::size_t have = live.size(); have > a.value; --have)
-          move(plan.plan_drain(live[have - 1]));
-        break;
-      }
-      case kind::migrate: {
-        const auto n = plan.load();
-        if (a.value >= n.size() || n[a.value] == 0) {
-          std::fprintf(stderr, "coach: job master: no shard %u owns slices; migrate ignored\n",
-                       a.value);
-          return true;
-        }
-        if (req.shard)  // started ahead
-          move(plan.plan_migrate(a.value, *req.shard));
-        else if (auto k = add_shard())
-          move(plan.plan_migrate(a.value, *k));
-        break;
-      }
+    auto plan = ps::plan_change(cfg, c, s, next_rank, start);
+    if (!plan.ignored.empty()) {
+      std::fprintf(stderr, "coach: job master: %s\n", plan.ignored.c_str());
+      return true;
     }
-    // A slice moved twice within one change (to a shard added, then on to another) goes
-    // straight from where it is to where it ends.
-    std::map<std::size_t, ps::slice_move> direct;
-    for (const auto& mv : moves) {
-      auto [it, fresh] = direct.try_emplace(mv.slice, mv);
-      if (!fresh) it->second.to = mv.to;
-    }
-    moves.clear();
-    for (const auto& [slice, mv] : direct)
-      if (mv.from != mv.to) moves.push_back(mv);
-    next.map = cfg.map;
-    next.map.apply(moves);
-    // One order per (source, destination) pair: the source hands over at version s.
-    std::map<std::pair<std::uint32_t, std::uint32_t>, std::vector<ps::key_range>> orders;
-    for (const auto& mv : moves) orders[{mv.from, mv.to}].push_back(cfg.map.slice_range(mv.slice));
+    if (!plan.added.empty()) timings.back().adds_workers = true;
     const std::size_t floats_per_key = 1 + scheduler::shard_optimizer(ctx->spec).state_per_param();
-    for (const auto& mv : moves)
-      timings.back().rep.moved_bytes +=
-          cfg.map.slice_range(mv.slice).size() * floats_per_key * sizeof(float);
-    for (auto& [ft, ranges] : orders) {
-      migrate_order o{s, ft.second, next.version, {}};
-      std::sort(ranges.begin(), ranges.end(), [](auto& x, auto& y) { return x.begin < y.begin; });
-      for (const auto& r : ranges) {  // adjacent slices travel as one range
-        if (!o.ranges.empty() && o.ranges.back().end == r.begin)
-          o.ranges.back().end = r.end;
-        else
-          o.ranges.push_back(r);
-      }
-      orders_waiting.emplace_back(ctx->shard_ep(ft.first), std::move(o));
-    }
-    next_cfg = std::move(next);
+    timings.back().rep.moved_bytes += plan.moved_keys * floats_per_key * sizeof(float);
+    for (auto& o : plan.orders)
+      orders_waiting.emplace_back(
+          ctx->shard_ep(o.from),
+          migrate_order{o.at_version, o.to, o.config_version, std::move(o.ranges)});
+    next_cfg = std::move(plan.next);
     change_failed = false;
     if (parts_awaited > 0) return false;
     return send_orders();
@@ -300,11 +241,8 @@ struct master_state {
       ctx->net->send(make_migrate(ctx->master, src, ctx->job, o));
       ++acks_awaited;
     }
-    if (!orders_waiting.empty()) {
-      const auto n = next_cfg->map.load();
-      for (auto k : live_shards())
-        if (k >= n.size() || n[k] == 0) releasing.push_back(k);
-    }
+    if (!orders_waiting.empty())
+      for (auto k : ps::emptied_shards(cfg.map, next_cfg->map)) releasing.push_back(k);
     orders_waiting.clear();
     publish();
     return true;

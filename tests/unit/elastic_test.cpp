@@ -9,12 +9,13 @@
 // is exact in float and the expected parameters are computed directly. With momentum and Adam the
 // reference is one unmigrated shard fed the same contributions: migration is invisible to the math.
 //
-// The harness plays the job master's protocol (docs/design.md, "Elastic jobs"): a configuration
-// reaches every shard before the grants that refer to it; slices move at a step boundary (the
-// source releases once it has applied the step before, the destination adopts and acknowledges);
-// a worker pushes step s once every shard it pulls from has applied step s - 1 (its pull
-// returned). Two ways: the step's grants wait for the acknowledgements (sequential), or, as the
-// job master does, the configuration and the grants go out with the migrate orders and the
+// The harness plays the job master's protocol (docs/design.md, "Elastic jobs") with the master's
+// own change planner (ps::plan_change) deciding each change's configuration and orders: a
+// configuration reaches every shard before the grants that refer to it; slices move at a step
+// boundary (the source releases once it has applied the step before, the destination adopts and
+// acknowledges); a worker pushes step s once every shard it pulls from has applied step s - 1 (its
+// pull returned). Two ways: the step's grants wait for the acknowledgements (sequential), or, as
+// the job master does, the configuration and the grants go out with the migrate orders and the
 // workers push while the slices travel (overlapped: the shards hold those pushes until they own
 // what the configuration gives them); the next change waits for the acknowledgements.
 #include <gtest/gtest.h>
@@ -26,6 +27,7 @@
 #include <random>
 #include <set>
 
+#include "ps/change_planner.hpp"
 #include "ps/job_config.hpp"
 #include "ps/shard.hpp"
 
@@ -163,53 +165,54 @@ class elastic_sim {
     if (s == 0 || rng_() % 10 >= 4) return;
     // The next change begins once the transfers of the one before are acknowledged.
     while (acks_awaited_ > 0) ASSERT_TRUE(tick(out)) << "stuck waiting for transfers";
-    job_config next = cfg_;
-    next.version = cfg_.version + 1;
-    next.from_step = s;
-    std::vector<slice_move> moves;
+    // The change itself is the job master's: ps::plan_change.
     const auto live = live_shards();
+    const auto n_members = std::uint32_t(cfg_.members.size());
+    using kind = job_change::kind_type;
+    job_change c;
     switch (rng_() % 5) {
       case 0:  // a worker joins
-        if (next.members.size() >= 6) return;
-        next.members.push_back(next_rank_);
-        workers_[next_rank_++];
+        if (n_members >= 6) return;
+        c = {kind::workers, n_members + 1, {}};
         ++out.joins;
         break;
-      case 1: {  // a worker leaves
-        if (next.members.size() <= 1) return;
-        next.members.erase(next.members.begin() + std::ptrdiff_t(rng_() % next.members.size()));
+      case 1:  // a worker leaves (the newest)
+        if (n_members <= 1) return;
+        c = {kind::workers, n_members - 1, {}};
         ++out.leaves;
         break;
-      }
-      case 2: {  // a shard is added
-        const std::uint32_t k = next_shard();
-        moves = cfg_.map.plan_add(k);
+      case 2:  // a shard is added
+        c = {kind::shards, std::uint32_t(live.size() + 1), {}};
         ++out.adds;
         break;
-      }
-      case 3:  // a shard is drained
+      case 3:  // a shard is drained (the newest)
         if (live.size() <= 1) return;
-        moves = cfg_.map.plan_drain(live[rng_() % live.size()]);
+        c = {kind::shards, std::uint32_t(live.size() - 1), {}};
         ++out.drains;
         break;
       case 4:  // a shard migrates whole to a new place
-        moves = cfg_.map.plan_migrate(live[rng_() % live.size()], next_shard());
+        c = {kind::migrate, live[rng_() % live.size()], {}};
         ++out.migrations;
         break;
     }
-    next.map.apply(moves);
-    // Group the moves by (from, to): one release per pair.
-    std::map<std::pair<std::uint32_t, std::uint32_t>, std::vector<key_range>> groups;
-    for (const auto& m : moves) groups[{m.from, m.to}].push_back(cfg_.map.slice_range(m.slice));
-    for (auto& [ft, ranges] : groups) {
+    change_starters start;
+    start.worker = [&](std::uint32_t r, const job_config&) {
+      workers_[r];
+      return true;
+    };
+    start.shard = [&]() -> std::optional<std::uint32_t> { return next_shard(); };
+    auto plan = plan_change(cfg_, c, s, next_rank_, start);
+    EXPECT_TRUE(plan.ignored.empty()) << plan.ignored;
+    for (auto& o : plan.orders) {
       message m;
       m.k = message::kind::migrate;
-      m.step = s;
-      m.ranges = ranges;
-      m.to = ft.second;
-      send(master_id, int(ft.first), std::move(m));
+      m.step = o.at_version;
+      m.ranges = o.ranges;
+      m.to = o.to;
+      send(master_id, int(o.from), std::move(m));
       ++acks_awaited_;
     }
+    job_config next = std::move(plan.next);
     if (!overlap_) {
       while (acks_awaited_ > 0) ASSERT_TRUE(tick(out)) << "stuck waiting for transfers";
     }
