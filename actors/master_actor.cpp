@@ -13,6 +13,7 @@
 #include "common/format.hpp"
 #include "ps/change_planner.hpp"
 #include "ps/key_coverage.hpp"
+#include "scheduler/change_timer.hpp"
 #include "worker/chunk_dispenser.hpp"
 #include "worker/step_planner.hpp"
 
@@ -52,37 +53,13 @@ struct assembly {
 /// while it runs (`coach rescale`, `coach migrate`), with the node a new shard goes to.
 struct change_request {
   scheduler::schedule_action action;
-  std::string node;                                 ///< empty: where the hooks decide
-  std::optional<clock_type::time_point> requested;  ///< empty: when its step comes (schedule)
+  std::string node;                                ///< empty: where the hooks decide
+  std::optional<scheduler::time_point> requested;  ///< empty: when its step comes (schedule)
   /// A migration asked for while the job runs: its new shard, started (and its node's memory
   /// warmed) before the change is queued for a step boundary, and when it was ready.
   std::optional<std::uint32_t> shard;
-  std::optional<clock_type::time_point> prepared;
+  std::optional<scheduler::time_point> prepared;
 };
-
-/// A completed step: all its reports are in (its update is applied on every shard).
-struct step_done {
-  std::int64_t step = 0;
-  clock_type::time_point at;
-  std::uint64_t samples = 0;
-  double gap_ms = 0;  ///< since the step completed before it
-};
-
-/// A change being timed (scheduler::change_report).
-struct change_timing {
-  scheduler::change_report rep;
-  clock_type::time_point requested;
-  std::optional<clock_type::time_point> orders_sent;
-  bool adds_workers = false;
-  bool boundary_done = false;
-  std::size_t steps_after = 0;
-  std::uint64_t samples_after = 0;
-  clock_type::time_point after_start;
-};
-
-double ms_between(clock_type::time_point a, clock_type::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 struct master_state {
   std::shared_ptr<const job_context> ctx;
@@ -122,9 +99,9 @@ struct master_state {
   /// the current configuration, but hold their slices (and their node's memory) until the
   /// transfers are acknowledged.
   std::vector<std::uint32_t> releasing;
-  // Timing of changes (scheduler::change_report): the last completed steps, the changes.
-  std::deque<step_done> recent;
-  std::vector<change_timing> timings;
+  // Timing of changes (scheduler::change_report).
+  scheduler::steady_clock_source clock;
+  scheduler::change_timer timer{clock};
   std::uint32_t next_rank = 0;
   std::uint32_t next_shard = 0;
   /// Every configuration published, by first step: the members each step expects.
@@ -215,9 +192,9 @@ struct master_state {
       std::fprintf(stderr, "coach: job master: %s\n", plan.ignored.c_str());
       return true;
     }
-    if (!plan.added.empty()) timings.back().adds_workers = true;
+    if (!plan.added.empty()) timer.adds_workers();
     const std::size_t floats_per_key = 1 + scheduler::shard_optimizer(ctx->spec).state_per_param();
-    timings.back().rep.moved_bytes += plan.moved_keys * floats_per_key * sizeof(float);
+    timer.add_moved_bytes(plan.moved_keys * floats_per_key * sizeof(float));
     for (auto& o : plan.orders)
       orders_waiting.emplace_back(
           ctx->shard_ep(o.from),
@@ -234,7 +211,7 @@ struct master_state {
   /// pause is what is left of the transfer when the workers' pushes arrive. The next change
   /// begins once every transfer is acknowledged. Returns true (step s can open).
   bool send_orders() {
-    if (!orders_waiting.empty() && !timings.empty()) timings.back().orders_sent = clock_type::now();
+    if (!orders_waiting.empty()) timer.orders_sent();
     // Before the configuration, from this same sender: a source has its order when the
     // configuration that takes its slices away arrives.
     for (auto& [src, o] : orders_waiting) {
@@ -258,7 +235,7 @@ struct master_state {
                      static_cast<unsigned long long>(ctx->job), id, why.c_str());
         return;
       }
-      c.prepared = clock_type::now();
+      c.prepared = timer.now();
       request_change(std::move(c));
       return;
     }
@@ -305,7 +282,7 @@ struct master_state {
   std::string request_change(change_request c) {
     if (done || cancelled) return "the job is ending";
     c.action.at_step = planner->open_step() + 1;
-    if (!c.requested) c.requested = clock_type::now();
+    if (!c.requested) c.requested = timer.now();
     auto at = std::upper_bound(
         actions.begin(), actions.end(), c.action.at_step,
         [](std::int64_t s, const change_request& x) { return s < x.action.at_step; });
@@ -352,7 +329,7 @@ struct master_state {
     // arrive in (a first write to memory the host has dropped runs at ~0.1 GB/s here, seconds for
     // a large shard, docs/performance.md "rescale_bench"), and the change takes the first step
     // boundary after that, so the pause is the transfer alone.
-    change_request c{{0, kind::migrate, shard}, node, clock_type::now(), std::nullopt, {}};
+    change_request c{{0, kind::migrate, shard}, node, timer.now(), std::nullopt, {}};
     const auto& map = next_cfg ? next_cfg->map : cfg.map;
     std::uint64_t keys = 0;
     for (const auto& r : map.ranges_of(shard)) keys += r.size();
@@ -365,7 +342,7 @@ struct master_state {
       return {};
     }
     link(*ok);
-    c.prepared = clock_type::now();
+    c.prepared = timer.now();
     return request_change(std::move(c));
   }
 
@@ -401,72 +378,17 @@ struct master_state {
     report_layout();
   }
 
-  /// A change begins at step s: what it is and, from the steps before, how fast the job went.
+  /// A change begins at step s: what it is, for the timer.
   void start_timing(std::int64_t s, const change_request& req) {
     using kind = scheduler::schedule_action::kind_type;
-    change_timing t;
-    t.requested = req.requested.value_or(clock_type::now());
     const auto& a = req.action;
-    t.rep.what = coach::format("{} {}",
-                               a.kind == kind::workers  ? "workers"
-                               : a.kind == kind::shards ? "shards"
-                                                        : "migrate",
-                               a.value);
-    if (!req.node.empty()) t.rep.what += " to " + req.node;
-    t.rep.step = s;
-    if (req.prepared) t.rep.prepare_ms = ms_between(t.requested, *req.prepared);
-    // Before: the steps completed before the request (not those waiting at its boundary).
-    std::vector<double> gaps;
-    std::uint64_t samples = 0;
-    std::optional<clock_type::time_point> first, last;
-    for (const auto& d : recent) {
-      if (d.at > t.requested) break;
-      if (!first) {
-        first = d.at;
-      } else {
-        gaps.push_back(d.gap_ms);
-        samples += d.samples;
-      }
-      last = d.at;
-    }
-    if (!gaps.empty()) {
-      const double longest = *std::max_element(gaps.begin(), gaps.end());
-      std::nth_element(gaps.begin(), gaps.begin() + std::ptrdiff_t(gaps.size() / 2), gaps.end());
-      t.rep.step_ms = gaps[gaps.size() / 2];
-      t.rep.step_spread_ms = longest - t.rep.step_ms;
-      const double ms = ms_between(*first, *last);
-      if (ms > 0) t.rep.samples_per_s_before = double(samples) * 1000.0 / ms;
-    }
-    timings.push_back(std::move(t));
-  }
-
-  /// Step `step` is complete (every member reported): times the changes it concerns.
-  void step_completed(std::int64_t step, std::uint64_t samples) {
-    const auto now = clock_type::now();
-    step_done d{step, now, samples, 0};
-    for (auto it = recent.rbegin(); it != recent.rend(); ++it)
-      if (it->step < step) {
-        d.gap_ms = ms_between(it->at, now);
-        break;
-      }
-    recent.push_back(d);
-    while (recent.size() > 21) recent.pop_front();
-    for (auto& t : timings) {
-      if (t.boundary_done) {
-        if (t.steps_after >= 20 || step <= t.rep.step) continue;
-        ++t.steps_after;
-        t.samples_after += samples;
-        const double ms = ms_between(t.after_start, now);
-        if (ms > 0) t.rep.samples_per_s_after = double(t.samples_after) * 1000.0 / ms;
-        continue;
-      }
-      if (step != t.rep.step) continue;
-      t.boundary_done = true;
-      t.after_start = now;
-      t.rep.gap_ms = d.gap_ms;
-      if (t.rep.step_ms >= 0) t.rep.pause_ms = std::max(0.0, d.gap_ms - t.rep.step_ms);
-      if (t.adds_workers) t.rep.join_ms = ms_between(t.requested, now);
-    }
+    std::string what = coach::format("{} {}",
+                                     a.kind == kind::workers  ? "workers"
+                                     : a.kind == kind::shards ? "shards"
+                                                              : "migrate",
+                                     a.value);
+    if (!req.node.empty()) what += " to " + req.node;
+    timer.begin(std::move(what), s, req.requested, req.prepared);
   }
 
   void send_config() {
@@ -488,8 +410,7 @@ struct master_state {
       return;
     }
     if (--acks_awaited > 0) return;
-    if (!timings.empty() && timings.back().orders_sent)
-      timings.back().rep.transfer_ms = ms_between(*timings.back().orders_sent, clock_type::now());
+    timer.transfers_done();
     if (!releasing.empty()) {  // what they held is free now (before any later change begins)
       releasing.clear();
       report_layout();
@@ -656,7 +577,7 @@ struct master_state {
   void on_report(const wire_message& m) {
     const auto r = planner->report(m.hdr.rank, m.hdr.step);
     if (!r.known) return;
-    if (r.step_samples) step_completed(m.hdr.step, *r.step_samples);
+    if (r.step_samples) timer.step_completed(m.hdr.step, *r.step_samples);
     if (!m.frames.empty()) read_invocations(m);
     auto& last = last_report.try_emplace(m.hdr.rank, -1).first->second;
     last = std::max(last, m.hdr.step);
@@ -712,8 +633,7 @@ struct master_state {
     p.samples_per_s = p.seconds > 0 ? double(e.samples) / p.seconds : 0.0;
     p.workers = std::uint32_t(cfg.members.size());
     p.shards = std::uint32_t(live_shards().size());
-    p.changes_done = std::uint32_t(
-        std::ranges::count_if(timings, [](const change_timing& t) { return t.boundary_done; }));
+    p.changes_done = timer.changes_done();
     if (ctx->spec.function) p.invocations = summed_invocations();
     caf::anon_send(observer, progress_atom::value, p);
   }
@@ -784,7 +704,7 @@ struct master_state {
     result.backend = std::string(kernels::to_string(ctx->backend));
     result.num_params = ctx->model.num_params();
     result.bytes_moved = ctx->net->traffic().total_bytes();
-    for (const auto& t : timings) result.changes.push_back(t.rep);
+    result.changes = timer.reports();
     if (ctx->spec.function) result.invocations = summed_invocations();
     if (last_params) result.params = *last_params;
     caf::anon_send(observer, done_atom::value, job_outcome{std::nullopt, std::move(result)});
