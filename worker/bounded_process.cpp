@@ -257,14 +257,14 @@ void bounded_process::kill() noexcept {
 }
 
 namespace {
-/// Milliseconds until `deadline` for poll(): -1 without one, 0 once it passed (1 while less than
-/// a millisecond is left).
+/// Milliseconds until `deadline` for poll(), rounded up (a poll that ends at a rounded-down
+/// timeout would kill the child before its deadline): -1 without one, 0 once it passed.
 int poll_timeout(std::chrono::milliseconds limit, std::chrono::steady_clock::time_point deadline) {
   if (limit.count() <= 0) return -1;
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
-  if (deadline <= std::chrono::steady_clock::now()) return 0;
-  return int(std::max<std::int64_t>(1, left.count()));
+  const auto now = std::chrono::steady_clock::now();
+  if (deadline <= now) return 0;
+  return int(std::max<std::int64_t>(
+      1, std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count()));
 }
 }  // namespace
 
@@ -281,6 +281,7 @@ result<bool> bounded_process::await_output() {
       if (r < 0) return fail(errc::io_error, "poll: {}", std::strerror(errno));
     }
     if (r > 0) return true;
+    if (r == 0 && std::chrono::steady_clock::now() < started_ + limits_.deadline) continue;
     deadline_killed_ = true;  // the deadline passed
     kill();
     return false;
@@ -298,7 +299,8 @@ result<process_result> bounded_process::wait() {
     const int r = ::poll(&pfd, 1, poll_timeout(limits_.deadline, deadline));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return fail(errc::io_error, "poll: {}", std::strerror(errno));
-    if (r == 0) {  // the deadline passed
+    if (r == 0 && std::chrono::steady_clock::now() < deadline) continue;  // woke early
+    if (r == 0) {                                                         // the deadline passed
       timed_out = true;
       kill();
     }
