@@ -7,6 +7,7 @@
 
 #include <deque>
 #include <set>
+#include <span>
 
 #include "actors/elastic_messages.hpp"
 #include "actors/roles.hpp"
@@ -104,8 +105,9 @@ struct master_state {
   scheduler::change_timer timer{clock};
   std::uint32_t next_rank = 0;
   std::uint32_t next_shard = 0;
-  /// Every configuration published, by first step: the members each step expects.
-  std::map<std::int64_t, std::vector<std::uint32_t>> history;
+  /// Every configuration published, by first step: the members each step expects, and (asp)
+  /// where its pushes go.
+  std::map<std::int64_t, ps::job_config> configs;
   std::map<std::uint32_t, std::int64_t> last_report;  ///< by rank: the last step reported
   /// Function mode: each rank's invocation counts so far (a step report carries its totals).
   std::map<std::uint32_t, worker::invocation_counts> invocations;
@@ -392,7 +394,7 @@ struct master_state {
   }
 
   void send_config() {
-    history[cfg.from_step] = cfg.members;
+    configs[cfg.from_step] = cfg;
     for (std::uint32_t k = 0; k < next_shard; ++k)
       ctx->net->send(make_configure(ctx->master, ctx->shard_ep(k), ctx->job, cfg));
     for (auto r : cfg.members)
@@ -418,13 +420,23 @@ struct master_state {
     regrant_parked();  // a change that waited for these transfers may begin
   }
 
+  bool asp() const { return ctx->spec.consistency.kind == scheduler::consistency_kind::asp; }
+
   /// Workers that died leave the job (docs/design.md "Elastic jobs"): every step from the
   /// first one they did not report expects them no more (the shards complete those steps with
-  /// what they got), and the chunks they held go back to the dispenser.
+  /// what they got), and the chunks they held go back to the dispenser. In asp a step is its
+  /// worker's alone: the steps they were granted and did not report are completed by empty
+  /// pushes made on their behalf (a shard that got the dead worker's own push first drops the
+  /// stand-in, and the reverse), and steps from the next one on expect them no more.
   void workers_lost(const std::vector<std::uint32_t>& ranks) {
     if (done) return;
     std::int64_t from = planner->open_step() + 1;
+    std::vector<std::pair<std::int64_t, std::uint32_t>> orphans;  // asp: (step, rank)
     for (auto r : ranks) {
+      if (asp()) {
+        for (auto g : planner->unreported(r)) orphans.push_back({g, r});
+        continue;
+      }
       auto it = last_report.find(r);
       from = std::min(from, it == last_report.end() ? std::int64_t{0} : it->second + 1);
     }
@@ -434,9 +446,9 @@ struct master_state {
     };
     // Re-issue every configuration that governs a step from `from` on, without them.
     std::vector<std::pair<std::int64_t, std::vector<std::uint32_t>>> redo;
-    auto h = history.upper_bound(from);
-    if (h != history.begin()) redo.push_back({from, without(std::prev(h)->second)});
-    for (; h != history.end(); ++h) redo.push_back({h->first, without(h->second)});
+    auto h = configs.upper_bound(from);
+    if (h != configs.begin()) redo.push_back({from, without(std::prev(h)->second.members)});
+    for (; h != configs.end(); ++h) redo.push_back({h->first, without(h->second.members)});
     for (auto& [step, members] : redo) {
       cfg.version += 1;
       cfg.from_step = step;
@@ -449,7 +461,10 @@ struct master_state {
     }
     report_layout();
     // Their chunks of steps they did not report go back; those steps wait for them no more.
-    const auto epochs_reopened = planner->drop(ranks, from);
+    std::int64_t drop_from = from;
+    for (const auto& [g, r] : orphans) drop_from = std::min(drop_from, g);
+    const auto epochs_reopened = planner->drop(ranks, drop_from);
+    for (const auto& [g, r] : orphans) stand_in(g, r);
     // An epoch whose end was announced is not over: its snapshot is taken again at its new end.
     std::erase_if(assemblies, [&](const auto& a) {
       return !a.second.final && epochs_reopened.contains(a.second.epoch);
@@ -463,6 +478,25 @@ struct master_state {
                     ? std::string("every worker of the job is gone")
                     : "every worker of the job is gone (the last: " + last_worker_error + ")"});
     regrant_parked();
+  }
+
+  /// asp: an empty push of step g for dead worker r to every shard that owns slices at step g,
+  /// under the configuration the worker's own would have carried, which completes the step it
+  /// was granted (its chunk is trained again by another).
+  void stand_in(std::int64_t g, std::uint32_t r) {
+    auto it = configs.upper_bound(g);
+    if (it == configs.begin()) return;
+    const auto& c = std::prev(it)->second;
+    const auto n = c.map.load();
+    for (std::uint32_t k = 0; k < n.size(); ++k) {
+      if (n[k] == 0) continue;
+      wire_message m = to(ctx->shard_ep(k), msg_kind::push, g);
+      m.hdr.map_version = c.version;
+      m.hdr.src = ctx->worker_ep(r);  // its answer goes nowhere, as the dead worker's would
+      m.hdr.rank = r;
+      m.hdr.samples = 0;
+      ctx->net->send(std::move(m));
+    }
   }
 
   void fail_job(coach::error why) {
@@ -508,7 +542,8 @@ struct master_state {
   }
 
   /// Opens step s if it can: false when the epoch's last chunks are still being processed.
-  bool open(std::int64_t s) {
+  /// Begins the change due at step s, if any: false while step s must wait (for its new parts).
+  bool change_due(std::int64_t s) {
     if (next_cfg) return false;  // a change waits for its new parts
     // A change begins once the transfers of the one before are in; until then the steps go on
     // without it.
@@ -518,8 +553,17 @@ struct master_state {
       actions.pop_front();
       if (!begin_change(s, a)) return false;
     }
+    return true;
+  }
+
+  /// Opens step s if it can, for every member of its configuration or (asp) for `only`.
+  bool open(std::int64_t s, std::optional<std::uint32_t> only = {}) {
+    if (!change_due(s)) return false;
     if (cancelled) request_snapshot(s, dispenser->epoch(), true);
-    const auto o = planner->open(cfg.members, cancelled);
+    const std::uint32_t alone[] = {only.value_or(0)};
+    const auto o = planner->open(
+        only ? std::span<const std::uint32_t>(alone) : std::span<const std::uint32_t>(cfg.members),
+        cancelled);
     if (!o) return false;  // the epoch's last chunks are still being processed
     if (o->epoch_begun) epochs[*o->epoch_begun].start = clock_type::now();
     if (!o->finished) {
@@ -539,16 +583,23 @@ struct master_state {
   }
 
   void grant(const wire_message& req) {
-    const std::int64_t s = req.hdr.step;
+    std::int64_t s = req.hdr.step;
     const std::uint32_t rank = req.hdr.rank;
     if (rank >= next_rank) return;
-    while (planner->open_step() < s)
-      if (!open(planner->open_step() + 1)) {
-        parked.push_back(req);
-        return;
-      }
+    bool left = false;  // asp: a worker that is no member of the next step
+    if (asp()) {
+      // Each request opens the next step, with the asking worker its only member.
+      s = planner->open_step() + 1;
+      if (!change_due(s)) return parked.push_back(req);
+      left = !cancelled && !cfg.is_member(rank);
+      if (!left && !open(s, rank)) return parked.push_back(req);
+    } else {
+      while (planner->open_step() < s)
+        if (!open(planner->open_step() + 1)) return parked.push_back(req);
+    }
     using kind = worker::step_planner::grant::kind;
-    const auto g = planner->take(rank, s);
+    const auto g =
+        left ? worker::step_planner::grant{kind::finished, {}, 0} : planner->take(rank, s);
     if (g.what == kind::stale) return;
     auto m = to(ctx->worker_ep(rank), msg_kind::chunk_grant, s);
     if (g.what == kind::finished) {
@@ -720,7 +771,7 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
   st.cfg = ctx->initial_config();
   st.hooks = std::move(hooks);
   st.link = [self](const caf::actor& a) { self->link_to(a); };
-  st.history[0] = st.cfg.members;
+  st.configs[0] = st.cfg;
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& s = self->state;
     auto it = s.watched.find(dm.source);

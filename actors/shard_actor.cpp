@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <map>
 
 #include "actors/elastic_messages.hpp"
@@ -132,6 +133,16 @@ struct shard_state {
   /// asked for that it no longer owns (a pull that arrived after they moved away) are answered
   /// with a `moved` message: the requester asks their new owner.
   void serve(std::int64_t v) {
+    if (core->options().one_push_per_step && v == core->applied_steps()) {
+      // asp: the version counts the steps applied without a gap, so it may jump past a
+      // version asked for: whoever waits for an older one gets this one.
+      while (!waiting.empty() && waiting.begin()->first < v) {
+        auto& older = waiting.begin()->second;
+        auto& now = waiting[v];
+        now.insert(now.end(), older.begin(), older.end());
+        waiting.erase(waiting.begin());
+      }
+    }
     auto it = waiting.find(v);
     if (it == waiting.end()) return;
     // Between a boundary and the transfer (or release) it asks of this shard, what it owns is
@@ -317,7 +328,12 @@ struct shard_state {
   }
 
   /// A pull or snapshot request: `asked` are the keys wanted (empty: all this shard owns).
-  void want(std::int64_t v, const endpoint& who, std::vector<ps::key_range> asked) {
+  void want(std::int64_t v, const endpoint& who, std::vector<ps::key_range> asked,
+            bool pull = false) {
+    // asp: the steps go on without a worker that starts, so the version it pulls may be gone
+    // by the time it asks: it gets the current one (any version will do for it).
+    if (pull && v < core->applied_steps() && core->options().one_push_per_step)
+      v = core->applied_steps();
     if (v < core->applied_steps()) {
       report(
           {errc::protocol_error, coach::format("shard {}: version {} requested but {} is current",
@@ -326,6 +342,15 @@ struct shard_state {
     }
     waiting[v].push_back({who, std::move(asked)});
     if (v == core->applied_steps()) serve(v);
+  }
+
+  /// asp: the push is applied on arrival (or held for a move), and its worker gets the values
+  /// as they are now, whatever it asked for.
+  void on_push_alone(std::int64_t step, const wire_message& m, ps::contribution c) {
+    auto done = core->push(step, m.hdr.map_version, std::move(c), {});
+    if (!done) report(done.error());
+    waiting[core->applied_steps()].push_back({m.hdr.src, {}});
+    serve(core->applied_steps());
   }
 
   void on_push(wire_message& m) {
@@ -347,6 +372,7 @@ struct shard_state {
         c.keep_alive = std::make_shared<const std::vector<frame>>(std::move(m.frames));
     }
     const std::int64_t step = m.hdr.step;
+    if (core->options().one_push_per_step) return on_push_alone(step, m, std::move(c));
     // A push asks for the next version too: the step's update comes back as its answer, in
     // pieces, each sent while the next one is being updated.
     auto& who = pushers[step];
@@ -383,6 +409,10 @@ caf::behavior shard_actor(caf::stateful_actor<shard_state>* self,
   ps::shard_options options;
   if (ctx->spec.consistency.kind == scheduler::consistency_kind::ssp)
     options.max_ahead = ctx->spec.consistency.staleness;
+  if (ctx->spec.consistency.kind == scheduler::consistency_kind::asp) {
+    options.one_push_per_step = true;
+    options.max_ahead = std::numeric_limits<std::int32_t>::max();  // a straggler's step is open
+  }
   st.core = std::make_unique<ps::shard>(id, scheduler::shard_optimizer(ctx->spec), *st.be,
                                         std::move(ranges), initial_owned, options);
   if (auto ok = st.core->configure(cfg); !ok) st.report(ok.error());
@@ -396,7 +426,7 @@ caf::behavior shard_actor(caf::stateful_actor<shard_state>* self,
             break;
           case msg_kind::pull:
           case msg_kind::snapshot_request:
-            s.want(m.hdr.step, m.hdr.src, m.hdr.ranges);
+            s.want(m.hdr.step, m.hdr.src, m.hdr.ranges, m.hdr.kind == msg_kind::pull);
             break;
           case msg_kind::configure:
             s.on_configure(m);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <thread>
@@ -55,6 +56,7 @@ struct worker_state {
   /// whose keys all arrived (each shard answers in version order, so the vector then holds
   /// that version or a newer one of every key) and the version first pulled.
   std::int64_t staleness = 0;
+  bool asp = false;  ///< no bound at all: any version from the first pulled on
   std::map<std::int64_t, ps::key_coverage> versions;
   std::int64_t newest = -1;
   std::int64_t first = 0;
@@ -104,7 +106,9 @@ struct worker_state {
   /// A shard answered a pull of the current version with keys it no longer owns: they moved in
   /// a configuration this worker may not have yet (docs/design.md "Elastic jobs").
   void on_moved(const wire_message& m) {
-    if (m.hdr.step != step) return;  // a version this worker is done with
+    // A version this worker is done with (asp: the shard answers the first pull with its
+    // current version, whatever was asked).
+    if (m.hdr.step != step && !(asp && newest < first)) return;
     moved_keys.insert(moved_keys.end(), m.hdr.ranges.begin(), m.hdr.ranges.end());
     moved_version = std::max(moved_version, m.hdr.map_version);
     moved_from.push_back(m.hdr.src);
@@ -159,7 +163,24 @@ struct worker_state {
 
   /// ssp:S: takes the values of one params message of any version (see `versions`).
   void on_stale_params(const wire_message& m) {
-    auto& keys = versions.try_emplace(m.hdr.step, ctx->model.num_params()).first->second;
+    if (asp && newest >= first) {
+      // asp: after the first whole version, every answer is the newest there is (a shard's
+      // version number counts its steps applied without a gap, so it may repeat): taken as it is.
+      ps::key_coverage keys(ctx->model.num_params());
+      if (auto ok = accept_params(m, keys); !ok) {
+        std::fprintf(stderr, "coach: worker %u: malformed parameters from shard %llu: %s\n", rank,
+                     static_cast<unsigned long long>(m.hdr.src.id), ok.error().message.c_str());
+        return;
+      }
+      for (std::size_t i = 0; i < m.frames.size(); ++i)
+        if (const auto& r = m.hdr.ranges[i]; r.size() > 0)
+          be->upload(params + r.begin, m.frames[i].as<float>().data(), r.size());
+      return;
+    }
+    // asp: the first pull is answered by each shard with the version it is at, which differs
+    // from shard to shard: the keys count toward the version first asked for.
+    const std::int64_t version = asp ? first : m.hdr.step;
+    auto& keys = versions.try_emplace(version, ctx->model.num_params()).first->second;
     if (auto ok = accept_params(m, keys); !ok) {
       std::fprintf(stderr, "coach: worker %u: malformed parameters from shard %llu: %s\n", rank,
                    static_cast<unsigned long long>(m.hdr.src.id), ok.error().message.c_str());
@@ -169,19 +190,20 @@ struct worker_state {
       if (const auto& r = m.hdr.ranges[i]; r.size() > 0)
         be->upload(params + r.begin, m.frames[i].as<float>().data(), r.size());
     if (!keys.complete()) return;
-    newest = std::max(newest, m.hdr.step);
-    versions.erase(versions.begin(), versions.upper_bound(m.hdr.step));
+    newest = std::max(newest, version);
+    versions.erase(versions.begin(), versions.upper_bound(version));
   }
 
   /// Whether the parameters at hand may compute the current step.
   bool params_ready() const {
+    if (asp) return newest >= first;
     if (staleness == 0) return received->complete();
     return newest >= std::max(first, step - staleness);
   }
 
   /// Takes the values of one params message (a whole shard's ranges or one piece of them).
   void on_params(const wire_message& m) {
-    if (staleness > 0) return on_stale_params(m);
+    if (staleness > 0 || asp) return on_stale_params(m);
     if (m.hdr.step != step) {
       std::fprintf(stderr, "coach: worker %u: parameters of version %lld while at step %lld\n",
                    rank, static_cast<long long>(m.hdr.step), static_cast<long long>(step));
@@ -301,6 +323,12 @@ struct worker_state {
 
   /// Runs the step when its chunk and every shard's parameters are here.
   void try_step() {
+    // asp: the master numbers the steps across the job's workers; this worker's next step is
+    // whichever it was granted.
+    if (asp && !grants.empty() && grants.begin()->first > step) {
+      step = grants.begin()->first;
+      catch_up();
+    }
     auto it = grants.find(step);
     if (it == grants.end() || !params_ready()) return;
     const wire_message& g = it->second;
@@ -400,6 +428,10 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
   st.first = first_step;
   if (ctx->spec.consistency.kind == scheduler::consistency_kind::ssp)
     st.staleness = ctx->spec.consistency.staleness;
+  if (ctx->spec.consistency.kind == scheduler::consistency_kind::asp) {
+    st.asp = true;
+    st.staleness = std::numeric_limits<std::int32_t>::max();  // params of any version
+  }
   st.die_at = die_at_step;
   st.die = [self] {
     self->state.ctx->net->unbind(self->state.self_ep);

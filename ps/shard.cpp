@@ -65,6 +65,7 @@ result<bool> shard::push(std::int64_t step, std::uint64_t config_version, contri
                          const piece_callback& on_piece) {
   // Held for the configuration, or for the ranges it gives this shard (a shard added to the
   // job owns nothing, and has no version, until its slices arrive).
+  if (options_.one_push_per_step) return push_alone(step, config_version, std::move(c), on_piece);
   const bool held = config_version > config_version_ || (step >= applied_ && !owns_assigned(step));
   if (!held && step > applied_ + options_.max_ahead)
     return fail(errc::protocol_error,
@@ -121,6 +122,7 @@ result<int> shard::configure(const job_config& c) {
 }
 
 result<int> shard::take_held() {
+  if (options_.one_push_per_step) return take_held_alone();
   int completed = 0;
   std::optional<coach::error> first;
   // A push taken can complete a step, which can make pushes of the next step takeable.
@@ -278,7 +280,11 @@ result<void> shard::adopt(const slice_transfer& t) {
                 "shard {}: a transfer from shard {} carries {} values for {} keys", id_, t.from,
                 t.values_span().size(), n);
   const bool empty = ranges_.empty();
-  if (!empty && (t.version != applied_ || t.updates != updates_ || !pending_.empty()))
+  // asp: a step completed by a dead worker's stand-in is no update at a shard that got the
+  // stand-in first and one at a shard that got the worker's own push: their counts may differ,
+  // and the slices joined go on from the larger (Adam's t; docs/design.md "Consistency").
+  const bool same_updates = t.updates == updates_ || options_.one_push_per_step;
+  if (!empty && (t.version != applied_ || !same_updates || !pending_.empty()))
     return fail(errc::protocol_error,
                 "shard {}: a transfer from shard {} is at version {} (update {}) but this shard "
                 "is at {} (update {})",
@@ -311,6 +317,7 @@ result<void> shard::adopt(const slice_transfer& t) {
     append(a, p.theirs ? t.state_a : state_a_, pc);
     append(b, p.theirs ? t.state_b : state_b_, pc);
   }
+  updates_ = std::max(updates_, t.updates);
   if (empty) {
     applied_ = t.version;
     updates_ = t.updates;
@@ -393,6 +400,60 @@ void shard::apply(const piece_callback& on_piece) {
   last_loss_ = loss;
   pending_.clear();
   ++applied_;
+}
+
+result<bool> shard::push_alone(std::int64_t step, std::uint64_t config_version, contribution c,
+                               const piece_callback& on_piece) {
+  if (step < applied_ || applied_ahead_.contains(step)) {
+    ++stale_dropped_;  // its step has its contribution already
+    return false;
+  }
+  if (config_version > config_version_ || !owns_assigned(step)) {
+    held_.push_back({step, config_version, std::move(c)});
+    return false;
+  }
+  if (auto it = schedule_.upper_bound(step);
+      it != schedule_.begin() &&
+      !std::binary_search(std::prev(it)->second.begin(), std::prev(it)->second.end(), c.rank))
+    return fail(errc::protocol_error, "shard {}: rank {} is not a member of step {}", id_, c.rank,
+                step);
+  if (c.samples > 0) {
+    if (c.parts.size() != ranges_.size())
+      return fail(errc::protocol_error, "shard {}: rank {} sent {} parts for {} ranges", id_,
+                  c.rank, c.parts.size(), ranges_.size());
+    for (std::size_t i = 0; i < ranges_.size(); ++i)
+      if (c.parts[i].size() != ranges_[i].size())
+        return fail(errc::protocol_error, "shard {}: rank {} part {} has {} floats, expected {}",
+                    id_, c.rank, i, c.parts[i].size(), ranges_[i].size());
+  }
+  pending_.clear();
+  pending_.emplace(c.rank, std::move(c));
+  const std::int64_t before = applied_;
+  apply(on_piece);  // advances applied_ by one: put right below when `step` is a later one
+  if (step != before) {
+    applied_ = before;
+    applied_ahead_.insert(step);
+  }
+  while (applied_ahead_.erase(applied_) > 0) ++applied_;
+  if (auto it = schedule_.upper_bound(applied_); it != schedule_.begin())
+    members_ = std::prev(it)->second;
+  return true;
+}
+
+result<int> shard::take_held_alone() {
+  int completed = 0;
+  std::optional<coach::error> first;
+  std::vector<held_push> held;
+  held.swap(held_);
+  std::stable_sort(held.begin(), held.end(),
+                   [](const held_push& a, const held_push& b) { return a.step < b.step; });
+  for (auto& h : held) {
+    auto done = push_alone(h.step, h.config_version, std::move(h.c), {});
+    if (!done && !first) first = done.error();
+    if (done && *done) ++completed;
+  }
+  if (first) return std::unexpected(*first);
+  return completed;
 }
 
 void shard::update(std::size_t off, std::size_t n, const float* g, float scale) {

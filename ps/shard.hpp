@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <vector>
 
@@ -76,6 +77,14 @@ struct shard_options {
   /// after the open one is held until its step opens (a worker computes step s from a version
   /// of at least s - S). 0 (bulk-synchronous): a push of a later step is an error.
   std::int64_t max_ahead = 0;
+  /// Asynchronous parallel (consistency `asp`): each step has one contributor, the worker it
+  /// was granted to, so a step completes with its first push and its update is that gradient
+  /// alone, applied on arrival, also before the steps granted earlier (a straggler's) have
+  /// come; applied_steps() counts the steps applied without a gap. A step whose configuration
+  /// moves this shard's ranges waits for the move as in BSP. A push of a step already applied
+  /// (a stand-in's empty push raced the dead worker's own, or the reverse) is dropped and
+  /// counted (stale_dropped()).
+  bool one_push_per_step = false;
 };
 
 /// A finished piece of a step's update: its values are final for version `version` and are not
@@ -174,6 +183,9 @@ class shard {
 
   const shard_options& options() const noexcept { return options_; }
 
+  /// asp: pushes of steps already applied, dropped.
+  std::uint64_t stale_dropped() const noexcept { return stale_dropped_; }
+
   /// Totals of the last applied step.
   std::uint64_t last_step_samples() const noexcept { return last_samples_; }
   double last_step_loss() const noexcept { return last_loss_; }
@@ -202,6 +214,11 @@ class shard {
   bool maybe_apply(const piece_callback& on_piece);
   /// Takes the held pushes whose configuration is known now, in step then rank order.
   result<int> take_held();
+  /// asp: applies `c` as step `step` alone, on arrival, also ahead of steps still open (their
+  /// gradients come later); held while its configuration or ranges are not here.
+  result<bool> push_alone(std::int64_t step, std::uint64_t config_version, contribution c,
+                          const piece_callback& on_piece);
+  result<int> take_held_alone();
 
   struct held_push {
     std::int64_t step;
@@ -221,6 +238,10 @@ class shard {
   std::int64_t updates_ = 0;  ///< applied steps with samples (Adam's t)
   std::uint64_t last_samples_ = 0;
   double last_loss_ = 0;
+  std::uint64_t stale_dropped_ = 0;
+  /// asp: steps applied ahead of applied_ (their turn had not come: applied_ counts the steps
+  /// applied without a gap).
+  std::set<std::int64_t> applied_ahead_;
 };
 
 }  // namespace coach::ps

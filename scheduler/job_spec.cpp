@@ -206,8 +206,7 @@ class spec_parser {
   result<void> parse_schedule(const entry& e, job_spec& spec) const;
 
   std::string source_;
-  std::string base_dir_;           // relative dataset paths are resolved against it; empty: the cwd
-  std::optional<error> deferred_;  // unsupported, reported once everything else is valid
+  std::string base_dir_;  // relative dataset paths are resolved against it; empty: the cwd
   int consistency_line_ = 0;
 };
 
@@ -524,12 +523,6 @@ result<void> spec_parser::parse_consistency(const entry& e, job_spec& spec) {
   } else {
     return bad(e, "must be one of {}, got {}", forms, describe(e.value));
   }
-  if (c.kind == consistency_kind::asp && !deferred_) {
-    deferred_ = error{
-        errc::unsupported,
-        coach::format("{}:{}: field '{}': '{}' is not implemented yet (bsp, ssp:S, averaging:K)",
-                      source_, line_of(e), e.path, printable(text))};
-  }
   consistency_line_ = line_of(e);
   spec.consistency = c;
   return {};
@@ -738,7 +731,6 @@ result<job_spec> spec_parser::parse(const YAML::Node& root) {
                             "with it",
                             source_, consistency_line_)});
   }
-  if (deferred_) return std::unexpected(*deferred_);
   return spec;
 }
 

@@ -29,7 +29,7 @@
 //   consistency: bsp             # bsp (default) | averaging:K (K >= 1: each worker trains K
 //                                # local steps, the shards average the models by samples)
 //                                # | ssp:S (S >= 0: a worker runs at most S steps ahead of the
-//                                # slowest); asp is parsed, not implemented yet
+//                                # slowest) | asp (each gradient applied alone, on arrival)
 //   seed: 42                     # unsigned 64-bit; default 1
 //   workers: {min: 1, max: 4, initial: 2}   # or N, meaning min = max = initial = N; default 1
 //   shards: 2                    # same forms as workers; default 1
@@ -63,9 +63,8 @@
 // types, values out of range, unknown enum values (listing the allowed ones), missing required
 // fields, an empty document, a top level that is not a map. Codes: invalid_argument for all of
 // those, parse_error for malformed YAML (the line yaml-cpp reports), not_found for a missing file,
-// unsupported for ssp:S and asp (this version implements bsp and averaging:K; reported only once
-// every other field has passed); invalid_argument for averaging:K with optimizer adam (the
-// workers run the optimizer locally, without state across rounds).
+// invalid_argument for averaging:K with optimizer adam (the workers run the optimizer locally,
+// without state across rounds).
 
 #include <cstddef>
 #include <cstdint>

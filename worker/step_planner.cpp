@@ -14,6 +14,14 @@ step_planner::step_planner(chunk_dispenser& dispenser, std::uint32_t first_epoch
       chunks_per_step_(std::max<std::uint32_t>(1, chunks_per_step)),
       max_ahead_(max_ahead) {}
 
+std::vector<std::int64_t> step_planner::unreported(std::uint32_t rank) const {
+  std::vector<std::int64_t> out;
+  for (const auto& [step, p] : plans_)
+    if (!p.finished && p.by_rank.contains(rank) && !p.reported_by.contains(rank))
+      out.push_back(step);
+  return out;
+}
+
 std::int64_t step_planner::oldest_incomplete() const noexcept {
   for (const auto& [step, p] : plans_)
     if (!p.finished && p.reported < p.expected) return step;
@@ -85,6 +93,7 @@ step_planner::reported step_planner::report(std::uint32_t rank, std::int64_t ste
   if (it == plans_.end()) return out;
   auto mine = it->second.by_rank.find(rank);
   if (mine == it->second.by_rank.end()) return out;
+  if (!it->second.reported_by.insert(rank).second) return out;  // reported twice: once counts
   out.known = true;
   const auto chunks = mine->second;
   if (++it->second.reported == it->second.expected) {

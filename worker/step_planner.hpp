@@ -11,7 +11,8 @@
 // BSP, but a step opens while up to S steps before it are incomplete, so a worker holds a grant
 // at most S steps after the oldest step some member has not reported: it runs at most S steps
 // ahead of the slowest member (the worker computes from parameters at least S versions old;
-// actors/worker_actor.cpp). Unit-tested in tests/unit/step_planner_test.cpp.
+// actors/worker_actor.cpp). Asynchronous (`asp`): the master opens a step for each request,
+// with the requesting worker its only member. Unit-tested in tests/unit/step_planner_test.cpp.
 //
 // Threads: one owner (the master).
 
@@ -83,6 +84,8 @@ class step_planner {
   bool epoch_started() const noexcept { return epoch_started_; }
   /// Steps open now (for tests and the master's statistics).
   std::size_t steps_open() const noexcept { return plans_.size(); }
+  /// The open steps in which `rank` holds a grant or a place and has not reported.
+  std::vector<std::int64_t> unreported(std::uint32_t rank) const;
   /// The oldest step some member has not reported (open_step() + 1 when none).
   std::int64_t oldest_incomplete() const noexcept;
 
@@ -93,6 +96,7 @@ class step_planner {
     std::size_t expected = 0;  ///< grants to hand out, reports to await
     std::size_t fetched = 0;
     std::size_t reported = 0;
+    std::set<std::uint32_t> reported_by;
   };
   void forget_if_closed(std::map<std::int64_t, plan>::iterator it);
 

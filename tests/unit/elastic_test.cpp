@@ -18,10 +18,16 @@
 // the job master does, the configuration and the grants go out with the migrate orders and the
 // workers push while the slices travel (overlapped: the shards hold those pushes until they own
 // what the configuration gives them); the next change waits for the acknowledgements.
+//
+// Asynchronous (`consistency: asp`): each step is one worker's, pushed without waiting for any
+// version, and applied by each shard as it arrives, also before earlier steps (a straggler's).
+// A dead worker's steps are completed by the master's empty stand-in pushes; whichever of the
+// stand-in and the worker's own push reaches a shard second is dropped and counted.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
@@ -88,16 +94,27 @@ struct run_result {
   std::vector<std::vector<std::pair<std::uint32_t, std::uint64_t>>> members;  ///< by step
   int joins = 0, leaves = 0, deaths = 0, adds = 0, drains = 0, migrations = 0;
   int held_for_moves = 0;  ///< pushes that reached a shard before the move they needed
+  /// asp: pushes of a step a shard had a push of already (a dead worker's and its stand-in's).
+  std::uint64_t second_pushes = 0;
+  std::uint64_t dropped = 0;  ///< asp: what the shards dropped (shard::stale_dropped())
+  int ahead = 0;              ///< asp: pushes that arrived before an earlier step was applied
 };
 
 class elastic_sim {
  public:
-  elastic_sim(optimizer_config opt, std::uint64_t seed, bool deaths, bool overlap = false)
+  elastic_sim(optimizer_config opt, std::uint64_t seed, bool deaths, bool overlap = false,
+              bool asp = false)
       : opt_(opt),
         rng_(seed),
         deaths_(deaths),
-        overlap_(overlap),
-        be_(std::move(*kernels::make_backend(kernels::backend_kind::cpu))) {}
+        overlap_(overlap || asp),
+        asp_(asp),
+        be_(std::move(*kernels::make_backend(kernels::backend_kind::cpu))) {
+    if (asp) {
+      options_.one_push_per_step = true;
+      options_.max_ahead = std::numeric_limits<std::int32_t>::max();
+    }
+  }
 
   run_result run() {
     run_result out;
@@ -114,7 +131,7 @@ class elastic_sim {
       for (auto r : cfg_.map.ranges_of(k))
         owned.insert(owned.end(), out.initial.begin() + std::ptrdiff_t(r.begin),
                      out.initial.begin() + std::ptrdiff_t(r.end));
-      shards_[k] = std::make_unique<shard>(k, opt_, *be_, cfg_.map.ranges_of(k), owned);
+      shards_[k] = std::make_unique<shard>(k, opt_, *be_, cfg_.map.ranges_of(k), owned, options_);
       shards_[k]->configure(cfg_);
     }
     workers_[0];
@@ -145,6 +162,7 @@ class elastic_sim {
         off += r.size();
       }
     }
+    for (auto& [k, sh] : shards_) out.dropped += sh->stale_dropped();
     out.params = std::move(params);
     return out;
   }
@@ -227,8 +245,8 @@ class elastic_sim {
 
   std::uint32_t next_shard() {
     const std::uint32_t k = next_shard_id_++;
-    shards_[k] =
-        std::make_unique<shard>(k, opt_, *be_, std::vector<key_range>{}, std::span<const float>{});
+    shards_[k] = std::make_unique<shard>(k, opt_, *be_, std::vector<key_range>{},
+                                         std::span<const float>{}, options_);
     // A shard started now learns the configuration first, as a node starts it with the job's.
     shards_[k]->configure(cfg_);
     return k;
@@ -237,6 +255,8 @@ class elastic_sim {
   /// Grants step s to every member, with samples adding up to 16 (8 + 8 with a death).
   void open_step(std::int64_t s, run_result& out) {
     const auto& members = cfg_.members;
+    next_step_ = s + 1;
+    if (asp_) return open_alone(s, out);
     std::optional<std::uint32_t> victim;
     if (deaths_ && members.size() >= 2 && rng_() % 10 == 0)
       victim = members[rng_() % members.size()];
@@ -261,14 +281,62 @@ class elastic_sim {
       workers_[r].grants.push_back({s, cfg_.version, samples[r], cfg_.map, pull});
   }
 
+  /// asp: step s is one worker's (the one that asked for work), with 16 samples; a worker may
+  /// hold several steps' grants.
+  void open_alone(std::int64_t s, run_result& out) {
+    const auto r = cfg_.members[rng_() % cfg_.members.size()];
+    out.members.push_back({{r, 16}});
+    if (deaths_ && cfg_.members.size() >= 2 && rng_() % 10 == 0) {
+      workers_[r].dies_at = s;
+      pending_death_ = true;
+      ++out.deaths;
+    }
+    workers_[r].grants.push_back({s, cfg_.version, 16, cfg_.map, cfg_.map});
+  }
+
+  /// asp: the job master's answer to a death. Steps from the next one to open expect the worker
+  /// no more, and every step it was granted and did not push whole is completed by an empty
+  /// push made on its behalf to each shard of that step (master_actor.cpp, stand_in()).
+  void lose_alone(std::uint32_t r, std::vector<grant> orphans) {
+    cfg_.version += 1;
+    cfg_.from_step = next_step_;
+    std::erase(cfg_.members, r);
+    for (auto& [k, sh] : shards_) {
+      message m;
+      m.k = message::kind::config;
+      m.cfg = cfg_;
+      send(master_id, int(k), std::move(m));
+    }
+    for (const auto& g : orphans) {
+      const auto n = g.map.load();
+      for (std::uint32_t k = 0; k < n.size(); ++k) {
+        if (n[k] == 0) continue;
+        message m;
+        m.k = message::kind::push;
+        m.step = g.step;
+        m.config_version = g.config_version;
+        m.rank = r;
+        m.samples = 0;
+        m.ranges = g.map.ranges_of(k);
+        send(master_id, int(k), std::move(m));
+      }
+    }
+    pending_death_ = false;
+  }
+
   /// One event: a ready worker pushes, or one message is delivered. False when nothing is left.
   bool tick(run_result& out) {
-    std::vector<std::uint32_t> ready;
+    std::vector<std::uint32_t> ready, slow;
     for (auto& [r, w] : workers_)
-      if (w.alive && !w.grants.empty() && can_push(w.grants.front())) ready.push_back(r);
+      if (w.alive && !w.grants.empty() && can_push(w.grants.front())) {
+        // asp: every third rank is a straggler, which lets later steps be applied before its.
+        const bool lags = asp_ && r % 3 == 0 && rng_() % 32 != 0;
+        (lags ? slow : ready).push_back(r);
+      }
     std::vector<std::pair<int, int>> busy;
     for (auto& [key, q] : channels_)
       if (!q.empty()) busy.push_back(key);
+    if (ready.empty() && busy.empty()) ready = std::move(slow);
     if (ready.empty() && busy.empty()) return false;
     const std::size_t pick = rng_() % (ready.size() + busy.size());
     if (pick < ready.size())
@@ -280,6 +348,7 @@ class elastic_sim {
 
   /// A worker's pull of version g.step returned: every shard it pulls from has applied g.step.
   bool can_push(const grant& g) const {
+    if (asp_) return true;  // any version will do: the first pull's
     const auto n = g.pull_map.load();
     for (std::uint32_t k = 0; k < n.size(); ++k)
       if (n[k] > 0 && shards_.at(k)->applied_steps() < g.step) return false;
@@ -303,6 +372,14 @@ class elastic_sim {
       m.samples = g.samples;
       m.ranges = g.map.ranges_of(k);
       send(worker_base + int(r), int(k), std::move(m));
+    }
+    if (dying && asp_) {
+      w.alive = false;
+      std::vector<grant> orphans{std::move(g)};
+      orphans.insert(orphans.end(), std::make_move_iterator(w.grants.begin()),
+                     std::make_move_iterator(w.grants.end()));
+      w.grants.clear();
+      return lose_alone(r, std::move(orphans));
     }
     if (dying) {
       w.alive = false;
@@ -344,6 +421,7 @@ class elastic_sim {
         break;
       }
       case message::kind::push: {
+        if (asp_) return deliver_alone(std::uint32_t(to), std::move(m), out);
         const bool from_victim = workers_[m.rank].dies_at && *workers_[m.rank].dies_at == m.step;
         const bool counted = !from_victim || !death_seen_.contains({std::uint32_t(to), m.step});
         contribution c;
@@ -384,6 +462,36 @@ class elastic_sim {
       case message::kind::ack:
         FAIL() << "an ack for a shard from " << from;
     }
+  }
+
+  /// asp: the first push of a step to reach a shard is applied (or held for a move and applied
+  /// after it), a second one (a dead worker's and its stand-in) is dropped.
+  void deliver_alone(std::uint32_t to, message m, run_result& out) {
+    auto& sh = *shards_.at(to);
+    contribution c;
+    c.rank = m.rank;
+    c.samples = m.samples;
+    if (m.samples > 0) {
+      auto g = std::make_shared<std::vector<float>>();
+      for (auto r : m.ranges)
+        for (auto i = r.begin; i < r.end; ++i) g->push_back(known_gradient(m.rank, m.step, i));
+      std::size_t off = 0;
+      for (auto r : m.ranges) {
+        c.parts.emplace_back(g->data() + off, r.size());
+        off += r.size();
+      }
+      c.keep_alive = g;
+    }
+    if (m.step >= sh.applied_steps() && !sh.owns_assigned(m.step)) ++out.held_for_moves;
+    if (m.step > sh.applied_steps() && sh.owns_assigned(m.step)) ++out.ahead;
+    auto done = sh.push(m.step, m.config_version, std::move(c));
+    ASSERT_TRUE(done) << "shard " << to << " refused a push of rank " << m.rank << " step "
+                      << m.step << ": " << done.error().message;
+    if (auto& log = out.counted[{to, m.step}]; log.empty())
+      log.push_back({m.rank, m.samples});
+    else
+      ++out.second_pushes;
+    run_deferred(to);
   }
 
   /// A source releases once it has applied every step before the boundary; a destination that
@@ -427,6 +535,8 @@ class elastic_sim {
   std::mt19937_64 rng_;
   bool deaths_;
   bool overlap_;
+  bool asp_;
+  shard_options options_;
   std::unique_ptr<kernels::backend> be_;
   job_config cfg_;
   std::map<std::uint32_t, std::unique_ptr<shard>> shards_;
@@ -440,6 +550,7 @@ class elastic_sim {
   std::uint32_t next_shard_id_ = 2;
   int acks_awaited_ = 0;
   bool pending_death_ = false;
+  std::int64_t next_step_ = 0;  ///< the next step to open
 };
 
 /// The parameters plain SGD (lr 0.5) must end with, from what each shard counted.
@@ -533,6 +644,38 @@ TEST(elastic_property, workers_push_while_slices_travel_and_every_gradient_appli
   }
   EXPECT_GT(moves, 60);
   EXPECT_GT(held, 20) << "pushes overtook the slices they needed";
+}
+
+TEST(elastic_property, asp_applies_every_pushed_gradient_exactly_once) {
+  // Asynchronous: each step is one worker's and the shards apply it as it arrives, also ahead of
+  // earlier steps still out, under random joins, leaves, deaths, additions, drains and
+  // migrations. Every gradient lands once at the shards that own its keys at its step: the final
+  // parameters are exactly those of the steps' gradients, each applied once; a dead worker's
+  // step is completed by one of its own push or the stand-in, and the other is dropped.
+  optimizer_config opt;
+  opt.kind = optimizer_kind::sgd;
+  opt.sgd = {0.5f, 0.0f, 0.0f};
+  int changes = 0, deaths = 0, held = 0, ahead = 0;
+  std::uint64_t second = 0;
+  for (std::uint64_t seed = 1; seed <= 60; ++seed) {
+    elastic_sim sim(opt, seed, true, true, true);
+    auto r = sim.run();
+    if (HasFatalFailure()) return;
+    const auto want = expected_sgd(r);
+    for (std::size_t i = 0; i < num_keys; ++i)
+      ASSERT_EQ(r.params[i], want[i]) << "seed " << seed << " key " << i;
+    ASSERT_EQ(r.dropped, r.second_pushes) << "seed " << seed;
+    changes += r.joins + r.leaves + r.adds + r.drains + r.migrations;
+    deaths += r.deaths;
+    held += r.held_for_moves;
+    second += r.second_pushes;
+    ahead += r.ahead;
+  }
+  EXPECT_GT(changes, 300);
+  EXPECT_GT(deaths, 20);
+  EXPECT_GT(held, 20) << "pushes overtook the slices they needed";
+  EXPECT_GT(second, 20u) << "stand-ins raced the dead workers' own pushes";
+  EXPECT_GT(ahead, 50) << "later steps were applied before a straggler's";
 }
 
 class elastic_invisible : public ::testing::TestWithParam<optimizer_kind> {};
