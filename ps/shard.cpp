@@ -280,11 +280,10 @@ result<void> shard::adopt(const slice_transfer& t) {
                 "shard {}: a transfer from shard {} carries {} values for {} keys", id_, t.from,
                 t.values_span().size(), n);
   const bool empty = ranges_.empty();
-  // asp: a step completed by a dead worker's stand-in is no update at a shard that got the
-  // stand-in first and one at a shard that got the worker's own push: their counts may differ,
-  // and the slices joined go on from the larger (Adam's t; docs/design.md "Consistency").
-  const bool same_updates = t.updates == updates_ || options_.one_push_per_step;
-  if (!empty && (t.version != applied_ || !same_updates || !pending_.empty()))
+  // The update counts (Adam's t) may differ: a step whose only samples were a dying worker's is
+  // an update at a shard its push reached and none at one that learnt of the death first (and,
+  // under asp, the same for a dead worker's stand-in). The slices joined go on from the larger.
+  if (!empty && (t.version != applied_ || !pending_.empty()))
     return fail(errc::protocol_error,
                 "shard {}: a transfer from shard {} is at version {} (update {}) but this shard "
                 "is at {} (update {})",

@@ -5,12 +5,15 @@
 // final parameters are exactly the expected ones.
 //
 // The job is deterministic with gradients known in advance: worker r's gradient at step s for key
-// i is a small integer g(r, s, i), and each step's samples add up to a power of two, so plain SGD
-// is exact in float and the expected parameters are computed directly. With momentum and Adam the
-// reference is one unmigrated shard fed the same contributions: migration is invisible to the math.
+// i is a small integer g(r, s, i), so its sums are exact in float and the expected parameters are
+// computed directly, with the backend's own SGD update. With momentum and Adam the reference is
+// one unmigrated shard fed the same contributions: migration is invisible to the math.
 //
 // The harness plays the job master's protocol (docs/design.md, "Elastic jobs") with the master's
-// own change planner (ps::plan_change) deciding each change's configuration and orders: a
+// own classes: the step planner (worker::step_planner over a worker::chunk_dispenser) decides
+// who computes which chunk at each step and what a dead worker gives back, and the change
+// planner (ps::plan_change) each change's configuration and orders. A worker reports a step when
+// it has pushed it; no chunk is lost: every epoch completed counted all its samples once. A
 // configuration reaches every shard before the grants that refer to it; slices move at a step
 // boundary (the source releases once it has applied the step before, the destination adopts and
 // acknowledges); a worker pushes step s once every shard it pulls from has applied step s - 1 (its
@@ -36,6 +39,8 @@
 #include "ps/change_planner.hpp"
 #include "ps/job_config.hpp"
 #include "ps/shard.hpp"
+#include "worker/chunk_dispenser.hpp"
+#include "worker/step_planner.hpp"
 
 namespace coach::ps {
 namespace {
@@ -43,6 +48,8 @@ namespace {
 constexpr std::size_t num_keys = 48;
 constexpr std::size_t slice_size = 4;  // 12 slices
 constexpr std::int64_t num_steps = 40;
+constexpr std::size_t num_samples = 100;  // an epoch: 12 chunks of 8 and one of 4
+constexpr std::size_t chunk_size = 8;
 constexpr int master_id = -1;
 constexpr int worker_base = 1000;  // node id of worker r: worker_base + r
 
@@ -94,6 +101,8 @@ struct run_result {
   std::vector<std::vector<std::pair<std::uint32_t, std::uint64_t>>> members;  ///< by step
   int joins = 0, leaves = 0, deaths = 0, adds = 0, drains = 0, migrations = 0;
   int held_for_moves = 0;  ///< pushes that reached a shard before the move they needed
+  std::map<std::uint32_t, std::uint64_t> epoch_samples;  ///< reported, by epoch
+  std::set<std::uint32_t> epochs_done;
   /// asp: pushes of a step a shard had a push of already (a dead worker's and its stand-in's).
   std::uint64_t second_pushes = 0;
   std::uint64_t dropped = 0;  ///< asp: what the shards dropped (shard::stale_dropped())
@@ -106,6 +115,8 @@ class elastic_sim {
               bool asp = false)
       : opt_(opt),
         rng_(seed),
+        dispenser_(num_samples, chunk_size, seed),
+        planner_(dispenser_, 0, 1000),
         deaths_(deaths),
         overlap_(overlap || asp),
         asp_(asp),
@@ -252,52 +263,47 @@ class elastic_sim {
     return k;
   }
 
-  /// Grants step s to every member, with samples adding up to 16 (8 + 8 with a death).
+  /// Opens step s (the step planner: for every member, or under asp for one, the worker that
+  /// asked) and grants it; maybe one of its members is to die while pushing it.
   void open_step(std::int64_t s, run_result& out) {
-    const auto& members = cfg_.members;
     next_step_ = s + 1;
-    if (asp_) return open_alone(s, out);
-    std::optional<std::uint32_t> victim;
-    if (deaths_ && members.size() >= 2 && rng_() % 10 == 0)
-      victim = members[rng_() % members.size()];
-    std::map<std::uint32_t, std::uint64_t> samples;
-    for (auto r : members) samples[r] = 0;
-    const std::uint64_t shared = victim ? 8 : 16;
-    std::vector<std::uint32_t> others;
-    for (auto r : members)
-      if (r != victim) others.push_back(r);
-    for (std::uint64_t i = 0; i < shared; ++i) ++samples[others[rng_() % others.size()]];
-    if (victim) {
-      samples[*victim] = 8;
-      workers_[*victim].dies_at = s;
+    step_cfg_[s] = cfg_;
+    std::vector<std::uint32_t> members = cfg_.members;
+    if (asp_) members = {cfg_.members[rng_() % cfg_.members.size()]};
+    // The epoch's last chunks are out: the next epoch waits for them, as the master parks the
+    // requests until their reports come.
+    while (!planner_.open(members, false)) ASSERT_TRUE(tick(out)) << "stuck at an epoch's end";
+    ASSERT_EQ(planner_.open_step(), s);
+    if (deaths_ && cfg_.members.size() >= 2 && rng_() % 10 == 0) {
+      const auto victim = members[rng_() % members.size()];
+      workers_[victim].dies_at = s;
       pending_death_ = true;
       ++out.deaths;
     }
-    out.members.emplace_back(samples.begin(), samples.end());
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> counted;
     // Version s comes from the shards the pushes of step s - 1 went to (out.maps holds step s's
     // map already), or, sequentially, from the owners of step s, which have it by then.
     const auto& pull = overlap_ && out.maps.size() >= 2 ? out.maps[out.maps.size() - 2] : cfg_.map;
-    for (auto r : members)
-      workers_[r].grants.push_back({s, cfg_.version, samples[r], cfg_.map, pull});
-  }
-
-  /// asp: step s is one worker's (the one that asked for work), with 16 samples; a worker may
-  /// hold several steps' grants.
-  void open_alone(std::int64_t s, run_result& out) {
-    const auto r = cfg_.members[rng_() % cfg_.members.size()];
-    out.members.push_back({{r, 16}});
-    if (deaths_ && cfg_.members.size() >= 2 && rng_() % 10 == 0) {
-      workers_[r].dies_at = s;
-      pending_death_ = true;
-      ++out.deaths;
+    for (auto r : members) {
+      const auto g = planner_.take(r, s);
+      using kind = worker::step_planner::grant::kind;
+      ASSERT_TRUE(g.what == kind::chunk || g.what == kind::no_chunk) << "rank " << r;
+      std::uint64_t samples = 0;
+      for (const auto& c : g.chunks) samples += c.size();
+      counted.push_back({r, samples});
+      workers_[r].grants.push_back({s, cfg_.version, samples, cfg_.map, pull});
     }
-    workers_[r].grants.push_back({s, cfg_.version, 16, cfg_.map, cfg_.map});
+    out.members.push_back(std::move(counted));
   }
 
   /// asp: the job master's answer to a death. Steps from the next one to open expect the worker
-  /// no more, and every step it was granted and did not push whole is completed by an empty
-  /// push made on its behalf to each shard of that step (master_actor.cpp, stand_in()).
-  void lose_alone(std::uint32_t r, std::vector<grant> orphans) {
+  /// no more, and every step it was granted and did not report is completed by an empty push
+  /// made on its behalf to each shard of that step (master_actor.cpp, stand_in()); its chunks
+  /// go back to the dispenser.
+  void lose_alone(std::uint32_t r) {
+    const auto orphans = planner_.unreported(r);
+    const std::uint32_t ranks[] = {r};
+    planner_.drop(ranks, orphans.empty() ? next_step_ : orphans.front());
     cfg_.version += 1;
     cfg_.from_step = next_step_;
     std::erase(cfg_.members, r);
@@ -307,17 +313,18 @@ class elastic_sim {
       m.cfg = cfg_;
       send(master_id, int(k), std::move(m));
     }
-    for (const auto& g : orphans) {
-      const auto n = g.map.load();
+    for (const auto step : orphans) {
+      const auto& c = step_cfg_.at(step);
+      const auto n = c.map.load();
       for (std::uint32_t k = 0; k < n.size(); ++k) {
         if (n[k] == 0) continue;
         message m;
         m.k = message::kind::push;
-        m.step = g.step;
-        m.config_version = g.config_version;
+        m.step = step;
+        m.config_version = c.version;
         m.rank = r;
         m.samples = 0;
-        m.ranges = g.map.ranges_of(k);
+        m.ranges = c.map.ranges_of(k);
         send(master_id, int(k), std::move(m));
       }
     }
@@ -340,7 +347,7 @@ class elastic_sim {
     if (ready.empty() && busy.empty()) return false;
     const std::size_t pick = rng_() % (ready.size() + busy.size());
     if (pick < ready.size())
-      push_from(ready[pick]);
+      push_from(ready[pick], out);
     else
       deliver(busy[pick - ready.size()], out);
     return true;
@@ -355,7 +362,7 @@ class elastic_sim {
     return true;
   }
 
-  void push_from(std::uint32_t r) {
+  void push_from(std::uint32_t r, run_result& out) {
     auto& w = workers_[r];
     grant g = std::move(w.grants.front());
     w.grants.pop_front();
@@ -373,18 +380,22 @@ class elastic_sim {
       m.ranges = g.map.ranges_of(k);
       send(worker_base + int(r), int(k), std::move(m));
     }
-    if (dying && asp_) {
-      w.alive = false;
-      std::vector<grant> orphans{std::move(g)};
-      orphans.insert(orphans.end(), std::make_move_iterator(w.grants.begin()),
-                     std::make_move_iterator(w.grants.end()));
-      w.grants.clear();
-      return lose_alone(r, std::move(orphans));
+    if (!dying) {
+      // The worker reports the step (the master's on_report).
+      const auto rep = planner_.report(r, g.step);
+      ASSERT_TRUE(rep.known) << "rank " << r << " step " << g.step;
+      for (const auto& c : rep.chunks_done) out.epoch_samples[c.epoch] += c.size();
+      if (rep.epoch_done) out.epochs_done.insert(rep.chunks_done.front().epoch);
+      return;
     }
-    if (dying) {
-      w.alive = false;
-      w.grants.clear();
-      // The master notices and removes it from the open step on.
+    w.alive = false;
+    w.grants.clear();
+    if (asp_) return lose_alone(r);
+    {
+      // The master notices and removes it from the step it did not report on; its chunks of
+      // that step go back.
+      const std::uint32_t ranks[] = {r};
+      planner_.drop(ranks, g.step);
       cfg_.version += 1;
       cfg_.from_step = g.step;
       std::erase(cfg_.members, r);
@@ -550,11 +561,17 @@ class elastic_sim {
   std::uint32_t next_shard_id_ = 2;
   int acks_awaited_ = 0;
   bool pending_death_ = false;
-  std::int64_t next_step_ = 0;  ///< the next step to open
+  std::int64_t next_step_ = 0;                   ///< the next step to open
+  std::map<std::int64_t, job_config> step_cfg_;  ///< the configuration of each step opened
+  worker::chunk_dispenser dispenser_;
+  worker::step_planner planner_;
 };
 
-/// The parameters plain SGD (lr 0.5) must end with, from what each shard counted.
+/// The parameters plain SGD (lr 0.5) must end with, from what each shard counted: each step's
+/// gradients summed (exact: small integers) and applied with the backend's update.
 std::vector<float> expected_sgd(const run_result& r) {
+  auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
+  const kernels::sgd_options plain{0.5f, 0.0f, 0.0f};
   std::vector<float> w = r.initial;
   for (std::int64_t s = 0; s < num_steps; ++s) {
     const auto& map = r.maps[std::size_t(s)];
@@ -566,17 +583,24 @@ std::vector<float> expected_sgd(const run_result& r) {
       std::uint64_t total = 0;
       for (auto [rank, n] : it->second) total += n;
       if (total == 0) continue;
-      EXPECT_TRUE(total == 8 || total == 16) << total;
-      for (auto range : map.ranges_of(k))
-        for (auto i = range.begin; i < range.end; ++i) {
-          float sum = 0;
+      for (auto range : map.ranges_of(k)) {
+        std::vector<float> sum(range.size(), 0.0f);
+        for (auto i = range.begin; i < range.end; ++i)
           for (auto [rank, n] : it->second)
-            if (n > 0) sum += known_gradient(rank, s, i);
-          w[i] -= 0.5f * (float(1.0 / double(total)) * sum);
-        }
+            if (n > 0) sum[i - range.begin] += known_gradient(rank, s, i);
+        be->sgd_update(w.data() + range.begin, nullptr, sum.data(), sum.size(),
+                       float(1.0 / double(total)), plain);
+      }
     }
   }
   return w;
+}
+
+/// Every epoch the step planner saw completed had each of its samples reported once.
+void expect_no_chunk_lost(const run_result& r, std::uint64_t seed) {
+  EXPECT_FALSE(r.epochs_done.empty()) << "seed " << seed;
+  for (auto e : r.epochs_done)
+    EXPECT_EQ(r.epoch_samples.at(e), num_samples) << "seed " << seed << " epoch " << e;
 }
 
 /// The same contributions through one shard that never migrates.
@@ -613,6 +637,7 @@ TEST(elastic_property, random_rescales_migrations_and_deaths_apply_every_gradien
     const auto want = expected_sgd(r);
     for (std::size_t i = 0; i < num_keys; ++i)
       ASSERT_EQ(r.params[i], want[i]) << "seed " << seed << " key " << i;
+    expect_no_chunk_lost(r, seed);
     joins += r.joins, leaves += r.leaves, deaths += r.deaths;
     adds += r.adds, drains += r.drains, migrations += r.migrations;
   }
@@ -639,6 +664,7 @@ TEST(elastic_property, workers_push_while_slices_travel_and_every_gradient_appli
     const auto want = expected_sgd(r);
     for (std::size_t i = 0; i < num_keys; ++i)
       ASSERT_EQ(r.params[i], want[i]) << "seed " << seed << " key " << i;
+    expect_no_chunk_lost(r, seed);
     moves += r.adds + r.drains + r.migrations;
     held += r.held_for_moves;
   }
@@ -664,6 +690,7 @@ TEST(elastic_property, asp_applies_every_pushed_gradient_exactly_once) {
     const auto want = expected_sgd(r);
     for (std::size_t i = 0; i < num_keys; ++i)
       ASSERT_EQ(r.params[i], want[i]) << "seed " << seed << " key " << i;
+    expect_no_chunk_lost(r, seed);
     ASSERT_EQ(r.dropped, r.second_pushes) << "seed " << seed;
     changes += r.joins + r.leaves + r.adds + r.drains + r.migrations;
     deaths += r.deaths;
