@@ -14,7 +14,9 @@
 #include "common/format.hpp"
 #include "ps/change_planner.hpp"
 #include "ps/key_coverage.hpp"
+#include "ps/snapshot_assembler.hpp"
 #include "scheduler/change_timer.hpp"
+#include "scheduler/epoch_ledger.hpp"
 #include "worker/chunk_dispenser.hpp"
 #include "worker/step_planner.hpp"
 
@@ -26,29 +28,6 @@ using clock_type = std::chrono::steady_clock;
 double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
 }
-
-/// Training statistics of one epoch.
-struct epoch_stats {
-  double loss_sum = 0;
-  std::uint64_t samples = 0;
-  std::int64_t steps = 0;
-  std::uint64_t compute_us = 0;  ///< the workers' forward/backward time, summed
-  clock_type::time_point start;
-  double seconds = -1;        ///< set when every chunk of the epoch is processed
-  std::uint32_t workers = 0;  ///< the configuration of the epoch's last step
-  std::uint32_t shards = 0;
-  std::optional<eval_result> eval;
-  std::shared_ptr<const std::vector<float>> params;  ///< at its end (for a checkpoint)
-};
-
-/// Parameters being assembled from the shards' snapshots of one version.
-struct assembly {
-  std::uint32_t epoch = 0;
-  bool final = false;  ///< the job's last version (cancel), not evaluated
-  bool asked = false;  ///< the shards are asked (once its step's configuration is current)
-  std::shared_ptr<std::vector<float>> values;
-  std::optional<ps::key_coverage> received;  ///< keys arrived (shards answer in pieces)
-};
 
 /// A change of the running job's workers or shards: from the spec's schedule, or asked for
 /// while it runs (`coach rescale`, `coach migrate`), with the node a new shard goes to.
@@ -74,8 +53,10 @@ struct master_state {
   /// Who computes what at each step (worker/step_planner.hpp).
   std::optional<worker::step_planner> planner;
   std::vector<wire_message> parked;  ///< chunk requests waiting for the epoch to complete
-  std::map<std::uint32_t, epoch_stats> epochs;
-  std::map<std::int64_t, assembly> assemblies;  ///< by version
+  /// Each epoch's parameters at its end, for the checkpoint sent with its report.
+  std::map<std::uint32_t, std::shared_ptr<const std::vector<float>>> epoch_params;
+  /// The versions wanted whole: epochs' ends and a cancelled job's last (ps/snapshot_assembler).
+  std::optional<ps::snapshot_assembler> snapshots;
   std::shared_ptr<const std::vector<float>> last_params;
   scheduler::job_result result;
   clock_type::time_point job_start = clock_type::now();
@@ -103,6 +84,7 @@ struct master_state {
   // Timing of changes (scheduler::change_report).
   scheduler::steady_clock_source clock;
   scheduler::change_timer timer{clock};
+  scheduler::epoch_ledger ledger{clock};
   std::uint32_t next_rank = 0;
   std::uint32_t next_shard = 0;
   /// Every configuration published, by first step: the members each step expects, and (asp)
@@ -466,9 +448,7 @@ struct master_state {
     const auto epochs_reopened = planner->drop(ranks, drop_from);
     for (const auto& [g, r] : orphans) stand_in(g, r);
     // An epoch whose end was announced is not over: its snapshot is taken again at its new end.
-    std::erase_if(assemblies, [&](const auto& a) {
-      return !a.second.final && epochs_reopened.contains(a.second.epoch);
-    });
+    snapshots->reopen(epochs_reopened);
     for (auto r : ranks)
       std::fprintf(stderr, "coach: job %llu: worker %u is gone; steps from %lld go on without it\n",
                    static_cast<unsigned long long>(ctx->job), r, static_cast<long long>(from));
@@ -517,28 +497,16 @@ struct master_state {
   /// asks of it, ps::shard::owns_assigned), so asked under the configuration of the step
   /// before, a source would leave out what it hands over and a new shard would not be asked.
   void request_snapshot(std::int64_t version, std::uint32_t epoch, bool final) {
-    if (auto it = assemblies.find(version); it != assemblies.end()) {
-      it->second.final = it->second.final || final;
-      return;
-    }
-    auto& a = assemblies[version];
-    a.epoch = epoch;
-    a.final = final;
-    a.values = std::make_shared<std::vector<float>>(ctx->model.num_params());
-    a.received.emplace(ctx->model.num_params());
+    snapshots->request(version, epoch, final);
   }
 
   /// Asks the shards of the current configuration (that of step s) for the snapshots of
   /// versions up to s not asked for yet. Called as step s opens, before any of its grants, so a
   /// shard has the request before step s's pushes take it past the version.
   void ask_snapshots(std::int64_t s) {
-    for (auto& [version, a] : assemblies) {
-      if (version > s) break;
-      if (a.asked) continue;
-      a.asked = true;
+    for (const auto version : snapshots->to_ask(s))
       for (auto k : live_shards())
         ctx->net->send(to(ctx->shard_ep(k), msg_kind::snapshot_request, version));
-    }
   }
 
   /// Opens step s if it can: false when the epoch's last chunks are still being processed.
@@ -565,14 +533,13 @@ struct master_state {
         only ? std::span<const std::uint32_t>(alone) : std::span<const std::uint32_t>(cfg.members),
         cancelled);
     if (!o) return false;  // the epoch's last chunks are still being processed
-    if (o->epoch_begun) epochs[*o->epoch_begun].start = clock_type::now();
+    if (o->epoch_begun) ledger.begin(*o->epoch_begun);
     if (!o->finished) {
-      auto& e = epochs[dispenser->epoch()];
-      ++e.steps;
+      ledger.step_opened(dispenser->epoch());
       // The step that hands out an epoch's last chunk ends it: snapshot the version after it.
       if (o->ends_epoch) {
-        e.workers = std::uint32_t(cfg.members.size());
-        e.shards = std::uint32_t(live_shards().size());
+        ledger.ends_with(dispenser->epoch(), std::uint32_t(cfg.members.size()),
+                         std::uint32_t(live_shards().size()));
         request_snapshot(s + 1, dispenser->epoch(), false);
       }
     }
@@ -634,12 +601,11 @@ struct master_state {
     last = std::max(last, m.hdr.step);
     if (!r.chunks_done.empty()) {
       const std::uint32_t epoch = r.chunks_done.front().epoch;  // a step's chunks share it
-      auto& e = epochs[epoch];
-      for (const auto& c : r.chunks_done) e.samples += c.size();
-      e.loss_sum += m.hdr.loss;
-      e.compute_us += m.hdr.compute_us;
+      std::uint64_t samples = 0;
+      for (const auto& c : r.chunks_done) samples += c.size();
+      ledger.reported(epoch, samples, m.hdr.loss, m.hdr.compute_us);
       if (r.epoch_done) {
-        e.seconds = seconds_since(e.start);
+        ledger.completed(epoch);
         maybe_finish_epoch(epoch);
       }
       progress(epoch);
@@ -673,15 +639,9 @@ struct master_state {
     const auto now = clock_type::now();
     if (now - last_progress < std::chrono::milliseconds(200)) return;
     last_progress = now;
-    const auto& e = epochs[epoch];
-    scheduler::progress_event p;
-    p.epoch = epoch;
+    auto p = ledger.progress(epoch);
     p.epochs = num_epochs();
-    p.samples_done = e.samples;
     p.samples_total = ctx->data->train.rows;
-    p.train_loss = e.samples ? e.loss_sum / double(e.samples) : 0.0;
-    p.seconds = seconds_since(e.start);
-    p.samples_per_s = p.seconds > 0 ? double(e.samples) / p.seconds : 0.0;
     p.workers = std::uint32_t(cfg.members.size());
     p.shards = std::uint32_t(live_shards().size());
     p.changes_done = timer.changes_done();
@@ -690,58 +650,43 @@ struct master_state {
   }
 
   void on_snapshot(const wire_message& m) {
-    auto it = assemblies.find(m.hdr.step);
-    if (it == assemblies.end()) return;
-    auto& a = it->second;
-    auto ok = accept_params(m, *a.received);  // every key counts once
-    if (!ok) {
+    std::vector<std::span<const float>> pieces;
+    bool whole_floats = true;
+    for (const auto& f : m.frames) {
+      whole_floats = whole_floats && f.bytes % sizeof(float) == 0;
+      pieces.push_back(f.as<float>());
+    }
+    using answer = coach::result<std::optional<ps::snapshot_assembler::assembled>>;
+    answer got = whole_floats ? snapshots->add(m.hdr.step, m.hdr.ranges, pieces)
+                              : answer(fail(errc::protocol_error, "a frame is not whole floats"));
+    if (!got) {
       std::fprintf(stderr, "coach: job master: malformed snapshot from shard %llu: %s\n",
-                   static_cast<unsigned long long>(m.hdr.src.id), ok.error().message.c_str());
+                   static_cast<unsigned long long>(m.hdr.src.id), got.error().message.c_str());
       return;
     }
-    for (std::size_t i = 0; i < m.frames.size(); ++i) {
-      const auto v = m.frames[i].as<float>();
-      std::copy(v.begin(), v.end(), a.values->begin() + std::ptrdiff_t(m.hdr.ranges[i].begin));
-    }
-    if (!a.received->complete()) return;
-    param_snapshot snap{a.epoch, it->first, a.values};
+    if (!*got) return;  // keys missing yet, or a version no longer wanted
+    auto& a = **got;
     last_params = a.values;
-    const bool final = a.final;
-    assemblies.erase(it);
-    if (final) {
-      finish(false);
-    } else {
-      epochs[a.epoch].params = snap.values;
-      caf::anon_send(evaluator, eval_atom::value, snap, me);
-    }
+    if (a.final) return finish(false);
+    epoch_params[a.epoch] = a.values;
+    caf::anon_send(evaluator, eval_atom::value, param_snapshot{a.epoch, a.version, a.values}, me);
   }
 
   void on_eval(const eval_result& r) {
-    epochs[r.epoch].eval = r;
+    ledger.evaluated(r.epoch, r.correct, r.total, r.loss_sum);
     maybe_finish_epoch(r.epoch);
   }
 
   void maybe_finish_epoch(std::uint32_t epoch) {
-    auto& e = epochs[epoch];
-    if (!e.eval || e.seconds < 0) return;
-    scheduler::epoch_report rep;
-    rep.epoch = epoch;
-    rep.samples = e.samples;
-    rep.steps = e.steps;
-    rep.train_loss = e.samples ? e.loss_sum / double(e.samples) : 0.0;
-    rep.test_accuracy = e.eval->total ? double(e.eval->correct) / double(e.eval->total) : 0.0;
-    rep.test_loss = e.eval->total ? e.eval->loss_sum / double(e.eval->total) : 0.0;
-    rep.seconds = e.seconds;
-    rep.samples_per_s = e.seconds > 0 ? double(e.samples) / e.seconds : 0.0;
-    rep.compute_seconds = double(e.compute_us) / 1e6;
-    rep.workers = e.workers;
-    rep.shards = e.shards;
-    result.epochs.push_back(rep);
-    result.test_accuracy = rep.test_accuracy;
-    if (options.report_params && e.params)
-      caf::anon_send(observer, checkpoint_atom::value, param_snapshot{epoch, 0, e.params});
-    e.params.reset();  // the checkpoint holds it now; the master keeps only last_params
-    caf::anon_send(observer, epoch_atom::value, rep);
+    const auto rep = ledger.take_report(epoch);
+    if (!rep) return;
+    result.epochs.push_back(*rep);
+    result.test_accuracy = rep->test_accuracy;
+    // The checkpoint holds the epoch's parameters now; the master keeps only last_params.
+    auto params = epoch_params.extract(epoch);
+    if (options.report_params && !params.empty() && params.mapped())
+      caf::anon_send(observer, checkpoint_atom::value, param_snapshot{epoch, 0, params.mapped()});
+    caf::anon_send(observer, epoch_atom::value, *rep);
     if (epoch + 1 == num_epochs()) finish(true);
   }
 
@@ -800,6 +745,7 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
   st.dispenser = std::make_unique<worker::chunk_dispenser>(
       ctx->data->train.rows, std::size_t(ctx->spec.batch_size), ctx->spec.seed);
   const auto& consistency = ctx->spec.consistency;
+  st.snapshots.emplace(ctx->model.num_params());
   st.planner.emplace(*st.dispenser, options.first_epoch, st.num_epochs(),
                      consistency.kind == scheduler::consistency_kind::averaging
                          ? std::uint32_t(consistency.local_steps)

@@ -1,0 +1,78 @@
+// scheduler::epoch_ledger with a manual clock: an epoch's report comes once, when it is both
+// complete and evaluated (in either order), with its time from its beginning to its last
+// chunk's completion, and its sums, means and layout from what the master told it.
+#include "scheduler/epoch_ledger.hpp"
+
+#include <gtest/gtest.h>
+
+namespace coach::scheduler {
+namespace {
+
+TEST(epoch_ledger, reports_an_epoch_once_it_is_complete_and_evaluated) {
+  manual_clock clock;
+  epoch_ledger l(clock);
+  l.begin(0);
+  l.step_opened(0);
+  l.step_opened(0);
+  clock.advance(seconds(0.5));
+  l.reported(0, 64, 128.0, 300000);
+  l.ends_with(0, 3, 2);
+  l.step_opened(0);
+  l.reported(0, 36, 18.0, 200000);
+  EXPECT_FALSE(l.take_report(0)) << "neither complete nor evaluated";
+  clock.advance(seconds(1.5));
+  l.completed(0);
+  EXPECT_FALSE(l.take_report(0)) << "not evaluated";
+  clock.advance(seconds(7.0));  // the evaluation's time is not the epoch's
+  l.evaluated(0, 45, 50, 10.0);
+  const auto r = l.take_report(0);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->epoch, 0u);
+  EXPECT_EQ(r->samples, 100u);
+  EXPECT_EQ(r->steps, 3);
+  EXPECT_DOUBLE_EQ(r->train_loss, 146.0 / 100.0);
+  EXPECT_DOUBLE_EQ(r->test_accuracy, 0.9);
+  EXPECT_DOUBLE_EQ(r->test_loss, 0.2);
+  EXPECT_DOUBLE_EQ(r->seconds, 2.0);
+  EXPECT_DOUBLE_EQ(r->samples_per_s, 50.0);
+  EXPECT_DOUBLE_EQ(r->compute_seconds, 0.5);
+  EXPECT_EQ(r->workers, 3u);
+  EXPECT_EQ(r->shards, 2u);
+  EXPECT_FALSE(l.take_report(0)) << "given once";
+}
+
+TEST(epoch_ledger, an_evaluation_before_the_last_report_waits_for_completion) {
+  manual_clock clock;
+  epoch_ledger l(clock);
+  l.begin(1);
+  l.evaluated(1, 0, 0, 0.0);  // an empty test set: accuracy and loss 0, no division
+  EXPECT_FALSE(l.take_report(1));
+  clock.advance(seconds(3.0));
+  l.reported(1, 30, 3.0, 0);
+  l.completed(1);
+  const auto r = l.take_report(1);
+  ASSERT_TRUE(r);
+  EXPECT_DOUBLE_EQ(r->test_accuracy, 0.0);
+  EXPECT_DOUBLE_EQ(r->test_loss, 0.0);
+  EXPECT_DOUBLE_EQ(r->seconds, 3.0);
+  EXPECT_DOUBLE_EQ(r->samples_per_s, 10.0);
+  EXPECT_FALSE(l.take_report(2)) << "an epoch never seen";
+}
+
+TEST(epoch_ledger, progress_counts_the_epoch_so_far) {
+  manual_clock clock;
+  epoch_ledger l(clock);
+  EXPECT_EQ(l.progress(0).samples_done, 0u);
+  l.begin(0);
+  clock.advance(seconds(4.0));
+  l.reported(0, 200, 50.0, 0);
+  const auto p = l.progress(0);
+  EXPECT_EQ(p.epoch, 0u);
+  EXPECT_EQ(p.samples_done, 200u);
+  EXPECT_DOUBLE_EQ(p.train_loss, 0.25);
+  EXPECT_DOUBLE_EQ(p.seconds, 4.0);
+  EXPECT_DOUBLE_EQ(p.samples_per_s, 50.0);
+}
+
+}  // namespace
+}  // namespace coach::scheduler
