@@ -15,6 +15,7 @@
 #include "ps/change_planner.hpp"
 #include "ps/key_coverage.hpp"
 #include "ps/snapshot_assembler.hpp"
+#include "scheduler/change_sequencer.hpp"
 #include "scheduler/change_timer.hpp"
 #include "scheduler/epoch_ledger.hpp"
 #include "worker/chunk_dispenser.hpp"
@@ -29,17 +30,7 @@ double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
 }
 
-/// A change of the running job's workers or shards: from the spec's schedule, or asked for
-/// while it runs (`coach rescale`, `coach migrate`), with the node a new shard goes to.
-struct change_request {
-  scheduler::schedule_action action;
-  std::string node;                                ///< empty: where the hooks decide
-  std::optional<scheduler::time_point> requested;  ///< empty: when its step comes (schedule)
-  /// A migration asked for while the job runs: its new shard, started (and its node's memory
-  /// warmed) before the change is queued for a step boundary, and when it was ready.
-  std::optional<std::uint32_t> shard;
-  std::optional<scheduler::time_point> prepared;
-};
+using scheduler::change_request;
 
 struct master_state {
   std::shared_ptr<const job_context> ctx;
@@ -62,25 +53,12 @@ struct master_state {
   clock_type::time_point job_start = clock_type::now();
   clock_type::time_point last_progress = clock_type::now();
   // Elastic (docs/design.md "Elastic jobs").
-  ps::job_config cfg;   ///< the configuration of the open step
   elastic_hooks hooks;  ///< starts new workers and shards
   /// Links this master to a part it added, so the job's parts stop together.
   std::function<void(const caf::actor&)> link;
-  std::deque<change_request> actions;  ///< by step: the changes not yet begun
-  /// Migrations whose new shard (the key) is starting elsewhere; each is queued for the next
-  /// step boundary once its shard is ready (docs/design.md "Elastic jobs").
-  std::map<std::uint32_t, change_request> preparing;
-  std::optional<ps::job_config> next_cfg;  ///< a change waiting for its parts and transfers
-  /// Parts of that change starting elsewhere (ready_atom awaited), and the migrate orders sent
-  /// once they are up (a transfer to a shard that does not exist yet would be lost).
-  std::size_t parts_awaited = 0;
-  bool change_failed = false;  ///< a new shard of the change could not start: it is dropped
-  std::vector<std::pair<endpoint, migrate_order>> orders_waiting;
-  std::size_t acks_awaited = 0;
-  /// Shards that hand over everything they own in the transfers under way: they own nothing in
-  /// the current configuration, but hold their slices (and their node's memory) until the
-  /// transfers are acknowledged.
-  std::vector<std::uint32_t> releasing;
+  /// The configuration of the open step and the changes queued, prepared and under way.
+  std::optional<scheduler::change_sequencer> changes;
+  const ps::job_config& cfg() const { return changes->current(); }
   // Timing of changes (scheduler::change_report).
   scheduler::steady_clock_source clock;
   scheduler::change_timer timer{clock};
@@ -103,13 +81,7 @@ struct master_state {
   static inline const char* name = "coach.job_master";
 
   /// Shards that own slices now.
-  std::vector<std::uint32_t> live_shards() const {
-    std::vector<std::uint32_t> out;
-    const auto n = cfg.map.load();
-    for (std::uint32_t k = 0; k < n.size(); ++k)
-      if (n[k] > 0) out.push_back(k);
-    return out;
-  }
+  std::vector<std::uint32_t> live_shards() const { return changes->live_shards(); }
 
   std::uint32_t num_epochs() const { return std::uint32_t(ctx->spec.epochs); }
 
@@ -119,7 +91,7 @@ struct master_state {
     m.hdr.dst = dst;
     m.hdr.kind = kind;
     m.hdr.job = ctx->job;
-    m.hdr.map_version = cfg.version;
+    m.hdr.map_version = cfg().version;
     m.hdr.step = step;
     return m;
   }
@@ -128,13 +100,8 @@ struct master_state {
   /// (nothing to start elsewhere: the new configuration is published with the migrate orders,
   /// and the transfers go on under step s); otherwise step s waits for the new parts.
   bool begin_change(std::int64_t s, const change_request& req) {
-    const auto& a = req.action;
-    start_timing(s, req);
-    using kind = scheduler::schedule_action::kind_type;
-    ps::job_change c{a.kind == kind::workers  ? ps::job_change::kind_type::workers
-                     : a.kind == kind::shards ? ps::job_change::kind_type::shards
-                                              : ps::job_change::kind_type::migrate,
-                     a.value, req.shard};
+    timer.begin(scheduler::describe(req), s, req.requested, req.prepared);
+    std::size_t elsewhere = 0;  // parts starting on other nodes
     ps::change_starters start;
     start.worker = [&](std::uint32_t r, const ps::job_config& next) {
       if (!hooks.add_worker) {
@@ -150,7 +117,7 @@ struct master_state {
       if (*ok)
         watch(r, *ok);
       else
-        ++parts_awaited;  // starting on another node
+        ++elsewhere;
       return true;
     };
     start.shard = [&]() -> std::optional<std::uint32_t> {
@@ -159,7 +126,7 @@ struct master_state {
         return std::nullopt;
       }
       const std::uint32_t k = next_shard++;
-      auto ok = hooks.add_shard(k, cfg, req.node, 0);
+      auto ok = hooks.add_shard(k, cfg(), req.node, 0);
       if (!ok) {
         std::fprintf(stderr, "coach: job master: cannot add shard %u: %s\n", k,
                      ok.error().message.c_str());
@@ -168,10 +135,10 @@ struct master_state {
       if (*ok)
         link(*ok);
       else
-        ++parts_awaited;  // starting on another node
+        ++elsewhere;
       return k;
     };
-    auto plan = ps::plan_change(cfg, c, s, next_rank, start);
+    auto plan = ps::plan_change(cfg(), scheduler::to_job_change(req), s, next_rank, start);
     if (!plan.ignored.empty()) {
       std::fprintf(stderr, "coach: job master: %s\n", plan.ignored.c_str());
       return true;
@@ -179,13 +146,7 @@ struct master_state {
     if (!plan.added.empty()) timer.adds_workers();
     const std::size_t floats_per_key = 1 + scheduler::shard_optimizer(ctx->spec).state_per_param();
     timer.add_moved_bytes(plan.moved_keys * floats_per_key * sizeof(float));
-    for (auto& o : plan.orders)
-      orders_waiting.emplace_back(
-          ctx->shard_ep(o.from),
-          migrate_order{o.at_version, o.to, o.config_version, std::move(o.ranges)});
-    next_cfg = std::move(plan.next);
-    change_failed = false;
-    if (parts_awaited > 0) return false;
+    if (!changes->begun(std::move(plan), elsewhere)) return false;
     return send_orders();
   }
 
@@ -195,25 +156,23 @@ struct master_state {
   /// pause is what is left of the transfer when the workers' pushes arrive. The next change
   /// begins once every transfer is acknowledged. Returns true (step s can open).
   bool send_orders() {
-    if (!orders_waiting.empty()) timer.orders_sent();
+    auto orders = changes->publish();
+    if (!orders.empty()) timer.orders_sent();
     // Before the configuration, from this same sender: a source has its order when the
     // configuration that takes its slices away arrives.
-    for (auto& [src, o] : orders_waiting) {
-      ctx->net->send(make_migrate(ctx->master, src, ctx->job, o));
-      ++acks_awaited;
-    }
-    if (!orders_waiting.empty())
-      for (auto k : ps::emptied_shards(cfg.map, next_cfg->map)) releasing.push_back(k);
-    orders_waiting.clear();
-    publish();
+    for (auto& o : orders)
+      ctx->net->send(
+          make_migrate(ctx->master, ctx->shard_ep(o.from), ctx->job,
+                       migrate_order{o.at_version, o.to, o.config_version, std::move(o.ranges)}));
+    send_config(cfg());
+    report_layout();
     return true;
   }
 
   /// A part started elsewhere is up (or could not start: `why` says why).
   void on_ready(bool worker, std::uint32_t id, const std::string& why) {
-    if (auto it = preparing.find(id); !worker && it != preparing.end()) {
-      auto c = std::move(it->second);
-      preparing.erase(it);
+    if (!worker && changes->is_preparing(id)) {
+      auto c = *changes->prepared(id);
       if (!why.empty()) {
         std::fprintf(stderr, "coach: job %llu: cannot add shard %u: %s; the migration is dropped\n",
                      static_cast<unsigned long long>(ctx->job), id, why.c_str());
@@ -223,54 +182,38 @@ struct master_state {
       request_change(std::move(c));
       return;
     }
-    if (parts_awaited == 0 || !next_cfg) {
-      std::fprintf(stderr, "coach: job master: unexpected news of %s %u\n",
-                   worker ? "worker" : "shard", id);
-      return;
-    }
-    if (!why.empty()) {
+    if (!why.empty())
       std::fprintf(stderr, "coach: job %llu: cannot add %s %u: %s\n",
                    static_cast<unsigned long long>(ctx->job), worker ? "worker" : "shard", id,
                    why.c_str());
-      if (worker)
-        std::erase(next_cfg->members, id);  // the change goes on without it
-      else
-        change_failed = true;  // slices cannot move to it: the whole change is dropped
-    }
-    if (--parts_awaited > 0) return;
-    if (change_failed) {
-      std::fprintf(stderr,
-                   "coach: job %llu: the change at step %lld is dropped; the job goes on "
-                   "as it was\n",
-                   static_cast<unsigned long long>(ctx->job),
-                   static_cast<long long>(next_cfg->from_step));
-      orders_waiting.clear();
-      next_cfg.reset();
-    } else {
-      send_orders();  // the step opens now; the transfers go on under it
+    const auto step = changes->next() ? changes->next()->from_step : 0;
+    using news = scheduler::change_sequencer::part_news;
+    switch (changes->part_ready(worker, id, why.empty())) {
+      case news::unexpected:
+        std::fprintf(stderr, "coach: job master: unexpected news of %s %u\n",
+                     worker ? "worker" : "shard", id);
+        return;
+      case news::waiting:
+        return;
+      case news::dropped:
+        std::fprintf(stderr,
+                     "coach: job %llu: the change at step %lld is dropped; the job goes on "
+                     "as it was\n",
+                     static_cast<unsigned long long>(ctx->job), static_cast<long long>(step));
+        break;
+      case news::ready:
+        send_orders();  // the step opens now; the transfers go on under it
+        break;
     }
     regrant_parked();
-  }
-
-  /// The live shards once the changes begun are done.
-  std::vector<std::uint32_t> planned_live_shards() const {
-    const auto n = (next_cfg ? next_cfg->map : cfg.map).load();
-    std::vector<std::uint32_t> out;
-    for (std::uint32_t k = 0; k < n.size(); ++k)
-      if (n[k] > 0) out.push_back(k);
-    return out;
   }
 
   /// Queues a change asked for while the job runs, for its next step boundary. Empty: queued;
   /// otherwise why it is refused.
   std::string request_change(change_request c) {
     if (done || cancelled) return "the job is ending";
-    c.action.at_step = planner->open_step() + 1;
     if (!c.requested) c.requested = timer.now();
-    auto at = std::upper_bound(
-        actions.begin(), actions.end(), c.action.at_step,
-        [](std::int64_t s, const change_request& x) { return s < x.action.at_step; });
-    actions.insert(at, std::move(c));
+    changes->queue(std::move(c), planner->open_step() + 1);
     std::fprintf(stderr, "coach: job %llu: change asked for at step %lld\n",
                  static_cast<unsigned long long>(ctx->job),
                  static_cast<long long>(planner->open_step() + 1));
@@ -289,9 +232,9 @@ struct master_state {
       return coach::format("--shards {} is outside the job's shards range [{}, {}]", shards,
                            sp.shards.min, sp.shards.max);
     if (workers == 0 && shards == 0) return "nothing to change: give --workers or --shards";
-    if (workers > (next_cfg ? next_cfg->members : cfg.members).size() && !hooks.add_worker)
+    if (workers > changes->planned_members().size() && !hooks.add_worker)
       return "this job cannot add workers here";
-    if (shards > planned_live_shards().size() && !hooks.add_shard)
+    if (shards > changes->planned_live_shards().size() && !hooks.add_shard)
       return "this job cannot add shards here";
     if (workers != 0)
       if (auto why = request_change({{0, kind::workers, workers}, {}}); !why.empty()) return why;
@@ -302,7 +245,7 @@ struct master_state {
   std::string migrate(std::uint32_t shard, const std::string& node) {
     using kind = scheduler::schedule_action::kind_type;
     if (!hooks.add_shard) return "this job cannot add shards here";
-    const auto live = planned_live_shards();
+    const auto live = changes->planned_live_shards();
     if (std::find(live.begin(), live.end(), shard) == live.end()) {
       std::string names;
       for (auto k : live) names += (names.empty() ? "" : ", ") + std::to_string(k);
@@ -314,15 +257,14 @@ struct master_state {
     // a large shard, docs/performance.md "rescale_bench"), and the change takes the first step
     // boundary after that, so the pause is the transfer alone.
     change_request c{{0, kind::migrate, shard}, node, timer.now(), std::nullopt, {}};
-    const auto& map = next_cfg ? next_cfg->map : cfg.map;
     std::uint64_t keys = 0;
-    for (const auto& r : map.ranges_of(shard)) keys += r.size();
+    for (const auto& r : changes->planned_map().ranges_of(shard)) keys += r.size();
     const std::uint32_t k = next_shard++;
-    auto ok = hooks.add_shard(k, cfg, node, keys);
+    auto ok = hooks.add_shard(k, cfg(), node, keys);
     if (!ok) return coach::format("cannot add shard {}: {}", k, ok.error().message);
     c.shard = k;
     if (!*ok) {  // starting on another node: queued once it is ready (on_ready)
-      preparing.emplace(k, std::move(c));
+      changes->preparing(k, std::move(c));
       return {};
     }
     link(*ok);
@@ -336,70 +278,37 @@ struct master_state {
   /// new shards of migrations started ahead.
   void report_layout() {
     if (!hooks.changed) return;
-    auto members = cfg.members;
-    auto live = live_shards();
-    if (next_cfg) {
-      for (auto r : next_cfg->members)
-        if (std::ranges::find(members, r) == members.end()) members.push_back(r);
-      const auto n = next_cfg->map.load();
-      for (std::uint32_t k = 0; k < n.size(); ++k)
-        if (n[k] > 0 && std::ranges::find(live, k) == live.end()) live.push_back(k);
-    }
-    for (auto k : releasing)
-      if (std::ranges::find(live, k) == live.end()) live.push_back(k);
-    for (const auto& [k, c] : preparing) live.push_back(k);
-    for (const auto& c : actions)
-      if (c.shard && std::ranges::find(live, *c.shard) == live.end()) live.push_back(*c.shard);
+    std::vector<std::uint32_t> members, live;
+    changes->layout(members, live);
     hooks.changed(members, live);
   }
 
-  /// Makes the waiting configuration current and sends it to every shard and member worker,
-  /// before any grant that refers to it.
-  void publish() {
-    cfg = std::move(*next_cfg);
-    next_cfg.reset();
-    send_config();
-    report_layout();
-  }
-
-  /// A change begins at step s: what it is, for the timer.
-  void start_timing(std::int64_t s, const change_request& req) {
-    using kind = scheduler::schedule_action::kind_type;
-    const auto& a = req.action;
-    std::string what = coach::format("{} {}",
-                                     a.kind == kind::workers  ? "workers"
-                                     : a.kind == kind::shards ? "shards"
-                                                              : "migrate",
-                                     a.value);
-    if (!req.node.empty()) what += " to " + req.node;
-    timer.begin(std::move(what), s, req.requested, req.prepared);
-  }
-
-  void send_config() {
-    configs[cfg.from_step] = cfg;
+  /// Sends configuration `c` to every shard and to its member workers, before any grant that
+  /// refers to it, and keeps it in `configs`.
+  void send_config(const ps::job_config& c) {
+    configs[c.from_step] = c;
     for (std::uint32_t k = 0; k < next_shard; ++k)
-      ctx->net->send(make_configure(ctx->master, ctx->shard_ep(k), ctx->job, cfg));
-    for (auto r : cfg.members)
-      ctx->net->send(make_configure(ctx->master, ctx->worker_ep(r), ctx->job, cfg));
+      ctx->net->send(make_configure(ctx->master, ctx->shard_ep(k), ctx->job, c));
+    for (auto r : c.members)
+      ctx->net->send(make_configure(ctx->master, ctx->worker_ep(r), ctx->job, c));
     std::fprintf(stderr, "coach: job %llu: from step %lld: %zu worker(s), %zu shard(s)\n",
-                 static_cast<unsigned long long>(ctx->job), static_cast<long long>(cfg.from_step),
-                 cfg.members.size(), live_shards().size());
+                 static_cast<unsigned long long>(ctx->job), static_cast<long long>(c.from_step),
+                 c.members.size(), live_shards().size());
   }
 
   void on_ack(const wire_message& m) {
-    auto a = read_transfer_ack(m);
-    if (!a || acks_awaited == 0) {
+    using news = scheduler::change_sequencer::ack_news;
+    const auto a = read_transfer_ack(m);
+    const auto n = a ? changes->acknowledged() : news::unexpected;
+    if (n == news::unexpected) {
       std::fprintf(stderr, "coach: job master: unexpected transfer_ack from %llu\n",
                    static_cast<unsigned long long>(m.hdr.src.id));
       return;
     }
-    if (--acks_awaited > 0) return;
+    if (n == news::waiting) return;
     timer.transfers_done();
-    if (!releasing.empty()) {  // what they held is free now (before any later change begins)
-      releasing.clear();
-      report_layout();
-    }
-    regrant_parked();  // a change that waited for these transfers may begin
+    if (n == news::freed) report_layout();  // what they held is free now
+    regrant_parked();                       // a change that waited for these transfers may begin
   }
 
   bool asp() const { return ctx->spec.consistency.kind == scheduler::consistency_kind::asp; }
@@ -422,25 +331,8 @@ struct master_state {
       auto it = last_report.find(r);
       from = std::min(from, it == last_report.end() ? std::int64_t{0} : it->second + 1);
     }
-    auto without = [&](std::vector<std::uint32_t> m) {
-      std::erase_if(m, [&](std::uint32_t r) { return std::ranges::find(ranks, r) != ranks.end(); });
-      return m;
-    };
     // Re-issue every configuration that governs a step from `from` on, without them.
-    std::vector<std::pair<std::int64_t, std::vector<std::uint32_t>>> redo;
-    auto h = configs.upper_bound(from);
-    if (h != configs.begin()) redo.push_back({from, without(std::prev(h)->second.members)});
-    for (; h != configs.end(); ++h) redo.push_back({h->first, without(h->second.members)});
-    for (auto& [step, members] : redo) {
-      cfg.version += 1;
-      cfg.from_step = step;
-      cfg.members = std::move(members);
-      send_config();
-    }
-    if (next_cfg) {
-      next_cfg->members = without(next_cfg->members);
-      next_cfg->version = cfg.version + 1;
-    }
+    for (const auto& c : changes->without(ranks, from, configs)) send_config(c);
     report_layout();
     // Their chunks of steps they did not report go back; those steps wait for them no more.
     std::int64_t drop_from = from;
@@ -452,7 +344,7 @@ struct master_state {
     for (auto r : ranks)
       std::fprintf(stderr, "coach: job %llu: worker %u is gone; steps from %lld go on without it\n",
                    static_cast<unsigned long long>(ctx->job), r, static_cast<long long>(from));
-    if (cfg.members.empty())
+    if (cfg().members.empty())
       fail_job({errc::resource_exhausted,
                 last_worker_error.empty()
                     ? std::string("every worker of the job is gone")
@@ -512,15 +404,12 @@ struct master_state {
   /// Opens step s if it can: false when the epoch's last chunks are still being processed.
   /// Begins the change due at step s, if any: false while step s must wait (for its new parts).
   bool change_due(std::int64_t s) {
-    if (next_cfg) return false;  // a change waits for its new parts
     // A change begins once the transfers of the one before are in; until then the steps go on
-    // without it.
-    if (!cancelled && !actions.empty() && actions.front().action.at_step <= s &&
-        acks_awaited == 0) {
-      const auto a = actions.front();
-      actions.pop_front();
-      if (!begin_change(s, a)) return false;
-    }
+    // without it. One waiting for its new parts holds the step.
+    auto d = changes->at(s, cancelled);
+    using kind = scheduler::change_sequencer::due::kind_type;
+    if (d.kind == kind::wait) return false;
+    if (d.kind == kind::begin) return begin_change(s, *d.change);
     return true;
   }
 
@@ -529,16 +418,16 @@ struct master_state {
     if (!change_due(s)) return false;
     if (cancelled) request_snapshot(s, dispenser->epoch(), true);
     const std::uint32_t alone[] = {only.value_or(0)};
-    const auto o = planner->open(
-        only ? std::span<const std::uint32_t>(alone) : std::span<const std::uint32_t>(cfg.members),
-        cancelled);
+    const auto o = planner->open(only ? std::span<const std::uint32_t>(alone)
+                                      : std::span<const std::uint32_t>(cfg().members),
+                                 cancelled);
     if (!o) return false;  // the epoch's last chunks are still being processed
     if (o->epoch_begun) ledger.begin(*o->epoch_begun);
     if (!o->finished) {
       ledger.step_opened(dispenser->epoch());
       // The step that hands out an epoch's last chunk ends it: snapshot the version after it.
       if (o->ends_epoch) {
-        ledger.ends_with(dispenser->epoch(), std::uint32_t(cfg.members.size()),
+        ledger.ends_with(dispenser->epoch(), std::uint32_t(cfg().members.size()),
                          std::uint32_t(live_shards().size()));
         request_snapshot(s + 1, dispenser->epoch(), false);
       }
@@ -558,7 +447,7 @@ struct master_state {
       // Each request opens the next step, with the asking worker its only member.
       s = planner->open_step() + 1;
       if (!change_due(s)) return parked.push_back(req);
-      left = !cancelled && !cfg.is_member(rank);
+      left = !cancelled && !cfg().is_member(rank);
       if (!left && !open(s, rank)) return parked.push_back(req);
     } else {
       while (planner->open_step() < s)
@@ -642,7 +531,7 @@ struct master_state {
     auto p = ledger.progress(epoch);
     p.epochs = num_epochs();
     p.samples_total = ctx->data->train.rows;
-    p.workers = std::uint32_t(cfg.members.size());
+    p.workers = std::uint32_t(cfg().members.size());
     p.shards = std::uint32_t(live_shards().size());
     p.changes_done = timer.changes_done();
     if (ctx->spec.function) p.invocations = summed_invocations();
@@ -695,7 +584,7 @@ struct master_state {
     done = true;
     result.cancelled = !complete;
     result.seconds = seconds_since(job_start);
-    result.workers = std::uint32_t(cfg.members.size());
+    result.workers = std::uint32_t(cfg().members.size());
     result.shards = std::uint32_t(live_shards().size());
     result.backend = std::string(kernels::to_string(ctx->backend));
     result.num_params = ctx->model.num_params();
@@ -713,10 +602,10 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
   auto& st = self->state;
   st.ctx = ctx;
   st.options = options;
-  st.cfg = ctx->initial_config();
+  st.changes.emplace(ctx->initial_config());
   st.hooks = std::move(hooks);
   st.link = [self](const caf::actor& a) { self->link_to(a); };
-  st.configs[0] = st.cfg;
+  st.configs[0] = st.cfg();
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& s = self->state;
     auto it = s.watched.find(dm.source);
@@ -736,7 +625,7 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
     self->state.worker_actors->push_back(w);
     self->monitor(w);
   };
-  for (const auto& a : ctx->spec.schedule) st.actions.push_back({a, {}});
+  for (const auto& a : ctx->spec.schedule) st.changes->queue({a, {}}, a.at_step);
   st.next_rank = std::uint32_t(ctx->workers.size());
   st.next_shard = std::uint32_t(ctx->shards.size());
   st.me = caf::actor_cast<caf::actor>(self);

@@ -1,0 +1,166 @@
+#include "scheduler/change_sequencer.hpp"
+
+#include <algorithm>
+
+#include "common/format.hpp"
+
+namespace coach::scheduler {
+namespace {
+
+std::vector<std::uint32_t> owners(const ps::shard_map& map) {
+  std::vector<std::uint32_t> out;
+  const auto n = map.load();
+  for (std::uint32_t k = 0; k < n.size(); ++k)
+    if (n[k] > 0) out.push_back(k);
+  return out;
+}
+
+void add_once(std::vector<std::uint32_t>& to, std::uint32_t x) {
+  if (std::ranges::find(to, x) == to.end()) to.push_back(x);
+}
+
+}  // namespace
+
+ps::job_change to_job_change(const change_request& r) {
+  using kind = schedule_action::kind_type;
+  using to = ps::job_change::kind_type;
+  const auto& a = r.action;
+  return {a.kind == kind::workers  ? to::workers
+          : a.kind == kind::shards ? to::shards
+                                   : to::migrate,
+          a.value, r.shard};
+}
+
+std::string describe(const change_request& r) {
+  using kind = schedule_action::kind_type;
+  const auto& a = r.action;
+  std::string what = coach::format("{} {}",
+                                   a.kind == kind::workers  ? "workers"
+                                   : a.kind == kind::shards ? "shards"
+                                                            : "migrate",
+                                   a.value);
+  if (!r.node.empty()) what += " to " + r.node;
+  return what;
+}
+
+std::vector<std::uint32_t> change_sequencer::live_shards() const {
+  return owners(cfg_.map);
+}
+
+std::vector<std::uint32_t> change_sequencer::planned_live_shards() const {
+  return owners(planned_map());
+}
+
+void change_sequencer::queue(change_request c, std::int64_t at_step) {
+  c.action.at_step = at_step;
+  auto at = std::upper_bound(
+      queued_.begin(), queued_.end(), at_step,
+      [](std::int64_t s, const change_request& x) { return s < x.action.at_step; });
+  queued_.insert(at, std::move(c));
+}
+
+void change_sequencer::preparing(std::uint32_t shard, change_request c) {
+  preparing_.insert_or_assign(shard, std::move(c));
+}
+
+std::optional<change_request> change_sequencer::prepared(std::uint32_t shard) {
+  auto it = preparing_.find(shard);
+  if (it == preparing_.end()) return std::nullopt;
+  auto c = std::move(it->second);
+  preparing_.erase(it);
+  return c;
+}
+
+change_sequencer::due change_sequencer::at(std::int64_t step, bool stopping) {
+  using kind = due::kind_type;
+  if (next_) return {kind::wait, {}};  // a change waits for its new parts
+  if (stopping || queued_.empty() || queued_.front().action.at_step > step || acks_awaited_ > 0)
+    return {kind::open, {}};
+  due d{kind::begin, std::move(queued_.front())};
+  queued_.pop_front();
+  return d;
+}
+
+bool change_sequencer::begun(ps::change_plan plan, std::size_t parts_elsewhere) {
+  next_ = std::move(plan.next);
+  orders_ = std::move(plan.orders);
+  parts_awaited_ = parts_elsewhere;
+  failed_ = false;
+  return parts_awaited_ == 0;
+}
+
+change_sequencer::part_news change_sequencer::part_ready(bool worker, std::uint32_t id, bool ok) {
+  if (parts_awaited_ == 0 || !next_) return part_news::unexpected;
+  if (!ok) {
+    if (worker)
+      std::erase(next_->members, id);  // the change goes on without it
+    else
+      failed_ = true;  // slices cannot move to it: the whole change is dropped
+  }
+  if (--parts_awaited_ > 0) return part_news::waiting;
+  if (!failed_) return part_news::ready;
+  orders_.clear();
+  next_.reset();
+  return part_news::dropped;
+}
+
+std::vector<ps::release_order> change_sequencer::publish() {
+  auto orders = std::move(orders_);
+  orders_.clear();
+  acks_awaited_ += orders.size();
+  if (!orders.empty())
+    for (auto k : ps::emptied_shards(cfg_.map, next_->map)) add_once(releasing_, k);
+  cfg_ = std::move(*next_);
+  next_.reset();
+  return orders;
+}
+
+change_sequencer::ack_news change_sequencer::acknowledged() {
+  if (acks_awaited_ == 0) return ack_news::unexpected;
+  if (--acks_awaited_ > 0) return ack_news::waiting;
+  if (releasing_.empty()) return ack_news::done;
+  releasing_.clear();
+  return ack_news::freed;
+}
+
+std::vector<ps::job_config> change_sequencer::without(
+    const std::vector<std::uint32_t>& ranks, std::int64_t from,
+    const std::map<std::int64_t, ps::job_config>& published) {
+  auto drop = [&](std::vector<std::uint32_t> m) {
+    std::erase_if(m, [&](std::uint32_t r) { return std::ranges::find(ranks, r) != ranks.end(); });
+    return m;
+  };
+  // Every configuration that governs a step from `from` on, again without them.
+  std::vector<std::pair<std::int64_t, std::vector<std::uint32_t>>> redo;
+  auto h = published.upper_bound(from);
+  if (h != published.begin()) redo.push_back({from, drop(std::prev(h)->second.members)});
+  for (; h != published.end(); ++h) redo.push_back({h->first, drop(h->second.members)});
+  std::vector<ps::job_config> out;
+  for (auto& [step, members] : redo) {
+    cfg_.version += 1;
+    cfg_.from_step = step;
+    cfg_.members = std::move(members);
+    out.push_back(cfg_);
+  }
+  if (next_) {
+    next_->members = drop(next_->members);
+    next_->version = cfg_.version + 1;
+  }
+  return out;
+}
+
+void change_sequencer::layout(std::vector<std::uint32_t>& members,
+                              std::vector<std::uint32_t>& shards) const {
+  members = cfg_.members;
+  shards = live_shards();
+  if (next_) {
+    for (auto r : next_->members) add_once(members, r);
+    for (auto k : owners(next_->map)) add_once(shards, k);
+  }
+  for (auto k : releasing_) add_once(shards, k);
+  for (const auto& [k, c] : preparing_) add_once(shards, k);
+  for (const auto& c : queued_)
+    if (c.shard) add_once(shards, *c.shard);
+}
+
+}  // namespace coach::scheduler
