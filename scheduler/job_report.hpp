@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/function_runner.hpp"
+#include "worker/invocation_counts.hpp"
 
 namespace coach::scheduler {
 

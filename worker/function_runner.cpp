@@ -26,17 +26,6 @@ result<std::string> find_invocation_program() {
               beside.string(), in_apps.string());
 }
 
-invocation_counts& invocation_counts::operator+=(const invocation_counts& o) {
-  started += o.started;
-  completed += o.completed;
-  timed_out += o.timed_out;
-  out_of_memory += o.out_of_memory;
-  failed += o.failed;
-  peak_memory_bytes = std::max(peak_memory_bytes, o.peak_memory_bytes);
-  tasks += o.tasks;
-  return *this;
-}
-
 function_runner::function_runner(std::string program, invocation_setup setup, process_limits limits,
                                  std::uint32_t tasks_per_invocation, std::uint32_t max_attempts)
     : program_(std::move(program)),

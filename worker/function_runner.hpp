@@ -17,21 +17,9 @@
 
 #include "worker/bounded_process.hpp"
 #include "worker/invocation.hpp"
+#include "worker/invocation_counts.hpp"
 
 namespace coach::worker {
-
-/// Counts of a worker's invocations (reported in the job report and `coach status`).
-struct invocation_counts {
-  std::uint64_t started = 0;
-  std::uint64_t completed = 0;          ///< answered all their tasks and exited
-  std::uint64_t timed_out = 0;          ///< killed at the deadline
-  std::uint64_t out_of_memory = 0;      ///< killed or failed for memory
-  std::uint64_t failed = 0;             ///< ended otherwise without answering (crash, bad exit)
-  std::uint64_t peak_memory_bytes = 0;  ///< of one invocation, the largest seen
-  std::uint64_t tasks = 0;              ///< answered
-  invocation_counts& operator+=(const invocation_counts& o);
-  friend bool operator==(const invocation_counts&, const invocation_counts&) = default;
-};
 
 /// Where coach-invocation is: $COACH_INVOCATION when set, else beside this program, else in
 /// ../apps from it (a build tree's tests). Errors: not_found naming the places looked at.

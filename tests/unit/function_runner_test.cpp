@@ -4,9 +4,9 @@
 // clear error rather than a loop.
 #include <gtest/gtest.h>
 
-#include <random>
 #include <thread>
 
+#include "tests/helpers/invocation_fixtures.hpp"
 #include "worker/function_runner.hpp"
 
 namespace coach::worker {
@@ -14,30 +14,13 @@ namespace {
 
 using namespace std::chrono_literals;
 
+/// The tests' invocations: 8 hidden units over 6 features, tasks of 4 rows.
 invocation_setup setup_of(bool averaging) {
-  invocation_setup s;
-  s.hidden = {8};
-  s.inputs = 6;
-  s.classes = 3;
-  s.max_batch = 4;
-  s.averaging = averaging;
-  s.local = {0.1f, 0.0f, 0.0f};
-  return s;
+  return testing::small_setup(averaging, 8, 6);
 }
 
 invocation_task task_of(const invocation_setup& s, unsigned seed) {
-  model_config cfg;
-  cfg.hidden = s.hidden;
-  const mlp model(cfg, s.inputs, s.classes);
-  invocation_task t;
-  t.params.resize(model.num_params());
-  model.init_params(t.params, seed);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  for (int i = 0; i < 4 * s.inputs; ++i) t.x.push_back(u(rng));
-  for (int i = 0; i < 4; ++i) t.y.push_back(std::int32_t(rng() % 3));
-  t.sizes = {4};
-  return t;
+  return testing::small_task(s, 4, seed);
 }
 
 std::vector<float> here(const invocation_setup& s, const invocation_task& t) {

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <random>
 
+#include "tests/helpers/invocation_fixtures.hpp"
 #include "worker/bounded_process.hpp"
 #include "worker/invocation.hpp"
 
@@ -29,39 +29,8 @@ struct pipe_pair {
   }
 };
 
-invocation_setup small_setup(bool averaging) {
-  invocation_setup s;
-  s.hidden = {6};
-  s.inputs = 5;
-  s.classes = 3;
-  s.max_batch = 4;
-  s.averaging = averaging;
-  s.local = {0.1f, 0.0f, 0.0f};
-  return s;
-}
-
-invocation_task small_task(const invocation_setup& s, std::size_t rows, unsigned seed) {
-  model_config cfg;
-  cfg.hidden = s.hidden;
-  const mlp model(cfg, s.inputs, s.classes);
-  invocation_task t;
-  t.params.resize(model.num_params());
-  model.init_params(t.params, seed);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  for (std::size_t i = 0; i < rows * std::size_t(s.inputs); ++i) t.x.push_back(u(rng));
-  for (std::size_t i = 0; i < rows; ++i) t.y.push_back(std::int32_t(rng() % 3));
-  if (s.averaging) {
-    for (std::size_t left = rows; left > 0;) {
-      const auto n = std::min<std::size_t>(left, std::size_t(s.max_batch));
-      t.sizes.push_back(std::uint32_t(n));
-      left -= n;
-    }
-  } else {
-    t.sizes = {std::uint32_t(rows)};
-  }
-  return t;
-}
+using testing::small_setup;
+using testing::small_task;
 
 TEST(invocation, messages_round_trip_and_a_clean_end_is_no_error) {
   pipe_pair p;

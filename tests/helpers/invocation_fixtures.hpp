@@ -1,0 +1,52 @@
+#pragma once
+// Small function-mode invocations for the tests of the invocation child and its runner
+// (tests/unit/invocation_test.cpp, tests/unit/function_runner_test.cpp): an MLP setup and a task
+// of random rows, both a pure function of their arguments.
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+
+#include "worker/invocation.hpp"
+
+namespace coach::worker::testing {
+
+/// One hidden layer of `hidden` units over `inputs` features and 3 classes, batches of 4,
+/// local SGD at rate 0.1 under averaging.
+inline invocation_setup small_setup(bool averaging, int hidden = 6, int inputs = 5) {
+  invocation_setup s;
+  s.hidden = {hidden};
+  s.inputs = inputs;
+  s.classes = 3;
+  s.max_batch = 4;
+  s.averaging = averaging;
+  s.local = {0.1f, 0.0f, 0.0f};
+  return s;
+}
+
+/// `rows` random rows (features in [0, 1), labels 0..2) and the model initialised from `seed`;
+/// under averaging the rows are cut into local steps of max_batch, else one batch.
+inline invocation_task small_task(const invocation_setup& s, std::size_t rows, unsigned seed) {
+  model_config cfg;
+  cfg.hidden = s.hidden;
+  const mlp model(cfg, s.inputs, s.classes);
+  invocation_task t;
+  t.params.resize(model.num_params());
+  model.init_params(t.params, seed);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (std::size_t i = 0; i < rows * std::size_t(s.inputs); ++i) t.x.push_back(u(rng));
+  for (std::size_t i = 0; i < rows; ++i) t.y.push_back(std::int32_t(rng() % 3));
+  if (s.averaging) {
+    for (std::size_t left = rows; left > 0;) {
+      const auto n = std::min<std::size_t>(left, std::size_t(s.max_batch));
+      t.sizes.push_back(std::uint32_t(n));
+      left -= n;
+    }
+  } else {
+    t.sizes = {std::uint32_t(rows)};
+  }
+  return t;
+}
+
+}  // namespace coach::worker::testing
