@@ -6,11 +6,12 @@
 //   fixed:   worker 0 computes --factor times as long at every step (a slow host);
 //   none:    every worker at full speed.
 // Prints per straggler and mode: samples/s over the whole run, its ratio to bsp's in the same
-// run, wall time and test accuracy.
+// run, wall time, the epochs it took to reach --target test accuracy, the test accuracy of the
+// last epoch ended within --budget seconds of training, and the final test accuracy.
 //
-//   consistency_bench [--spec examples/fashion-ssp.yaml] [--workers 3] [--epochs 1]
-//                     [--staleness 2] [--local-steps 4] [--factor 3]
-//                     [--straggler moving|fixed|none|all] [--json]
+//   consistency_bench [--spec examples/fashion-ssp.yaml] [--workers 3] [--epochs 2]
+//                     [--staleness 2] [--local-steps 4] [--factor 3] [--target 0.84]
+//                     [--budget 8] [--straggler moving|fixed|none|all] [--json]
 //
 // SSP bounds how far a worker may run ahead of the slowest (Ho et al., "More effective
 // distributed ML via a stale synchronous parallel parameter server", NIPS 2013): it absorbs a
@@ -40,6 +41,8 @@ struct outcome {
   double ratio = 0;  ///< to bsp's samples/s beside the same straggler
   double wall_s = 0;
   double accuracy = 0;
+  int epochs_to_target = 0;       ///< 1-based; 0: not reached
+  double accuracy_in_budget = 0;  ///< of the last epoch ended within the budget; 0: none
   std::string error;
 };
 
@@ -55,8 +58,10 @@ std::function<double(std::uint32_t, std::int64_t)> straggler(const std::string& 
 }
 
 outcome run(const scheduler::job_spec& spec, const std::string& kind, double factor,
-            std::uint32_t workers) {
-  outcome o{kind, scheduler::to_string(spec.consistency), 0, 0, 0, 0, {}};
+            std::uint32_t workers, double target, double budget_s) {
+  outcome o;
+  o.straggler = kind;
+  o.mode = scheduler::to_string(spec.consistency);
   actors::train_options opt;
   opt.workers = workers;
   opt.slowdown = straggler(kind, factor, workers);
@@ -71,6 +76,8 @@ outcome run(const scheduler::job_spec& spec, const std::string& kind, double fac
   for (const auto& e : r->epochs) {
     samples += double(e.samples);
     seconds += e.seconds;
+    if (o.epochs_to_target == 0 && e.test_accuracy >= target) o.epochs_to_target = int(e.epoch) + 1;
+    if (seconds <= budget_s) o.accuracy_in_budget = e.test_accuracy;
   }
   o.samples_per_s = seconds > 0 ? samples / seconds : 0;
   o.accuracy = r->test_accuracy;
@@ -84,8 +91,8 @@ int main(int argc, char** argv) {
       "consistency_bench: samples/s of bsp, ssp:S, asp and averaging:K beside a straggler"};
   std::string spec_path = "examples/fashion-ssp.yaml", which = "all";
   std::uint32_t workers = 3;
-  int epochs = 1, staleness = 2, local_steps = 4;
-  double factor = 3;
+  int epochs = 2, staleness = 2, local_steps = 4;
+  double factor = 3, target = 0.84, budget = 8;
   bool json = false;
   app.add_option("--spec", spec_path,
                  "The job (averaging needs sgd or momentum: adam is "
@@ -96,6 +103,10 @@ int main(int argc, char** argv) {
   app.add_option("--local-steps", local_steps, "K of averaging:K")->check(CLI::PositiveNumber);
   app.add_option("--factor", factor, "How many times as long a straggler's step takes")
       ->check(CLI::Range(1.0, 100.0));
+  app.add_option("--target", target, "Test accuracy whose epochs to reach are counted")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--budget", budget, "Seconds of training after which the accuracy is read")
+      ->check(CLI::PositiveNumber);
   app.add_option("--straggler", which, "moving, fixed, none or all")
       ->check(CLI::IsMember({"moving", "fixed", "none", "all"}));
   app.add_flag("--json", json, "One JSON object on stdout instead of the table");
@@ -140,22 +151,28 @@ int main(int argc, char** argv) {
     for (const auto& m : modes) {
       std::fprintf(out, "running %s beside straggler '%s' ...\n",
                    scheduler::to_string(m.consistency).c_str(), kind.c_str());
-      auto o = run(m, kind, factor, workers);
+      auto o = run(m, kind, factor, workers, target, budget);
       if (m.consistency.kind == scheduler::consistency_kind::bsp) base = o.samples_per_s;
       o.ratio = base > 0 ? o.samples_per_s / base : 0;
       results.push_back(std::move(o));
     }
   }
-  std::fprintf(out, "%-10s %-14s %12s %9s %8s %9s\n", "straggler", "mode", "samples/s", "vs_bsp",
-               "wall_s", "accuracy");
+  std::fprintf(out, "%-10s %-14s %12s %9s %8s %10s %10s %9s\n", "straggler", "mode", "samples/s",
+               "vs_bsp", "wall_s", coach::format("ep_to_{}", target).c_str(),
+               coach::format("acc_{}s", budget).c_str(), "accuracy");
   for (const auto& o : results) {
     if (!o.error.empty()) {
       std::fprintf(out, "%-10s %-14s failed: %s\n", o.straggler.c_str(), o.mode.c_str(),
                    o.error.c_str());
       continue;
     }
-    std::fprintf(out, "%-10s %-14s %12.0f %8.2fx %8.1f %9.4f\n", o.straggler.c_str(),
-                 o.mode.c_str(), o.samples_per_s, o.ratio, o.wall_s, o.accuracy);
+    const auto reached = o.epochs_to_target ? std::to_string(o.epochs_to_target) : "-";
+    char in_budget[16] = "-";
+    if (o.accuracy_in_budget > 0)
+      std::snprintf(in_budget, sizeof in_budget, "%.4f", o.accuracy_in_budget);
+    std::fprintf(out, "%-10s %-14s %12.0f %8.2fx %8.1f %10s %10s %9.4f\n", o.straggler.c_str(),
+                 o.mode.c_str(), o.samples_per_s, o.ratio, o.wall_s, reached.c_str(), in_budget,
+                 o.accuracy);
   }
   if (json) {
     std::string s = "{\"runs\": [";
@@ -163,10 +180,12 @@ int main(int argc, char** argv) {
       const auto& o = results[i];
       s += coach::format(
           "{}{{\"straggler\": \"{}\", \"mode\": \"{}\", \"samples_per_s\": {}, \"vs_bsp\": {}, "
-          "\"wall_s\": {}, \"accuracy\": {}, \"error\": \"{}\"}}",
+          "\"wall_s\": {}, \"epochs_to_target\": {}, \"accuracy_in_budget\": {}, "
+          "\"accuracy\": {}, \"error\": \"{}\"}}",
           i ? ", " : "", o.straggler, o.mode, scheduler::json_number(o.samples_per_s),
-          scheduler::json_number(o.ratio), scheduler::json_number(o.wall_s),
-          scheduler::json_number(o.accuracy), o.error);
+          scheduler::json_number(o.ratio), scheduler::json_number(o.wall_s), o.epochs_to_target,
+          scheduler::json_number(o.accuracy_in_budget), scheduler::json_number(o.accuracy),
+          o.error);
     }
     std::printf("%s]}\n", s.c_str());
   }
