@@ -130,18 +130,23 @@ std::vector<ps::job_config> change_sequencer::without(
     std::erase_if(m, [&](std::uint32_t r) { return std::ranges::find(ranks, r) != ranks.end(); });
     return m;
   };
-  // Every configuration that governs a step from `from` on, again without them.
-  std::vector<std::pair<std::int64_t, std::vector<std::uint32_t>>> redo;
+  // Every configuration that governs a step from `from` on, again without them, each with its
+  // own shard map (a change between `from` and now moved slices: the steps before it keep the
+  // map they had).
+  std::vector<std::pair<std::int64_t, ps::job_config>> redo;
   auto h = published.upper_bound(from);
-  if (h != published.begin()) redo.push_back({from, drop(std::prev(h)->second.members)});
-  for (; h != published.end(); ++h) redo.push_back({h->first, drop(h->second.members)});
+  if (h != published.begin()) redo.push_back({from, std::prev(h)->second});
+  for (; h != published.end(); ++h) redo.push_back({h->first, h->second});
+  if (redo.empty()) redo.push_back({from, cfg_});
   std::vector<ps::job_config> out;
-  for (auto& [step, members] : redo) {
-    cfg_.version += 1;
-    cfg_.from_step = step;
-    cfg_.members = std::move(members);
-    out.push_back(cfg_);
+  auto version = cfg_.version;
+  for (auto& [step, c] : redo) {
+    c.version = ++version;
+    c.from_step = step;
+    c.members = drop(std::move(c.members));
+    out.push_back(c);
   }
+  cfg_ = out.back();
   if (next_) {
     next_->members = drop(next_->members);
     next_->version = cfg_.version + 1;

@@ -119,9 +119,15 @@ TEST(change_sequencer, a_drained_shard_holds_its_slices_until_the_last_acknowled
 TEST(change_sequencer, a_death_reissues_every_configuration_from_its_step_without_the_dead) {
   change_sequencer seq(start_config(1));
   std::map<std::int64_t, ps::job_config> published{{0, seq.current()}};
+  seq.queue(shards_to(2), 5);
+  auto s5 = seq.at(5, false);
+  std::uint32_t next_rank = 2, next_shard = 1;
+  seq.begun(plan(seq, *s5.change, 5, next_rank, next_shard), 0);
+  seq.publish();
+  published[5] = seq.current();  // slices move to shard 1 from step 5
+  seq.acknowledged();
   seq.queue(workers_to(3), 6);
   auto d = seq.at(6, false);
-  std::uint32_t next_rank = 2, next_shard = 1;
   seq.begun(plan(seq, *d.change, 6, next_rank, next_shard), 0);
   seq.publish();
   published[6] = seq.current();  // members 0, 1, 2 from step 6
@@ -130,13 +136,18 @@ TEST(change_sequencer, a_death_reissues_every_configuration_from_its_step_withou
   seq.begun(plan(seq, *d.change, 9, next_rank, next_shard), 1);  // rank 3 starting elsewhere
   // Rank 1 last reported step 3: from step 4 on it is expected no more.
   const auto redo = seq.without({1}, 4, published);
-  ASSERT_EQ(redo.size(), 2u);
+  ASSERT_EQ(redo.size(), 3u);
   EXPECT_EQ(redo[0].from_step, 4);
   EXPECT_EQ(redo[0].members, (std::vector<std::uint32_t>{0}));
-  EXPECT_EQ(redo[1].from_step, 6);
-  EXPECT_EQ(redo[1].members, (std::vector<std::uint32_t>{0, 2}));
+  EXPECT_EQ(redo[0].map, published[0].map) << "step 4 keeps the map it had";
+  EXPECT_EQ(redo[1].from_step, 5);
+  EXPECT_EQ(redo[1].map, published[5].map);
+  EXPECT_NE(redo[1].map, redo[0].map);
+  EXPECT_EQ(redo[2].from_step, 6);
+  EXPECT_EQ(redo[2].members, (std::vector<std::uint32_t>{0, 2}));
+  EXPECT_EQ(redo[2].version, redo[1].version + 1);
   EXPECT_EQ(redo[1].version, redo[0].version + 1);
-  EXPECT_EQ(seq.current(), redo[1]);
+  EXPECT_EQ(seq.current(), redo[2]);
   ASSERT_NE(seq.next(), nullptr);
   EXPECT_EQ(seq.next()->members, (std::vector<std::uint32_t>{0, 2, 3}));
   EXPECT_EQ(seq.next()->version, seq.current().version + 1);
