@@ -163,24 +163,16 @@ struct worker_state {
 
   /// ssp:S: takes the values of one params message of any version (see `versions`).
   void on_stale_params(const wire_message& m) {
-    if (asp && newest >= first) {
-      // asp: after the first whole version, every answer is the newest there is (a shard's
-      // version number counts its steps applied without a gap, so it may repeat): taken as it is.
-      ps::key_coverage keys(ctx->model.num_params());
-      if (auto ok = accept_params(m, keys); !ok) {
-        std::fprintf(stderr, "coach: worker %u: malformed parameters from shard %llu: %s\n", rank,
-                     static_cast<unsigned long long>(m.hdr.src.id), ok.error().message.c_str());
-        return;
-      }
-      for (std::size_t i = 0; i < m.frames.size(); ++i)
-        if (const auto& r = m.hdr.ranges[i]; r.size() > 0)
-          be->upload(params + r.begin, m.frames[i].as<float>().data(), r.size());
-      return;
-    }
-    // asp: the first pull is answered by each shard with the version it is at, which differs
-    // from shard to shard: the keys count toward the version first asked for.
+    // asp: after the first whole version, every answer is the newest there is (a shard's
+    // version number counts its steps applied without a gap, so it may repeat): taken as it is,
+    // its keys checked on their own. Before it, each shard answers the first pull with the
+    // version it is at, which differs from shard to shard: the keys count toward `first`.
+    const bool whole_had = asp && newest >= first;
     const std::int64_t version = asp ? first : m.hdr.step;
-    auto& keys = versions.try_emplace(version, ctx->model.num_params()).first->second;
+    std::optional<ps::key_coverage> alone;
+    if (whole_had) alone.emplace(ctx->model.num_params());
+    auto& keys =
+        whole_had ? *alone : versions.try_emplace(version, ctx->model.num_params()).first->second;
     if (auto ok = accept_params(m, keys); !ok) {
       std::fprintf(stderr, "coach: worker %u: malformed parameters from shard %llu: %s\n", rank,
                    static_cast<unsigned long long>(m.hdr.src.id), ok.error().message.c_str());
@@ -189,7 +181,7 @@ struct worker_state {
     for (std::size_t i = 0; i < m.frames.size(); ++i)
       if (const auto& r = m.hdr.ranges[i]; r.size() > 0)
         be->upload(params + r.begin, m.frames[i].as<float>().data(), r.size());
-    if (!keys.complete()) return;
+    if (whole_had || !keys.complete()) return;
     newest = std::max(newest, version);
     versions.erase(versions.begin(), versions.upper_bound(version));
   }

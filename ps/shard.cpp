@@ -39,6 +39,18 @@ void shard::set_members(std::vector<std::uint32_t> ranks) {
   members_ = std::move(ranks);
 }
 
+result<void> shard::check_parts(const contribution& c) const {
+  if (c.samples == 0) return {};
+  if (c.parts.size() != ranges_.size())
+    return fail(errc::protocol_error, "shard {}: rank {} sent {} parts for {} ranges", id_, c.rank,
+                c.parts.size(), ranges_.size());
+  for (std::size_t i = 0; i < ranges_.size(); ++i)
+    if (c.parts[i].size() != ranges_[i].size())
+      return fail(errc::protocol_error, "shard {}: rank {} part {} has {} floats, expected {}", id_,
+                  c.rank, i, c.parts[i].size(), ranges_[i].size());
+  return {};
+}
+
 result<bool> shard::push(std::int64_t step, contribution c, const piece_callback& on_piece) {
   if (step != applied_)
     return fail(errc::protocol_error, "shard {}: rank {} pushed step {} but the open step is {}",
@@ -48,15 +60,7 @@ result<bool> shard::push(std::int64_t step, contribution c, const piece_callback
                 step);
   if (pending_.contains(c.rank))
     return fail(errc::protocol_error, "shard {}: rank {} pushed step {} twice", id_, c.rank, step);
-  if (c.samples > 0) {
-    if (c.parts.size() != ranges_.size())
-      return fail(errc::protocol_error, "shard {}: rank {} sent {} parts for {} ranges", id_,
-                  c.rank, c.parts.size(), ranges_.size());
-    for (std::size_t i = 0; i < ranges_.size(); ++i)
-      if (c.parts[i].size() != ranges_[i].size())
-        return fail(errc::protocol_error, "shard {}: rank {} part {} has {} floats, expected {}",
-                    id_, c.rank, i, c.parts[i].size(), ranges_[i].size());
-  }
+  if (auto ok = check_parts(c); !ok) return std::unexpected(ok.error());
   pending_.emplace(c.rank, std::move(c));
   return maybe_apply(on_piece);
 }
@@ -416,15 +420,7 @@ result<bool> shard::push_alone(std::int64_t step, std::uint64_t config_version, 
       !std::binary_search(std::prev(it)->second.begin(), std::prev(it)->second.end(), c.rank))
     return fail(errc::protocol_error, "shard {}: rank {} is not a member of step {}", id_, c.rank,
                 step);
-  if (c.samples > 0) {
-    if (c.parts.size() != ranges_.size())
-      return fail(errc::protocol_error, "shard {}: rank {} sent {} parts for {} ranges", id_,
-                  c.rank, c.parts.size(), ranges_.size());
-    for (std::size_t i = 0; i < ranges_.size(); ++i)
-      if (c.parts[i].size() != ranges_[i].size())
-        return fail(errc::protocol_error, "shard {}: rank {} part {} has {} floats, expected {}",
-                    id_, c.rank, i, c.parts[i].size(), ranges_[i].size());
-  }
+  if (auto ok = check_parts(c); !ok) return std::unexpected(ok.error());
   pending_.clear();
   pending_.emplace(c.rank, std::move(c));
   const std::int64_t before = applied_;

@@ -212,6 +212,8 @@ class shard {
                 std::vector<float> b, std::shared_ptr<float_buffer> buffer = nullptr);
   /// Completes the open step if every expected member has pushed; true if it did.
   bool maybe_apply(const piece_callback& on_piece);
+  /// Errors: a contribution with samples whose parts do not match this shard's ranges.
+  result<void> check_parts(const contribution& c) const;
   /// Takes the held pushes whose configuration is known now, in step then rank order.
   result<int> take_held();
   /// asp: applies `c` as step `step` alone, on arrival, also ahead of steps still open (their
