@@ -115,6 +115,7 @@ wire_message make_transfer(const endpoint& src, const endpoint& dst, std::uint64
   auto m = header(src, dst, job, msg_kind::transfer);
   m.hdr.step = t->version;
   m.hdr.chunk_id = std::uint64_t(t->updates);
+  m.hdr.samples = t->samples_applied;
   m.hdr.rank = t->from;
   m.hdr.epoch = t->to;
   m.hdr.ranges = t->ranges;
@@ -152,6 +153,7 @@ result<ps::slice_transfer> read_transfer(const wire_message& m, std::size_t stat
   t.to = m.hdr.epoch;
   t.version = m.hdr.step;
   t.updates = std::int64_t(m.hdr.chunk_id);
+  t.samples_applied = m.hdr.samples;
   t.ranges = m.hdr.ranges;
   auto copy = [&](std::size_t i, std::vector<float>& out) {
     out.resize(keys);

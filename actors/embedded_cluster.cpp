@@ -29,6 +29,7 @@ result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
   if (!shards) return std::unexpected(shards.error());
   auto data = worker::load_dataset(spec.dataset, spec.seed);
   if (!data) return std::unexpected(data.error());
+  for (const auto& w : data->warnings) std::fprintf(stderr, "coach: warning: %s\n", w.c_str());
 
   job_request req;
   req.spec = spec;
@@ -39,6 +40,7 @@ result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
   req.slowdown = opt.slowdown;
   req.shards = *shards;
   req.data = std::make_shared<const worker::dataset_pair>(std::move(*data));
+  const auto kept = req.data;  // the class names and transform go with the result
 
   caf::actor_system_config cfg;
   // The sharing policy parks idle scheduler threads on a condition variable; work stealing would
@@ -76,6 +78,11 @@ result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
     client->send_exit(sched, caf::exit_reason::user_shutdown);
   }
   if (outcome->failure) return std::unexpected(*outcome->failure);
+  outcome->result.class_names = kept->train.class_names;
+  outcome->result.transform = kept->transform;
+  outcome->result.sample_shape = kept->train.shape;
+  outcome->result.features = kept->train.features;
+  outcome->result.classes = kept->train.classes;
   return std::move(outcome->result);
 }
 

@@ -21,7 +21,7 @@
 #include "scheduler/job_spec.hpp"
 #include "worker/dataset.hpp"
 #include "worker/host_reducer.hpp"
-#include "worker/mlp.hpp"
+#include "worker/network.hpp"
 
 namespace coach::actors {
 
@@ -51,7 +51,7 @@ struct job_context {
   scheduler::job_spec spec;
   kernels::backend_kind backend = kernels::backend_kind::cpu;  ///< resolved (never auto)
   std::shared_ptr<const worker::dataset_pair> data;
-  worker::mlp model;
+  worker::network model;
   ps::shard_map map;
   std::shared_ptr<transport> net;
   endpoint master;

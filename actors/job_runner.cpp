@@ -17,6 +17,8 @@ void runner_env::send(std::uint32_t host, const control_message& m) const {
 result<std::shared_ptr<const worker::dataset_pair>> load_job_data(const sched::job_spec& spec) {
   auto data = worker::load_dataset_shared(spec.dataset, spec.seed);
   if (!data) return std::unexpected(data.error());
+  for (const auto& w : (*data)->warnings)
+    std::fprintf(stderr, "coach: job '%s': warning: %s\n", spec.name.c_str(), w.c_str());
   if ((*data)->train.rows == 0 || (*data)->test.rows == 0)
     return fail(errc::invalid_argument, "job '{}': the data set is empty", spec.name);
   return data;
@@ -41,8 +43,10 @@ result<void> job_runner::launch(const runner_env& env, sched::registered_job& jo
   sj.master_host = env.self_ep.host;
   sj.worker_hosts = o.workers;
   sj.shard_hosts = o.shards;
-  auto ctx =
+  auto made =
       make_job_context(id, *spec, data, env.net, sj.master_host, sj.shard_hosts, sj.worker_hosts);
+  if (!made) return std::unexpected(made.error());
+  auto ctx = std::move(*made);
   const bool resumed = job.first_epoch > 0 || job.state == sched::job_state::suspended;
   if (job.first_epoch > 0 && job.checkpoint) {
     if (job.checkpoint->size() != ctx->model.num_params())

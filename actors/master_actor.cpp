@@ -687,7 +687,7 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
 
 struct evaluator_state {
   std::unique_ptr<kernels::backend> be;
-  std::unique_ptr<worker::mlp_runner> runner;
+  std::unique_ptr<worker::network_runner> runner;
   float* params = nullptr;
   static inline const char* name = "coach.evaluator";
   ~evaluator_state() {
@@ -699,7 +699,7 @@ caf::behavior evaluator_actor(caf::stateful_actor<evaluator_state>* self,
                               std::shared_ptr<const job_context> ctx) {
   auto& st = self->state;
   st.be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
-  st.runner = std::make_unique<worker::mlp_runner>(ctx->model, *st.be, 1000);
+  st.runner = std::make_unique<worker::network_runner>(ctx->model, *st.be, 1000);
   st.params = st.be->alloc(ctx->model.num_params());
   return {
       [self, ctx](eval_atom, param_snapshot& snap, caf::actor& reply_to) {

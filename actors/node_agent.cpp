@@ -16,18 +16,19 @@
 
 namespace coach::actors {
 
-std::shared_ptr<job_context> make_job_context(std::uint64_t job, const scheduler::job_spec& spec,
-                                              std::shared_ptr<const worker::dataset_pair> data,
-                                              std::shared_ptr<transport> net,
-                                              std::uint32_t master_host,
-                                              const std::vector<std::uint32_t>& shard_hosts,
-                                              const std::vector<std::uint32_t>& worker_hosts) {
+result<std::shared_ptr<job_context>> make_job_context(
+    std::uint64_t job, const scheduler::job_spec& spec,
+    std::shared_ptr<const worker::dataset_pair> data, std::shared_ptr<transport> net,
+    std::uint32_t master_host, const std::vector<std::uint32_t>& shard_hosts,
+    const std::vector<std::uint32_t>& worker_hosts) {
+  auto model = worker::network::for_data(spec.model, data->train);
+  if (!model) return fail(model.error().code, "job '{}': {}", spec.name, model.error().message);
   auto ctx = std::make_shared<job_context>(job_context{
       .job = job,
       .spec = spec,
       .backend = kernels::backend_kind::cpu,
       .data = data,
-      .model = worker::mlp(spec.model, int(data->train.features), data->train.classes),
+      .model = std::move(*model),
       .map = {},
       .net = std::move(net),
       .master = master_endpoint(job),
@@ -162,8 +163,10 @@ struct agent_state {
       if (!data) return fail(data.error().code, "node '{}': {}", opt.name, data.error().message);
       for (const auto& p : sj.peers)
         if (p.host != opt.host) net->add_peer(p.host, p.address);
-      part.ctx = make_job_context(sj.job, *spec, std::move(*data), net, sj.master_host,
-                                  sj.shard_hosts, sj.worker_hosts);
+      auto made = make_job_context(sj.job, *spec, std::move(*data), net, sj.master_host,
+                                   sj.shard_hosts, sj.worker_hosts);
+      if (!made) return std::unexpected(made.error());
+      part.ctx = std::move(*made);
     }
     auto& ctx = part.ctx;
     auto& sys = self_system();

@@ -1,6 +1,6 @@
 #pragma once
 // actors/roles.hpp: the behaviours of Coach's four actor roles. Each wraps the plain logic of its
-// layer (ps::shard, worker::mlp_runner, worker::chunk_dispenser, the scheduler) and moves
+// layer (ps::shard, worker::network_runner, worker::chunk_dispenser, the scheduler) and moves
 // messages through the transport; the algorithms live in those classes, not here.
 
 #include <caf/actor.hpp>

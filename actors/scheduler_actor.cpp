@@ -44,12 +44,14 @@ result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_
     backends.emplace_back(std::move(*be));
   }
 
+  auto model = worker::network::for_data(spec.model, req.data->train);
+  if (!model) return fail(model.error().code, "job '{}': {}", spec.name, model.error().message);
   auto ctx = std::make_shared<job_context>(job_context{
       .job = self->state.next_job++,
       .spec = spec,
       .backend = *kernels::parse_backend_kind(backends.front()->name()),
       .data = req.data,
-      .model = worker::mlp(spec.model, int(req.data->train.features), req.data->train.classes),
+      .model = std::move(*model),
       .map = {},
       .net = self->state.net,
       .master = {},

@@ -413,8 +413,16 @@ caf::behavior shard_actor(caf::stateful_actor<shard_state>* self,
     options.one_push_per_step = true;
     options.max_ahead = std::numeric_limits<std::int32_t>::max();  // a straggler's step is open
   }
-  st.core = std::make_unique<ps::shard>(id, scheduler::shard_optimizer(ctx->spec), *st.be,
-                                        std::move(ranges), initial_owned, options);
+  // The schedule counts epochs in training samples; batch norm's running statistics are folded
+  // in, not trained.
+  std::vector<ps::statistic_range> statistics;
+  for (const auto& s : ctx->model.statistic_ranges())
+    statistics.push_back({{s.keys.begin, s.keys.end}, s.momentum});
+  st.core = std::make_unique<ps::shard>(
+      id,
+      scheduler::shard_optimizer(ctx->spec, ctx->data ? ctx->data->train.rows : 0,
+                                 std::move(statistics)),
+      *st.be, std::move(ranges), initial_owned, options);
   if (auto ok = st.core->configure(cfg); !ok) st.report(ok.error());
   return {
       [self](answers_atom) { self->state.send_transfers(); },

@@ -15,6 +15,7 @@
 #include "common/buffer_pool.hpp"
 #include "ps/key_coverage.hpp"
 #include "worker/function_runner.hpp"
+#include "worker/gradient_clip.hpp"
 #include "worker/local_averaging.hpp"
 
 namespace coach::actors {
@@ -25,7 +26,7 @@ struct worker_state {
   std::uint32_t rank = 0;
   endpoint self_ep;
   std::shared_ptr<kernels::backend> be;
-  std::unique_ptr<worker::mlp_runner> runner;
+  std::unique_ptr<worker::network_runner> runner;
   /// averaging:K: the local steps of each round (worker/local_averaging.hpp); null otherwise.
   std::unique_ptr<worker::local_averaging> averager;
   /// Function mode: each step computed by a bounded invocation (worker/function_runner.hpp).
@@ -280,7 +281,8 @@ struct worker_state {
 
   /// Function mode: the step's parameters `w` and its rows, computed by an invocation.
   result<worker::invocation_result> invoke(const float* w, std::span<const std::uint32_t> indices,
-                                           std::span<const std::uint32_t> sizes) {
+                                           std::span<const std::uint32_t> sizes,
+                                           std::uint64_t noise) {
     const auto& train = ctx->data->train;
     const std::size_t n = ctx->model.num_params();
     worker::invocation_task t;
@@ -299,6 +301,7 @@ struct worker_state {
       t.sizes = {std::uint32_t(indices.size())};
     else
       t.sizes.assign(sizes.begin(), sizes.end());
+    t.noise = noise;
     return functions->run(t);
   }
 
@@ -343,8 +346,9 @@ struct worker_state {
     // Every key arrived exactly once (key_coverage): the held pieces alone cover the vector.
     const float* w = held.empty() ? params : whole.as<float>().data();
     double loss = 0;
+    const std::uint64_t noise = worker::noise_key(rank, step);
     if (functions && !indices.empty()) {
-      auto r = invoke(w, indices, sizes);
+      auto r = invoke(w, indices, sizes, noise);
       if (!r) return fail(std::move(r.error()));
       loss = r->loss_sum;
       if (host_backend)
@@ -352,10 +356,15 @@ struct worker_state {
       else
         be->upload(out, r->out.data(), r->out.size());
     } else if (averager && !indices.empty()) {
-      loss = averager->run(*runner, w, ctx->data->train, indices, sizes, out).loss_sum;
+      loss = averager->run(*runner, w, ctx->data->train, indices, sizes, out, 1, noise).loss_sum;
     } else {
-      loss = runner->forward_backward(w, ctx->data->train, indices, out);
+      loss = runner->forward_backward(w, ctx->data->train, indices, out, noise);
     }
+    // The optimizer's clip_norm (not under averaging, whose pushes are model deltas): this
+    // worker's mean gradient, so the samples-weighted mean the shards apply is within it too.
+    if (const float clip = ctx->spec.optimizer.clip_norm; clip > 0 && !averager && !indices.empty())
+      worker::clip_gradient(*be, out, ctx->model.num_params(), indices.size(), clip,
+                            ctx->model.statistic_ranges());
     whole = frame{};  // let the shard update in place
     held.clear();
     copying = false;
@@ -434,7 +443,7 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
   const std::size_t n = ctx->model.num_params();
   st.params = st.be->alloc(n);
   if (!st.host_backend) st.grad = st.be->alloc(n);
-  st.runner = std::make_unique<worker::mlp_runner>(ctx->model, *st.be, ctx->spec.batch_size);
+  st.runner = std::make_unique<worker::network_runner>(ctx->model, *st.be, ctx->spec.batch_size);
   kernels::sgd_options local = ctx->spec.optimizer.sgd;
   if (ctx->spec.optimizer.kind == ps::optimizer_kind::sgd) local.momentum = 0;
   const bool averaging = ctx->spec.consistency.kind == scheduler::consistency_kind::averaging;
@@ -451,7 +460,8 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
       return {};
     }
     worker::invocation_setup setup;
-    setup.hidden = ctx->spec.model.hidden;
+    setup.model = ctx->spec.model;
+    setup.shape = ctx->model.input_shape();
     setup.inputs = ctx->model.inputs();
     setup.classes = ctx->model.classes();
     setup.max_batch = ctx->spec.batch_size;

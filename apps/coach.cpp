@@ -17,6 +17,7 @@
 
 #include "actors/embedded_cluster.hpp"
 #include "coach_api.hpp"
+#include "coach_model.hpp"
 #include "kernels/backend.hpp"
 #include "scheduler/job_spec.hpp"
 
@@ -42,7 +43,8 @@ void draw_progress(const coach::scheduler::progress_event& p, bool tty) {
 }
 
 int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t shards,
-              const std::string& backend, const std::string& report_path) {
+              const std::string& backend, const std::string& report_path,
+              const std::string& save_path) {
   auto spec = coach::scheduler::load_job_spec(spec_path);
   if (!spec) {
     std::fprintf(stderr, "coach: %s\n", spec.error().message.c_str());
@@ -91,6 +93,9 @@ int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t
                result->cancelled ? "stopped" : "done", result->epochs.size(), result->test_accuracy,
                result->seconds, result->workers, result->shards, result->backend.c_str(),
                static_cast<unsigned long long>(result->num_params));
+  if (!save_path.empty() && !result->params.empty()) {
+    if (const int rc = coach::apps::save_model(save_path, *spec, *result); rc != 0) return rc;
+  }
   if (!report_path.empty()) {
     std::ofstream out(report_path);
     out << coach::scheduler::to_json(*result);
@@ -108,7 +113,8 @@ int main(int argc, char** argv) {
   CLI::App app{"Coach: elastic training of deep-learning jobs on a parameter server", "coach"};
   app.require_subcommand(1);
 
-  std::string spec_path, backend, report_path;
+  std::string spec_path, backend, report_path, save_path, model_path, data_spec, predict_input;
+  bool header = false, wait = false, json = false;
   std::uint32_t workers = 0, shards = 0;
   auto* train = app.add_subcommand(
       "train", "Train a job with the whole cluster (scheduler, shards, workers) in this process");
@@ -120,12 +126,25 @@ int main(int argc, char** argv) {
   train->add_option("--backend", backend, "auto | cpu | cuda (default: the spec's backend)");
   train->add_option("--report", report_path, "Write a JSON report of the run to this file");
 
+  train->add_option("--save", save_path,
+                    "Write the final parameters to this .safetensors file (loads in PyTorch)");
+  auto* eval = app.add_subcommand("eval", "Loss, accuracy (and confusion) of a saved model");
+  eval->add_option("MODEL", model_path, "A .safetensors file from coach train --save")->required();
+  eval->add_option("--data", data_spec, "Job spec whose data set's test split is used")->required();
+  eval->add_flag("--json", json, "Print one JSON object, with the confusion matrix");
+  auto* predict = app.add_subcommand("predict", "Print the predicted label of each sample");
+  predict->add_option("MODEL", model_path, "A .safetensors file from coach train --save")
+      ->required();
+  predict
+      ->add_option("INPUT", predict_input,
+                   "A CSV file of feature rows, or an IDX image file (plain or gzipped)")
+      ->required();
+  predict->add_flag("--header", header, "The CSV file's first line is a header");
   auto* version = app.add_subcommand("version", "Print the version and the compiled backends");
 
   // The job API: each command talks to the scheduler at --at (or $COACH_SCHEDULER).
   std::string at, submit_path;
   std::uint64_t job = 0;
-  bool wait = false, json = false;
   auto add_at = [&](CLI::App* cmd) {
     cmd->add_option("--at", at,
                     "The scheduler's address, tcp://IP:PORT (default: $COACH_SCHEDULER)");
@@ -180,7 +199,9 @@ int main(int argc, char** argv) {
                 std::string(coach::kernels::compiled_backends()).c_str());
     return 0;
   }
-  if (*train) return run_train(spec_path, workers, shards, backend, report_path);
+  if (*train) return run_train(spec_path, workers, shards, backend, report_path, save_path);
+  if (*eval) return coach::apps::run_eval(model_path, data_spec, json);
+  if (*predict) return coach::apps::run_predict(model_path, predict_input, header);
   const std::string address = coach::apps::resolve_at(at);
   if (address.empty()) {
     std::fprintf(stderr,

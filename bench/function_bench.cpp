@@ -45,9 +45,10 @@ outcome one_function(const scheduler::job_spec& spec, const worker::dataset_pair
                      const worker::process_limits& limits, const std::string& program) {
   outcome o{"(a) one function", "", 0, 0, 1, -1};
   const auto& train = data.train;
-  worker::mlp model(spec.model, int(train.features), train.classes);
+  const auto model = worker::network::for_data(spec.model, train).value();
   worker::invocation_setup setup;
-  setup.hidden = spec.model.hidden;
+  setup.model = spec.model;
+  setup.shape = train.shape;
   setup.inputs = int(train.features);
   setup.classes = train.classes;
   setup.max_batch = spec.batch_size;
@@ -114,7 +115,7 @@ outcome one_function(const scheduler::job_spec& spec, const worker::dataset_pair
   auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
   float* dw = be->alloc(w.size());
   be->upload(dw, w.data(), w.size());
-  worker::mlp_runner runner(model, *be, 256);
+  worker::network_runner runner(model, *be, 256);
   o.accuracy = runner.evaluate(dw, data.test).accuracy();
   be->free(dw);
   return o;

@@ -60,7 +60,7 @@ std::shared_ptr<job_context> bench_context(std::size_t floats, std::uint32_t sha
       .spec = {},
       .backend = kernels::backend_kind::cpu,
       .data = nullptr,
-      .model = worker::mlp(worker::model_config{{}, {}}, 1, 2),
+      .model = worker::network::build(worker::model_config{.hidden = {}}, {1, 1, 1}, 2).value(),
       .map = ps::shard_map::even(floats, (floats + shards - 1) / shards, shards),
       .net = std::move(net),
       .master = {0, 1},

@@ -4,6 +4,7 @@
 //
 //   train_bench [--spec examples/fashion-mlp.yaml] [--samples 20000] [--repeat 3]
 //               [--configs 1x1,2x1,4x1,1x2,2x2,4x2] [--backend cpu|cuda|auto] [--json]
+//               [--layers N]   (N batches on one thread, each layer's share of the time)
 //
 // Each figure is the training throughput of one epoch over `samples` training rows (the
 // evaluation after the epoch is not timed). Each measurement is paired with a plain loop run
@@ -25,7 +26,7 @@
 #include "kernels/backend.hpp"
 #include "worker/chunk_dispenser.hpp"
 #include "worker/dataset.hpp"
-#include "worker/mlp.hpp"
+#include "worker/network.hpp"
 
 namespace {
 
@@ -46,7 +47,7 @@ result<measure> plain_loop(const scheduler::job_spec& spec, const worker::datase
   auto made = kernels::make_backend(kind);
   if (!made) return std::unexpected(made.error());
   auto be = std::move(*made);
-  worker::mlp model(spec.model, int(data.train.features), data.train.classes);
+  const auto model = worker::network::for_data(spec.model, data.train).value();
   const std::size_t n = model.num_params();
   std::vector<float> host(n);
   model.init_params(host, spec.seed);
@@ -55,7 +56,7 @@ result<measure> plain_loop(const scheduler::job_spec& spec, const worker::datase
   float* m = be->alloc(n);
   float* v = be->alloc(n);
   be->upload(w, host.data(), n);
-  worker::mlp_runner run(model, *be, spec.batch_size);
+  worker::network_runner run(model, *be, spec.batch_size);
   worker::chunk_dispenser d(data.train.rows, std::size_t(spec.batch_size), spec.seed);
   d.begin_epoch(0);
   std::int64_t t = 0;
@@ -95,6 +96,47 @@ struct config {
   bool host_reduce = false;  ///< "WxSr": the workers sum their gradients before pushing
 };
 
+/// Where a step's time goes: `batches` forward and backward passes of one batch on one thread,
+/// each layer's share printed (forward and backward apart).
+void print_layer_breakdown(const scheduler::job_spec& spec, const worker::dataset& train,
+                           kernels::backend_kind kind, int batches) {
+  const auto model = worker::network::for_data(spec.model, train).value();
+  auto be = std::move(*kernels::make_backend(kind));
+  const std::size_t n = model.num_params();
+  std::vector<float> host(n);
+  model.init_params(host, spec.seed);
+  float* w = be->alloc(n);
+  float* g = be->alloc(n);
+  be->upload(w, host.data(), n);
+  worker::network_runner run(model, *be, spec.batch_size);
+  std::vector<std::uint32_t> idx(std::size_t(spec.batch_size));
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = std::uint32_t(i % train.rows);
+  run.forward_backward(w, train, idx, g, 1);  // warm: workspaces grown, pages touched
+  run.enable_timing(true);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int b = 0; b < batches; ++b) run.forward_backward(w, train, idx, g, std::uint64_t(b));
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  be->free(w);
+  be->free(g);
+  std::printf(
+      "\nper layer, batch %d, %d batches on one thread: %.2f ms a batch, %.0f samples/s "
+      "(forward + backward only)\n",
+      spec.batch_size, batches, 1e3 * wall / batches, double(batches) * spec.batch_size / wall);
+  std::printf("%-4s %-12s %-12s %10s %10s %7s\n", "#", "layer", "output", "fwd ms", "bwd ms",
+              "share");
+  const auto& layers = model.layers();
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const auto& t = run.timings()[i];
+    const auto& o = layers[i].out;
+    const std::string shape =
+        std::to_string(o[0]) + "x" + std::to_string(o[1]) + "x" + std::to_string(o[2]);
+    std::printf("%-4zu %-12s %-12s %10.3f %10.3f %6.1f%%\n", i,
+                std::string(worker::to_string(layers[i].cfg.kind)).c_str(), shape.c_str(),
+                1e3 * t.forward_s / batches, 1e3 * t.backward_s / batches,
+                100.0 * (t.forward_s + t.backward_s) / wall);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -104,6 +146,9 @@ int main(int argc, char** argv) {
   std::size_t samples = 20000;
   int repeat = 3;
   bool json = false;
+  int layer_batches = 0;
+  app.add_option("--layers", layer_batches,
+                 "Also time N batches on one thread and print each layer's share (0: no)");
   app.add_option("--spec", spec_path, "Job spec whose model, batch, optimizer and data are used");
   app.add_option("--samples", samples, "Training rows per measured epoch");
   app.add_option("--configs", configs_text,
@@ -239,6 +284,7 @@ int main(int argc, char** argv) {
                   m.compute_share);
     results += item;
   }
+  if (layer_batches > 0) print_layer_breakdown(*spec, data->train, *kind, layer_batches);
   if (json)
     std::printf(
         "{\"backend\": \"%s\", \"plain_loop_samples_per_s\": %.1f, "

@@ -4,6 +4,7 @@ find_package(Eigen3 3.4 REQUIRED NO_MODULE)
 find_package(ZLIB REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)  # Debian nlohmann-json3-dev: safetensors headers, JSON output
 
 # CAF 0.17.6 ships no CMake config on Debian: find its headers and libraries by hand.
 find_path(CAF_INCLUDE_DIR caf/all.hpp REQUIRED)

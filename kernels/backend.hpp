@@ -41,13 +41,17 @@ struct sgd_options {
   float weight_decay = 0.0f;  ///< L2: g += weight_decay * w before the update
 };
 
-/// Hyper-parameters of Adam (Kingma & Ba, with bias correction).
+/// Hyper-parameters of Adam (Kingma & Ba, with bias correction), or of AdamW (Loshchilov &
+/// Hutter, as PyTorch's AdamW) when `decoupled`.
 struct adam_options {
   float learning_rate = 0.001f;
   float beta1 = 0.9f;
   float beta2 = 0.999f;
   float epsilon = 1e-8f;
-  float weight_decay = 0.0f;  ///< L2 added to the gradient (not decoupled)
+  /// Adam: L2 added to the gradient. AdamW (decoupled): w *= 1 - learning_rate * weight_decay
+  /// before the Adam step, the gradient left alone.
+  float weight_decay = 0.0f;
+  bool decoupled = false;  ///< AdamW: weight decay decoupled from the gradient
 };
 
 class backend {
@@ -215,6 +219,8 @@ class backend {
   /// Adam step number t (1-based) with g' = grad_scale * g + weight_decay * w:
   /// m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2;
   /// w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
+  /// With opt.decoupled (AdamW): first w *= d, with the float d = 1 - lr * weight_decay computed
+  /// in double, then the same step with g' = grad_scale * g.
   virtual void adam_update(float* w, float* m, float* v, const float* g, std::size_t n,
                            float grad_scale, std::int64_t t, const adam_options& opt) = 0;
 };

@@ -33,8 +33,10 @@ struct job_config {
 struct slice_transfer {
   std::uint32_t from = 0;
   std::uint32_t to = 0;
-  std::int64_t version = 0;       ///< steps applied to the values
-  std::int64_t updates = 0;       ///< steps with samples applied (Adam's t)
+  std::int64_t version = 0;  ///< steps applied to the values
+  std::int64_t updates = 0;  ///< steps with samples applied (Adam's t)
+  /// Samples of the steps applied: the learning-rate schedule's position (ps/optimizer.hpp).
+  std::uint64_t samples_applied = 0;
   std::vector<key_range> ranges;  ///< ascending, disjoint
   std::vector<float> values;      ///< the ranges' values, concatenated (unless `buffer` is set)
   /// Instead of `values`: a buffer that holds them, taken over without a copy (a shard that

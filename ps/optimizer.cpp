@@ -1,5 +1,9 @@
 #include "ps/optimizer.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
 namespace coach::ps {
 
 result<optimizer_kind> parse_optimizer_kind(std::string_view text) {
@@ -24,6 +28,58 @@ std::string_view to_string(optimizer_kind kind) noexcept {
       return "adam";
   }
   return "unknown";
+}
+
+std::string_view to_string(schedule_kind kind) noexcept {
+  switch (kind) {
+    case schedule_kind::constant:
+      return "constant";
+    case schedule_kind::step:
+      return "step";
+    case schedule_kind::cosine:
+      return "cosine";
+  }
+  return "unknown";
+}
+
+std::string_view optimizer_config::type_name() const noexcept {
+  if (kind == optimizer_kind::adam && adam.decoupled) return "adamw";
+  return to_string(kind);
+}
+
+float optimizer_config::base_learning_rate() const noexcept {
+  return kind == optimizer_kind::adam ? adam.learning_rate : sgd.learning_rate;
+}
+
+bool optimizer_config::scheduled() const noexcept {
+  return schedule.kind != schedule_kind::constant || schedule.warmup_epochs > 0;
+}
+
+double optimizer_config::progress(std::uint64_t samples_applied) const noexcept {
+  if (samples_per_epoch == 0) return 0.0;
+  return double(samples_applied) / double(samples_per_epoch);
+}
+
+float optimizer_config::learning_rate_at(double p) const noexcept {
+  const float base = base_learning_rate();
+  if (!scheduled()) return base;
+  const double lr = double(base);
+  double rate = lr;
+  switch (schedule.kind) {
+    case schedule_kind::constant:
+      break;
+    case schedule_kind::step:
+      rate = lr * std::pow(schedule.gamma, std::floor(p / schedule.every_epochs));
+      break;
+    case schedule_kind::cosine: {
+      const double e = double(epochs);
+      rate = schedule.min_lr +
+             (lr - schedule.min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * std::min(p, e) / e));
+      break;
+    }
+  }
+  if (schedule.warmup_epochs > 0 && p < schedule.warmup_epochs) rate *= p / schedule.warmup_epochs;
+  return float(rate);
 }
 
 std::size_t optimizer_config::state_per_param() const noexcept {

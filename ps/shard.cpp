@@ -20,6 +20,18 @@ shard::shard(std::uint32_t id, const optimizer_config& opt, kernels::backend& be
     total += r.size();
   }
   COACH_ENFORCE(initial.size() == total, "shard: initial values do not match the ranges");
+  for (std::size_t i = 0; i < opt_.statistics.size(); ++i) {
+    const auto& st = opt_.statistics[i];
+    COACH_ENFORCE(
+        st.keys.size() > 0 && (i == 0 || opt_.statistics[i - 1].keys.end <= st.keys.begin),
+        "shard: statistic ranges must be non-empty, ascending and disjoint");
+    COACH_ENFORCE(st.momentum >= 0.0f && st.momentum <= 1.0f,
+                  "shard: a statistic range's momentum must be in [0, 1]");
+  }
+  COACH_ENFORCE(!opt_.scheduled() || opt_.samples_per_epoch > 0,
+                "shard: a learning-rate schedule needs samples_per_epoch");
+  COACH_ENFORCE(opt_.schedule.kind != schedule_kind::cosine || opt_.epochs >= 1,
+                "shard: a cosine schedule needs epochs >= 1");
   pool_ = std::make_unique<buffer_pool>(total);
   values_ = pool_->acquire();
   std::copy(initial.begin(), initial.end(), values_->data());
@@ -222,6 +234,7 @@ result<slice_transfer> shard::release(const std::vector<key_range>& ranges, std:
   t.to = to;
   t.version = applied_;
   t.updates = updates_;
+  t.samples_applied = samples_applied_;
   if (keep.empty()) {
     // Everything goes: hand the storage over instead of copying it (the owned runs are laid
     // out in key order, so it is the transfer's layout already). While readers hold the values
@@ -267,6 +280,7 @@ result<void> shard::adopt(slice_transfer&& t) {
     return adopt(std::as_const(t));  // copies shared values; a refusal says what is wrong
   applied_ = t.version;
   updates_ = t.updates;
+  samples_applied_ = t.samples_applied;
   if (auto it = schedule_.upper_bound(applied_); it != schedule_.begin())
     members_ = std::prev(it)->second;
   relayout(sorted, std::move(t.values), std::move(t.state_a), std::move(t.state_b),
@@ -286,7 +300,8 @@ result<void> shard::adopt(const slice_transfer& t) {
   const bool empty = ranges_.empty();
   // The update counts (Adam's t) may differ: a step whose only samples were a dying worker's is
   // an update at a shard its push reached and none at one that learnt of the death first (and,
-  // under asp, the same for a dead worker's stand-in). The slices joined go on from the larger.
+  // under asp, the same for a dead worker's stand-in). The slices joined go on from the larger;
+  // so do the samples applied (the schedule's position), for the same reason.
   if (!empty && (t.version != applied_ || !pending_.empty()))
     return fail(errc::protocol_error,
                 "shard {}: a transfer from shard {} is at version {} (update {}) but this shard "
@@ -321,9 +336,11 @@ result<void> shard::adopt(const slice_transfer& t) {
     append(b, p.theirs ? t.state_b : state_b_, pc);
   }
   updates_ = std::max(updates_, t.updates);
+  samples_applied_ = std::max(samples_applied_, t.samples_applied);
   if (empty) {
     applied_ = t.version;
     updates_ = t.updates;
+    samples_applied_ = t.samples_applied;
     if (auto it = schedule_.upper_bound(applied_); it != schedule_.begin())
       members_ = std::prev(it)->second;
   }
@@ -366,6 +383,9 @@ void shard::apply(const piece_callback& on_piece) {
   }
   if (samples > 0) {
     ++updates_;
+    // The schedule's rate at the progress before this step's samples.
+    step_lr_ = opt_.learning_rate_at(opt_.progress(samples_applied_));
+    samples_applied_ += samples;
     // Once, before any piece of this step is written or shared: someone still reads the current
     // values, so copy on write.
     if (values_.use_count() > 1) {
@@ -390,7 +410,7 @@ void shard::apply(const piece_callback& on_piece) {
             be_.axpy(len, 1.0f, with_data_[k]->parts[i].data() + at, acc_.data());
           g = acc_.data();
         }
-        update(off, len, g, scale);
+        update(off, ranges_[i].begin + at, len, g, scale);
       }
       if (on_piece) {
         const std::uint64_t begin = ranges_[i].begin + at;
@@ -451,22 +471,59 @@ result<int> shard::take_held_alone() {
   return completed;
 }
 
-void shard::update(std::size_t off, std::size_t n, const float* g, float scale) {
+void shard::update(std::size_t off, std::uint64_t key, std::size_t n, const float* g, float scale) {
+  const auto& stats = opt_.statistics;
+  // The first statistic range that ends after `key`; the keys are cut at the edges of those
+  // they meet.
+  auto it = std::partition_point(stats.begin(), stats.end(),
+                                 [key](const statistic_range& r) { return r.keys.end <= key; });
+  const std::uint64_t end = key + n;
+  for (std::uint64_t at = key; at < end;) {
+    const std::size_t d = std::size_t(at - key);
+    if (it == stats.end() || it->keys.begin >= end) {
+      optimize(off + d, std::size_t(end - at), g + d, scale);
+      break;
+    }
+    if (it->keys.begin > at) {
+      optimize(off + d, std::size_t(it->keys.begin - at), g + d, scale);
+      at = it->keys.begin;
+      continue;
+    }
+    // A running statistic: w = (1 - m) w + m (scale g), over host memory (a cpu backend).
+    const std::uint64_t stop = std::min(end, it->keys.end);
+    float* w = values_->data() + off + d;
+    const float* x = g + d;
+    const float m = it->momentum;
+    const float keep = 1.0f - m;
+    for (std::size_t k = 0, len = std::size_t(stop - at); k < len; ++k)
+      w[k] = keep * w[k] + m * (scale * x[k]);
+    at = stop;
+    ++it;
+  }
+}
+
+void shard::optimize(std::size_t off, std::size_t n, const float* g, float scale) {
   float* w = values_->data() + off;
   switch (opt_.kind) {
     case optimizer_kind::sgd: {
       kernels::sgd_options o = opt_.sgd;
       o.momentum = 0.0f;
+      o.learning_rate = step_lr_;
       be_.sgd_update(w, nullptr, g, n, scale, o);
       break;
     }
-    case optimizer_kind::momentum:
-      be_.sgd_update(w, state_a_.data() + off, g, n, scale, opt_.sgd);
+    case optimizer_kind::momentum: {
+      kernels::sgd_options o = opt_.sgd;
+      o.learning_rate = step_lr_;
+      be_.sgd_update(w, state_a_.data() + off, g, n, scale, o);
       break;
-    case optimizer_kind::adam:
-      be_.adam_update(w, state_a_.data() + off, state_b_.data() + off, g, n, scale, updates_,
-                      opt_.adam);
+    }
+    case optimizer_kind::adam: {
+      kernels::adam_options o = opt_.adam;
+      o.learning_rate = step_lr_;
+      be_.adam_update(w, state_a_.data() + off, state_b_.data() + off, g, n, scale, updates_, o);
       break;
+    }
   }
 }
 

@@ -24,6 +24,16 @@
 // configuration gives this shard other ranges than it owns (a transfer it awaits has not come,
 // or a release it owes is not made) is held too, and taken by resume() once the shard owns them.
 //
+// The learning rate of a step follows the optimizer's schedule at the epoch progress before the
+// step (ps/optimizer.hpp): the shard counts the samples applied, every step's total, which every
+// shard sees alike, and a transfer carries the count with the slices. Keys in the optimizer's
+// statistic ranges are not trained: the step's summed values, scaled by 1 / samples, are folded
+// into them with the range's momentum (w = (1 - m) w + m (g / samples), the same float
+// operations for every element), and their optimizer state stays zero. A piece is split at the
+// statistic ranges' edges, so an optimizer call may start anywhere; the backend's optimizer loops
+// round every element alike wherever a call starts (kernels/cpu/cpu_backend.cpp), so the result
+// does not depend on how the vector is cut either (tests/unit/optimizer_extras_test.cpp).
+//
 // Not thread-safe: its actor calls it from one message handler at a time.
 
 #include <cstddef>
@@ -105,7 +115,9 @@ class shard {
  public:
   /// A shard owning `ranges` with initial values `initial` (the ranges' values concatenated).
   /// `be` runs the optimizer; REQUIRES: a backend whose memory is host memory (cpu),
-  /// `options.piece_floats` a positive multiple of piece_multiple.
+  /// `options.piece_floats` a positive multiple of piece_multiple; opt.statistics ascending,
+  /// disjoint and non-empty ranges, each momentum in [0, 1]; opt.samples_per_epoch > 0 when
+  /// opt.scheduled(); opt.epochs >= 1 for a cosine schedule.
   shard(std::uint32_t id, const optimizer_config& opt, kernels::backend& be,
         std::vector<key_range> ranges, std::span<const float> initial, shard_options options = {});
 
@@ -163,8 +175,10 @@ class shard {
   /// Errors: protocol_error when a step is partially pushed, or a range is not owned here.
   result<slice_transfer> release(const std::vector<key_range>& ranges, std::uint32_t to);
   /// Takes slices handed over by release(). A shard that owns nothing takes the transfer's
-  /// version and update count (a shard added to a running job); one that owns slices requires
-  /// them to equal its own. Pushes held for the slices are taken by resume() afterwards.
+  /// version, update count and samples applied (a shard added to a running job); one that owns
+  /// slices requires the version to equal its own and keeps the larger of the update counts and
+  /// of the samples applied (see adopt). Pushes held for the slices are taken by resume()
+  /// afterwards.
   /// Errors: protocol_error on a version mismatch, overlapping ranges, or sizes that disagree
   /// with the ranges.
   result<void> adopt(const slice_transfer& t);
@@ -173,6 +187,13 @@ class shard {
   result<void> adopt(slice_transfer&& t);
   /// Steps applied with samples (Adam's t).
   std::int64_t updates() const noexcept { return updates_; }
+  /// Samples of the steps applied so far: the schedule's position is
+  /// optimizer_config::progress(samples_applied()).
+  std::uint64_t samples_applied() const noexcept { return samples_applied_; }
+  /// The learning rate the next step with samples will be applied with.
+  float next_learning_rate() const noexcept {
+    return opt_.learning_rate_at(opt_.progress(samples_applied_));
+  }
 
   /// Adds a worker's contribution to step `step`. Returns true when it completed the step (the
   /// update is applied, piece by piece, `on_piece` told of each piece as soon as it is final, and
@@ -192,7 +213,11 @@ class shard {
 
  private:
   void apply(const piece_callback& on_piece);
-  void update(std::size_t off, std::size_t n, const float* g, float scale);
+  /// Updates the n keys from `key` (at `off` in values_) with the step's gradient sum g: the
+  /// optimizer, or the fold of the statistic ranges they meet.
+  void update(std::size_t off, std::uint64_t key, std::size_t n, const float* g, float scale);
+  /// The optimizer on n keys at `off`, with the step's learning rate.
+  void optimize(std::size_t off, std::size_t n, const float* g, float scale);
 
   std::uint32_t id_;
   optimizer_config opt_;
@@ -237,7 +262,9 @@ class shard {
   std::vector<held_push> held_;
   std::map<std::uint32_t, contribution> pending_;  ///< by rank: summed in rank order
   std::int64_t applied_ = 0;
-  std::int64_t updates_ = 0;  ///< applied steps with samples (Adam's t)
+  std::int64_t updates_ = 0;           ///< applied steps with samples (Adam's t)
+  std::uint64_t samples_applied_ = 0;  ///< the schedule's position (ps/optimizer.hpp)
+  float step_lr_ = 0.0f;               ///< learning rate of the step being applied
   std::uint64_t last_samples_ = 0;
   double last_loss_ = 0;
   std::uint64_t stale_dropped_ = 0;

@@ -2,11 +2,13 @@
 // scheduler::job_report: what a job reports while it runs (progress) and after each epoch, and
 // the JSON form written by `coach train --report FILE` (docs/report.md).
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "worker/dataset.hpp"
 #include "worker/invocation_counts.hpp"
 
 namespace coach::scheduler {
@@ -81,6 +83,14 @@ struct job_result {
   /// Function mode: the invocations of every worker, summed (worker/function_runner.hpp).
   std::optional<worker::invocation_counts> invocations;
   std::vector<float> params;  ///< final parameters (not written to the report)
+  /// The data set's class names (empty for integer labels) and feature transform: what a
+  /// saved model keeps (worker/model_file.hpp). Not written to the report.
+  std::vector<std::string> class_names;
+  worker::feature_transform transform;
+  /// One sample's shape {C, H, W} ({0, 0, 0}: flat) and the classes of the data set.
+  std::array<int, 3> sample_shape{0, 0, 0};
+  std::size_t features = 0;
+  int classes = 0;
 };
 
 /// A JSON number (6 significant digits); null for NaN and infinities.

@@ -133,6 +133,16 @@ class spec_parser {
   explicit spec_parser(std::string_view source) : source_(source.empty() ? "<job spec>" : source) {}
 
   result<job_spec> parse(const YAML::Node& root);
+  /// The model section alone (a map), as parse() reads it.
+  result<worker::model_config> parse_model_section(const YAML::Node& model) {
+    YAML::Node root(YAML::NodeType::Map);
+    root["model"] = model;
+    auto top = open_map(root, "", 1, {"model"});
+    if (!top) return std::unexpected(std::move(top.error()));
+    job_spec spec;
+    if (auto r = parse_model(*top, spec); !r) return std::unexpected(std::move(r.error()));
+    return spec.model;
+  }
   void set_base_dir(std::string dir) { base_dir_ = std::move(dir); }
 
  private:
@@ -199,6 +209,7 @@ class spec_parser {
   result<void> parse_name(const fields& top, job_spec& spec) const;
   result<void> parse_dataset(const fields& top, job_spec& spec) const;
   result<void> parse_model(const fields& top, job_spec& spec) const;
+  result<void> parse_layers(const entry& e, std::vector<worker::layer_config>& out) const;
   result<void> parse_optimizer(const fields& top, job_spec& spec) const;
   result<void> parse_consistency(const entry& e, job_spec& spec);
   result<count_range> parse_count_range(const entry& e) const;
@@ -360,13 +371,16 @@ result<void> spec_parser::parse_name(const fields& top, job_spec& spec) const {
 result<void> spec_parser::parse_dataset(const fields& top, job_spec& spec) const {
   const entry* d = top.find("dataset");
   if (d == nullptr) return missing(top, "dataset");
-  auto f = open_map(*d, {"format", "path", "test_fraction", "train_limit", "test_limit"});
+  auto f = open_map(*d, {"format", "path", "test_fraction", "train_limit", "test_limit",
+                         "normalize", "header", "label_column", "delimiter"});
   if (!f) return std::unexpected(std::move(f.error()));
   worker::dataset_config& cfg = spec.dataset;
   if (const entry* e = f->find("format")) {
-    auto v = get_enum<worker::dataset_format>(
-        *e, {{"idx", worker::dataset_format::idx}, {"csv", worker::dataset_format::csv}},
-        "idx, csv");
+    auto v = get_enum<worker::dataset_format>(*e,
+                                              {{"idx", worker::dataset_format::idx},
+                                               {"csv", worker::dataset_format::csv},
+                                               {"npy", worker::dataset_format::npy}},
+                                              "idx, csv, npy");
     if (!v) return std::unexpected(std::move(v.error()));
     cfg.format = *v;
   }
@@ -383,8 +397,8 @@ result<void> spec_parser::parse_dataset(const fields& top, job_spec& spec) const
   fs::path abs = fs::absolute(rel, ec);
   cfg.path = ec ? *path : abs.lexically_normal().string();
   if (const entry* e = f->find("test_fraction")) {
-    if (cfg.format != worker::dataset_format::csv) {
-      return bad(*e, "applies only to format csv (format idx has its own test files)");
+    if (cfg.format == worker::dataset_format::idx) {
+      return bad(*e, "applies only to format csv or npy (format idx has its own test files)");
     }
     auto v = get_number(*e, 0.0, true, 1.0, true);
     if (!v) return std::unexpected(std::move(v.error()));
@@ -400,18 +414,83 @@ result<void> spec_parser::parse_dataset(const fields& top, job_spec& spec) const
     if (!v) return std::unexpected(std::move(v.error()));
     cfg.test_limit = std::size_t(*v);
   }
+  if (const entry* e = f->find("normalize")) {
+    auto v = get_enum<worker::normalization>(*e,
+                                             {{"none", worker::normalization::none},
+                                              {"max", worker::normalization::max},
+                                              {"standardize", worker::normalization::standardize}},
+                                             "none, max, standardize");
+    if (!v) return std::unexpected(std::move(v.error()));
+    cfg.normalize = *v;
+  }
+  // The options of the csv reader: refused with the other formats, which have no columns.
+  for (std::string_view key : {"header", "label_column", "delimiter"}) {
+    const entry* e = f->find(key);
+    if (e != nullptr && cfg.format != worker::dataset_format::csv) {
+      return bad(*e, "applies only to format csv, not {}", worker::to_string(cfg.format));
+    }
+  }
+  if (const entry* e = f->find("header")) {
+    auto v = get_enum<bool>(*e, {{"true", true}, {"false", false}}, "true, false");
+    if (!v) return std::unexpected(std::move(v.error()));
+    cfg.header = *v;
+  }
+  if (const entry* e = f->find("delimiter")) {
+    auto s = get_string(*e);
+    if (!s) return std::unexpected(std::move(s.error()));
+    auto v = worker::parse_delimiter(*s);
+    if (!v) return bad(*e, "{}", v.error().message);
+    cfg.delimiter = *v;
+  }
+  if (const entry* e = f->find("label_column")) {
+    // An integer is an index; any other text, or a quoted one ('3'), is a header column name.
+    if (!e->value.IsScalar()) {
+      return bad(*e, "must be a column index or a column name, got {}", describe(e->value));
+    }
+    const std::string& text = e->value.Scalar();
+    const bool quoted = e->value.Tag() == "!";
+    std::string_view digits = text;
+    if (digits.size() > 1 && (digits.front() == '+' || digits.front() == '-')) {
+      digits.remove_prefix(1);
+    }
+    const bool integer =
+        !quoted && !digits.empty() &&
+        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (integer) {
+      auto v = get_int(*e, -std::int64_t(max_width), std::int64_t(max_width));
+      if (!v) return std::unexpected(std::move(v.error()));
+      cfg.label_column = {*v, {}};
+    } else {
+      if (text.empty()) return bad(*e, "must be a column index or a column name, got ''");
+      if (!cfg.header) {
+        return bad(*e, "names a column ({}), which needs header: true (or give its 0-based index)",
+                   describe(e->value));
+      }
+      cfg.label_column = {-1, text};
+    }
+  }
   return {};
 }
 
 result<void> spec_parser::parse_model(const fields& top, job_spec& spec) const {
   const entry* m = top.find("model");
   if (m == nullptr) return missing(top, "model");
-  auto f = open_map(*m, {"type", "hidden", "activation"});
+  auto f = open_map(*m, {"type", "hidden", "activation", "layers", "input_shape"});
   if (!f) return std::unexpected(std::move(f.error()));
+  const entry* layers = f->find("layers");
+  spec.model.type = layers != nullptr ? "layers" : "mlp";
   if (const entry* e = f->find("type")) {
-    auto v = get_enum<int>(*e, {{"mlp", 0}}, "mlp");
+    auto v = get_enum<int>(*e, {{"mlp", 0}, {"layers", 1}}, "mlp, layers");
     if (!v) return std::unexpected(std::move(v.error()));
-    spec.model.type = "mlp";
+    spec.model.type = *v == 0 ? "mlp" : "layers";
+  }
+  const bool mlp = spec.model.type == "mlp";
+  if (mlp && layers != nullptr)
+    return bad(*layers, "is for type layers; type mlp takes 'hidden' (and 'activation')");
+  if (!mlp && layers == nullptr) return missing(*f, "layers");
+  for (const char* only_mlp : {"hidden", "activation"}) {
+    if (const entry* e = f->find(only_mlp); e != nullptr && !mlp)
+      return bad(*e, "is for type mlp; with 'layers' each layer is listed");
   }
   if (const entry* e = f->find("hidden")) {
     if (!e->value.IsSequence()) {
@@ -431,28 +510,190 @@ result<void> spec_parser::parse_model(const fields& top, job_spec& spec) const {
     if (!v) return std::unexpected(std::move(v.error()));
     spec.model.act = *v;
   }
+  if (const entry* e = f->find("input_shape")) {
+    if (!e->value.IsSequence() || e->value.size() != 3)
+      return bad(*e, "must be a list [channels, height, width], got {}", describe(e->value));
+    for (std::size_t i = 0; i < 3; ++i) {
+      const entry item{e->key, e->value[i], coach::format("{}[{}]", e->path, i)};
+      auto v = get_int(item, 1, max_width);
+      if (!v) return std::unexpected(std::move(v.error()));
+      spec.model.input_shape[i] = int(*v);
+    }
+  }
+  if (layers != nullptr) {
+    if (auto r = parse_layers(*layers, spec.model.layers); !r) return r;
+  }
+  return {};
+}
+
+result<void> spec_parser::parse_layers(const entry& e,
+                                       std::vector<worker::layer_config>& out) const {
+  using worker::layer_kind;
+  if (!e.value.IsSequence() || e.value.size() == 0)
+    return bad(e, "must be a non-empty list of layers, got {}", describe(e.value));
+  constexpr std::string_view kinds =
+      "dense, conv2d, max_pool2d, avg_pool2d, flatten, dropout, batch_norm, relu, tanh, sigmoid, "
+      "gelu";
+  const std::initializer_list<std::pair<std::string_view, layer_kind>> names = {
+      {"dense", layer_kind::dense},
+      {"conv2d", layer_kind::conv2d},
+      {"max_pool2d", layer_kind::max_pool2d},
+      {"avg_pool2d", layer_kind::avg_pool2d},
+      {"flatten", layer_kind::flatten},
+      {"dropout", layer_kind::dropout},
+      {"batch_norm", layer_kind::batch_norm},
+      {"relu", layer_kind::relu},
+      {"tanh", layer_kind::tanh},
+      {"sigmoid", layer_kind::sigmoid},
+      {"gelu", layer_kind::gelu}};
+  const std::size_t count = e.value.size();
+  for (std::size_t i = 0; i < count; ++i) {
+    const entry item{e.key, e.value[i], coach::format("{}[{}]", e.path, i)};
+    worker::layer_config l;
+    const bool last = i + 1 == count;
+    if (item.value.IsScalar()) {  // `- relu`
+      auto k = get_enum<layer_kind>(item, names, kinds);
+      if (!k) return std::unexpected(std::move(k.error()));
+      l.kind = *k;
+      if (l.kind == layer_kind::conv2d)
+        return bad(item,
+                   "conv2d needs its channels and kernel: {{type: conv2d, channels: N, "
+                   "kernel: K}}");
+      if (l.kind == layer_kind::dense && !last)
+        return bad(item,
+                   "dense needs its units ({{type: dense, units: N}}); only the last layer "
+                   "may leave them out");
+      out.push_back(l);
+      continue;
+    }
+    if (!item.value.IsMap())
+      return bad(item, "must be a layer name or a map with a 'type', got {}", describe(item.value));
+    const YAML::Node type = item.value["type"];
+    if (!type) return bad(item, "needs a 'type' (one of {})", kinds);
+    const entry type_entry{e.key, type, item.path + ".type"};
+    auto k = get_enum<layer_kind>(type_entry, names, kinds);
+    if (!k) return std::unexpected(std::move(k.error()));
+    l.kind = *k;
+    auto lf = [&]() -> result<fields> {
+      switch (l.kind) {
+        case layer_kind::dense:
+          return open_map(item, {"type", "units"});
+        case layer_kind::conv2d:
+          return open_map(item, {"type", "channels", "kernel", "stride", "padding"});
+        case layer_kind::max_pool2d:
+        case layer_kind::avg_pool2d:
+          return open_map(item, {"type", "kernel", "stride", "padding"});
+        case layer_kind::dropout:
+          return open_map(item, {"type", "p"});
+        case layer_kind::batch_norm:
+          return open_map(item, {"type", "momentum", "epsilon"});
+        default:
+          return open_map(item, {"type"});
+      }
+    }();
+    if (!lf) return std::unexpected(std::move(lf.error()));
+    const auto int_field = [&](std::string_view key, std::int64_t lo, std::int64_t hi,
+                               int& into) -> result<bool> {
+      const entry* fe = lf->find(key);
+      if (fe == nullptr) return false;
+      auto v = get_int(*fe, lo, hi);
+      if (!v) return std::unexpected(std::move(v.error()));
+      into = int(*v);
+      return true;
+    };
+    constexpr std::int64_t max_window = 1024;
+    result<bool> got = false;
+    switch (l.kind) {
+      case layer_kind::dense:
+        got = int_field("units", 1, max_width, l.units);
+        if (!got) return std::unexpected(std::move(got.error()));
+        if (!*got && !last) return missing(*lf, "units");
+        break;
+      case layer_kind::conv2d:
+        got = int_field("channels", 1, 65536, l.channels);
+        if (!got) return std::unexpected(std::move(got.error()));
+        if (!*got) return missing(*lf, "channels");
+        got = int_field("kernel", 1, max_window, l.kernel);
+        if (!got) return std::unexpected(std::move(got.error()));
+        if (!*got) return missing(*lf, "kernel");
+        [[fallthrough]];
+      case layer_kind::max_pool2d:
+      case layer_kind::avg_pool2d:
+        if (l.kind != layer_kind::conv2d) {
+          got = int_field("kernel", 1, max_window, l.kernel);
+          if (!got) return std::unexpected(std::move(got.error()));
+        }
+        got = int_field("stride", 1, max_window, l.stride);
+        if (!got) return std::unexpected(std::move(got.error()));
+        got = int_field("padding", 0, max_window, l.padding);
+        if (!got) return std::unexpected(std::move(got.error()));
+        if (const entry* pe = lf->find("padding")) {
+          const int window = l.kernel != 0 ? l.kernel : 2;
+          if (l.padding >= window)
+            return bad(*pe,
+                       "must be smaller than the kernel ({}) so that every window touches "
+                       "the input, got {}",
+                       window, l.padding);
+        }
+        break;
+      case layer_kind::dropout:
+        if (const entry* fe = lf->find("p")) {
+          auto v = get_float(*fe, 0.0, false, 1.0, true);
+          if (!v) return std::unexpected(std::move(v.error()));
+          l.p = *v;
+        }
+        break;
+      case layer_kind::batch_norm:
+        if (const entry* fe = lf->find("momentum")) {
+          auto v = get_float(*fe, 0.0, true, 1.0, false);
+          if (!v) return std::unexpected(std::move(v.error()));
+          l.momentum = *v;
+        }
+        if (const entry* fe = lf->find("epsilon")) {
+          auto v = get_float(*fe, 0.0, true, 1.0, false);
+          if (!v) return std::unexpected(std::move(v.error()));
+          l.epsilon = *v;
+        }
+        break;
+      default:
+        break;
+    }
+    out.push_back(l);
+  }
+  if (out.back().kind != layer_kind::dense) {
+    const entry item{e.key, e.value[count - 1], coach::format("{}[{}]", e.path, count - 1)};
+    return bad(item,
+               "must be dense: the last layer gives the class scores (softmax "
+               "cross-entropy follows it), got {}",
+               worker::to_string(out.back().kind));
+  }
   return {};
 }
 
 result<void> spec_parser::parse_optimizer(const fields& top, job_spec& spec) const {
   const entry* o = top.find("optimizer");
   if (o == nullptr) return missing(top, "optimizer");
-  auto f = open_map(
-      *o, {"type", "learning_rate", "momentum", "weight_decay", "beta1", "beta2", "epsilon"});
+  auto f = open_map(*o, {"type", "learning_rate", "momentum", "weight_decay", "beta1", "beta2",
+                         "epsilon", "clip_norm", "schedule"});
   if (!f) return std::unexpected(std::move(f.error()));
   ps::optimizer_config& cfg = spec.optimizer;
   const entry* t = f->find("type");
   if (t == nullptr) return missing(*f, "type");
-  auto kind = get_enum<ps::optimizer_kind>(*t,
-                                           {{"sgd", ps::optimizer_kind::sgd},
-                                            {"momentum", ps::optimizer_kind::momentum},
-                                            {"adam", ps::optimizer_kind::adam}},
-                                           "sgd, momentum, adam");
+  // adamw is adam with the weight decay decoupled (kernels::adam_options::decoupled).
+  using kind_and_decoupled = std::pair<ps::optimizer_kind, bool>;
+  auto kind = get_enum<kind_and_decoupled>(*t,
+                                           {{"sgd", {ps::optimizer_kind::sgd, false}},
+                                            {"momentum", {ps::optimizer_kind::momentum, false}},
+                                            {"adam", {ps::optimizer_kind::adam, false}},
+                                            {"adamw", {ps::optimizer_kind::adam, true}}},
+                                           "sgd, momentum, adam, adamw");
   if (!kind) return std::unexpected(std::move(kind.error()));
   cfg = ps::optimizer_config{};
-  cfg.kind = *kind;
+  cfg.kind = kind->first;
+  cfg.adam.decoupled = kind->second;
   const bool adam = cfg.kind == ps::optimizer_kind::adam;
   if (cfg.kind == ps::optimizer_kind::momentum) cfg.sgd.momentum = 0.9f;
+  if (cfg.adam.decoupled) cfg.sgd.weight_decay = cfg.adam.weight_decay = 0.01f;  // PyTorch's
 
   constexpr double inf = std::numeric_limits<double>::infinity();
   if (const entry* e = f->find("learning_rate")) {
@@ -469,7 +710,7 @@ result<void> spec_parser::parse_optimizer(const fields& top, job_spec& spec) con
   }
   if (const entry* e = f->find("momentum")) {
     if (cfg.kind != ps::optimizer_kind::momentum) {
-      return bad(*e, "applies only to type momentum, not {}", ps::to_string(cfg.kind));
+      return bad(*e, "applies only to type momentum, not {}", cfg.type_name());
     }
     auto v = get_float(*e, 0.0, false, 1.0, true);
     if (!v) return std::unexpected(std::move(v.error()));
@@ -478,13 +719,81 @@ result<void> spec_parser::parse_optimizer(const fields& top, job_spec& spec) con
   for (std::string_view key : {"beta1", "beta2", "epsilon"}) {
     const entry* e = f->find(key);
     if (e == nullptr) continue;
-    if (!adam) return bad(*e, "applies only to type adam, not {}", ps::to_string(cfg.kind));
+    if (!adam) return bad(*e, "applies only to type adam or adamw, not {}", cfg.type_name());
     auto v = key == "epsilon" ? get_float(*e, 0.0, true, inf, false)
                               : get_float(*e, 0.0, false, 1.0, true);
     if (!v) return std::unexpected(std::move(v.error()));
     if (key == "beta1") cfg.adam.beta1 = *v;
     if (key == "beta2") cfg.adam.beta2 = *v;
     if (key == "epsilon") cfg.adam.epsilon = *v;
+  }
+  if (const entry* e = f->find("clip_norm")) {
+    auto v = get_float(*e, 0.0, true, inf, false);
+    if (!v) return std::unexpected(std::move(v.error()));
+    cfg.clip_norm = *v;
+    const entry* c = top.find("consistency");
+    if (c != nullptr && c->value.IsScalar() && c->value.Scalar().starts_with("averaging"))
+      return bad(*e,
+                 "is not supported with consistency {}: the workers push model deltas there, not "
+                 "gradients",
+                 printable(c->value.Scalar()));
+  }
+  const entry* s = f->find("schedule");
+  if (s == nullptr) return {};
+  auto sf = open_map(*s, {"type", "every_epochs", "gamma", "min_lr", "warmup_epochs"});
+  if (!sf) return std::unexpected(std::move(sf.error()));
+  ps::lr_schedule& sched = cfg.schedule;
+  if (const entry* e = sf->find("type")) {
+    auto v = get_enum<ps::schedule_kind>(*e,
+                                         {{"constant", ps::schedule_kind::constant},
+                                          {"step", ps::schedule_kind::step},
+                                          {"cosine", ps::schedule_kind::cosine}},
+                                         "constant, step, cosine");
+    if (!v) return std::unexpected(std::move(v.error()));
+    sched.kind = *v;
+  }
+  for (std::string_view key : {"every_epochs", "gamma", "min_lr"}) {
+    const entry* e = sf->find(key);
+    if (e == nullptr) continue;
+    const auto owner = key == "min_lr" ? ps::schedule_kind::cosine : ps::schedule_kind::step;
+    if (sched.kind != owner) {
+      return bad(*e, "applies only to type {}, not {}", ps::to_string(owner),
+                 ps::to_string(sched.kind));
+    }
+    auto v = key == "every_epochs" ? get_number(*e, 0.0, true, inf, false)
+             : key == "gamma"      ? get_number(*e, 0.0, true, 1.0, false)
+                                   : get_number(*e, 0.0, false, inf, false);
+    if (!v) return std::unexpected(std::move(v.error()));
+    if (key == "every_epochs") sched.every_epochs = *v;
+    if (key == "gamma") sched.gamma = *v;
+    if (key == "min_lr") {
+      // Compared as the float the rate is: a min_lr equal to the rate is refused too.
+      if (!(float(*v) < cfg.base_learning_rate())) {
+        return bad(*e, "must be < the learning_rate ({}), got {}", cfg.base_learning_rate(),
+                   describe(e->value));
+      }
+      sched.min_lr = *v;
+    }
+  }
+  if (sched.kind == ps::schedule_kind::step && sf->find("every_epochs") == nullptr) {
+    return bad(errc::invalid_argument, sf->line(), sf->path("every_epochs"),
+               "is required with type step");
+  }
+  if (const entry* e = sf->find("warmup_epochs")) {
+    auto v = get_number(*e, 0.0, false, inf, false);
+    if (!v) return std::unexpected(std::move(v.error()));
+    sched.warmup_epochs = *v;
+  }
+  // Under averaging:K the shards average models (scheduler::shard_optimizer) and the workers
+  // train with the constant rate: a schedule would be silently ignored.
+  const entry* c = top.find("consistency");
+  const bool averaging =
+      c != nullptr && c->value.IsScalar() && c->value.Scalar().starts_with("averaging");
+  if (cfg.scheduled() && averaging) {
+    return bad(*s,
+               "is not supported with consistency {}: the workers train with the constant "
+               "learning_rate there",
+               printable(c->value.Scalar()));
   }
   return {};
 }
@@ -745,6 +1054,16 @@ ps::optimizer_config shard_optimizer(const job_spec& spec) {
   return avg;
 }
 
+ps::optimizer_config shard_optimizer(const job_spec& spec, std::uint64_t train_rows,
+                                     std::vector<ps::statistic_range> statistics) {
+  ps::optimizer_config opt = shard_optimizer(spec);
+  opt.samples_per_epoch = train_rows;
+  opt.epochs = spec.epochs;
+  // Under averaging the statistics are averaged like every other key.
+  if (spec.consistency.kind != consistency_kind::averaging) opt.statistics = std::move(statistics);
+  return opt;
+}
+
 std::string to_string(const consistency_config& c) {
   switch (c.kind) {
     case consistency_kind::bsp:
@@ -780,6 +1099,19 @@ result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view sou
     return fail(errc::resource_exhausted, "{}: out of memory while parsing", source);
   } catch (const std::exception& e) {
     return fail(errc::parse_error, "{}: cannot parse: {}", source,
+                detail::printable(e.what(), 200));
+  }
+}
+
+result<worker::model_config> parse_model_yaml(std::string_view yaml_text,
+                                              std::string_view source_name) {
+  const std::string source(source_name.empty() ? "<model>" : source_name);
+  try {
+    auto root = detail::load_single_document(std::string(yaml_text), source);
+    if (!root) return std::unexpected(std::move(root.error()));
+    return detail::spec_parser(source).parse_model_section(*root);
+  } catch (const std::exception& e) {
+    return fail(errc::parse_error, "{}: cannot parse the model: {}", source,
                 detail::printable(e.what(), 200));
   }
 }

@@ -5,25 +5,71 @@
 // A complete spec, every field shown (comments say what each accepts):
 //
 //   name: fashion-mlp            # required; letters, digits, '.', '_', '-' (at most 128)
-//   dataset:                     # required
-//     format: idx                # idx (default) | csv
-//     path: /usr/share/datasets/fashion-mnist   # required; idx: a directory, csv: a file
+//   dataset:                     # required; the formats are described in worker/dataset.hpp
+//     format: idx                # idx (default) | csv | npy
+//     path: /usr/share/datasets/fashion-mnist   # required; idx, npy: a directory, csv: a file
 //     train_limit: 0             # keep the first N training samples; 0 (default) = all
 //     test_limit: 0              # keep the first N test samples; 0 (default) = all
-//     # test_fraction: 0.2       # csv only: fraction held out for test, in (0, 1); default 0.2
-//   model:                       # required
-//     type: mlp                  # mlp (default; the only type)
-//     hidden: [256, 128]         # hidden widths, each in [1, 1048576]; [] = softmax regression;
-//                                # default [128]
-//     activation: relu           # relu (default; the only one)
+//     normalize: max             # none | max (default: features divided by the largest value
+//                                # read; idx: by 255) | standardize (per feature, (x - mean) /
+//                                # std of the training rows; std 0 counts as 1)
+//     # test_fraction: 0.2       # csv, and npy without x_test.npy and y_test.npy: fraction of
+//                                # the rows held out for test, in (0, 1); default 0.2
+//     # header: false            # csv only: true: the first row holds column names; default
+//                                # false (a first row that is not numbers is then an error)
+//     # label_column: -1         # csv only: the label's column, 0-based, negative from the end;
+//                                # default -1 (the last); or a header name (needs header: true;
+//                                # quote a name that looks like a number: '3')
+//     # delimiter: ","           # csv only: one character (",", ";", "|", ...) or tab ("\t");
+//                                # default ","
+//   model:                       # required; either the mlp shorthand ...
+//     type: mlp                  # mlp (the default without 'layers') | layers
+//     hidden: [256, 128]         # mlp: hidden widths, each in [1, 1048576]; [] = softmax
+//                                # regression; default [128]
+//     activation: relu           # mlp: relu (default; the only one)
+//   # ... or a list of layers (worker/network.hpp), softmax cross-entropy after the last:
+//   # model:
+//   #   input_shape: [1, 28, 28] # optional [C, H, W]; default: the data set's (IDX: 1 x rows x
+//   #                            # cols, other data 1 x 1 x features); C H W = the features
+//   #   layers:                  # a layer name, or a map with a 'type':
+//   #     - {type: conv2d, channels: 16, kernel: 5, stride: 1, padding: 2}
+//   #                            # channels, kernel required; stride default 1; padding < kernel
+//   #     - relu                 # also tanh, sigmoid, gelu (tanh approximation)
+//   #     - {type: max_pool2d, kernel: 2, stride: 2, padding: 0}   # or avg_pool2d; kernel
+//   #                            # default 2, stride default the kernel
+//   #     - {type: batch_norm, momentum: 0.1, epsilon: 1e-5}  # per channel; running statistics
+//   #                            # kept in the shards
+//   #     - flatten
+//   #     - {type: dropout, p: 0.5}   # p in [0, 1)
+//   #     - {type: dense, units: 128}
+//   #     - dense                # the last layer must be dense; its units (optional) are the
+//   #                            # data set's classes
+//   #   Shapes are checked when the data set is loaded: "layers[2] conv2d: input 7x7 is smaller
+//   #   than kernel 9".
 //   optimizer:                   # required
-//     type: momentum             # required: sgd | momentum | adam
-//     learning_rate: 0.05        # > 0; default 0.01 (sgd, momentum), 0.001 (adam)
+//     type: momentum             # required: sgd | momentum | adam | adamw (PyTorch's AdamW)
+//     learning_rate: 0.05        # > 0; default 0.01 (sgd, momentum), 0.001 (adam, adamw)
 //     momentum: 0.9              # momentum only, in [0, 1); default 0.9
-//     weight_decay: 0            # >= 0; default 0
-//     # beta1: 0.9               # adam only, in [0, 1); default 0.9
-//     # beta2: 0.999             # adam only, in [0, 1); default 0.999
-//     # epsilon: 1e-8            # adam only, > 0; default 1e-8
+//     weight_decay: 0            # >= 0; default 0 (adamw: 0.01). sgd, momentum, adam: L2 added
+//                                # to the gradient; adamw: decoupled, w -= lr * wd * w first
+//     # beta1: 0.9               # adam, adamw only, in [0, 1); default 0.9
+//     # beta2: 0.999             # adam, adamw only, in [0, 1); default 0.999
+//     # epsilon: 1e-8            # adam, adamw only, > 0; default 1e-8
+//     # clip_norm: 1.0           # > 0: each worker scales its mean gradient down to this norm
+//                                # (worker/gradient_clip.hpp); default 0 = off
+//     # schedule: {type: cosine, min_lr: 0, warmup_epochs: 1}
+//                                # learning-rate schedule over the epoch progress p (samples
+//                                # applied / training samples; ps/optimizer.hpp); default constant;
+//                                # refused with averaging:K (workers train at a constant rate)
+//                                #  type: constant (default) | step | cosine
+//                                #  every_epochs: E  step only, required, > 0; the rate is
+//                                #                   lr * gamma^floor(p / E)
+//                                #  gamma: 0.1       step only, in (0, 1]; default 0.1
+//                                #  min_lr: 0        cosine only, in [0, learning_rate); default
+//                                #                   0; the rate is min_lr + (lr - min_lr) *
+//                                #                   (1 + cos(pi * min(p, epochs) / epochs)) / 2
+//                                #  warmup_epochs: 0 any type, >= 0; default 0: the rate times
+//                                #                   min(1, p / warmup_epochs)
 //   batch_size: 64               # required; in [1, 1048576]
 //   epochs: 5                    # required; >= 1
 //   consistency: bsp             # bsp (default) | averaging:K (K >= 1: each worker trains K
@@ -63,8 +109,8 @@
 // types, values out of range, unknown enum values (listing the allowed ones), missing required
 // fields, an empty document, a top level that is not a map. Codes: invalid_argument for all of
 // those, parse_error for malformed YAML (the line yaml-cpp reports), not_found for a missing file,
-// invalid_argument for averaging:K with optimizer adam (the workers run the optimizer locally,
-// without state across rounds).
+// invalid_argument for averaging:K with optimizer adam or adamw (the workers run the optimizer
+// locally, without state across rounds).
 
 #include <cstddef>
 #include <cstdint>
@@ -143,6 +189,13 @@ std::string to_string(const consistency_config& c);
 /// mean of the members' deltas: plain SGD with learning rate 1 and no weight decay.
 ps::optimizer_config shard_optimizer(const job_spec& spec);
 
+/// shard_optimizer(spec) completed with what only the job's data and model know, as a shard is
+/// built with it: samples_per_epoch = `train_rows` (the schedule's unit), epochs = spec.epochs,
+/// and the statistic ranges (batch norm's running statistics: ascending, disjoint), which stay
+/// empty under averaging:K, where the statistics are averaged like every other key.
+ps::optimizer_config shard_optimizer(const job_spec& spec, std::uint64_t train_rows,
+                                     std::vector<ps::statistic_range> statistics = {});
+
 /// Parses and validates a spec. `source_name` (a file name, or e.g. "<stdin>") starts every error
 /// message. Never throws.
 result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view source_name);
@@ -154,5 +207,10 @@ result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view sou
 
 /// Reads the file at `path` and parses it (errors name the file). not_found when it is missing.
 result<job_spec> load_job_spec(const std::string& path);
+
+/// A model section alone (YAML text of the map under `model:`), checked as in a spec: what a
+/// saved model's metadata keeps (worker/model_file.hpp). Errors as parse_job_spec's.
+result<worker::model_config> parse_model_yaml(std::string_view yaml_text,
+                                              std::string_view source_name);
 
 }  // namespace coach::scheduler

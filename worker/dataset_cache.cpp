@@ -8,14 +8,26 @@
 namespace coach::worker {
 namespace {
 
-// Everything that changes what load_dataset returns. The csv split depends on the seed; the
-// idx split does not, so idx ignores it and jobs with other seeds share one copy.
-using cache_key = std::tuple<int, std::string, double, std::size_t, std::size_t, std::uint64_t>;
+// Everything that changes what load_dataset returns. The csv and npy splits depend on the seed
+// (npy only without test files, but the key does not look at the directory); the idx split does
+// not, so idx ignores it and jobs with other seeds share one copy.
+using cache_key = std::tuple<int, std::string, double, std::size_t, std::size_t, std::uint64_t, int,
+                             bool, std::int64_t, std::string, char>;
 
 cache_key key_of(const dataset_config& cfg, std::uint64_t seed) {
-  const bool seeded = cfg.format == dataset_format::csv;
-  return {int(cfg.format), cfg.path,       seeded ? cfg.test_fraction : 0.0,
-          cfg.train_limit, cfg.test_limit, seeded ? seed : 0};
+  const bool seeded = cfg.format != dataset_format::idx;
+  const bool csv = cfg.format == dataset_format::csv;
+  return {int(cfg.format),
+          cfg.path,
+          seeded ? cfg.test_fraction : 0.0,
+          cfg.train_limit,
+          cfg.test_limit,
+          seeded ? seed : 0,
+          int(cfg.normalize),
+          csv && cfg.header,
+          csv ? cfg.label_column.index : 0,
+          csv ? cfg.label_column.name : std::string(),
+          csv ? cfg.delimiter : ','};
 }
 
 struct cache {

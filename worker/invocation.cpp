@@ -148,7 +148,18 @@ std::uint64_t peak_rss() {
 
 result<void> write_setup(int fd, const invocation_setup& s) {
   writer w;
-  w.put_array(s.hidden);
+  const auto layers = expanded_layers(s.model);
+  std::vector<std::int32_t> ints;
+  std::vector<float> floats;
+  for (const auto& l : layers) {
+    ints.insert(ints.end(),
+                {std::int32_t(l.kind), l.units, l.channels, l.kernel, l.stride, l.padding});
+    floats.insert(floats.end(), {l.p, l.momentum, l.epsilon});
+  }
+  w.put_array(ints);
+  w.put_array(floats);
+  w.put_array(std::vector<std::int32_t>(s.model.input_shape.begin(), s.model.input_shape.end()));
+  w.put_array(std::vector<std::int32_t>(s.shape.begin(), s.shape.end()));
   w.put(std::int32_t(s.inputs));
   w.put(std::int32_t(s.classes));
   w.put(std::int32_t(s.max_batch));
@@ -166,6 +177,7 @@ result<void> write_task(int fd, const invocation_task& t) {
   w.put_array(t.y);
   w.put_array(t.sizes);
   w.put(t.passes);
+  w.put(t.noise);
   return w.send(fd, kind::task);
 }
 
@@ -184,7 +196,22 @@ result<std::optional<invocation_setup>> read_setup(int fd) {
   if (!*m) return std::optional<invocation_setup>{};
   auto& rd = **m;
   invocation_setup s;
-  s.hidden = rd.get_array<int>();
+  const auto ints = rd.get_array<std::int32_t>();
+  const auto floats = rd.get_array<float>();
+  const auto input_shape = rd.get_array<std::int32_t>();
+  const auto shape = rd.get_array<std::int32_t>();
+  if (ints.size() % 6 != 0 || floats.size() / 3 != ints.size() / 6 || floats.size() % 3 != 0 ||
+      input_shape.size() != 3 || shape.size() != 3)
+    return malformed("setup");
+  s.model.type = "layers";
+  for (std::size_t i = 0; i < ints.size() / 6; ++i) {
+    const std::int32_t* v = ints.data() + 6 * i;
+    if (v[0] < 0 || v[0] > std::int32_t(layer_kind::gelu)) return malformed("setup");
+    s.model.layers.push_back(layer_config{layer_kind(v[0]), v[1], v[2], v[3], v[4], v[5],
+                                          floats[3 * i], floats[3 * i + 1], floats[3 * i + 2]});
+  }
+  std::copy(input_shape.begin(), input_shape.end(), s.model.input_shape.begin());
+  std::copy(shape.begin(), shape.end(), s.shape.begin());
   s.inputs = rd.get<std::int32_t>();
   s.classes = rd.get<std::int32_t>();
   s.max_batch = rd.get<std::int32_t>();
@@ -207,6 +234,7 @@ result<std::optional<invocation_task>> read_task(int fd) {
   t.y = rd.get_array<std::int32_t>();
   t.sizes = rd.get_array<std::uint32_t>();
   t.passes = rd.get<std::uint32_t>();
+  t.noise = rd.get<std::uint64_t>();
   if (!rd.ok || rd.at != rd.bytes.size()) return malformed("task");
   return std::optional<invocation_task>{std::move(t)};
 }
@@ -225,16 +253,25 @@ result<std::optional<invocation_result>> read_result(int fd) {
   return std::optional<invocation_result>{std::move(r)};
 }
 
+result<network> invocation_network(const invocation_setup& setup) {
+  std::array<int, 3> shape = setup.shape;
+  if (shape == std::array<int, 3>{0, 0, 0}) shape = {1, 1, setup.inputs};
+  if (std::int64_t(shape[0]) * shape[1] * shape[2] != setup.inputs)
+    return fail(errc::invalid_argument, "invocation: a {}x{}x{} sample of {} inputs", shape[0],
+                shape[1], shape[2], setup.inputs);
+  auto net = network::build(setup.model, shape, setup.classes);
+  if (!net) return fail(net.error().code, "invocation: {}", net.error().message);
+  return net;
+}
+
 result<invocation_result> compute_invocation(const invocation_setup& setup,
                                              const invocation_task& task, kernels::backend& be) {
   if (setup.inputs < 1 || setup.classes < 2 || setup.max_batch < 1)
     return fail(errc::invalid_argument, "invocation: a model of {} inputs and {} classes",
                 setup.inputs, setup.classes);
-  for (int h : setup.hidden)
-    if (h < 1) return fail(errc::invalid_argument, "invocation: a hidden layer of width {}", h);
-  model_config cfg;
-  cfg.hidden = setup.hidden;
-  const mlp model(cfg, setup.inputs, setup.classes);
+  auto built = invocation_network(setup);
+  if (!built) return std::unexpected(built.error());
+  const network& model = *built;
   const std::size_t rows = task.y.size();
   if (task.params.size() != model.num_params())
     return fail(errc::invalid_argument, "invocation: {} parameters for a model of {}",
@@ -271,16 +308,16 @@ result<invocation_result> compute_invocation(const invocation_setup& setup,
   float* w0 = be.alloc(n);
   float* out = be.alloc(n);
   be.upload(w0, task.params.data(), n);
-  mlp_runner runner(model, be, setup.max_batch);
+  network_runner runner(model, be, setup.max_batch);
   invocation_result r;
   r.samples = rows;
   if (setup.averaging) {
     local_averaging avg(be, n, setup.local);
-    const auto o = avg.run(runner, w0, data, indices, task.sizes, out, task.passes);
+    const auto o = avg.run(runner, w0, data, indices, task.sizes, out, task.passes, task.noise);
     r.loss_sum = o.loss_sum;
     r.samples = o.samples;
   } else {
-    r.loss_sum = runner.forward_backward(w0, data, indices, out);
+    r.loss_sum = runner.forward_backward(w0, data, indices, out, task.noise);
   }
   r.out.resize(n);
   be.download(r.out.data(), out, n);

@@ -16,30 +16,35 @@
 // endianness: both ends are one build on one host). Reads refuse wrong magic, unknown kinds
 // and sizes that disagree with their counts.
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <vector>
 
 #include "common/error.hpp"
 #include "kernels/backend.hpp"
-#include "worker/mlp.hpp"
 #include "worker/model_config.hpp"
+#include "worker/network.hpp"
 
 namespace coach::worker {
 
 /// The model and the rule of one invocation's tasks.
 struct invocation_setup {
-  std::vector<int> hidden;  ///< hidden widths of the mlp
-  int inputs = 0;
+  model_config model;  ///< the job's model section
+  int inputs = 0;      ///< features of a row
   int classes = 0;
+  /// One row as an image, C x H x W with C H W = inputs; {0, 0, 0}: 1 x 1 x inputs.
+  std::array<int, 3> shape{0, 0, 0};
   int max_batch = 0;           ///< rows of one local step at most
   bool averaging = false;      ///< answer model deltas (local_averaging) instead of gradients
   kernels::sgd_options local;  ///< averaging: the local steps' optimizer
   friend bool operator==(const invocation_setup& a, const invocation_setup& b) {
-    return a.hidden == b.hidden && a.inputs == b.inputs && a.classes == b.classes &&
-           a.max_batch == b.max_batch && a.averaging == b.averaging &&
-           a.local.learning_rate == b.local.learning_rate && a.local.momentum == b.local.momentum &&
-           a.local.weight_decay == b.local.weight_decay;
+    // The same model: the same layers (the mlp shorthand travels expanded).
+    return expanded_layers(a.model) == expanded_layers(b.model) &&
+           a.model.input_shape == b.model.input_shape && a.shape == b.shape &&
+           a.inputs == b.inputs && a.classes == b.classes && a.max_batch == b.max_batch &&
+           a.averaging == b.averaging && a.local.learning_rate == b.local.learning_rate &&
+           a.local.momentum == b.local.momentum && a.local.weight_decay == b.local.weight_decay;
   }
 };
 
@@ -52,6 +57,7 @@ struct invocation_task {
   /// Averaging: the local steps run this many times over the rows (a whole job in one
   /// invocation: bench/function_bench); else 1.
   std::uint32_t passes = 1;
+  std::uint64_t noise = 0;  ///< dropout's masks (noise_key of the worker and step)
   friend bool operator==(const invocation_task&, const invocation_task&) = default;
 };
 
@@ -73,6 +79,9 @@ result<void> write_result(int fd, const invocation_result& r);
 result<std::optional<invocation_setup>> read_setup(int fd);
 result<std::optional<invocation_task>> read_task(int fd);
 result<std::optional<invocation_result>> read_result(int fd);
+
+/// The network of a setup; invalid_argument when the layers do not fit its rows.
+result<network> invocation_network(const invocation_setup& setup);
 
 /// Computes one task with `setup`'s model on `be` (what the child does; also used in tests to
 /// check the child's bits). Errors: invalid_argument when the task does not fit the setup.

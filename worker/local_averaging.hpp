@@ -18,7 +18,7 @@
 
 #include "kernels/backend.hpp"
 #include "worker/dataset.hpp"
-#include "worker/mlp.hpp"
+#include "worker/network.hpp"
 
 namespace coach::worker {
 
@@ -39,10 +39,13 @@ class local_averaging {
   /// Trains on `data`'s rows `indices`, cut into local steps of `sizes` (their sum is
   /// indices.size(); each at most the runner's max batch), `passes` times over them, starting
   /// from `w0` (backend memory, only read). Writes d = n * (w0 - w) to `delta` (backend memory,
-  /// num_params floats), n the samples trained on (indices.size() * passes).
-  outcome run(mlp_runner& runner, const float* w0, const dataset& data,
+  /// num_params floats), n the samples trained on (indices.size() * passes). Batch norm's
+  /// running statistics are not trained: each local step folds its batch's statistics into
+  /// them with the layer's momentum, so the shards average them like any key. `noise` seeds
+  /// dropout (noise_key of the worker and step; each local step derives its own).
+  outcome run(network_runner& runner, const float* w0, const dataset& data,
               std::span<const std::uint32_t> indices, std::span<const std::uint32_t> sizes,
-              float* delta, std::uint32_t passes = 1);
+              float* delta, std::uint32_t passes = 1, std::uint64_t noise = 0);
 
  private:
   kernels::backend& be_;
@@ -51,6 +54,7 @@ class local_averaging {
   float* w_ = nullptr;        ///< the local model
   float* g_ = nullptr;        ///< one local step's gradient
   float* v_ = nullptr;        ///< momentum velocity (momentum > 0 only)
+  float* stats_ = nullptr;    ///< blended statistics of one local step (every range, in order)
   std::vector<float> zeros_;  ///< host zeros that reset v_ each round (momentum > 0 only)
 };
 

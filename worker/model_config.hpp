@@ -1,21 +1,66 @@
 #pragma once
-// worker::model_config: the model section of a job spec.
+// worker::model_config: the model section of a job spec: a list of layers, softmax cross-entropy
+// at the end. The `type: mlp` form is shorthand for dense layers with ReLU between them
+// (expanded_layers()).
 
+#include <array>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace coach::worker {
 
-/// Activation between hidden layers.
+/// Activation between the hidden layers of the mlp shorthand.
 enum class activation { relu };
 
-/// A multi-layer perceptron: inputs -> hidden[0] -> ... -> hidden[n-1] -> classes.
-/// Inputs and classes come from the data set.
-struct model_config {
-  std::string type = "mlp";  ///< only "mlp" in this version
-  std::vector<int> hidden{
-      128};  ///< hidden layer widths, each >= 1; may be empty (softmax regression)
-  activation act = activation::relu;
+/// What a layer computes.
+enum class layer_kind {
+  dense,       ///< y = x W + b over the flattened input
+  conv2d,      ///< 2-D convolution with bias (kernels::conv2d_shape)
+  max_pool2d,  ///< window maximum
+  avg_pool2d,  ///< window mean (pads count as zeros)
+  flatten,     ///< C x H x W -> C H W (a no-op on the data: NCHW is already flat per sample)
+  dropout,     ///< inverted dropout while training, identity while evaluating
+  batch_norm,  ///< per channel (per feature after a dense layer); running statistics in the shards
+  relu,
+  tanh,
+  sigmoid,
+  gelu,  ///< tanh approximation
 };
+
+/// The spec spelling of a kind ("dense", "conv2d", ...).
+std::string_view to_string(layer_kind kind) noexcept;
+
+/// One layer as the spec gives it. Fields that do not apply to the kind are ignored.
+struct layer_config {
+  layer_kind kind = layer_kind::relu;
+  int units = 0;          ///< dense: outputs; 0 on the last layer: the data set's classes
+  int channels = 0;       ///< conv2d: output channels (filters)
+  int kernel = 0;         ///< conv2d: required; pools: default 2
+  int stride = 0;         ///< conv2d: default 1; pools: default = kernel
+  int padding = 0;        ///< conv2d and pools: zeros on each side
+  float p = 0.5f;         ///< dropout: probability of dropping an element, in [0, 1)
+  float momentum = 0.1f;  ///< batch_norm: running = (1 - momentum) running + momentum batch
+  float epsilon = 1e-5f;  ///< batch_norm
+  friend bool operator==(const layer_config&, const layer_config&) = default;
+};
+
+/// The model of a job.
+struct model_config {
+  std::string type = "mlp";  ///< "mlp" (the shorthand) or "layers" (an explicit list)
+  /// mlp: hidden layer widths, each >= 1; may be empty (softmax regression).
+  std::vector<int> hidden{128};
+  activation act = activation::relu;
+  /// type "layers": the list, in order; the last must be dense.
+  std::vector<layer_config> layers;
+  /// Shape of one sample, {C, H, W}; {0, 0, 0}: the data set's (IDX images are 1 x rows x cols,
+  /// other data 1 x 1 x features). When given, C H W must equal the data set's features.
+  std::array<int, 3> input_shape{0, 0, 0};
+  friend bool operator==(const model_config&, const model_config&) = default;
+};
+
+/// The layers the model runs: `layers` for type "layers"; for the mlp shorthand, dense(h) relu
+/// for each hidden width h, then dense with the classes (units 0).
+std::vector<layer_config> expanded_layers(const model_config& cfg);
 
 }  // namespace coach::worker

@@ -84,6 +84,7 @@ void sgd_momentum(float* __restrict w, float* __restrict v, const float* __restr
 
 struct adam_constants {
   float step, inv_sqrt_bc2, b1, b2, eps, wd;
+  float decay;  ///< AdamW: w *= decay before the step (1 - lr * wd, rounded once)
 };
 
 COACH_OPTIMIZER_CLONES
@@ -96,6 +97,22 @@ void adam(float* __restrict w, float* __restrict m, float* __restrict v, const f
     m[i] = c.b1 * m[i] + one_minus_b1 * gp;
     v[i] = c.b2 * v[i] + one_minus_b2 * (gp * gp);
     w[i] -= c.step * m[i] / (std::sqrt(v[i]) * c.inv_sqrt_bc2 + c.eps);
+  }
+}
+
+// AdamW: the weight decay shrinks w before the step instead of entering the gradient. A loop
+// of its own, so that Adam's stays exactly as it was.
+COACH_OPTIMIZER_CLONES
+void adamw(float* __restrict w, float* __restrict m, float* __restrict v, const float* __restrict g,
+           std::size_t n, float scale, const adam_constants& c) {
+  const float one_minus_b1 = 1.0f - c.b1;
+  const float one_minus_b2 = 1.0f - c.b2;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float wd = w[i] * c.decay;
+    const float gp = scale * g[i];
+    m[i] = c.b1 * m[i] + one_minus_b1 * gp;
+    v[i] = c.b2 * v[i] + one_minus_b2 * (gp * gp);
+    w[i] = wd - c.step * m[i] / (std::sqrt(v[i]) * c.inv_sqrt_bc2 + c.eps);
   }
 }
 
@@ -286,7 +303,12 @@ void cpu_backend::adam_update(float* w, float* m, float* v, const float* g, std:
   c.b2 = opt.beta2;
   c.eps = opt.epsilon;
   c.wd = opt.weight_decay;
-  detail::adam(w, m, v, g, n, grad_scale, c);
+  c.decay = static_cast<float>(1.0 - static_cast<double>(opt.learning_rate) *
+                                         static_cast<double>(opt.weight_decay));
+  if (opt.decoupled)
+    detail::adamw(w, m, v, g, n, grad_scale, c);
+  else
+    detail::adam(w, m, v, g, n, grad_scale, c);
 }
 
 }  // namespace coach::kernels

@@ -208,6 +208,34 @@ void cpu_backend::max_pool2d_forward(const pool2d_shape& s, const float* x, floa
   enforce_valid(s, "max_pool2d_forward");
   const std::size_t in_plane = std::size_t(s.height) * s.width;
   const std::size_t out_plane = std::size_t(s.out_h()) * s.out_w();
+  if (s.pad_h == 0 && s.pad_w == 0) {
+    // Every window lies inside the plane: geometry::max_window's comparisons in its order, without
+    // its per-output division and bounds checks (the common case; the same bits).
+    const int oh_n = s.out_h(), ow_n = s.out_w();
+    for (std::size_t nc = 0; nc < std::size_t(s.batch) * s.channels; ++nc) {
+      const float* xp = x + nc * in_plane;
+      float* yp = y + nc * out_plane;
+      std::int32_t* ap = argmax + nc * out_plane;
+      for (int oh = 0; oh < oh_n; ++oh)
+        for (int ow = 0; ow < ow_n; ++ow) {
+          const int h0 = oh * s.stride_h, w0 = ow * s.stride_w;
+          float best = xp[h0 * s.width + w0];
+          std::int32_t at = h0 * s.width + w0;
+          for (int r = 0; r < s.window_h; ++r)
+            for (int q = 0; q < s.window_w; ++q) {
+              const int i = (h0 + r) * s.width + w0 + q;
+              const float v = xp[i];
+              if (v > best || (v != v && best == best)) {
+                best = v;
+                at = i;
+              }
+            }
+          yp[oh * ow_n + ow] = best;
+          ap[oh * ow_n + ow] = at;
+        }
+    }
+    return;
+  }
   for (std::size_t nc = 0; nc < std::size_t(s.batch) * s.channels; ++nc)
     for (std::size_t o = 0; o < out_plane; ++o) {
       const auto best = geometry::max_window(s, x + nc * in_plane, int(o));
@@ -221,6 +249,18 @@ void cpu_backend::max_pool2d_backward(const pool2d_shape& s, const float* dy,
   enforce_valid(s, "max_pool2d_backward");
   const std::size_t in_plane = std::size_t(s.height) * s.width;
   const std::size_t out_plane = std::size_t(s.out_h()) * s.out_w();
+  if (s.stride_h >= s.window_h && s.stride_w >= s.window_w) {
+    // Windows do not overlap: each input has at most one window, so its gather is 0 + that dy.
+    for (std::size_t nc = 0; nc < std::size_t(s.batch) * s.channels; ++nc) {
+      float* dxp = dx + nc * in_plane;
+      std::fill_n(dxp, in_plane, 0.0f);
+      for (std::size_t o = 0; o < out_plane; ++o) {
+        float& d = dxp[argmax[nc * out_plane + o]];
+        d = d + dy[nc * out_plane + o];
+      }
+    }
+    return;
+  }
   for (std::size_t nc = 0; nc < std::size_t(s.batch) * s.channels; ++nc)
     for (std::size_t i = 0; i < in_plane; ++i)
       dx[nc * in_plane + i] =

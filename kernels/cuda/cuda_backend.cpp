@@ -434,6 +434,9 @@ void cuda_backend::adam_update(float* w, float* m, float* v, const float* g, std
   c.beta2 = opt.beta2;
   c.epsilon = opt.epsilon;
   c.weight_decay = opt.weight_decay;
+  c.decoupled = opt.decoupled;
+  c.decay = static_cast<float>(1.0 - static_cast<double>(opt.learning_rate) *
+                                         static_cast<double>(opt.weight_decay));
   activate();
   check(detail::launch_adam_update({stream_, max_blocks_}, w, m, v, g, n, c),
         "adam_update kernel launch");

@@ -166,8 +166,9 @@ __global__ void adam_kernel(float* w, float* m, float* v, const float* g, std::s
   const float one_minus_b1 = 1.0f - k.beta1;
   const float one_minus_b2 = 1.0f - k.beta2;
   for (std::size_t i = first_index(); i < n; i += grid_stride()) {
-    const float wi = w[i];
-    const float gp = k.grad_scale * g[i] + k.weight_decay * wi;
+    // AdamW shrinks w first and keeps the decay out of the gradient (the cpu's adamw loop).
+    const float wi = k.decoupled ? w[i] * k.decay : w[i];
+    const float gp = k.decoupled ? k.grad_scale * g[i] : k.grad_scale * g[i] + k.weight_decay * wi;
     const float mi = k.beta1 * m[i] + one_minus_b1 * gp;
     const float vi = k.beta2 * v[i] + one_minus_b2 * (gp * gp);
     m[i] = mi;

@@ -84,6 +84,10 @@ struct adam_constants {
   float beta2 = 0.999f;
   float epsilon = 1e-8f;
   float weight_decay = 0.0f;
+  /// AdamW: w *= decay before the step and the gradient has no weight-decay term
+  /// (decay = 1 - lr * weight_decay, computed in double on the host, rounded once).
+  bool decoupled = false;
+  float decay = 1.0f;
 };
 
 /// See backend::adam_update.

@@ -15,7 +15,7 @@ namespace coach::worker::testing {
 /// local SGD at rate 0.1 under averaging.
 inline invocation_setup small_setup(bool averaging, int hidden = 6, int inputs = 5) {
   invocation_setup s;
-  s.hidden = {hidden};
+  s.model.hidden = {hidden};
   s.inputs = inputs;
   s.classes = 3;
   s.max_batch = 4;
@@ -27,9 +27,7 @@ inline invocation_setup small_setup(bool averaging, int hidden = 6, int inputs =
 /// `rows` random rows (features in [0, 1), labels 0..2) and the model initialised from `seed`;
 /// under averaging the rows are cut into local steps of max_batch, else one batch.
 inline invocation_task small_task(const invocation_setup& s, std::size_t rows, unsigned seed) {
-  model_config cfg;
-  cfg.hidden = s.hidden;
-  const mlp model(cfg, s.inputs, s.classes);
+  const network model = invocation_network(s).value();
   invocation_task t;
   t.params.resize(model.num_params());
   model.init_params(t.params, seed);

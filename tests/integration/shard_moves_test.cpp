@@ -41,7 +41,7 @@ struct added_shard_fixture {
     cfg.set("logger.console", caf::atom("none"));
     cfg.set("scheduler.policy", caf::atom("sharing"));
     sys = std::make_unique<caf::actor_system>(cfg);
-    worker::mlp model(spec->model, 64, 10);
+    const auto model = worker::network::build(spec->model, {1, 1, 64}, 10).value();
     const std::size_t n = model.num_params();
     spec->slice_size = 1024;
     ctx = std::make_shared<job_context>(job_context{

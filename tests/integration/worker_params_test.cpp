@@ -41,7 +41,7 @@ struct worker_fixture {
     cfg.set("logger.console", caf::atom("none"));
     cfg.set("scheduler.policy", caf::atom("sharing"));
     sys = std::make_unique<caf::actor_system>(cfg);
-    worker::mlp model(spec->model, int(data->train.features), data->train.classes);
+    const auto model = worker::network::for_data(spec->model, data->train).value();
     n = model.num_params();
     spec->slice_size = 1024;
     ctx = std::make_shared<job_context>(job_context{
@@ -124,7 +124,7 @@ struct worker_fixture {
   std::vector<float> expected_gradient(const std::vector<float>& w,
                                        const std::vector<std::uint32_t>& indices) const {
     auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
-    worker::mlp_runner runner(ctx->model, *be, ctx->spec.batch_size);
+    worker::network_runner runner(ctx->model, *be, ctx->spec.batch_size);
     std::vector<float> g(n);
     runner.forward_backward(w.data(), ctx->data->train, indices, g.data());
     return g;

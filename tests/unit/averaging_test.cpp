@@ -73,12 +73,8 @@ TEST(averaging, a_member_without_data_does_not_weigh) {
 struct fixture {
   std::unique_ptr<kernels::backend> be = cpu();
   worker::dataset data;
-  worker::mlp model{[] {
-                      worker::model_config c;
-                      c.hidden = {6};
-                      return c;
-                    }(),
-                    5, 3};
+  worker::network model =
+      worker::network::build(worker::model_config{.hidden = {6}}, {1, 1, 5}, 3).value();
   fixture() {
     data.rows = 12;
     data.features = 5;
@@ -96,7 +92,7 @@ TEST(averaging, local_steps_are_sgd_one_per_chunk_and_the_push_is_n_times_the_mo
   std::vector<float> w0(n);
   f.model.init_params(w0, 7);
   const kernels::sgd_options opt{0.2f, 0.0f, 0.0f};
-  worker::mlp_runner runner(f.model, *f.be, 4);
+  worker::network_runner runner(f.model, *f.be, 4);
   worker::local_averaging avg(*f.be, n, opt);
   const std::vector<std::uint32_t> idx{0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
   const std::vector<std::uint32_t> sizes{4, 4, 2};
@@ -147,7 +143,7 @@ TEST(averaging, one_local_step_averaged_over_members_is_the_bsp_sgd_step) {
   std::vector<float> w0(n);
   f.model.init_params(w0, 9);
   const kernels::sgd_options opt{0.1f, 0.0f, 0.0f};
-  worker::mlp_runner runner(f.model, *f.be, 8);
+  worker::network_runner runner(f.model, *f.be, 8);
   worker::local_averaging avg(*f.be, n, opt);
   // Two members, one chunk each: the average of their models is w0 - lr * (g0 + g1) / N.
   const std::vector<std::uint32_t> a{0, 1, 2, 3, 4}, b{5, 6, 7};

@@ -34,7 +34,7 @@
 #include "kernels/cpu/cpu_backend.hpp"
 #include "scheduler/job_spec.hpp"
 #include "worker/chunk_dispenser.hpp"
-#include "worker/mlp.hpp"
+#include "worker/network.hpp"
 
 #ifdef COACH_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.hpp"
@@ -967,7 +967,7 @@ struct plain_run {
 /// then the optimizer over the whole vector), over the dispenser's shuffled chunks.
 plain_run train_plain(backend& be, const scheduler::job_spec& spec,
                       const worker::dataset_pair& data) {
-  worker::mlp model(spec.model, int(data.train.features), data.train.classes);
+  const auto model = worker::network::for_data(spec.model, data.train).value();
   const std::size_t n = model.num_params();
   std::vector<float> host(n);
   model.init_params(host, spec.seed);
@@ -978,7 +978,7 @@ plain_run train_plain(backend& be, const scheduler::job_spec& spec,
   be.upload(w, host.data(), n);
   plain_run out;
   {
-    worker::mlp_runner run(model, be, spec.batch_size);
+    worker::network_runner run(model, be, spec.batch_size);
     worker::chunk_dispenser d(data.train.rows, std::size_t(spec.batch_size), spec.seed);
     std::int64_t t = 0;
     for (int epoch = 0; epoch < spec.epochs; ++epoch) {
@@ -1018,15 +1018,15 @@ TEST_F(cuda_vs_cpu, mlp_gradient_on_digits_matches_cpu) {
   const auto spec = digits_spec();
   auto data = worker::load_dataset(spec.dataset, spec.seed);
   ASSERT_TRUE(data) << data.error().to_string();
-  worker::mlp model(spec.model, int(data->train.features), data->train.classes);
+  const auto model = worker::network::for_data(spec.model, data->train).value();
   const std::size_t n = model.num_params();
   std::vector<float> params(n);
   model.init_params(params, spec.seed);
   for (std::size_t i = 0; i < n; ++i) params[i] += 0.01f * float(i % 7);  // non-zero biases
   auto w = both(params);
   auto g = both(std::vector<float>(n, nan_f));
-  worker::mlp_runner on_gpu(model, *gpu_, spec.batch_size);
-  worker::mlp_runner on_cpu(model, cpu_, spec.batch_size);
+  worker::network_runner on_gpu(model, *gpu_, spec.batch_size);
+  worker::network_runner on_cpu(model, cpu_, spec.batch_size);
   std::vector<std::uint32_t> idx(std::size_t(spec.batch_size));
   for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = std::uint32_t(i * 11 % data->train.rows);
   const double gpu_loss = on_gpu.forward_backward(w.gpu, data->train, idx, g.gpu);

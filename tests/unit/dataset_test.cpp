@@ -3,6 +3,7 @@
 
 #include "worker/dataset.hpp"
 #include "worker/dataset_cache.hpp"
+#include "worker/npy.hpp"
 
 #include <gtest/gtest.h>
 #include <zlib.h>
@@ -627,7 +628,7 @@ TEST_F(dataset_files, csv_missing_and_empty_files) {
 }
 
 TEST(dataset_format_names, round_trip) {
-  for (auto f : {dataset_format::idx, dataset_format::csv}) {
+  for (auto f : {dataset_format::idx, dataset_format::csv, dataset_format::npy}) {
     auto p = parse_dataset_format(to_string(f));
     ASSERT_TRUE(p);
     EXPECT_EQ(*p, f);
@@ -638,5 +639,812 @@ TEST(dataset_format_names, round_trip) {
   EXPECT_TRUE(has(bad.error().message, "'parquet'"));
 }
 
+// --- csv options: header, label column, delimiter, class names, normalize -------------------
+
+/// Every row of both sets as {features..., label}, sorted: the split's partition of the file.
+std::vector<std::vector<float>> all_rows(const dataset_pair& d) {
+  std::vector<std::vector<float>> rows;
+  for (const dataset* s : {&d.train, &d.test}) {
+    for (std::size_t r = 0; r < s->rows; ++r) {
+      std::vector<float> row(s->x.begin() + long(r * s->features),
+                             s->x.begin() + long((r + 1) * s->features));
+      row.push_back(float(s->y[r]));
+      rows.push_back(row);
+    }
+  }
+  std::sort(rows.begin(), rows.end());
+  return rows;
+}
+
+TEST_F(dataset_files, csv_header_label_first_and_semicolons_train_on_the_right_column) {
+  // The label first: a reader that took the last column would learn b (10, 20, ...) as classes.
+  const auto path =
+      write("h.csv", std::string_view("species;a;b\n2;1;10\n0;2;20\n1;3;30\n0;4;40\n"));
+  dataset_config cfg = csv_config(path);
+  cfg.header = true;
+  cfg.label_column.index = 0;
+  cfg.delimiter = ';';
+  cfg.normalize = normalization::none;
+  auto d = load_dataset(cfg, 3);
+  ASSERT_TRUE(d) << d.error().to_string();
+  EXPECT_EQ(d->train.features, 2u);
+  EXPECT_EQ(d->train.classes, 3);
+  EXPECT_TRUE(d->train.class_names.empty());
+  EXPECT_TRUE(d->warnings.empty());
+  EXPECT_EQ(all_rows(*d),
+            (std::vector<std::vector<float>>{{1, 10, 2}, {2, 20, 0}, {3, 30, 1}, {4, 40, 0}}));
+
+  // Without header: true, the column names are refused with a hint, not trained on.
+  cfg.header = false;
+  auto e = load_dataset(cfg, 3);
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().code, errc::parse_error);
+  EXPECT_EQ(e.error().message,
+            path +
+                ": line 1, column 2: 'a' is not a number (if the first row holds column names, "
+                "set header: true)");
+
+  // Negative indices count from the end: -3 is the first of three columns.
+  cfg.header = true;
+  cfg.label_column.index = -3;
+  auto f = load_dataset(cfg, 3);
+  ASSERT_TRUE(f) << f.error().to_string();
+  EXPECT_EQ(all_rows(*f), all_rows(*d));
+}
+
+TEST_F(dataset_files, csv_label_by_header_name_with_tabs_quotes_bom_and_crlf) {
+  const auto path = write("n.csv", std::string_view("\xEF\xBB\xBFx1\t\"the label\"\tx2\r\n"
+                                                    "1\t0\t5\r\n"
+                                                    "2\t1\t6\r\n"
+                                                    "\"3\"\t1\t7\r\n"
+                                                    "4\t0\t8\r\n"));
+  dataset_config cfg = csv_config(path);
+  cfg.header = true;
+  cfg.label_column.name = "the label";
+  cfg.delimiter = '\t';
+  cfg.normalize = normalization::none;
+  auto d = load_dataset(cfg, 1);
+  ASSERT_TRUE(d) << d.error().to_string();
+  EXPECT_EQ(d->train.features, 2u);
+  EXPECT_EQ(d->train.classes, 2);
+  EXPECT_EQ(all_rows(*d),
+            (std::vector<std::vector<float>>{{1, 5, 0}, {2, 6, 1}, {3, 7, 1}, {4, 8, 0}}));
+}
+
+TEST_F(dataset_files, csv_string_labels_are_classes_in_sorted_order_with_their_names) {
+  // First appearance is virginica, setosa, "versi, color": sorted order is what counts.
+  const auto path = write("s.csv", std::string_view("1,virginica\n2,setosa\n3,\"versi, color\"\n"
+                                                    "4,virginica\n5,setosa\n6,\"versi, color\"\n"));
+  for (std::uint64_t seed : {1, 2, 3}) {
+    SCOPED_TRACE(seed);
+    dataset_config cfg = csv_config(path);
+    cfg.normalize = normalization::none;
+    auto d = load_dataset(cfg, seed);
+    ASSERT_TRUE(d) << d.error().to_string();
+    const std::vector<std::string> names{"setosa", "versi, color", "virginica"};
+    EXPECT_EQ(d->train.class_names, names);
+    EXPECT_EQ(d->test.class_names, names);
+    EXPECT_EQ(d->train.classes, 3);
+    EXPECT_EQ(d->test.classes, 3);
+    EXPECT_EQ(all_rows(*d),
+              (std::vector<std::vector<float>>{{1, 2}, {2, 0}, {3, 1}, {4, 2}, {5, 0}, {6, 1}}));
+  }
+  // A column mixing numbers and words is words; integers are named by their decimal text.
+  const auto mixed = write("m.csv", std::string_view("1,10\n2,cat\n3,010\n4,2.0\n"));
+  auto m = load_dataset(csv_config(mixed), 1);
+  ASSERT_TRUE(m) << m.error().to_string();
+  EXPECT_EQ(m->train.class_names, (std::vector<std::string>{"10", "2", "cat"}));
+  dataset_config none = csv_config(mixed);
+  none.normalize = normalization::none;
+  auto n = load_dataset(none, 1);
+  ASSERT_TRUE(n);
+  EXPECT_EQ(all_rows(*n), (std::vector<std::vector<float>>{{1, 0}, {2, 2}, {3, 0}, {4, 1}}));
+}
+
+TEST_F(dataset_files, csv_normalize_none_and_max) {
+  const auto path = write("v.csv", std::string_view("2,-4,0\n6,3,1\n12,1,0\n1,0,1\n"));
+  dataset_config cfg = csv_config(path);
+  cfg.normalize = normalization::none;
+  auto raw = load_dataset(cfg, 1);
+  ASSERT_TRUE(raw) << raw.error().to_string();
+  EXPECT_EQ(raw->transform.kind, normalization::none);
+  EXPECT_EQ(raw->transform.offset, (std::vector<float>{0, 0}));
+  EXPECT_EQ(raw->transform.scale, (std::vector<float>{1, 1}));
+  EXPECT_EQ(all_rows(*raw),
+            (std::vector<std::vector<float>>{{1, 0, 1}, {2, -4, 0}, {6, 3, 1}, {12, 1, 0}}));
+  cfg.normalize = normalization::max;  // the default: every feature divided by 12
+  auto max = load_dataset(cfg, 1);
+  ASSERT_TRUE(max);
+  EXPECT_EQ(max->transform.kind, normalization::max);
+  EXPECT_EQ(max->transform.scale, (std::vector<float>{12, 12}));
+  EXPECT_EQ(all_rows(*max), (std::vector<std::vector<float>>{{1.0f / 12, 0, 1},
+                                                             {2.0f / 12, -4.0f / 12, 0},
+                                                             {6.0f / 12, 3.0f / 12, 1},
+                                                             {1, 1.0f / 12, 0}}));
+}
+
+TEST_F(dataset_files, csv_standardize_uses_the_training_rows_only) {
+  // Label = the row's number, so the rows of each set are known whatever the shuffle. Any two
+  // distinct values a, b have mean (a + b) / 2 and population std |a - b| / 2, both exact.
+  const auto path = write("z.csv", std::string_view("0,5,0\n2,5,1\n4,5,2\n8,5,3\n"));
+  const std::array<float, 4> raw{0, 2, 4, 8};
+  dataset_config cfg = csv_config(path);
+  cfg.normalize = normalization::standardize;
+  for (std::uint64_t seed : {1, 2, 5}) {
+    SCOPED_TRACE(seed);
+    auto d = load_dataset(cfg, seed);
+    ASSERT_TRUE(d) << d.error().to_string();
+    ASSERT_EQ(d->train.rows, 2u);
+    const float a = raw[std::size_t(d->train.y[0])];
+    const float b = raw[std::size_t(d->train.y[1])];
+    const float mean = (a + b) / 2;
+    const float sd = std::abs(a - b) / 2;
+    EXPECT_EQ(d->transform.kind, normalization::standardize);
+    EXPECT_EQ(d->transform.offset, (std::vector<float>{mean, 5}));
+    EXPECT_EQ(d->transform.scale, (std::vector<float>{sd, 1})) << "a constant feature keeps std 1";
+    // Training rows land on -1 and +1; the constant feature on 0.
+    EXPECT_EQ(std::abs(d->train.x[0]), 1.0f);
+    EXPECT_EQ(d->train.x[0] + d->train.x[2], 0.0f);
+    EXPECT_EQ(d->train.x[1], 0.0f);
+    for (std::size_t r = 0; r < d->test.rows; ++r) {
+      EXPECT_EQ(d->test.x[r * 2], (raw[std::size_t(d->test.y[r])] - mean) / sd);
+      EXPECT_EQ(d->test.x[r * 2 + 1], 0.0f);
+    }
+    // apply_transform maps a new raw row exactly as the loader mapped the test rows.
+    std::vector<float> fresh{raw[std::size_t(d->test.y[0])], 5};
+    ASSERT_TRUE(apply_transform(d->transform, fresh));
+    EXPECT_EQ(fresh, std::vector<float>(d->test.x.begin(), d->test.x.begin() + 2));
+  }
+}
+
+TEST_F(dataset_files, csv_implausible_label_columns_give_warnings_not_errors) {
+  // The last column is a feature with 30 distinct values in 30 rows.
+  std::string text = "name,size,weight\n";
+  for (int i = 0; i < 30; ++i) {
+    text += std::to_string(i % 2) + "," + std::to_string(i * 3) + "," + std::to_string(i) + "\n";
+  }
+  const auto path = write("w.csv", text);
+  dataset_config cfg = csv_config(path);
+  cfg.header = true;
+  auto d = load_dataset(cfg, 1);
+  ASSERT_TRUE(d) << d.error().to_string();
+  ASSERT_EQ(d->warnings.size(), 1u);
+  EXPECT_EQ(d->warnings[0], path +
+                                ": the label column (label_column 2 ('weight')) gives 30 "
+                                "distinct values in 30 rows (more than half); if it is not "
+                                "the label, set dataset.label_column to the label's column "
+                                "(0-based, -1 = the last)");
+  cfg.label_column.name = "name";
+  auto right = load_dataset(cfg, 1);
+  ASSERT_TRUE(right);
+  EXPECT_TRUE(right->warnings.empty());
+  EXPECT_EQ(right->train.classes, 2);
+
+  // More than 1000 classes, from labels 0 and 1500.
+  const auto wide = write("c.csv", std::string_view("1,0\n2,1500\n3,0\n4,1500\n"));
+  auto c = load_dataset(csv_config(wide), 1);
+  ASSERT_TRUE(c);
+  ASSERT_EQ(c->warnings.size(), 1u);
+  EXPECT_TRUE(has(c->warnings[0], "label_column 1) gives 1501 classes (more than 1000)"));
+
+  // Whole numbers written as floats: a measurement, more likely than a class.
+  const auto floats = write("f.csv", std::string_view("1,0.0\n2,1.0\n3,1\n4,0\n"));
+  auto f = load_dataset(csv_config(floats), 1);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->train.classes, 2);
+  ASSERT_EQ(f->warnings.size(), 1u);
+  EXPECT_EQ(f->warnings[0], floats +
+                                ": the label column (label_column 1) holds numbers written "
+                                "as floats (e.g. '0.0' on line 1); labels are class "
+                                "indices: if it is not the label, set dataset.label_column "
+                                "to the label's column (0-based, -1 = the last)");
+}
+
+TEST_F(dataset_files, csv_errors_name_file_line_column_and_cell) {
+  struct bad_case {
+    std::string_view text;
+    std::string_view message;  // after "PATH: "
+    errc code = errc::parse_error;
+    bool header = false;
+  };
+  for (const bad_case& c : {
+           bad_case{"a,b,c\n1,x,0\n", "line 2, column 2 ('b'): 'x' is not a number",
+                    errc::parse_error, true},
+           bad_case{"0,1,label\n1,2,0\n3,4,1\n",
+                    "line 1, column 3: label 'label' is the only label that is not a number; if "
+                    "the first row holds column names, set header: true"},
+           bad_case{"1,2,0\n3,4,\n", "line 2, column 3: the label is empty"},
+           bad_case{"1,\"2,3\n", "line 1, column 2: a quote is not closed on its line"},
+           bad_case{"1,\"2\"x,3\n",
+                    "line 1, column 2: text after the closing quote (a quoted cell must end at "
+                    "the delimiter)"},
+           bad_case{"1,2,1.5\n3,4,0\n",
+                    "line 1, column 3: label 1.5 must be an integer in [0, 65535] (if column 3 "
+                    "is not the label, set dataset.label_column)"},
+           bad_case{"1,cat\n2,cat\n", "every label is 'cat'; a classifier needs 2 classes or more",
+                    errc::invalid_argument},
+           bad_case{"a,b\n", "no data rows", errc::parse_error, true},
+       }) {
+    SCOPED_TRACE(c.text);
+    const auto path = write("e.csv", c.text);
+    dataset_config cfg = csv_config(path);
+    cfg.header = c.header;
+    auto d = load_dataset(cfg, 1);
+    ASSERT_FALSE(d);
+    EXPECT_EQ(d.error().code, c.code);
+    EXPECT_EQ(d.error().message, path + ": " + std::string(c.message));
+  }
+}
+
+TEST_F(dataset_files, csv_label_column_errors) {
+  const auto path = write("l.csv", std::string_view("a,b,species\n1,2,x\n3,4,y\n"));
+  struct bad_case {
+    std::int64_t index;
+    std::string_view name;
+    bool header;
+    std::string_view message;  // after "PATH: "
+  };
+  for (const bad_case& c : {
+           bad_case{3, "", true,
+                    "label_column 3 is outside the 3 columns of line 1 (0 to 2, or -1 to -3 from "
+                    "the end)"},
+           bad_case{-4, "", true, "label_column -4 is outside the 3 columns of line 1"},
+           bad_case{-1, "spieces", true,
+                    "label_column 'spieces' is not a column of the header on line 1 (columns: a, "
+                    "b, species)"},
+           bad_case{-1, "species", false,
+                    "label_column 'species' is a column name, but header is false; set header: "
+                    "true"},
+       }) {
+    SCOPED_TRACE(c.message);
+    dataset_config cfg = csv_config(path);
+    cfg.label_column = {c.index, std::string(c.name)};
+    cfg.header = c.header;
+    auto d = load_dataset(cfg, 1);
+    ASSERT_FALSE(d);
+    EXPECT_EQ(d.error().code, errc::invalid_argument);
+    EXPECT_TRUE(has(d.error().message, path + ": " + std::string(c.message)));
+  }
+  const auto twice = write("t.csv", std::string_view("a,b,a\n1,2,0\n3,4,1\n"));
+  dataset_config cfg = csv_config(twice);
+  cfg.header = true;
+  cfg.label_column.name = "a";
+  auto d = load_dataset(cfg, 1);
+  ASSERT_FALSE(d);
+  EXPECT_EQ(d.error().message, twice +
+                                   ": label_column 'a' names 2 columns of the header on line "
+                                   "1 (0-based 0 and 2); give its index instead");
+
+  cfg = csv_config(path);
+  cfg.delimiter = 'x';
+  auto bad = load_dataset(cfg, 1);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, errc::invalid_argument);
+  EXPECT_TRUE(has(bad.error().message, path + ": delimiter must be one character"));
+}
+
+TEST(dataset_option_names, normalization_and_delimiters) {
+  for (auto k : {normalization::none, normalization::max, normalization::standardize}) {
+    auto p = parse_normalization(to_string(k));
+    ASSERT_TRUE(p);
+    EXPECT_EQ(*p, k);
+  }
+  auto bad = parse_normalization("zscore");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message,
+            "unknown normalization 'zscore' (expected none, max or standardize)");
+
+  EXPECT_EQ(parse_delimiter(","), ',');
+  EXPECT_EQ(parse_delimiter(";"), ';');
+  EXPECT_EQ(parse_delimiter("|"), '|');
+  EXPECT_EQ(parse_delimiter("\t"), '\t');
+  EXPECT_EQ(parse_delimiter("tab"), '\t');
+  EXPECT_EQ(parse_delimiter("\\t"), '\t');
+  EXPECT_EQ(parse_delimiter("space"), ' ');
+  for (std::string_view refused : {"", ";;", "a", "7", ".", "-", "+", "\"", "'", "\n"}) {
+    SCOPED_TRACE(refused);
+    auto r = parse_delimiter(refused);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, errc::invalid_argument);
+    EXPECT_TRUE(has(r.error().message, "must be one character such as ',', ';', '|' or tab"));
+  }
+}
+
+TEST(dataset_transform, apply_checks_the_row_width) {
+  feature_transform t;
+  t.kind = normalization::standardize;
+  t.offset = {1, 2};
+  t.scale = {2, 4};
+  std::vector<float> x{3, 10, 1, 2};
+  ASSERT_TRUE(apply_transform(t, x));
+  EXPECT_EQ(x, (std::vector<float>{1, 2, 0, 0}));
+  std::vector<float> odd{1, 2, 3};
+  auto e = apply_transform(t, odd);
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().code, errc::invalid_argument);
+  EXPECT_EQ(e.error().message, "3 values are not whole rows of the transform's 2 features");
+  t.scale = {1};
+  auto sizes = apply_transform(t, x);
+  ASSERT_FALSE(sizes);
+  EXPECT_EQ(sizes.error().message, "feature transform has 2 offsets but 1 scales");
+  std::vector<float> any{5};
+  EXPECT_TRUE(apply_transform(feature_transform{}, any)) << "none without features: identity";
+  EXPECT_EQ(any[0], 5.0f);
+}
+
+// --- npy ------------------------------------------------------------------------------------
+
+/// `values` stored as the .npy element type `descr`, little-endian.
+bytes npy_values(std::string_view descr, const std::vector<double>& values) {
+  bytes b;
+  const auto put = [&b](const auto v) {
+    const auto* p = reinterpret_cast<const unsigned char*>(&v);
+    b.insert(b.end(), p, p + sizeof v);
+  };
+  for (double v : values) {
+    if (descr == "|u1") put(std::uint8_t(v));
+    if (descr == "|i1") put(std::int8_t(v));
+    if (descr == "<u2") put(std::uint16_t(v));
+    if (descr == "<i2") put(std::int16_t(v));
+    if (descr == "<u4") put(std::uint32_t(v));
+    if (descr == "<i4") put(std::int32_t(v));
+    if (descr == "<u8") put(std::uint64_t(v));
+    if (descr == "<i8") put(std::int64_t(v));
+    if (descr == "<f4") put(float(v));
+    if (descr == "<f8") put(v);
+  }
+  return b;
+}
+
+/// A .npy file of format version major.0 holding `data` under the given header fields, the
+/// header padded as numpy pads it (to a multiple of 64 bytes, ending in '\n').
+bytes npy(std::string_view descr, std::string_view shape, const bytes& data, int major = 1,
+          std::string_view fortran = "False") {
+  std::string dict = "{'descr': '" + std::string(descr) +
+                     "', 'fortran_order': " + std::string(fortran) +
+                     ", 'shape': " + std::string(shape) + ", }";
+  const std::size_t preamble = major == 1 ? 10 : 12;
+  dict.append((64 - (preamble + dict.size() + 1) % 64) % 64, ' ');
+  dict.push_back('\n');
+  bytes b{0x93, 'N', 'U', 'M', 'P', 'Y', static_cast<unsigned char>(major), 0};
+  for (std::size_t i = 0; i < preamble - 8; ++i) {
+    b.push_back(static_cast<unsigned char>(dict.size() >> (8 * i)));
+  }
+  b.insert(b.end(), dict.begin(), dict.end());
+  b.insert(b.end(), data.begin(), data.end());
+  return b;
+}
+
+dataset_config npy_config(const fs::path& dir) {
+  dataset_config cfg;
+  cfg.format = dataset_format::npy;
+  cfg.path = dir.string();
+  cfg.normalize = normalization::none;
+  return cfg;
+}
+
+class npy_files : public dataset_files {
+ protected:
+  /// x_train: 4 rows of 2 features, 0..7; y_train 0 1 0 1; x_test: 2 rows, 8..11; y_test 1 0.
+  void write_pair(std::string_view x_descr, std::string_view y_descr = "<i8", int major = 1) {
+    write("x_train.npy",
+          npy(x_descr, "(4, 2)", npy_values(x_descr, {0, 1, 2, 3, 4, 5, 6, 7}), major));
+    write("y_train.npy", npy(y_descr, "(4,)", npy_values(y_descr, {0, 1, 0, 1}), major));
+    write("x_test.npy", npy(x_descr, "(2, 2)", npy_values(x_descr, {8, 9, 10, 11}), major));
+    write("y_test.npy", npy(y_descr, "(2,)", npy_values(y_descr, {1, 0}), major));
+  }
+  /// The error of loading dir_ as npy; checks the code.
+  std::string error_of(errc code) {
+    auto d = load_dataset(npy_config(dir_), 1);
+    EXPECT_FALSE(d);
+    if (d) return {};
+    EXPECT_EQ(d.error().code, code) << d.error().message;
+    return d.error().message;
+  }
+  std::string file(std::string_view name) const { return (dir_ / name).string(); }
+};
+
+TEST_F(npy_files, every_supported_dtype_reads_as_float) {
+  for (std::string_view descr :
+       {"|u1", "|i1", "<u2", "<i2", "<u4", "<i4", "<u8", "<i8", "<f4", "<f8"}) {
+    SCOPED_TRACE(descr);
+    write_pair(descr, descr);
+    auto d = load_dataset(npy_config(dir_), 1);
+    ASSERT_TRUE(d) << d.error().to_string();
+    EXPECT_EQ(d->train.rows, 4u);
+    EXPECT_EQ(d->train.features, 2u);
+    EXPECT_EQ(d->train.shape, (std::array<int, 3>{0, 0, 0}));
+    EXPECT_EQ(d->train.x, (std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7}));
+    EXPECT_EQ(d->train.y, (std::vector<std::int32_t>{0, 1, 0, 1}));
+    EXPECT_EQ(d->test.x, (std::vector<float>{8, 9, 10, 11}));
+    EXPECT_EQ(d->test.y, (std::vector<std::int32_t>{1, 0}));
+    EXPECT_EQ(d->train.classes, 2);
+    EXPECT_EQ(d->test.classes, 2);
+    EXPECT_TRUE(d->train.class_names.empty());
+  }
+  // Signed and fractional values survive; one-byte types may carry any byte-order mark.
+  write("x_train.npy", npy("<i1", "(4, 2)", npy_values("|i1", {-3, 1, 2, 3, 4, 5, 6, -128})));
+  write("x_test.npy", npy("<f8", "(2, 2)", npy_values("<f8", {0.5, 9, 10, 11})));
+  auto d = load_dataset(npy_config(dir_), 1);
+  ASSERT_TRUE(d) << d.error().to_string();
+  EXPECT_EQ(d->train.x[0], -3.0f);
+  EXPECT_EQ(d->train.x[7], -128.0f);
+  EXPECT_EQ(d->test.x[0], 0.5f);
+}
+
+TEST_F(npy_files, header_versions_1_2_and_3_read_the_same) {
+  write_pair("<f4", "<i4", 1);
+  auto v1 = load_dataset(npy_config(dir_), 1);
+  ASSERT_TRUE(v1) << v1.error().to_string();
+  for (int major : {2, 3}) {
+    SCOPED_TRACE(major);
+    write_pair("<f4", "<i4", major);
+    auto v = load_dataset(npy_config(dir_), 1);
+    ASSERT_TRUE(v) << v.error().to_string();
+    EXPECT_EQ(v->train.x, v1->train.x);
+    EXPECT_EQ(v->train.y, v1->train.y);
+    EXPECT_EQ(v->test.x, v1->test.x);
+  }
+}
+
+TEST_F(npy_files, images_keep_their_shape_labels_may_be_whole_floats_and_max_is_the_default) {
+  // 2 training images of 1 x 2 x 3, as (rows, c, h, w); 1 test image as (rows, h, w).
+  std::vector<double> pixels(12);
+  for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = double(i * 20);
+  write("x_train.npy", npy("|u1", "(2, 1, 2, 3)", npy_values("|u1", pixels)));
+  write("y_train.npy", npy("<f8", "(2, 1)", npy_values("<f8", {2, 0})));
+  write("x_test.npy", npy("|u1", "(1, 2, 3)", npy_values("|u1", {0, 50, 100, 150, 200, 250})));
+  write("y_test.npy", npy("<f4", "(1,)", npy_values("<f4", {1})));
+  dataset_config cfg = npy_config(dir_);
+  cfg.normalize = normalization::max;
+  auto d = load_dataset(cfg, 1);
+  ASSERT_TRUE(d) << d.error().to_string();
+  EXPECT_EQ(d->train.shape, (std::array<int, 3>{1, 2, 3}));
+  EXPECT_EQ(d->test.shape, (std::array<int, 3>{1, 2, 3}));
+  EXPECT_EQ(d->train.features, 6u);
+  EXPECT_EQ(d->train.classes, 3);
+  EXPECT_EQ(d->train.y, (std::vector<std::int32_t>{2, 0}));
+  // The largest value read is 250 (in x_test); every feature is divided by it.
+  EXPECT_EQ(d->transform.scale, std::vector<float>(6, 250.0f));
+  EXPECT_EQ(d->train.x[11], 220.0f / 250.0f);
+  EXPECT_EQ(d->test.x[5], 1.0f);
+
+  // Limits keep the first rows; standardize takes the kept training rows only.
+  cfg.normalize = normalization::standardize;
+  cfg.train_limit = 1;
+  auto l = load_dataset(cfg, 1);
+  ASSERT_TRUE(l) << l.error().to_string();
+  EXPECT_EQ(l->train.rows, 1u);
+  EXPECT_EQ(l->train.classes, 3) << "classes come from every training label";
+  EXPECT_EQ(l->transform.offset, (std::vector<float>{0, 20, 40, 60, 80, 100}));
+  EXPECT_EQ(l->transform.scale, std::vector<float>(6, 1.0f));
+  EXPECT_EQ(l->test.x, (std::vector<float>{0, 30, 60, 90, 120, 150}));
+}
+
+TEST_F(npy_files, standardize_is_worked_by_hand_from_x_train) {
+  // Feature 0 of x_train: 2 4 4 4 5 5 7 9, mean 5, population std 2; feature 1 constant 3.
+  write("x_train.npy",
+        npy("<f4", "(8, 2)", npy_values("<f4", {2, 3, 4, 3, 4, 3, 4, 3, 5, 3, 5, 3, 7, 3, 9, 3})));
+  write("y_train.npy", npy("<i4", "(8,)", npy_values("<i4", {0, 1, 0, 1, 0, 1, 0, 1})));
+  write("x_test.npy", npy("<f4", "(3, 2)", npy_values("<f4", {5, 3, 9, 1, 1, 0})));
+  write("y_test.npy", npy("<i4", "(3,)", npy_values("<i4", {0, 1, 0})));
+  dataset_config cfg = npy_config(dir_);
+  cfg.normalize = normalization::standardize;
+  auto d = load_dataset(cfg, 1);
+  ASSERT_TRUE(d) << d.error().to_string();
+  EXPECT_EQ(d->transform.offset, (std::vector<float>{5, 3}));
+  EXPECT_EQ(d->transform.scale, (std::vector<float>{2, 1}));
+  EXPECT_EQ(d->train.x[0], -1.5f);
+  EXPECT_EQ(d->train.x[14], 2.0f);
+  EXPECT_EQ(d->test.x, (std::vector<float>{0, 0, 2, -2, -2, -3}));
+}
+
+TEST_F(npy_files, without_test_files_the_training_files_are_split_by_the_seed) {
+  // Row r holds features (r, 10 r) and label r % 3.
+  std::vector<double> x, y;
+  for (int r = 0; r < 10; ++r) {
+    x.push_back(r);
+    x.push_back(10 * r);
+    y.push_back(r % 3);
+  }
+  write("x_train.npy", npy("<f8", "(10, 2)", npy_values("<f8", x)));
+  write("y_train.npy", npy("|u1", "(10,)", npy_values("|u1", y)));
+  dataset_config cfg = npy_config(dir_);
+  cfg.test_fraction = 0.2;
+  auto a = load_dataset(cfg, 42);
+  ASSERT_TRUE(a) << a.error().to_string();
+  EXPECT_EQ(a->train.rows, 8u);
+  EXPECT_EQ(a->test.rows, 2u);
+  EXPECT_EQ(a->train.classes, 3);
+  std::vector<std::vector<float>> expected;
+  for (int r = 0; r < 10; ++r) expected.push_back({float(r), float(10 * r), float(r % 3)});
+  EXPECT_EQ(all_rows(*a), expected);
+  auto same = load_dataset(cfg, 42);
+  ASSERT_TRUE(same);
+  EXPECT_EQ(same->test.x, a->test.x);
+  // The split is the csv one: the same rows in a csv file go to the same sets.
+  std::string text;
+  for (int r = 0; r < 10; ++r) {
+    text += std::to_string(r) + "," + std::to_string(10 * r) + "," + std::to_string(r % 3) + "\n";
+  }
+  dataset_config csv = csv_config(write("same.csv", text), 0.2);
+  csv.normalize = normalization::none;
+  auto c = load_dataset(csv, 42);
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ(c->test.x, a->test.x);
+  EXPECT_EQ(c->train.y, a->train.y);
+  // Limits apply after the split.
+  cfg.test_limit = 1;
+  auto lim = load_dataset(cfg, 42);
+  ASSERT_TRUE(lim);
+  EXPECT_EQ(lim->test.rows, 1u);
+  EXPECT_EQ(lim->test.x, std::vector<float>(a->test.x.begin(), a->test.x.begin() + 2));
+  // test_fraction is checked as for csv.
+  cfg.test_fraction = 0.01;
+  auto empty = load_dataset(cfg, 42);
+  ASSERT_FALSE(empty);
+  EXPECT_TRUE(
+      has(empty.error().message, "test_fraction 0.01 of 10 rows leaves the test set empty"));
+}
+
+TEST_F(npy_files, header_errors_name_the_file) {
+  write_pair("<f4");
+  const std::string x = file("x_train.npy");
+  write("x_train.npy", std::string_view("PK\x03\x04 this is a zip"));
+  EXPECT_EQ(
+      error_of(errc::parse_error),
+      x + ": not a .npy file: bad magic 0x504B03042074, expected 0x934E554D5059 (\\x93NUMPY)");
+
+  bytes v4 = npy("<f4", "(4, 2)", npy_values("<f4", {0, 1, 2, 3, 4, 5, 6, 7}));
+  v4[6] = 4;
+  write("x_train.npy", v4);
+  EXPECT_EQ(error_of(errc::parse_error),
+            x + ": .npy format version 4.0 is not supported (1.0, 2.0, 3.0 are)");
+
+  for (std::string_view descr : {">f4", "<f2", "<U3", "|b1", "<c8"}) {
+    SCOPED_TRACE(descr);
+    write("x_train.npy", npy(descr, "(4, 2)", bytes(64, 0)));
+    EXPECT_EQ(
+        error_of(errc::invalid_argument),
+        x + ": dtype '" + std::string(descr) +
+            "' is not supported; supported: |u1, |i1, <u2, <i2, <u4, <i4, <u8, <i8, <f4, <f8");
+  }
+
+  write("x_train.npy", npy("<f4", "(4, 2)", bytes(32, 0), 1, "True"));
+  EXPECT_EQ(error_of(errc::invalid_argument),
+            x + ": fortran_order is True; only C-order arrays are read (save "
+                "numpy.ascontiguousarray(x))");
+
+  bytes cut = npy("<f4", "(4, 2)", bytes(32, 0));
+  cut.resize(40);
+  write("x_train.npy", cut);
+  EXPECT_EQ(error_of(errc::parse_error), x + ": truncated header: expected 128 bytes, got 40");
+
+  bytes junk = npy("<f4", "[4, 2]", bytes(32, 0));
+  write("x_train.npy", junk);
+  EXPECT_TRUE(
+      has(error_of(errc::parse_error), x + ": malformed .npy header (shape must be a tuple)"));
+}
+
+TEST_F(npy_files, data_and_shape_errors_name_the_file) {
+  write_pair("<f4");
+  const std::string x = file("x_train.npy");
+  const std::string y = file("y_train.npy");
+
+  // 4 x 2 floats need 32 bytes; 20 are there.
+  write("x_train.npy", npy("<f4", "(4, 2)", bytes(20, 0)));
+  EXPECT_EQ(error_of(errc::parse_error),
+            x + ": truncated data: shape (4, 2) of <f4 needs 32 bytes after the 128-byte header, "
+                "got 20");
+
+  write("x_train.npy", npy("<f4", "(3, 2)", bytes(24, 0)));
+  EXPECT_EQ(error_of(errc::invalid_argument), x + " holds 3 rows but " + y + " holds 4 labels");
+
+  write("x_train.npy", npy("<f4", "(4,)", bytes(16, 0)));
+  EXPECT_EQ(error_of(errc::invalid_argument),
+            x + ": shape (4,) has 1 dimension(s); x needs (rows, features) or (rows, d1, d2, ...)");
+
+  write_pair("<f4");
+  write("y_train.npy", npy("<i4", "(4, 2)", bytes(32, 0)));
+  EXPECT_EQ(error_of(errc::invalid_argument),
+            y + ": shape (4, 2) is not (rows,); y holds one class index per row (for one-hot "
+                "labels save y.argmax(axis=1))");
+
+  write("y_train.npy", npy("<i4", "(4,)", npy_values("<i4", {0, 1, -1, 1})));
+  EXPECT_EQ(error_of(errc::parse_error),
+            y + ": label -1 of row 2 must be an integer in [0, 65535]");
+  write("y_train.npy", npy("<f4", "(4,)", npy_values("<f4", {0, 1, 1.5, 1})));
+  EXPECT_EQ(error_of(errc::parse_error),
+            y + ": label 1.5 of row 2 must be an integer in [0, 65535]");
+
+  write_pair("<f4");
+  write("x_train.npy",
+        npy("<f4", "(4, 2)", npy_values("<f4", {0, 1, 2, 3, 4, std::nan(""), 6, 7})));
+  EXPECT_EQ(error_of(errc::parse_error), x + ": row 2, value 1: nan is not a finite float");
+  write("x_train.npy", npy("<f8", "(4, 2)", npy_values("<f8", {0, 1, 2, 1e300, 4, 5, 6, 7})));
+  EXPECT_EQ(error_of(errc::parse_error), x + ": row 1, value 1: inf is not a finite float");
+
+  write_pair("<f4");
+  write("x_test.npy", npy("<f4", "(2, 3)", bytes(24, 0)));
+  EXPECT_EQ(error_of(errc::invalid_argument),
+            file("x_test.npy") + " has 3 features per row ((2, 3)) but " + x + " has 2 ((4, 2))");
+
+  write_pair("<f4");
+  write("y_test.npy", npy("<i4", "(2,)", npy_values("<i4", {1, 5})));
+  EXPECT_EQ(
+      error_of(errc::invalid_argument),
+      file("y_test.npy") + ": test label 5 is outside the training set's classes [0, 2) from " + y);
+
+  write_pair("<f4");
+  write("y_train.npy", npy("<i4", "(4,)", npy_values("<i4", {0, 0, 0, 0})));
+  write("y_test.npy", npy("<i4", "(2,)", npy_values("<i4", {0, 0})));
+  EXPECT_EQ(error_of(errc::invalid_argument),
+            y + ": every label is 0; a classifier needs 2 classes or more");
+}
+
+TEST_F(npy_files, missing_and_compressed_files) {
+  write_pair("<f4");
+  fs::remove(dir_ / "y_test.npy");
+  EXPECT_EQ(error_of(errc::not_found),
+            file("y_test.npy") +
+                ": file not found (x_test.npy is there: give both test files, "
+                "or neither to split the training files by test_fraction)");
+  write_pair("<f4");
+  fs::remove(dir_ / "x_train.npy");
+  EXPECT_EQ(error_of(errc::not_found), file("x_train.npy") + ": file not found");
+
+  write_pair("<f4");
+  write_gz("x_train.npy", npy("<f4", "(4, 2)", npy_values("<f4", {0, 1, 2, 3, 4, 5, 6, 7})));
+  EXPECT_EQ(
+      error_of(errc::invalid_argument),
+      file("x_train.npy") + ": is gzip-compressed; format npy reads plain .npy files (gunzip it)");
+
+  dataset_config cfg = npy_config(dir_ / "none");
+  auto d = load_dataset(cfg, 1);
+  ASSERT_FALSE(d);
+  EXPECT_EQ(d.error().code, errc::not_found);
+  cfg = npy_config(file("x_test.npy"));
+  auto e = load_dataset(cfg, 1);
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().code, errc::invalid_argument);
+  EXPECT_TRUE(has(e.error().message, "is not a directory (format npy expects"));
+}
+
+TEST(npy_header, parses_what_numpy_writes) {
+  auto h = parse_npy_header("{'descr': '<f8', 'fortran_order': False, 'shape': (3L, 4), }   \n",
+                            "a.npy", 128);
+  ASSERT_TRUE(h) << h.error().to_string();
+  EXPECT_EQ(h->dtype, npy_dtype::f8);
+  EXPECT_FALSE(h->fortran_order);
+  EXPECT_EQ(h->shape, (std::vector<std::uint64_t>{3, 4}));
+  EXPECT_EQ(h->elements, 12u);
+  EXPECT_EQ(h->data_offset, 128u);
+  auto scalar =
+      parse_npy_header("{\"shape\": (), \"fortran_order\": True, \"descr\": \"|u1\"}", "b.npy", 64);
+  ASSERT_TRUE(scalar) << scalar.error().to_string();
+  EXPECT_TRUE(scalar->shape.empty());
+  EXPECT_EQ(scalar->elements, 1u);
+  EXPECT_EQ(shape_text({}), "()");
+  EXPECT_EQ(shape_text({5}), "(5,)");
+  EXPECT_EQ(shape_text({5, 2}), "(5, 2)");
+
+  for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {"{'descr': '<f4', 'shape': (2,)}", "no 'fortran_order'"},
+           {"{'descr': '<f4', 'fortran_order': 0, 'shape': (2,)}",
+            "fortran_order must be True or False"},
+           {"{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}", "unknown key 'x'"},
+           {"{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,)}",
+            "dtype [('a', '<f4')] is not supported (a structured dtype)"},
+           {"{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296)}",
+            "shape (4294967296, 4294967296) is too large"},
+       }) {
+    SCOPED_TRACE(text);
+    auto bad = parse_npy_header(text, "c.npy", 64);
+    ASSERT_FALSE(bad);
+    EXPECT_TRUE(has(bad.error().message, "c.npy: "));
+    EXPECT_TRUE(has(bad.error().message, message));
+  }
+}
+
+TEST_F(dataset_files, csv_label_columns_with_more_than_65536_values_are_refused) {
+  std::string words;
+  for (int i = 0; i <= max_label + 1; ++i)
+    words += std::to_string(i) + ",w" + std::to_string(i) + "\n";
+  const auto path = write("many.csv", words);
+  auto d = load_dataset(csv_config(path), 1);
+  ASSERT_FALSE(d);
+  EXPECT_EQ(d.error().code, errc::invalid_argument);
+  EXPECT_EQ(d.error().message, path +
+                                   ": line 65537: the label column (label_column 1) holds more "
+                                   "than 65536 distinct values; is it the label? Set "
+                                   "dataset.label_column");
+  // Every integer label and one word: 65537 classes once the word joins them.
+  std::string mixed;
+  for (int i = 0; i <= max_label; ++i) mixed += "1," + std::to_string(i) + "\n";
+  mixed += "1,word\n";
+  const auto both = write("both.csv", mixed);
+  auto e = load_dataset(csv_config(both), 1);
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().message, both +
+                                   ": the label column (label_column 1) holds 65537 distinct "
+                                   "values, more than 65536; is it the label? Set "
+                                   "dataset.label_column");
+}
+
+TEST_F(dataset_files, idx_normalize_none_and_standardize_and_the_cache_keys_the_options) {
+  write_idx_dir(false);
+  dataset_config cfg;
+  cfg.path = dir_.string();
+  auto max = load_dataset(cfg, 1);
+  ASSERT_TRUE(max) << max.error().to_string();
+  EXPECT_EQ(max->transform.kind, normalization::max);
+  EXPECT_EQ(max->transform.scale, std::vector<float>(6, 255.0f));
+  cfg.normalize = normalization::none;
+  auto raw = load_dataset(cfg, 1);
+  ASSERT_TRUE(raw);
+  for (std::size_t i = 0; i < raw->train.x.size(); ++i) {
+    EXPECT_EQ(raw->train.x[i], float((i / 6 * 7 + i % 6) % 256));
+    EXPECT_EQ(max->train.x[i], raw->train.x[i] / 255.0f);
+  }
+  // apply_transform maps raw pixels to the bits the loader produced.
+  std::vector<float> pixels = raw->test.x;
+  ASSERT_TRUE(apply_transform(max->transform, pixels));
+  EXPECT_EQ(pixels, max->test.x);
+  cfg.normalize = normalization::standardize;
+  auto z = load_dataset(cfg, 1);
+  ASSERT_TRUE(z);
+  // Pixel k of training image i is 7 i + k for i < 5: mean 14 + k, population std sqrt(98).
+  for (std::size_t k = 0; k < 6; ++k) {
+    EXPECT_EQ(z->transform.offset[k], float(14 + k));
+    EXPECT_EQ(z->transform.scale[k], float(std::sqrt(98.0)));
+  }
+
+  // The shared cache tells the csv options apart.
+  const auto path = write("k.csv", std::string_view("0,4,8,0\n8,2,0,1\n1,1,1,2\n3,0,2,1\n"));
+  auto a = load_dataset_shared(csv_config(path), 5);
+  ASSERT_TRUE(a);
+  dataset_config other = csv_config(path);
+  other.label_column.index = 0;
+  auto b = load_dataset_shared(other, 5);
+  ASSERT_TRUE(b) << b.error().to_string();
+  EXPECT_NE(a->get(), b->get());
+  other = csv_config(path);
+  other.normalize = normalization::standardize;
+  auto c = load_dataset_shared(other, 5);
+  ASSERT_TRUE(c);
+  EXPECT_NE(a->get(), c->get());
+  EXPECT_EQ(a->get(), load_dataset_shared(csv_config(path), 5)->get());
+}
+
+TEST_F(npy_files, more_header_and_shape_errors_and_the_label_warning) {
+  write_pair("<f4");
+  const std::string x = file("x_train.npy");
+  write("x_train.npy", std::string_view("\x93NUMPY\x01"));
+  EXPECT_EQ(error_of(errc::parse_error),
+            x + ": truncated header: expected at least 10 bytes, got 7");
+  bytes huge{0x93, 'N', 'U', 'M', 'P', 'Y', 2, 0, 0, 0, 0x20, 0};
+  write("x_train.npy", huge);
+  EXPECT_EQ(error_of(errc::parse_error),
+            x + ": header of 2097152 bytes is implausibly long (at most 1048576)");
+  write("x_train.npy", npy("<f4", "(4, 0)", bytes{}));
+  EXPECT_EQ(error_of(errc::invalid_argument), x + ": shape (4, 0) gives rows of 0 features");
+  write("x_train.npy", npy("<f4", "(0, 2)", bytes{}));
+  write("y_train.npy", npy("<i4", "(0,)", bytes{}));
+  EXPECT_EQ(error_of(errc::invalid_argument), x + ": holds no samples");
+
+  // 30 rows, 30 distinct labels: more likely a feature than classes.
+  std::vector<double> xs(60), ys(30);
+  for (std::size_t i = 0; i < 30; ++i) ys[i] = double(i);
+  write_pair("<f4");
+  write("x_train.npy", npy("<f4", "(30, 2)", npy_values("<f4", xs)));
+  write("y_train.npy", npy("<i4", "(30,)", npy_values("<i4", ys)));
+  auto d = load_dataset(npy_config(dir_), 1);
+  ASSERT_TRUE(d) << d.error().to_string();
+  ASSERT_EQ(d->warnings.size(), 1u);
+  EXPECT_EQ(d->warnings[0], file("y_train.npy") +
+                                ": y gives 30 distinct values in 30 rows (more "
+                                "than half); y should hold one class index per "
+                                "row");
+}
 }  // namespace
 }  // namespace coach::worker

@@ -77,12 +77,10 @@ TEST(function_runner, an_invocation_past_its_deadline_is_replaced_and_counted_ti
 TEST(function_runner, limits_too_small_for_one_step_are_a_clear_error) {
   auto s = setup_of(true);
   s.inputs = 64;
-  s.hidden = {60'000};  // several copies of 15 MB
+  s.model.hidden = {60'000};  // several copies of 15 MB
   function_runner f(COACH_INVOCATION, s, {30s, 40ull << 20}, 4, 3);
-  model_config cfg;
-  cfg.hidden = s.hidden;
   invocation_task t;
-  t.params.assign(mlp(cfg, s.inputs, s.classes).num_params(), 0.01f);
+  t.params.assign(invocation_network(s).value().num_params(), 0.01f);
   t.x.assign(std::size_t(s.inputs), 0.5f);
   t.y = {1};
   t.sizes = {1};

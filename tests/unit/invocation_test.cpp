@@ -138,7 +138,7 @@ TEST(invocation, the_child_answers_with_the_bits_of_this_process_and_exits_after
 TEST(invocation, a_model_too_big_for_the_cap_ends_out_of_memory_with_its_task_unanswered) {
   invocation_setup s = small_setup(true);
   s.inputs = 64;
-  s.hidden = {60'000};  // ~4.5 M parameters: 18 MB a copy, several copies
+  s.model.hidden = {60'000};  // ~4.5 M parameters: 18 MB a copy, several copies
   auto child = start_child(1, {std::chrono::milliseconds(60'000), 48ull << 20});
   ASSERT_TRUE(child) << child.error().to_string();
   ASSERT_TRUE(write_setup(child->input_fd(), s));

@@ -9,7 +9,7 @@
 #include <set>
 
 #include "worker/chunk_dispenser.hpp"
-#include "worker/mlp.hpp"
+#include "worker/network.hpp"
 
 namespace coach::worker {
 namespace {
@@ -30,17 +30,22 @@ dataset random_data(std::size_t rows, std::size_t features, int classes, unsigne
 TEST(mlp, layout_matches_the_documented_flat_order) {
   model_config cfg;
   cfg.hidden = {5, 4};
-  mlp m(cfg, 3, 2);
-  ASSERT_EQ(m.layers().size(), 3u);
+  auto m = network::build(cfg, {1, 1, 3}, 2).value();
+  ASSERT_EQ(m.layers().size(), 5u);  // dense relu dense relu dense
   EXPECT_EQ(m.num_params(), 3u * 5 + 5 + 5 * 4 + 4 + 4 * 2 + 2);
-  EXPECT_EQ(m.layers()[1].w_offset, 20u);
-  EXPECT_EQ(m.layers()[1].b_offset, 40u);
+  EXPECT_EQ(m.layers()[2].param_offset, 20u);
+  EXPECT_EQ(m.layers()[2].param_count, 5u * 4 + 4);
+  const auto t = m.tensors();
+  ASSERT_EQ(t.size(), 6u);
+  EXPECT_EQ(t[2].name, "2.weight");
+  EXPECT_EQ(t[2].shape, (std::vector<std::int64_t>{4, 5}));  // PyTorch's out x in
+  EXPECT_EQ(t[3].offset, 40u);
 }
 
 TEST(mlp, init_is_a_pure_function_of_the_seed) {
   model_config cfg;
   cfg.hidden = {16};
-  mlp m(cfg, 8, 3);
+  auto m = network::build(cfg, {1, 1, 8}, 3).value();
   std::vector<float> a(m.num_params()), b(m.num_params()), c(m.num_params());
   m.init_params(a, 42);
   m.init_params(b, 42);
@@ -56,13 +61,13 @@ TEST(mlp, gradient_matches_finite_differences) {
   auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
   model_config cfg;
   cfg.hidden = {7, 5};
-  mlp m(cfg, 6, 4);
+  auto m = network::build(cfg, {1, 1, 6}, 4).value();
   auto data = random_data(9, 6, 4, 3);
   std::vector<float> params(m.num_params()), grad(m.num_params());
   m.init_params(params, 5);
   for (std::size_t i = 0; i < params.size(); ++i)
     params[i] += 0.01f * float(i % 7);  // non-zero biases
-  mlp_runner run(m, *be, 16);
+  network_runner run(m, *be, 16);
   std::vector<std::uint32_t> idx{0, 1, 2, 3, 4, 5, 6, 7, 8};
   run.forward_backward(params.data(), data, idx, grad.data());
   std::vector<float> scratch(m.num_params());
@@ -86,10 +91,10 @@ TEST(mlp, gradient_matches_finite_differences) {
 
 TEST(mlp, empty_batch_gives_zero_gradient_and_loss) {
   auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
-  mlp m(model_config{}, 4, 3);
+  auto m = network::build(model_config{}, {1, 1, 4}, 3).value();
   auto data = random_data(4, 4, 3, 1);
   std::vector<float> params(m.num_params(), 0.5f), grad(m.num_params(), 7.0f);
-  mlp_runner run(m, *be, 4);
+  network_runner run(m, *be, 4);
   EXPECT_EQ(run.forward_backward(params.data(), data, {}, grad.data()), 0.0);
   for (float g : grad) EXPECT_EQ(g, 0.0f);
 }

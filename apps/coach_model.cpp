@@ -1,0 +1,212 @@
+#include "coach_model.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/format.hpp"
+#include "kernels/backend.hpp"
+#include "worker/model_file.hpp"
+#include "worker/network.hpp"
+
+namespace coach::apps {
+namespace {
+
+int exit_code(const error& e) {
+  return e.code == errc::io_error || e.code == errc::resource_exhausted ? 1 : 2;
+}
+
+int report(const error& e) {
+  std::fprintf(stderr, "coach: %s\n", e.message.c_str());
+  return exit_code(e);
+}
+
+/// A saved model ready to run: the file, its network and parameters.
+struct loaded_model {
+  worker::safetensors_file file;
+  worker::network net;
+  std::vector<float> params;
+  worker::model_labels labels;
+};
+
+result<loaded_model> load_model(const std::string& path) {
+  auto file = worker::read_safetensors(path);
+  if (!file) return std::unexpected(file.error());
+  const auto meta = [&](const char* key) -> result<std::string> {
+    auto it = file->metadata.find(key);
+    if (it == file->metadata.end())
+      return fail(errc::invalid_argument,
+                  "{}: no '{}' in the file's metadata: not a model saved by coach train --save",
+                  path, key);
+    return it->second;
+  };
+  auto model_text = meta("coach.model");
+  if (!model_text) return std::unexpected(model_text.error());
+  auto classes_text = meta("coach.classes");
+  if (!classes_text) return std::unexpected(classes_text.error());
+  auto model = scheduler::parse_model_yaml(*model_text, path + " (coach.model)");
+  if (!model) return std::unexpected(model.error());
+  int classes = 0;
+  if (std::sscanf(classes_text->c_str(), "%d", &classes) != 1 || classes < 2)
+    return fail(errc::invalid_argument, "{}: coach.classes '{}' is not a class count", path,
+                *classes_text);
+  const auto in = model->input_shape;
+  auto net = worker::network::build(*model, in, classes);
+  if (!net) return fail(net.error().code, "{}: {}", path, net.error().message);
+  auto params = worker::unpack_params(*net, *file);
+  if (!params) return fail(params.error().code, "{}: {}", path, params.error().message);
+  auto labels = worker::labels_of(*file);
+  if (!labels) return fail(labels.error().code, "{}: {}", path, labels.error().message);
+  return loaded_model{std::move(*file), std::move(*net), std::move(*params), std::move(*labels)};
+}
+
+std::string label_text(const worker::model_labels& l, std::int32_t c) {
+  if (c >= 0 && std::size_t(c) < l.class_names.size()) return l.class_names[std::size_t(c)];
+  return std::to_string(c);
+}
+
+/// Rows of numbers from a CSV file: `features` values each.
+result<worker::dataset> read_feature_rows(const std::string& path, std::size_t features,
+                                          bool header) {
+  std::ifstream in(path);
+  if (!in) return fail(errc::not_found, "{}: cannot open", path);
+  worker::dataset d;
+  d.features = features;
+  std::string line;
+  std::size_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    if (header && line_no == 1) continue;
+    std::size_t count = 0;
+    std::stringstream ss(line);
+    std::string cell;
+    while (std::getline(ss, cell, ',')) {
+      char* end = nullptr;
+      const float v = std::strtof(cell.c_str(), &end);
+      while (end && (*end == ' ' || *end == '\t')) ++end;
+      if (end == cell.c_str() || (end && *end != '\0'))
+        return fail(errc::invalid_argument, "{}: line {}, column {}: '{}' is not a number{}", path,
+                    line_no, count + 1, cell.substr(0, 40),
+                    line_no == 1 ? " (a header? give --header)" : "");
+      d.x.push_back(v);
+      ++count;
+    }
+    if (count != features)
+      return fail(errc::invalid_argument, "{}: line {} has {} values; the model takes {} features",
+                  path, line_no, count, features);
+    ++d.rows;
+  }
+  if (d.rows == 0) return fail(errc::invalid_argument, "{}: no rows", path);
+  d.y.assign(d.rows, 0);
+  return d;
+}
+
+/// True when the file starts like an IDX image file or a gzip stream.
+bool looks_like_idx(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char b[4] = {};
+  if (!in.read(reinterpret_cast<char*>(b), 4)) return false;
+  return (b[0] == 0x1f && b[1] == 0x8b) || (b[0] == 0 && b[1] == 0 && b[2] == 8 && b[3] == 3);
+}
+
+}  // namespace
+
+int save_model(const std::string& path, const scheduler::job_spec& spec,
+               const scheduler::job_result& result) {
+  // The network as the run resolved it against its data set's shape and classes.
+  worker::dataset shape_of;
+  shape_of.shape = result.sample_shape;
+  shape_of.features = result.features;
+  shape_of.classes = result.classes;
+  auto net = worker::network::for_data(spec.model, shape_of);
+  if (!net) return report(net.error());
+  if (net->num_params() != result.params.size()) {
+    std::fprintf(stderr, "coach: --save: the run has %zu parameters, the model %zu\n",
+                 result.params.size(), net->num_params());
+    return 1;
+  }
+  const std::map<std::string, std::string> extra = {
+      {"coach.name", spec.name},
+      {"coach.epochs", std::to_string(result.epochs.size())},
+      {"coach.test_accuracy", coach::format("{:.6f}", result.test_accuracy)}};
+  auto file = worker::pack_model(*net, result.params, result.class_names, result.transform, extra);
+  if (auto ok = worker::write_safetensors(path, file); !ok) return report(ok.error());
+  std::fprintf(stderr, "coach: saved %zu parameters to %s\n", result.params.size(), path.c_str());
+  return 0;
+}
+
+int run_eval(const std::string& model_path, const std::string& spec_path, bool json) {
+  auto m = load_model(model_path);
+  if (!m) return report(m.error());
+  auto spec = scheduler::load_job_spec(spec_path);
+  if (!spec) return report(spec.error());
+  auto data = worker::load_dataset(spec->dataset, spec->seed);
+  if (!data) return report(data.error());
+  const auto& test = data->test;
+  if (test.features != std::size_t(m->net.inputs()))
+    return report(error{errc::invalid_argument,
+                        coach::format("{}: samples of {} features; the model takes {}",
+                                      spec->dataset.path, test.features, m->net.inputs())});
+  if (test.classes > m->net.classes())
+    return report(error{errc::invalid_argument,
+                        coach::format("{}: {} classes; the model knows {}", spec->dataset.path,
+                                      test.classes, m->net.classes())});
+  auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
+  float* w = be->alloc(m->params.size());
+  be->upload(w, m->params.data(), m->params.size());
+  worker::network_runner runner(m->net, *be, 1000);
+  std::vector<std::int64_t> confusion;
+  const auto ev = runner.evaluate(w, test, &confusion);
+  be->free(w);
+  const double loss = ev.total ? ev.loss_sum / double(ev.total) : 0.0;
+  if (json) {
+    const std::size_t k = std::size_t(m->net.classes());
+    nlohmann::json rows = nlohmann::json::array();
+    for (std::size_t i = 0; i < k; ++i)
+      rows.push_back(std::vector<std::int64_t>(confusion.begin() + std::ptrdiff_t(i * k),
+                                               confusion.begin() + std::ptrdiff_t((i + 1) * k)));
+    nlohmann::json out = {{"samples", ev.total},
+                          {"loss", loss},
+                          {"accuracy", ev.accuracy()},
+                          {"correct", ev.correct},
+                          {"confusion", rows}};
+    if (!m->labels.class_names.empty()) out["class_names"] = m->labels.class_names;
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    std::printf("test loss %.4f  test accuracy %.4f  (%lld samples)\n", loss, ev.accuracy(),
+                static_cast<long long>(ev.total));
+  }
+  return 0;
+}
+
+int run_predict(const std::string& model_path, const std::string& input, bool header) {
+  auto m = load_model(model_path);
+  if (!m) return report(m.error());
+  result<worker::dataset> rows =
+      looks_like_idx(input) ? worker::load_idx_images_only(input)
+                            : read_feature_rows(input, std::size_t(m->net.inputs()), header);
+  if (!rows) return report(rows.error());
+  if (rows->features != std::size_t(m->net.inputs()))
+    return report(
+        error{errc::invalid_argument, coach::format("{}: samples of {} values; the model takes {}",
+                                                    input, rows->features, m->net.inputs())});
+  // CSV rows are raw values: map them as the training data was. IDX images are scaled by the
+  // loader already, as in training.
+  if (!looks_like_idx(input) && !m->labels.transform.offset.empty())
+    if (auto ok = worker::apply_transform(m->labels.transform, rows->x); !ok)
+      return report(ok.error());
+  rows->classes = m->net.classes();
+  auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
+  float* w = be->alloc(m->params.size());
+  be->upload(w, m->params.data(), m->params.size());
+  worker::network_runner runner(m->net, *be, 1000);
+  const auto labels = runner.predict(w, *rows);
+  be->free(w);
+  for (auto c : labels) std::printf("%s\n", label_text(m->labels, c).c_str());
+  return 0;
+}
+
+}  // namespace coach::apps

@@ -1,0 +1,178 @@
+#pragma once
+// worker::network: a feed-forward model (a list of layers, softmax cross-entropy at the end) whose
+// parameters live in one flat vector, and worker::network_runner, which runs forward and backward
+// passes of it on a kernels::backend.
+//
+// Flat layout (the shard map cuts this vector into slices), layer by layer in order:
+//   dense       W (in x out, row-major) then b (out)
+//   conv2d      W (K x C x R x S) then b (K)
+//   batch_norm  gamma (C), beta (C), running_mean (C), running_var (C)
+// The other layers have no parameters. The mlp shorthand gives the layout of earlier versions.
+//
+// Batch norm's running statistics are keys like any other, so they move with the shards, but the
+// shards do not train them: statistic_ranges() names them, and a worker pushes, in their place,
+// its batch's mean and unbiased variance times its rows; the shard averages those by samples
+// and folds them into the running values with the layer's momentum (ps::optimizer_config).
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "kernels/backend.hpp"
+#include "worker/dataset.hpp"
+#include "worker/model_config.hpp"
+
+namespace coach::worker {
+
+/// Shape of one sample between layers: C x H x W (a dense layer's output is F x 1 x 1).
+using sample_shape = std::array<int, 3>;
+
+/// A flat key range [begin, end) of the parameter vector.
+struct param_range {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::size_t size() const noexcept { return end - begin; }
+};
+
+/// A statistic range and the momentum that folds batch values into it.
+struct statistic_range {
+  param_range keys;
+  float momentum = 0.1f;
+};
+
+/// One named tensor of the parameters, as PyTorch's nn.Sequential state_dict names it
+/// ("3.weight", "5.running_mean"). Dense weights are stored in x out here and out x in there:
+/// `transposed` says so.
+struct param_tensor {
+  std::string name;
+  std::vector<std::int64_t> shape;  ///< PyTorch's shape
+  std::size_t offset = 0;           ///< first float in the flat vector
+  bool transposed = false;          ///< dense weight: flat holds shape[1] x shape[0]
+  std::size_t size() const noexcept;
+};
+
+/// One layer resolved against its input shape.
+struct layer {
+  layer_config cfg;
+  sample_shape in{};
+  sample_shape out{};
+  std::size_t param_offset = 0;  ///< first float of the layer's parameters
+  std::size_t param_count = 0;
+  std::size_t in_size() const noexcept { return std::size_t(in[0]) * in[1] * in[2]; }
+  std::size_t out_size() const noexcept { return std::size_t(out[0]) * out[1] * out[2]; }
+};
+
+/// The architecture: layers with their shapes and the flat parameter layout. Cheap to copy.
+class network {
+ public:
+  /// Resolves `cfg` against a sample shape and the class count. Errors (invalid_argument), one
+  /// line naming the layer: "layers[2] conv2d: input 7x7 is smaller than kernel 9", a last layer
+  /// that is not dense or whose units differ from the classes, an input_shape that does not
+  /// match the data.
+  static result<network> build(const model_config& cfg, sample_shape input, int classes);
+  /// As build() for a data set: its shape (or 1 x 1 x features) and classes.
+  static result<network> for_data(const model_config& cfg, const dataset& data);
+
+  std::size_t num_params() const noexcept { return num_params_; }
+  const std::vector<layer>& layers() const noexcept { return layers_; }
+  sample_shape input_shape() const noexcept { return layers_.front().in; }
+  int inputs() const noexcept { return int(layers_.front().in_size()); }
+  int classes() const noexcept { return int(layers_.back().out_size()); }
+  /// Batch norm's running statistics (not trained by gradients).
+  const std::vector<statistic_range>& statistic_ranges() const noexcept { return statistics_; }
+  /// The named tensors, in layer order.
+  std::vector<param_tensor> tensors() const;
+  /// True when any layer behaves differently in training and evaluation (dropout, batch norm).
+  bool has_training_mode() const noexcept;
+
+  /// Fills `params` (host memory, num_params() floats) with the initial values for `seed`:
+  /// He-uniform weights (fan-in C R S for conv2d), zero biases, batch norm gamma 1, beta 0,
+  /// running mean 0 and variance 1. A pure function of (architecture, seed).
+  void init_params(std::span<float> params, std::uint64_t seed) const;
+
+ private:
+  std::vector<layer> layers_;
+  std::vector<statistic_range> statistics_;
+  std::size_t num_params_ = 0;
+};
+
+/// Runs a network on a backend. Owns the activation buffers for batches of up to max_batch rows.
+/// Not thread-safe: one runner per worker thread.
+class network_runner {
+ public:
+  network_runner(const network& model, kernels::backend& be, int max_batch);
+  ~network_runner();
+  network_runner(const network_runner&) = delete;
+  network_runner& operator=(const network_runner&) = delete;
+
+  const network& model() const noexcept { return model_; }
+
+  /// Gathers rows `indices` of `data` (at most max_batch of them), runs forward and backward in
+  /// training mode with `params` (backend memory) and writes into `grad` (backend memory,
+  /// num_params floats) the gradient of the SUM of the per-sample losses, and in the statistic
+  /// ranges the batch statistics times the rows. Returns that loss sum. `noise` makes dropout's
+  /// masks: callers pass a value distinct per (worker, step) (noise_key()).
+  double forward_backward(const float* params, const dataset& data,
+                          std::span<const std::uint32_t> indices, float* grad,
+                          std::uint64_t noise = 0);
+
+  /// Evaluation result over a data set.
+  struct evaluation {
+    std::int64_t correct = 0;
+    std::int64_t total = 0;
+    double loss_sum = 0;
+    double accuracy() const noexcept { return total ? double(correct) / double(total) : 0.0; }
+  };
+
+  /// Classifies every row of `data` with `params` (backend memory), in batches of max_batch,
+  /// in evaluation mode. With `confusion` (classes x classes, row = label, column = prediction),
+  /// counts each row there too.
+  evaluation evaluate(const float* params, const dataset& data,
+                      std::vector<std::int64_t>* confusion = nullptr);
+
+  /// The predicted class of every row of `data` (labels ignored), in evaluation mode.
+  std::vector<std::int32_t> predict(const float* params, const dataset& data);
+
+  /// Seconds spent in each layer's forward and backward pass since timing was switched on
+  /// (bench/train_bench's per-op breakdown). Off by default: no clock is read. On a device
+  /// backend the figures count launches, not the work, unless the backend synchronises.
+  struct layer_time {
+    double forward_s = 0;
+    double backward_s = 0;
+  };
+  void enable_timing(bool on);
+  const std::vector<layer_time>& timings() const noexcept { return timings_; }
+
+ private:
+  void gather(const dataset& data, std::span<const std::uint32_t> indices);
+  /// Forward pass of `rows` rows already in input_; returns the logits (rows x classes).
+  float* forward(const float* params, int rows, bool training, std::uint64_t noise, float* grad);
+  void backward(const float* params, int rows, float* dlogits, float* grad, std::uint64_t noise);
+
+  network model_;
+  kernels::backend& be_;
+  int max_batch_;
+  std::vector<float> staging_x_;       ///< host rows gathered before upload
+  std::vector<std::int32_t> labels_;   ///< host labels of the gathered rows
+  float* input_ = nullptr;             ///< backend: max_batch x inputs
+  std::vector<float*> outs_;           ///< backend: per layer, its output (flatten: its input)
+  std::vector<std::int32_t*> argmax_;  ///< max_pool2d layers: backend index buffers
+  std::vector<float*> saved_;          ///< batch_norm layers: mean then inv_std (2 C floats)
+  float* stats_ = nullptr;             ///< scratch for a batch's statistics (2 x widest C)
+  float* delta_a_ = nullptr;           ///< backend: max_batch x widest tensor
+  float* delta_b_ = nullptr;
+  std::vector<float> host_logits_;  ///< predict's download buffer
+  bool timing_ = false;
+  std::vector<layer_time> timings_;
+};
+
+/// The dropout noise value of (worker rank, global step): distinct for every pair.
+constexpr std::uint64_t noise_key(std::uint32_t rank, std::int64_t step) noexcept {
+  return (std::uint64_t(rank) << 40) ^ std::uint64_t(step);
+}
+
+}  // namespace coach::worker
