@@ -185,9 +185,10 @@ int run_eval(const std::string& model_path, const std::string& spec_path, bool j
 int run_predict(const std::string& model_path, const std::string& input, bool header) {
   auto m = load_model(model_path);
   if (!m) return report(m.error());
+  const bool idx = looks_like_idx(input);
   result<worker::dataset> rows =
-      looks_like_idx(input) ? worker::load_idx_images_only(input)
-                            : read_feature_rows(input, std::size_t(m->net.inputs()), header);
+      idx ? worker::load_idx_images_only(input)
+          : read_feature_rows(input, std::size_t(m->net.inputs()), header);
   if (!rows) return report(rows.error());
   if (rows->features != std::size_t(m->net.inputs()))
     return report(
@@ -195,7 +196,7 @@ int run_predict(const std::string& model_path, const std::string& input, bool he
                                                     input, rows->features, m->net.inputs())});
   // CSV rows are raw values: map them as the training data was. IDX images are scaled by the
   // loader already, as in training.
-  if (!looks_like_idx(input) && !m->labels.transform.offset.empty())
+  if (!idx && !m->labels.transform.offset.empty())
     if (auto ok = worker::apply_transform(m->labels.transform, rows->x); !ok)
       return report(ok.error());
   rows->classes = m->net.classes();

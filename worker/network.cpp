@@ -540,30 +540,44 @@ double network_runner::forward_backward(const float* params, const dataset& data
   return loss;
 }
 
-network_runner::evaluation network_runner::evaluate(const float* params, const dataset& data,
-                                                    std::vector<std::int64_t>* confusion) {
-  evaluation ev;
-  const int classes = model_.classes();
-  if (confusion != nullptr) confusion->assign(std::size_t(classes) * classes, 0);
+template <class OnBatch>
+void network_runner::for_each_batch(const float* params, const dataset& data, OnBatch on_batch) {
   std::vector<std::uint32_t> idx(static_cast<std::size_t>(max_batch_));
   for (std::size_t begin = 0; begin < data.rows; begin += std::size_t(max_batch_)) {
     const std::size_t n = std::min(std::size_t(max_batch_), data.rows - begin);
     for (std::size_t i = 0; i < n; ++i) idx[i] = std::uint32_t(begin + i);
     gather(data, std::span(idx.data(), n));
-    float* logits = forward(params, int(n), false, 0, nullptr);
-    ev.correct += be_.count_correct(logits, labels_.data(), int(n), classes);
-    if (confusion != nullptr) {
-      host_logits_.resize(n * std::size_t(classes));
-      be_.download(host_logits_.data(), logits, host_logits_.size());
-      for (std::size_t r = 0; r < n; ++r) {
-        const float* row = host_logits_.data() + r * std::size_t(classes);
-        const auto best = std::size_t(std::max_element(row, row + classes) - row);
-        (*confusion)[std::size_t(labels_[r]) * std::size_t(classes) + best] += 1;
-      }
-    }
-    ev.loss_sum += be_.softmax_xent(logits, labels_.data(), int(n), classes, logits);
-    ev.total += std::int64_t(n);
+    on_batch(forward(params, int(n), false, 0, nullptr), int(n));
   }
+}
+
+const std::vector<std::int32_t>& network_runner::argmax_rows(const float* logits, int rows) {
+  const std::size_t classes = std::size_t(model_.classes());
+  host_logits_.resize(std::size_t(rows) * classes);
+  be_.download(host_logits_.data(), logits, host_logits_.size());
+  best_.resize(std::size_t(rows));
+  for (std::size_t r = 0; r < best_.size(); ++r) {
+    const float* row = host_logits_.data() + r * classes;
+    best_[r] = std::int32_t(std::max_element(row, row + classes) - row);
+  }
+  return best_;
+}
+
+network_runner::evaluation network_runner::evaluate(const float* params, const dataset& data,
+                                                    std::vector<std::int64_t>* confusion) {
+  evaluation ev;
+  const int classes = model_.classes();
+  if (confusion != nullptr) confusion->assign(std::size_t(classes) * classes, 0);
+  for_each_batch(params, data, [&](float* logits, int n) {
+    ev.correct += be_.count_correct(logits, labels_.data(), n, classes);
+    if (confusion != nullptr) {
+      const auto& best = argmax_rows(logits, n);
+      for (std::size_t r = 0; r < best.size(); ++r)
+        (*confusion)[std::size_t(labels_[r]) * std::size_t(classes) + std::size_t(best[r])] += 1;
+    }
+    ev.loss_sum += be_.softmax_xent(logits, labels_.data(), n, classes, logits);
+    ev.total += std::int64_t(n);
+  });
   return ev;
 }
 
@@ -573,22 +587,12 @@ void network_runner::enable_timing(bool on) {
 }
 
 std::vector<std::int32_t> network_runner::predict(const float* params, const dataset& data) {
-  const int classes = model_.classes();
   std::vector<std::int32_t> out;
   out.reserve(data.rows);
-  std::vector<std::uint32_t> idx(static_cast<std::size_t>(max_batch_));
-  for (std::size_t begin = 0; begin < data.rows; begin += std::size_t(max_batch_)) {
-    const std::size_t n = std::min(std::size_t(max_batch_), data.rows - begin);
-    for (std::size_t i = 0; i < n; ++i) idx[i] = std::uint32_t(begin + i);
-    gather(data, std::span(idx.data(), n));
-    float* logits = forward(params, int(n), false, 0, nullptr);
-    host_logits_.resize(n * std::size_t(classes));
-    be_.download(host_logits_.data(), logits, host_logits_.size());
-    for (std::size_t r = 0; r < n; ++r) {
-      const float* row = host_logits_.data() + r * std::size_t(classes);
-      out.push_back(std::int32_t(std::max_element(row, row + classes) - row));
-    }
-  }
+  for_each_batch(params, data, [&](float* logits, int n) {
+    const auto& best = argmax_rows(logits, n);
+    out.insert(out.end(), best.begin(), best.end());
+  });
   return out;
 }
 

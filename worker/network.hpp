@@ -152,6 +152,12 @@ class network_runner {
   /// Forward pass of `rows` rows already in input_; returns the logits (rows x classes).
   float* forward(const float* params, int rows, bool training, std::uint64_t noise, float* grad);
   void backward(const float* params, int rows, float* dlogits, float* grad, std::uint64_t noise);
+  /// Runs `data` forward in evaluation mode, max_batch rows at a time (labels in labels_), and
+  /// calls on_batch(logits, rows) for each batch.
+  template <class OnBatch>
+  void for_each_batch(const float* params, const dataset& data, OnBatch on_batch);
+  /// The class with the largest logit of each of `rows` rows (downloaded to the host).
+  const std::vector<std::int32_t>& argmax_rows(const float* logits, int rows);
 
   network model_;
   kernels::backend& be_;
@@ -165,7 +171,8 @@ class network_runner {
   float* stats_ = nullptr;             ///< scratch for a batch's statistics (2 x widest C)
   float* delta_a_ = nullptr;           ///< backend: max_batch x widest tensor
   float* delta_b_ = nullptr;
-  std::vector<float> host_logits_;  ///< predict's download buffer
+  std::vector<float> host_logits_;  ///< argmax_rows' download buffer
+  std::vector<std::int32_t> best_;  ///< argmax_rows' answer
   bool timing_ = false;
   std::vector<layer_time> timings_;
 };

@@ -10,31 +10,14 @@
 #include <sstream>
 #include <string>
 
+#include "tests/helpers/run_coach.hpp"
+
 namespace {
 
-struct run_result {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-};
+using coach::testing::temp_file;
 
-run_result run(const std::string& args) {
-  const std::string cmd = std::string(COACH_BINARY_DIR) + "/apps/coach " + args + " 2>&1";
-  run_result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  while (std::size_t n = fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::filesystem::path temp_file(const std::string& name, const std::string& text) {
-  auto dir = std::filesystem::temp_directory_path() / ("coach-cli-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  auto path = dir / name;
-  std::ofstream(path) << text;
-  return path;
+coach::testing::run_result run(const std::string& args) {
+  return coach::testing::run_coach(args);
 }
 
 TEST(cli, version_names_the_backends) {
