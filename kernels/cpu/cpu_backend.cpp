@@ -11,6 +11,7 @@
 #include <new>
 
 #include "common/enforce.hpp"
+#include "kernels/cpu/cpu_gemm.hpp"
 
 namespace coach::kernels {
 namespace detail {
@@ -120,6 +121,27 @@ void adamw(float* __restrict w, float* __restrict m, float* __restrict v, const 
 
 }  // namespace detail
 
+// --- construction ---------------------------------------------------------------------------
+
+std::string_view to_string(cpu_gemm g) noexcept {
+  switch (g) {
+    case cpu_gemm::best:
+      return "best";
+    case cpu_gemm::eigen:
+      return "eigen";
+    case cpu_gemm::avx2_fma:
+      return "avx2_fma";
+  }
+  return "?";
+}
+
+cpu_backend::cpu_backend(cpu_gemm gemm) : gemm_(gemm) {
+  if (gemm_ == cpu_gemm::best)
+    gemm_ = detail::cpu_has_avx2_fma() ? cpu_gemm::avx2_fma : cpu_gemm::eigen;
+  COACH_ENFORCE(gemm_ != cpu_gemm::avx2_fma || detail::cpu_has_avx2_fma(),
+                "cpu_gemm::avx2_fma requested on a CPU without AVX2 and FMA");
+}
+
 // --- memory ---------------------------------------------------------------------------------
 
 float* cpu_backend::alloc(std::size_t n) {
@@ -166,6 +188,10 @@ void cpu_backend::gemm(bool trans_a, bool trans_b, int m, int n, int k, float al
       cm.setZero();
     else if (beta != 1.0f)
       cm *= beta;
+    return;
+  }
+  if (gemm_ == cpu_gemm::avx2_fma) {
+    detail::avx2_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
   const detail::const_matrix_map am(a, a_rows, a_cols, Eigen::OuterStride<>(lda));

@@ -3,8 +3,10 @@
 //
 // Backend memory is ordinary host memory (64-byte aligned, zeroed by alloc), so upload and
 // download are plain copies. GEMM runs Eigen's blocked kernel through row-major Maps, without
-// temporaries; elementwise ops are vectorized. Eigen runs single-threaded here: a process runs
-// one worker or shard per thread already, and a second level of threads would oversubscribe.
+// temporaries, or, where the CPU has AVX2 and FMA, the packed kernel of cpu_gemm.hpp (chosen
+// once per object; cpu_gemm names the choice); elementwise ops are vectorized. Eigen runs
+// single-threaded here: a process runs one worker or shard per thread already, and a second level
+// of threads would oversubscribe.
 //
 // Elementwise ops compute each element from that element's inputs only, with the same operation
 // sequence on the vector and the scalar paths, so applying an op to a vector in pieces (as the
@@ -29,9 +31,26 @@
 
 namespace coach::kernels {
 
-/// The Eigen backend; always built. Made by make_backend(backend_kind::cpu).
+/// Which matrix product a cpu_backend runs.
+enum class cpu_gemm {
+  best,      ///< avx2_fma where the CPU has AVX2 and FMA, eigen elsewhere
+  eigen,     ///< Eigen's product (SSE2 on baseline x86-64)
+  avx2_fma,  ///< the packed AVX2/FMA kernel (cpu_gemm.hpp); requires a CPU that has both
+};
+
+/// "best", "eigen" or "avx2_fma".
+std::string_view to_string(cpu_gemm g) noexcept;
+
+/// The host backend; always built. Made by make_backend(backend_kind::cpu).
 class cpu_backend final : public backend {
  public:
+  /// A backend whose products run `gemm` (best: the fastest this CPU has). Requesting avx2_fma on
+  /// a CPU without AVX2 and FMA is a programming error (check detail::cpu_has_avx2_fma()).
+  explicit cpu_backend(cpu_gemm gemm = cpu_gemm::best);
+
+  /// The product this object runs: eigen or avx2_fma, never best.
+  cpu_gemm gemm_kind() const noexcept { return gemm_; }
+
   /// "cpu".
   std::string_view name() const noexcept override { return "cpu"; }
 
@@ -140,6 +159,7 @@ class cpu_backend final : public backend {
   float* columns(std::size_t floats);
 
   std::vector<float> columns_;
+  cpu_gemm gemm_;
 };
 
 }  // namespace coach::kernels

@@ -4,6 +4,7 @@
 // same float operations in the same order (no FMA: the library builds with -ffp-contract=off).
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -42,6 +43,16 @@ void im2col(const conv2d_shape& s, const float* x, float* col) {
             continue;
           }
           const float* src = x + (std::size_t(c) * s.height + ih) * s.width;
+          if (s.stride_w == 1) {
+            // iw = ow - pad_w + q: zeros left of the plane, one contiguous run, zeros right.
+            const int shift = q - s.pad_w;
+            const int lo = std::clamp(-shift, 0, ow_n);
+            const int hi = std::clamp(s.width - shift, lo, ow_n);
+            std::fill(row, row + lo, 0.0f);
+            std::copy(src + lo + shift, src + hi + shift, row + lo);
+            std::fill(row + hi, row + ow_n, 0.0f);
+            continue;
+          }
           for (int ow = 0; ow < ow_n; ++ow) {
             const int iw = ow * s.stride_w - s.pad_w + q;
             row[ow] = (iw >= 0 && iw < s.width) ? src[iw] : 0.0f;
@@ -225,10 +236,14 @@ void cpu_backend::max_pool2d_forward(const pool2d_shape& s, const float* x, floa
             for (int q = 0; q < s.window_w; ++q) {
               const int i = (h0 + r) * s.width + w0 + q;
               const float v = xp[i];
-              if (v > best || (v != v && best == best)) {
-                best = v;
-                at = i;
-              }
+              // Masks, not a branch (g++ turns ?: back into one): on real activations the
+              // comparison goes either way about as often, and a mispredicted branch cost
+              // more than the window did (pooling 16x28x28 x 64 images: 14 ms before).
+              const bool take = (v > best) | ((v != v) & (best == best));
+              const std::uint32_t mask = 0u - std::uint32_t(take);
+              best = std::bit_cast<float>((std::bit_cast<std::uint32_t>(v) & mask) |
+                                          (std::bit_cast<std::uint32_t>(best) & ~mask));
+              at = std::int32_t((std::uint32_t(i) & mask) | (std::uint32_t(at) & ~mask));
             }
           yp[oh * ow_n + ow] = best;
           ap[oh * ow_n + ow] = at;

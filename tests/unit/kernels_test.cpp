@@ -17,6 +17,8 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/counter_rng.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cpu/cpu_gemm.hpp"
 
 namespace coach::kernels {
 namespace {
@@ -27,9 +29,19 @@ constexpr float nan_f = std::numeric_limits<float>::quiet_NaN();
 /// (COACH_HAVE_CUDA) and make_backend(backend_kind::cuda) returns one.
 /// Every op's finite-difference and reference checks run on each backend this host can make
 /// (cuda where a device is visible: the GPU machine).
-std::vector<backend_kind> tested_backends() {
-  std::vector<backend_kind> out{backend_kind::cpu};
-  if (cuda_device_present()) out.push_back(backend_kind::cuda);
+/// The cpu backend runs once per matrix product this CPU has (Eigen's, and the AVX2/FMA kernel
+/// where the CPU has AVX2 and FMA), since convolutions and dense layers go through it.
+struct tested_backend {
+  backend_kind kind;
+  cpu_gemm gemm;  ///< for the cpu backend
+  std::string name;
+};
+
+std::vector<tested_backend> tested_backends() {
+  std::vector<tested_backend> out{{backend_kind::cpu, cpu_gemm::eigen, "cpu_eigen"}};
+  if (detail::cpu_has_avx2_fma())
+    out.push_back({backend_kind::cpu, cpu_gemm::avx2_fma, "cpu_avx2_fma"});
+  if (cuda_device_present()) out.push_back({backend_kind::cuda, cpu_gemm::best, "cuda"});
   return out;
 }
 
@@ -48,10 +60,14 @@ struct gemm_case {
 };
 
 /// Fixture: one backend per test, and backend memory that is freed when the test ends.
-class backend_test : public ::testing::TestWithParam<backend_kind> {
+class backend_test : public ::testing::TestWithParam<tested_backend> {
  protected:
   void SetUp() override {
-    auto made = make_backend(GetParam());
+    if (GetParam().kind == backend_kind::cpu) {
+      be_ = std::make_unique<cpu_backend>(GetParam().gemm);
+      return;
+    }
+    auto made = make_backend(GetParam().kind);
     ASSERT_TRUE(made) << made.error().to_string();
     be_ = std::move(*made);
   }
@@ -191,6 +207,20 @@ TEST_P(backend_test, gemm_matches_reference_for_all_transposes_shapes_and_scalar
           check_gemm(ta, tb, g, alpha, beta, seed += 3);
           if (HasFatalFailure()) return;
         }
+}
+
+TEST_P(backend_test, gemm_matches_reference_across_block_boundaries) {
+  // Past the AVX2 kernel's blocks: 300 > KC = 256 inner terms, 130 > MC = 120 rows, 3,100 >
+  // NC = 3,072 columns, with partial register tiles at every edge.
+  const std::vector<gemm_case> cases{{130, 40, 300, 1, 2, 3}, {7, 3100, 20, 0, 1, 5}};
+  std::uint32_t seed = 900;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (const auto& g : cases) {
+        check_gemm(ta, tb, g, 0.5f, 0.0f, seed += 3);
+        check_gemm(ta, tb, g, -1.5f, 0.75f, seed += 3);
+        if (HasFatalFailure()) return;
+      }
 }
 
 TEST_P(backend_test, gemm_with_empty_inner_dimension_only_scales_c) {
@@ -1134,11 +1164,32 @@ TEST_P(backend_test, batch_norm_gradients_match_central_differences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(all, backend_test, ::testing::ValuesIn(tested_backends()),
-                         [](const ::testing::TestParamInfo<backend_kind>& info) {
-                           return std::string(to_string(info.param));
+                         [](const ::testing::TestParamInfo<tested_backend>& info) {
+                           return info.param.name;
                          });
 
 // --- factory --------------------------------------------------------------------------------
+
+TEST(cpu_gemm_choice, best_takes_avx2_fma_exactly_where_the_cpu_has_it) {
+  const cpu_backend best;
+  EXPECT_EQ(best.gemm_kind(), detail::cpu_has_avx2_fma() ? cpu_gemm::avx2_fma : cpu_gemm::eigen);
+  EXPECT_EQ(cpu_backend(cpu_gemm::eigen).gemm_kind(), cpu_gemm::eigen);
+  EXPECT_EQ(to_string(cpu_gemm::avx2_fma), "avx2_fma");
+}
+
+TEST(cpu_gemm_choice, an_avx2_element_depends_only_on_its_row_and_column) {
+  if (!detail::cpu_has_avx2_fma()) GTEST_SKIP() << "this CPU has no AVX2 and FMA";
+  // Row 3 of a 40 x 50 product, computed alone (m = 1) and inside the whole: the same bits, so a
+  // sample's activations do not depend on the batch around it.
+  const int m = 40, n = 50, k = 300;
+  const auto a = random_floats(std::size_t(m) * k, 11);
+  const auto b = random_floats(std::size_t(k) * n, 12);
+  cpu_backend be(cpu_gemm::avx2_fma);
+  std::vector<float> whole(std::size_t(m) * n), one(n);
+  be.gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, whole.data(), n);
+  be.gemm(false, false, 1, n, k, 1.0f, a.data() + 3 * k, k, b.data(), n, 0.0f, one.data(), n);
+  EXPECT_TRUE(std::equal(one.begin(), one.end(), whole.begin() + 3 * n));
+}
 
 TEST(backend_factory, parses_and_prints_every_kind) {
   for (backend_kind kind : {backend_kind::auto_select, backend_kind::cpu, backend_kind::cuda}) {
