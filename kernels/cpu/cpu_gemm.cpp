@@ -4,13 +4,20 @@
 
 #include "kernels/cpu/cpu_gemm.hpp"
 
+#if defined(__x86_64__) || defined(__i386__)
+#define COACH_X86 1
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstddef>
 #include <vector>
 
+#include "common/enforce.hpp"
+
 namespace coach::kernels::detail {
+
+#if defined(COACH_X86)
 namespace {
 
 #define COACH_AVX2 __attribute__((target("avx2,fma")))
@@ -183,5 +190,18 @@ void avx2_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, con
 }
 
 #undef COACH_AVX2
+
+#else  // not x86: Eigen's product only
+
+bool cpu_has_avx2_fma() noexcept {
+  return false;
+}
+
+void avx2_gemm(bool, bool, int, int, int, float, const float*, int, const float*, int, float,
+               float*, int) {
+  COACH_ENFORCE(false, "avx2_gemm called on a CPU that is not x86");
+}
+
+#endif
 
 }  // namespace coach::kernels::detail

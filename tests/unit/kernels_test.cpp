@@ -19,6 +19,7 @@
 #include "kernels/counter_rng.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cpu/cpu_gemm.hpp"
+#include "kernels/layer_geometry.hpp"
 
 namespace coach::kernels {
 namespace {
@@ -918,6 +919,34 @@ TEST_P(backend_test, max_and_avg_pool_match_hand_computed_values) {
   be_->max_pool2d_forward(t, dev({1, nan_f, 3, 4}), ty, targ);
   for (float v : host(ty, 4)) EXPECT_TRUE(std::isnan(v));
   EXPECT_EQ(host_indices(targ, 4), (std::vector<std::int32_t>{1, 1, 1, 1}));
+}
+
+TEST_P(backend_test, max_pool_2x2_equals_the_window_rule_with_ties_and_nans) {
+  // The 2 x 2, stride 2 layer has a vector path four windows wide on the cpu: 13 columns give
+  // six windows a row (one block of four and two alone) and one column never read. Values from
+  // a small set make ties; a few NaNs must win their windows.
+  const auto s = make_pool(2, 3, 9, 13, 2, 2, 2, 2, 0, 0);
+  std::vector<float> x(s.input_size());
+  std::mt19937 gen(77);
+  for (auto& v : x) v = float(int(gen() % 5)) - 2.0f;
+  for (std::size_t i = 0; i < x.size(); i += 37) x[i] = nan_f;
+  float* y = dev(std::vector<float>(s.output_size(), 7.0f));
+  std::int32_t* arg = dev_indices(s.output_size());
+  be_->max_pool2d_forward(s, dev(x), y, arg);
+  const auto got = host(y, s.output_size());
+  const auto got_arg = host_indices(arg, s.output_size());
+  const std::size_t in_plane = std::size_t(s.height) * s.width;
+  const std::size_t out_plane = std::size_t(s.out_h()) * s.out_w();
+  for (std::size_t nc = 0; nc < std::size_t(s.batch) * s.channels; ++nc)
+    for (std::size_t o = 0; o < out_plane; ++o) {
+      const auto want = geometry::max_window(s, x.data() + nc * in_plane, int(o));
+      const std::size_t i = nc * out_plane + o;
+      ASSERT_EQ(got_arg[i], want.index) << "plane " << nc << " output " << o;
+      if (std::isnan(want.value))
+        ASSERT_TRUE(std::isnan(got[i])) << "plane " << nc << " output " << o;
+      else
+        ASSERT_EQ(got[i], want.value) << "plane " << nc << " output " << o;
+    }
 }
 
 TEST_P(backend_test, pooling_gradients_match_central_differences) {
