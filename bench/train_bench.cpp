@@ -18,12 +18,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "actors/embedded_cluster.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cpu/cpu_gemm.hpp"
 #include "worker/chunk_dispenser.hpp"
 #include "worker/dataset.hpp"
 #include "worker/network.hpp"
@@ -98,10 +101,11 @@ struct config {
 
 /// Where a step's time goes: `batches` forward and backward passes of one batch on one thread,
 /// each layer's share printed (forward and backward apart).
-void print_layer_breakdown(const scheduler::job_spec& spec, const worker::dataset& train,
-                           kernels::backend_kind kind, int batches) {
+/// Returns the samples/s of those passes.
+double print_layer_breakdown(const scheduler::job_spec& spec, const worker::dataset& train,
+                             std::unique_ptr<kernels::backend> be, std::string_view label,
+                             int batches) {
   const auto model = worker::network::for_data(spec.model, train).value();
-  auto be = std::move(*kernels::make_backend(kind));
   const std::size_t n = model.num_params();
   std::vector<float> host(n);
   model.init_params(host, spec.seed);
@@ -119,9 +123,10 @@ void print_layer_breakdown(const scheduler::job_spec& spec, const worker::datase
   be->free(w);
   be->free(g);
   std::printf(
-      "\nper layer, batch %d, %d batches on one thread: %.2f ms a batch, %.0f samples/s "
+      "\nper layer (%.*s), batch %d, %d batches on one thread: %.2f ms a batch, %.0f samples/s "
       "(forward + backward only)\n",
-      spec.batch_size, batches, 1e3 * wall / batches, double(batches) * spec.batch_size / wall);
+      int(label.size()), label.data(), spec.batch_size, batches, 1e3 * wall / batches,
+      double(batches) * spec.batch_size / wall);
   std::printf("%-4s %-12s %-12s %10s %10s %7s\n", "#", "layer", "output", "fwd ms", "bwd ms",
               "share");
   const auto& layers = model.layers();
@@ -135,6 +140,32 @@ void print_layer_breakdown(const scheduler::job_spec& spec, const worker::datase
                 1e3 * t.forward_s / batches, 1e3 * t.backward_s / batches,
                 100.0 * (t.forward_s + t.backward_s) / wall);
   }
+  return double(batches) * spec.batch_size / wall;
+}
+
+/// The layer breakdown on `kind`; on the cpu backend with `compare_gemm`, once with Eigen's
+/// product and once with the AVX2/FMA kernel (where the CPU has it), one after the other, and
+/// the ratio of the two.
+void layer_breakdowns(const scheduler::job_spec& spec, const worker::dataset& train,
+                      kernels::backend_kind kind, int batches, bool compare_gemm) {
+  if (kind != kernels::backend_kind::cpu || !compare_gemm) {
+    auto be = std::move(*kernels::make_backend(kind));
+    const std::string label(be->name());
+    print_layer_breakdown(spec, train, std::move(be), label, batches);
+    return;
+  }
+  using kernels::cpu_gemm;
+  const double eigen =
+      print_layer_breakdown(spec, train, std::make_unique<kernels::cpu_backend>(cpu_gemm::eigen),
+                            "cpu, eigen gemm", batches);
+  if (!kernels::detail::cpu_has_avx2_fma()) {
+    std::printf("\nthis CPU has no AVX2 and FMA: no second breakdown\n");
+    return;
+  }
+  const double avx2 =
+      print_layer_breakdown(spec, train, std::make_unique<kernels::cpu_backend>(cpu_gemm::avx2_fma),
+                            "cpu, avx2_fma gemm", batches);
+  std::printf("\navx2_fma gemm / eigen gemm: %.2fx samples/s\n", avx2 / eigen);
 }
 
 }  // namespace
@@ -156,6 +187,10 @@ int main(int argc, char** argv) {
   app.add_option("--backend", backend, "cpu | cuda | auto: the workers' and the plain loop's");
   app.add_option("--repeat", repeat, "Rounds; a ratio is the median of its rounds' pairs");
   app.add_flag("--json", json, "Print one JSON object on the last line");
+  bool compare_gemm = false;
+  app.add_flag("--compare-gemm", compare_gemm,
+               "With --layers on the cpu backend: the breakdown with Eigen's product, then with "
+               "the AVX2/FMA kernel, and their ratio");
   CLI11_PARSE(app, argc, argv);
 
   auto spec = scheduler::load_job_spec(spec_path);
@@ -284,7 +319,7 @@ int main(int argc, char** argv) {
                   m.compute_share);
     results += item;
   }
-  if (layer_batches > 0) print_layer_breakdown(*spec, data->train, *kind, layer_batches);
+  if (layer_batches > 0) layer_breakdowns(*spec, data->train, *kind, layer_batches, compare_gemm);
   if (json)
     std::printf(
         "{\"backend\": \"%s\", \"plain_loop_samples_per_s\": %.1f, "
