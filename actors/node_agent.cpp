@@ -94,6 +94,8 @@ struct agent_state {
   /// Answers held until memory is warm, by number (warmed_atom).
   std::map<std::uint64_t, std::pair<endpoint, command_reply>> deferred;
   std::uint64_t next_deferred = 0;
+  /// Jobs whose data set warnings are dealt with here (printed, or left to another holder).
+  std::set<std::uint64_t> warned;
   static inline const char* name = "coach.node_agent";
 
   std::uint32_t running() const {
@@ -148,6 +150,17 @@ struct agent_state {
     return pending.get();
   }
 
+  /// Prints the warnings of job `job`'s data set (a label column that looks like a feature ...)
+  /// once per job, as the scheduler's job runner prints them. Only where this call read the
+  /// files: a copy found in the cache was loaded by another holder in this process, which had
+  /// them to print (on the scheduler's node, the job's runner).
+  void print_warnings(std::uint64_t job, const std::string& job_name,
+                      const worker::shared_dataset& data) {
+    if (!warned.insert(job).second || !data.loaded_here) return;
+    for (const auto& w : data.data->warnings)
+      std::fprintf(stderr, "coach: job '%s': warning: %s\n", job_name.c_str(), w.c_str());
+  }
+
   /// Starts this node's shards (phase 1) or workers (phase 2) of a job.
   result<void> start(const start_job& sj) {
     if (draining && !sj.workers_phase && !parts.contains(sj.job))
@@ -158,12 +171,13 @@ struct agent_state {
       auto spec = scheduler::parse_job_spec(sj.spec_yaml, sj.source_name, sj.base_dir);
       if (!spec) return std::unexpected(spec.error());
       auto data = while_heartbeating([cfg = spec->dataset, seed = spec->seed] {
-        return worker::load_dataset_shared(cfg, seed);  // one copy per process
+        return worker::load_dataset_shared_tracked(cfg, seed);  // one copy per process
       });
       if (!data) return fail(data.error().code, "node '{}': {}", opt.name, data.error().message);
+      print_warnings(sj.job, spec->name, *data);
       for (const auto& p : sj.peers)
         if (p.host != opt.host) net->add_peer(p.host, p.address);
-      auto made = make_job_context(sj.job, *spec, std::move(*data), net, sj.master_host,
+      auto made = make_job_context(sj.job, *spec, std::move(data->data), net, sj.master_host,
                                    sj.shard_hosts, sj.worker_hosts);
       if (!made) return std::unexpected(made.error());
       part.ctx = std::move(*made);

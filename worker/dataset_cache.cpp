@@ -42,24 +42,32 @@ cache& the_cache() {
 
 }  // namespace
 
-result<std::shared_ptr<const dataset_pair>> load_dataset_shared(const dataset_config& cfg,
-                                                                std::uint64_t seed) {
+result<shared_dataset> load_dataset_shared_tracked(const dataset_config& cfg, std::uint64_t seed) {
   auto& c = the_cache();
   const auto key = key_of(cfg, seed);
   {
     std::lock_guard lock(c.mu);
     if (auto it = c.loaded.find(key); it != c.loaded.end())
-      if (auto held = it->second.lock()) return held;
+      if (auto held = it->second.lock()) return shared_dataset{std::move(held), false};
   }
   auto data = load_dataset(cfg, seed);  // outside the lock: seconds for Fashion-MNIST
   if (!data) return std::unexpected(data.error());
   auto fresh = std::make_shared<const dataset_pair>(std::move(*data));
   std::lock_guard lock(c.mu);
   auto& slot = c.loaded[key];
-  if (auto held = slot.lock()) return held;  // another caller finished first
+  if (auto held = slot.lock()) {
+    return shared_dataset{std::move(held), false};  // another caller finished first
+  }
   std::erase_if(c.loaded, [](const auto& kv) { return kv.second.expired(); });
   c.loaded[key] = fresh;
-  return fresh;
+  return shared_dataset{std::move(fresh), true};
+}
+
+result<std::shared_ptr<const dataset_pair>> load_dataset_shared(const dataset_config& cfg,
+                                                                std::uint64_t seed) {
+  auto got = load_dataset_shared_tracked(cfg, seed);
+  if (!got) return std::unexpected(std::move(got.error()));
+  return std::move(got->data);
 }
 
 }  // namespace coach::worker

@@ -66,6 +66,29 @@ bytes idx_labels(const std::vector<unsigned char>& labels) {
   return b;
 }
 
+dataset_config idx_config(const fs::path& dir) {
+  dataset_config cfg;
+  cfg.path = dir.string();
+  return cfg;
+}
+
+dataset_config csv_config(const std::string& path, double test_fraction = 0.5) {
+  dataset_config cfg;
+  cfg.format = dataset_format::csv;
+  cfg.path = path;
+  cfg.test_fraction = test_fraction;
+  return cfg;
+}
+
+dataset_config npy_config(const fs::path& dir) {
+  dataset_config cfg;
+  cfg.format = dataset_format::npy;
+  cfg.path = dir.string();
+  cfg.normalize = normalization::none;
+  return cfg;
+}
+
+/// A temporary directory per test, the files written into it, and the loads that must fail.
 class dataset_files : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -103,6 +126,28 @@ class dataset_files : public ::testing::Test {
   static bytes read(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     return bytes(std::istreambuf_iterator<char>(in), {});
+  }
+  /// Writes `text` to the file `name` and returns the csv config of that file.
+  dataset_config csv_file(const std::string& name, std::string_view text,
+                          double test_fraction = 0.5) {
+    return csv_config(write(name, text), test_fraction);
+  }
+
+  /// The error message of loading `cfg`; checks that the load fails with `code`.
+  static std::string error_of(const dataset_config& cfg, errc code, std::uint64_t seed = 1) {
+    auto d = load_dataset(cfg, seed);
+    EXPECT_FALSE(d) << cfg.path << " loaded";
+    if (d) return {};
+    EXPECT_EQ(d.error().code, code) << d.error().message;
+    return d.error().message;
+  }
+  /// The error message of load_idx(images, labels); checks that it fails with `code`.
+  static std::string idx_error(const std::string& images, const std::string& labels, errc code) {
+    auto d = load_idx(images, labels);
+    EXPECT_FALSE(d) << images << " loaded";
+    if (d) return {};
+    EXPECT_EQ(d.error().code, code) << d.error().message;
+    return d.error().message;
   }
 
   /// A complete idx directory: 5 training and 3 test images of 2 x 3 pixels.
@@ -298,8 +343,7 @@ TEST_F(dataset_files, idx_directory_plain_or_gz) {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     write_idx_dir(gz);
-    dataset_config cfg;
-    cfg.path = dir_.string();
+    dataset_config cfg = idx_config(dir_);
     auto d = load_dataset(cfg, 1);
     ASSERT_TRUE(d) << d.error().to_string();
     EXPECT_EQ(d->train.rows, 5u);
@@ -326,26 +370,16 @@ TEST_F(dataset_files, idx_directory_plain_or_gz) {
 TEST_F(dataset_files, idx_missing_file) {
   const auto lab = write("lab", idx_labels({1, 0}));
   const std::string missing = (dir_ / "no-such-images").string();
-  auto d = load_idx(missing, lab);
-  ASSERT_FALSE(d);
-  EXPECT_EQ(d.error().code, errc::not_found);
-  EXPECT_TRUE(has(d.error().message, missing));
-  EXPECT_TRUE(has(d.error().message, "not found"));
+  const std::string d = idx_error(missing, lab, errc::not_found);
+  EXPECT_TRUE(has(d, missing));
+  EXPECT_TRUE(has(d, "not found"));
 
   write_idx_dir(false);
   fs::remove(dir_ / "t10k-labels-idx1-ubyte");
-  dataset_config cfg;
-  cfg.path = dir_.string();
-  auto p = load_dataset(cfg, 1);
-  ASSERT_FALSE(p);
-  EXPECT_EQ(p.error().code, errc::not_found);
-  EXPECT_TRUE(has(p.error().message, "t10k-labels-idx1-ubyte"));
+  EXPECT_TRUE(has(error_of(idx_config(dir_), errc::not_found), "t10k-labels-idx1-ubyte"));
 
-  cfg.path = (dir_ / "no-such-dir").string();
-  auto q = load_dataset(cfg, 1);
-  ASSERT_FALSE(q);
-  EXPECT_EQ(q.error().code, errc::not_found);
-  EXPECT_TRUE(has(q.error().message, cfg.path));
+  const dataset_config no_dir = idx_config(dir_ / "no-such-dir");
+  EXPECT_TRUE(has(error_of(no_dir, errc::not_found), no_dir.path));
 }
 
 TEST_F(dataset_files, idx_truncated_header) {
@@ -353,18 +387,13 @@ TEST_F(dataset_files, idx_truncated_header) {
   b.resize(10);
   const auto img = write("img", b);
   const auto lab = write("lab", idx_labels({1, 0}));
-  auto d = load_idx(img, lab);
-  ASSERT_FALSE(d);
-  EXPECT_EQ(d.error().code, errc::parse_error);
-  EXPECT_TRUE(has(d.error().message, img));
-  EXPECT_TRUE(has(d.error().message, "truncated header"));
-  EXPECT_TRUE(has(d.error().message, "expected 16 bytes, got 10"));
+  const std::string d = idx_error(img, lab, errc::parse_error);
+  EXPECT_TRUE(has(d, img));
+  EXPECT_TRUE(has(d, "truncated header"));
+  EXPECT_TRUE(has(d, "expected 16 bytes, got 10"));
 
   const auto empty = write("empty", bytes{});
-  auto e = load_idx(empty, lab);
-  ASSERT_FALSE(e);
-  EXPECT_EQ(e.error().code, errc::parse_error);
-  EXPECT_TRUE(has(e.error().message, "expected 16 bytes, got 0"));
+  EXPECT_TRUE(has(idx_error(empty, lab, errc::parse_error), "expected 16 bytes, got 0"));
 }
 
 TEST_F(dataset_files, idx_truncated_data) {
@@ -372,54 +401,44 @@ TEST_F(dataset_files, idx_truncated_data) {
   b.resize(16 + 7);
   const auto img = write("img", b);
   const auto lab = write("lab", idx_labels({1, 0, 1}));
-  auto d = load_idx(img, lab);
-  ASSERT_FALSE(d);
-  EXPECT_EQ(d.error().code, errc::parse_error);
-  EXPECT_TRUE(has(d.error().message, img));
-  EXPECT_TRUE(has(d.error().message, "truncated data"));
-  EXPECT_TRUE(has(d.error().message, "expected 12 bytes"));
-  EXPECT_TRUE(has(d.error().message, "got 7"));
+  const std::string d = idx_error(img, lab, errc::parse_error);
+  EXPECT_TRUE(has(d, img));
+  EXPECT_TRUE(has(d, "truncated data"));
+  EXPECT_TRUE(has(d, "expected 12 bytes"));
+  EXPECT_TRUE(has(d, "got 7"));
 
   // The same for labels, and through gzip.
   const auto img_ok = write("img_ok", idx_images(3, 2, 2));
   bytes l = idx_labels({1, 0, 1});
   l.pop_back();
   const auto lab_gz = write_gz("lab.gz", l);
-  auto e = load_idx(img_ok, lab_gz);
-  ASSERT_FALSE(e);
-  EXPECT_EQ(e.error().code, errc::parse_error);
-  EXPECT_TRUE(has(e.error().message, lab_gz));
-  EXPECT_TRUE(has(e.error().message, "expected 3 bytes"));
-  EXPECT_TRUE(has(e.error().message, "got 2"));
+  const std::string e = idx_error(img_ok, lab_gz, errc::parse_error);
+  EXPECT_TRUE(has(e, lab_gz));
+  EXPECT_TRUE(has(e, "expected 3 bytes"));
+  EXPECT_TRUE(has(e, "got 2"));
 }
 
 TEST_F(dataset_files, idx_wrong_magic) {
   const auto lab = write("lab", idx_labels({1, 0}));
   // Labels given as images.
-  auto d = load_idx(lab, lab);
-  ASSERT_FALSE(d);
-  EXPECT_EQ(d.error().code, errc::parse_error);
-  EXPECT_TRUE(has(d.error().message, lab));
-  EXPECT_TRUE(has(d.error().message, "wrong magic 0x00000801"));
-  EXPECT_TRUE(has(d.error().message, "expected 0x00000803"));
+  const std::string d = idx_error(lab, lab, errc::parse_error);
+  EXPECT_TRUE(has(d, lab));
+  EXPECT_TRUE(has(d, "wrong magic 0x00000801"));
+  EXPECT_TRUE(has(d, "expected 0x00000803"));
 
   const auto text = write("readme.txt", std::string_view("hello, this is not IDX\n"));
   const auto img = write("img", idx_images(2, 1, 1));
-  auto e = load_idx(img, text);
-  ASSERT_FALSE(e);
-  EXPECT_EQ(e.error().code, errc::parse_error);
-  EXPECT_TRUE(has(e.error().message, text));
-  EXPECT_TRUE(has(e.error().message, "wrong magic 0x68656C6C"));
+  const std::string e = idx_error(img, text, errc::parse_error);
+  EXPECT_TRUE(has(e, text));
+  EXPECT_TRUE(has(e, "wrong magic 0x68656C6C"));
 }
 
 TEST_F(dataset_files, idx_count_mismatch) {
   const auto img = write("img", idx_images(3, 2, 2));
   const auto lab = write("lab", idx_labels({1, 0}));
-  auto d = load_idx(img, lab);
-  ASSERT_FALSE(d);
-  EXPECT_EQ(d.error().code, errc::invalid_argument);
-  EXPECT_TRUE(has(d.error().message, img + " holds 3 images"));
-  EXPECT_TRUE(has(d.error().message, lab + " holds 2 labels"));
+  const std::string d = idx_error(img, lab, errc::invalid_argument);
+  EXPECT_TRUE(has(d, img + " holds 3 images"));
+  EXPECT_TRUE(has(d, lab + " holds 2 labels"));
 }
 
 TEST_F(dataset_files, idx_corrupt_gzip) {
@@ -431,60 +450,35 @@ TEST_F(dataset_files, idx_corrupt_gzip) {
   const auto bad = write("bad.gz", b);
   std::vector<unsigned char> labels(200, 1);
   const auto lab = write("lab", idx_labels(labels));
-  auto d = load_idx(bad, lab);
-  ASSERT_FALSE(d);
-  EXPECT_EQ(d.error().code, errc::io_error);
-  EXPECT_TRUE(has(d.error().message, bad));
-  EXPECT_TRUE(has(d.error().message, "corrupt gzip"));
+  const std::string d = idx_error(bad, lab, errc::io_error);
+  EXPECT_TRUE(has(d, bad));
+  EXPECT_TRUE(has(d, "corrupt gzip"));
 
   // A gzip stream cut in the middle.
   bytes cut = read(good);
   cut.resize(cut.size() / 2);
   const auto cut_path = write("cut.gz", cut);
-  auto e = load_idx(cut_path, lab);
-  ASSERT_FALSE(e);
-  EXPECT_EQ(e.error().code, errc::io_error);
-  EXPECT_TRUE(has(e.error().message, cut_path));
-  EXPECT_TRUE(has(e.error().message, "corrupt gzip"));
+  const std::string e = idx_error(cut_path, lab, errc::io_error);
+  EXPECT_TRUE(has(e, cut_path));
+  EXPECT_TRUE(has(e, "corrupt gzip"));
 }
 
 TEST_F(dataset_files, idx_test_label_outside_training_classes) {
   write_idx_dir(false);
   write("t10k-labels-idx1-ubyte", idx_labels({2, 7, 1}));
-  dataset_config cfg;
-  cfg.path = dir_.string();
-  auto d = load_dataset(cfg, 1);
-  ASSERT_FALSE(d);
-  EXPECT_EQ(d.error().code, errc::invalid_argument);
-  EXPECT_TRUE(has(d.error().message, "t10k-labels-idx1-ubyte"));
-  EXPECT_TRUE(has(d.error().message, "test label 7"));
-  EXPECT_TRUE(has(d.error().message, "[0, 3)"));
+  const std::string d = error_of(idx_config(dir_), errc::invalid_argument);
+  EXPECT_TRUE(has(d, "t10k-labels-idx1-ubyte"));
+  EXPECT_TRUE(has(d, "test label 7"));
+  EXPECT_TRUE(has(d, "[0, 3)"));
 }
 
 TEST_F(dataset_files, idx_directory_expected) {
   const auto file = write("not-a-dir", std::string_view("x"));
-  dataset_config cfg;
-  cfg.path = file;
-  auto d = load_dataset(cfg, 1);
-  ASSERT_FALSE(d);
-  EXPECT_EQ(d.error().code, errc::invalid_argument);
-  EXPECT_TRUE(has(d.error().message, file));
-
-  auto e = load_idx(dir_.string(), file);
-  ASSERT_FALSE(e);
-  EXPECT_EQ(e.error().code, errc::io_error);
-  EXPECT_TRUE(has(e.error().message, "is a directory"));
+  EXPECT_TRUE(has(error_of(idx_config(file), errc::invalid_argument), file));
+  EXPECT_TRUE(has(idx_error(dir_.string(), file, errc::io_error), "is a directory"));
 }
 
 // --- csv files ------------------------------------------------------------------------------
-
-dataset_config csv_config(const std::string& path, double test_fraction = 0.5) {
-  dataset_config cfg;
-  cfg.format = dataset_format::csv;
-  cfg.path = path;
-  cfg.test_fraction = test_fraction;
-  return cfg;
-}
 
 TEST_F(dataset_files, csv_plain_and_gz) {
   const std::string_view text = "0,4,8,0\r\n8,2,0,1\r\n\n1,1,1,2\n 3 , 0 ,+2,1\n";
@@ -541,47 +535,51 @@ TEST_F(dataset_files, a_shared_load_is_one_copy_while_held_and_fresh_once_let_go
   EXPECT_EQ(missing.error().code, errc::not_found);
 }
 
-TEST_F(dataset_files, csv_ragged_row_names_the_line) {
-  const auto path = write("r.csv", std::string_view("1,2,3,0\n4,5,6,1\n7,8,1\n"));
-  auto d = load_dataset(csv_config(path), 1);
-  ASSERT_FALSE(d);
-  EXPECT_EQ(d.error().code, errc::parse_error);
-  EXPECT_TRUE(has(d.error().message, path));
-  EXPECT_TRUE(has(d.error().message, "line 3"));
-  EXPECT_TRUE(has(d.error().message, "3 columns, expected 4"));
+TEST_F(dataset_files, a_tracked_shared_load_says_whether_this_call_read_the_files) {
+  const auto cfg = csv_file("t.csv", "0,4,8,0\n8,2,0,1\n1,1,1,2\n3,0,2,1\n");
+  auto first = load_dataset_shared_tracked(cfg, 5);
+  ASSERT_TRUE(first) << first.error().to_string();
+  EXPECT_TRUE(first->loaded_here);
+  auto again = load_dataset_shared_tracked(cfg, 5);
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(again->loaded_here) << "the copy the first holder keeps";
+  EXPECT_EQ(again->data, first->data);
+  first->data.reset();
+  again->data.reset();
+  auto fresh = load_dataset_shared_tracked(cfg, 5);
+  ASSERT_TRUE(fresh);
+  EXPECT_TRUE(fresh->loaded_here) << "nobody held a copy any more";
+}
 
-  const auto longer = write("l.csv", std::string_view("1,2,0\n\n1,2,3,4,1\n"));
-  auto e = load_dataset(csv_config(longer), 1);
-  ASSERT_FALSE(e);
-  EXPECT_EQ(e.error().code, errc::parse_error);
-  EXPECT_TRUE(has(e.error().message, "line 3"));
-  EXPECT_TRUE(has(e.error().message, "5 columns, expected 3"));
+TEST_F(dataset_files, csv_ragged_row_names_the_line) {
+  const auto cfg = csv_file("r.csv", "1,2,3,0\n4,5,6,1\n7,8,1\n");
+  const std::string d = error_of(cfg, errc::parse_error);
+  EXPECT_TRUE(has(d, cfg.path));
+  EXPECT_TRUE(has(d, "line 3"));
+  EXPECT_TRUE(has(d, "3 columns, expected 4"));
+
+  const std::string e = error_of(csv_file("l.csv", "1,2,0\n\n1,2,3,4,1\n"), errc::parse_error);
+  EXPECT_TRUE(has(e, "line 3"));
+  EXPECT_TRUE(has(e, "5 columns, expected 3"));
 }
 
 TEST_F(dataset_files, csv_non_number_names_line_and_column) {
-  const auto path = write("n.csv", std::string_view("1,2,3,0\n4,5,abc,1\n"));
-  auto d = load_dataset(csv_config(path), 1);
-  ASSERT_FALSE(d);
-  EXPECT_EQ(d.error().code, errc::parse_error);
-  EXPECT_TRUE(has(d.error().message, path));
-  EXPECT_TRUE(has(d.error().message, "line 2, column 3"));
-  EXPECT_TRUE(has(d.error().message, "'abc' is not a number"));
+  const auto cfg = csv_file("n.csv", "1,2,3,0\n4,5,abc,1\n");
+  const std::string d = error_of(cfg, errc::parse_error);
+  EXPECT_TRUE(has(d, cfg.path));
+  EXPECT_TRUE(has(d, "line 2, column 3"));
+  EXPECT_TRUE(has(d, "'abc' is not a number"));
 
-  const auto empty_field = write("e.csv", std::string_view("1,,3,0\n"));
-  auto e = load_dataset(csv_config(empty_field), 1);
-  ASSERT_FALSE(e);
-  EXPECT_TRUE(has(e.error().message, "line 1, column 2"));
+  EXPECT_TRUE(has(error_of(csv_file("e.csv", "1,,3,0\n"), errc::parse_error), "line 1, column 2"));
 }
 
 TEST_F(dataset_files, csv_label_must_be_a_non_negative_integer) {
   for (std::string_view bad : {"1.5", "-1", "70000"}) {
     SCOPED_TRACE(bad);
-    const auto path = write("l.csv", "1,2,0\n3,4," + std::string(bad) + "\n");
-    auto d = load_dataset(csv_config(path), 1);
-    ASSERT_FALSE(d);
-    EXPECT_EQ(d.error().code, errc::parse_error);
-    EXPECT_TRUE(has(d.error().message, "line 2, column 3"));
-    EXPECT_TRUE(has(d.error().message, "label " + std::string(bad)));
+    const std::string d =
+        error_of(csv_file("l.csv", "1,2,0\n3,4," + std::string(bad) + "\n"), errc::parse_error);
+    EXPECT_TRUE(has(d, "line 2, column 3"));
+    EXPECT_TRUE(has(d, "label " + std::string(bad)));
   }
 }
 
@@ -589,42 +587,20 @@ TEST_F(dataset_files, csv_test_fraction_out_of_range) {
   const auto path = write("d.csv", std::string_view("1,0\n2,1\n3,0\n4,1\n"));
   for (double f : {0.0, 1.0, -0.1, 1.5, std::numeric_limits<double>::quiet_NaN()}) {
     SCOPED_TRACE(f);
-    auto d = load_dataset(csv_config(path, f), 1);
-    ASSERT_FALSE(d);
-    EXPECT_EQ(d.error().code, errc::invalid_argument);
-    EXPECT_TRUE(has(d.error().message, "test_fraction"));
-    EXPECT_TRUE(has(d.error().message, "(0, 1)"));
+    const std::string d = error_of(csv_config(path, f), errc::invalid_argument);
+    EXPECT_TRUE(has(d, "test_fraction"));
+    EXPECT_TRUE(has(d, "(0, 1)"));
   }
   // In range but leaving one side empty.
-  auto d = load_dataset(csv_config(path, 0.05), 1);
-  ASSERT_FALSE(d);
-  EXPECT_EQ(d.error().code, errc::invalid_argument);
-  EXPECT_TRUE(has(d.error().message, "test set empty"));
+  EXPECT_TRUE(has(error_of(csv_config(path, 0.05), errc::invalid_argument), "test set empty"));
 }
 
 TEST_F(dataset_files, csv_missing_and_empty_files) {
   const std::string missing = (dir_ / "none.csv").string();
-  auto d = load_dataset(csv_config(missing), 1);
-  ASSERT_FALSE(d);
-  EXPECT_EQ(d.error().code, errc::not_found);
-  EXPECT_TRUE(has(d.error().message, missing));
-
-  const auto empty = write("empty.csv", std::string_view("\n\n"));
-  auto e = load_dataset(csv_config(empty), 1);
-  ASSERT_FALSE(e);
-  EXPECT_EQ(e.error().code, errc::parse_error);
-  EXPECT_TRUE(has(e.error().message, "no data rows"));
-
-  const auto one = write("one.csv", std::string_view("1\n2\n"));
-  auto f = load_dataset(csv_config(one), 1);
-  ASSERT_FALSE(f);
-  EXPECT_EQ(f.error().code, errc::parse_error);
-  EXPECT_TRUE(has(f.error().message, "line 1"));
-
-  dataset_config cfg = csv_config("");
-  auto g = load_dataset(cfg, 1);
-  ASSERT_FALSE(g);
-  EXPECT_EQ(g.error().code, errc::invalid_argument);
+  EXPECT_TRUE(has(error_of(csv_config(missing), errc::not_found), missing));
+  EXPECT_TRUE(has(error_of(csv_file("empty.csv", "\n\n"), errc::parse_error), "no data rows"));
+  EXPECT_TRUE(has(error_of(csv_file("one.csv", "1\n2\n"), errc::parse_error), "line 1"));
+  error_of(csv_config(""), errc::invalid_argument);
 }
 
 TEST(dataset_format_names, round_trip) {
@@ -658,9 +634,7 @@ std::vector<std::vector<float>> all_rows(const dataset_pair& d) {
 
 TEST_F(dataset_files, csv_header_label_first_and_semicolons_train_on_the_right_column) {
   // The label first: a reader that took the last column would learn b (10, 20, ...) as classes.
-  const auto path =
-      write("h.csv", std::string_view("species;a;b\n2;1;10\n0;2;20\n1;3;30\n0;4;40\n"));
-  dataset_config cfg = csv_config(path);
+  dataset_config cfg = csv_file("h.csv", "species;a;b\n2;1;10\n0;2;20\n1;3;30\n0;4;40\n");
   cfg.header = true;
   cfg.label_column.index = 0;
   cfg.delimiter = ';';
@@ -676,11 +650,8 @@ TEST_F(dataset_files, csv_header_label_first_and_semicolons_train_on_the_right_c
 
   // Without header: true, the column names are refused with a hint, not trained on.
   cfg.header = false;
-  auto e = load_dataset(cfg, 3);
-  ASSERT_FALSE(e);
-  EXPECT_EQ(e.error().code, errc::parse_error);
-  EXPECT_EQ(e.error().message,
-            path +
+  EXPECT_EQ(error_of(cfg, errc::parse_error, 3),
+            cfg.path +
                 ": line 1, column 2: 'a' is not a number (if the first row holds column names, "
                 "set header: true)");
 
@@ -693,12 +664,12 @@ TEST_F(dataset_files, csv_header_label_first_and_semicolons_train_on_the_right_c
 }
 
 TEST_F(dataset_files, csv_label_by_header_name_with_tabs_quotes_bom_and_crlf) {
-  const auto path = write("n.csv", std::string_view("\xEF\xBB\xBFx1\t\"the label\"\tx2\r\n"
-                                                    "1\t0\t5\r\n"
-                                                    "2\t1\t6\r\n"
-                                                    "\"3\"\t1\t7\r\n"
-                                                    "4\t0\t8\r\n"));
-  dataset_config cfg = csv_config(path);
+  dataset_config cfg = csv_file("n.csv",
+                                "\xEF\xBB\xBFx1\t\"the label\"\tx2\r\n"
+                                "1\t0\t5\r\n"
+                                "2\t1\t6\r\n"
+                                "\"3\"\t1\t7\r\n"
+                                "4\t0\t8\r\n");
   cfg.header = true;
   cfg.label_column.name = "the label";
   cfg.delimiter = '\t';
@@ -713,12 +684,12 @@ TEST_F(dataset_files, csv_label_by_header_name_with_tabs_quotes_bom_and_crlf) {
 
 TEST_F(dataset_files, csv_string_labels_are_classes_in_sorted_order_with_their_names) {
   // First appearance is virginica, setosa, "versi, color": sorted order is what counts.
-  const auto path = write("s.csv", std::string_view("1,virginica\n2,setosa\n3,\"versi, color\"\n"
-                                                    "4,virginica\n5,setosa\n6,\"versi, color\"\n"));
+  dataset_config cfg = csv_file("s.csv",
+                                "1,virginica\n2,setosa\n3,\"versi, color\"\n"
+                                "4,virginica\n5,setosa\n6,\"versi, color\"\n");
+  cfg.normalize = normalization::none;
   for (std::uint64_t seed : {1, 2, 3}) {
     SCOPED_TRACE(seed);
-    dataset_config cfg = csv_config(path);
-    cfg.normalize = normalization::none;
     auto d = load_dataset(cfg, seed);
     ASSERT_TRUE(d) << d.error().to_string();
     const std::vector<std::string> names{"setosa", "versi, color", "virginica"};
@@ -730,11 +701,11 @@ TEST_F(dataset_files, csv_string_labels_are_classes_in_sorted_order_with_their_n
               (std::vector<std::vector<float>>{{1, 2}, {2, 0}, {3, 1}, {4, 2}, {5, 0}, {6, 1}}));
   }
   // A column mixing numbers and words is words; integers are named by their decimal text.
-  const auto mixed = write("m.csv", std::string_view("1,10\n2,cat\n3,010\n4,2.0\n"));
-  auto m = load_dataset(csv_config(mixed), 1);
+  const dataset_config mixed = csv_file("m.csv", "1,10\n2,cat\n3,010\n4,2.0\n");
+  auto m = load_dataset(mixed, 1);
   ASSERT_TRUE(m) << m.error().to_string();
   EXPECT_EQ(m->train.class_names, (std::vector<std::string>{"10", "2", "cat"}));
-  dataset_config none = csv_config(mixed);
+  dataset_config none = mixed;
   none.normalize = normalization::none;
   auto n = load_dataset(none, 1);
   ASSERT_TRUE(n);
@@ -742,8 +713,7 @@ TEST_F(dataset_files, csv_string_labels_are_classes_in_sorted_order_with_their_n
 }
 
 TEST_F(dataset_files, csv_normalize_none_and_max) {
-  const auto path = write("v.csv", std::string_view("2,-4,0\n6,3,1\n12,1,0\n1,0,1\n"));
-  dataset_config cfg = csv_config(path);
+  dataset_config cfg = csv_file("v.csv", "2,-4,0\n6,3,1\n12,1,0\n1,0,1\n");
   cfg.normalize = normalization::none;
   auto raw = load_dataset(cfg, 1);
   ASSERT_TRUE(raw) << raw.error().to_string();
@@ -766,9 +736,8 @@ TEST_F(dataset_files, csv_normalize_none_and_max) {
 TEST_F(dataset_files, csv_standardize_uses_the_training_rows_only) {
   // Label = the row's number, so the rows of each set are known whatever the shuffle. Any two
   // distinct values a, b have mean (a + b) / 2 and population std |a - b| / 2, both exact.
-  const auto path = write("z.csv", std::string_view("0,5,0\n2,5,1\n4,5,2\n8,5,3\n"));
+  dataset_config cfg = csv_file("z.csv", "0,5,0\n2,5,1\n4,5,2\n8,5,3\n");
   const std::array<float, 4> raw{0, 2, 4, 8};
-  dataset_config cfg = csv_config(path);
   cfg.normalize = normalization::standardize;
   for (std::uint64_t seed : {1, 2, 5}) {
     SCOPED_TRACE(seed);
@@ -803,13 +772,12 @@ TEST_F(dataset_files, csv_implausible_label_columns_give_warnings_not_errors) {
   for (int i = 0; i < 30; ++i) {
     text += std::to_string(i % 2) + "," + std::to_string(i * 3) + "," + std::to_string(i) + "\n";
   }
-  const auto path = write("w.csv", text);
-  dataset_config cfg = csv_config(path);
+  dataset_config cfg = csv_file("w.csv", text);
   cfg.header = true;
   auto d = load_dataset(cfg, 1);
   ASSERT_TRUE(d) << d.error().to_string();
   ASSERT_EQ(d->warnings.size(), 1u);
-  EXPECT_EQ(d->warnings[0], path +
+  EXPECT_EQ(d->warnings[0], cfg.path +
                                 ": the label column (label_column 2 ('weight')) gives 30 "
                                 "distinct values in 30 rows (more than half); if it is not "
                                 "the label, set dataset.label_column to the label's column "
@@ -821,19 +789,18 @@ TEST_F(dataset_files, csv_implausible_label_columns_give_warnings_not_errors) {
   EXPECT_EQ(right->train.classes, 2);
 
   // More than 1000 classes, from labels 0 and 1500.
-  const auto wide = write("c.csv", std::string_view("1,0\n2,1500\n3,0\n4,1500\n"));
-  auto c = load_dataset(csv_config(wide), 1);
+  auto c = load_dataset(csv_file("c.csv", "1,0\n2,1500\n3,0\n4,1500\n"), 1);
   ASSERT_TRUE(c);
   ASSERT_EQ(c->warnings.size(), 1u);
   EXPECT_TRUE(has(c->warnings[0], "label_column 1) gives 1501 classes (more than 1000)"));
 
   // Whole numbers written as floats: a measurement, more likely than a class.
-  const auto floats = write("f.csv", std::string_view("1,0.0\n2,1.0\n3,1\n4,0\n"));
-  auto f = load_dataset(csv_config(floats), 1);
+  const auto floats = csv_file("f.csv", "1,0.0\n2,1.0\n3,1\n4,0\n");
+  auto f = load_dataset(floats, 1);
   ASSERT_TRUE(f);
   EXPECT_EQ(f->train.classes, 2);
   ASSERT_EQ(f->warnings.size(), 1u);
-  EXPECT_EQ(f->warnings[0], floats +
+  EXPECT_EQ(f->warnings[0], floats.path +
                                 ": the label column (label_column 1) holds numbers written "
                                 "as floats (e.g. '0.0' on line 1); labels are class "
                                 "indices: if it is not the label, set dataset.label_column "
@@ -866,13 +833,9 @@ TEST_F(dataset_files, csv_errors_name_file_line_column_and_cell) {
            bad_case{"a,b\n", "no data rows", errc::parse_error, true},
        }) {
     SCOPED_TRACE(c.text);
-    const auto path = write("e.csv", c.text);
-    dataset_config cfg = csv_config(path);
+    dataset_config cfg = csv_file("e.csv", c.text);
     cfg.header = c.header;
-    auto d = load_dataset(cfg, 1);
-    ASSERT_FALSE(d);
-    EXPECT_EQ(d.error().code, c.code);
-    EXPECT_EQ(d.error().message, path + ": " + std::string(c.message));
+    EXPECT_EQ(error_of(cfg, c.code), cfg.path + ": " + std::string(c.message));
   }
 }
 
@@ -900,27 +863,20 @@ TEST_F(dataset_files, csv_label_column_errors) {
     dataset_config cfg = csv_config(path);
     cfg.label_column = {c.index, std::string(c.name)};
     cfg.header = c.header;
-    auto d = load_dataset(cfg, 1);
-    ASSERT_FALSE(d);
-    EXPECT_EQ(d.error().code, errc::invalid_argument);
-    EXPECT_TRUE(has(d.error().message, path + ": " + std::string(c.message)));
+    EXPECT_TRUE(has(error_of(cfg, errc::invalid_argument), path + ": " + std::string(c.message)));
   }
-  const auto twice = write("t.csv", std::string_view("a,b,a\n1,2,0\n3,4,1\n"));
-  dataset_config cfg = csv_config(twice);
-  cfg.header = true;
-  cfg.label_column.name = "a";
-  auto d = load_dataset(cfg, 1);
-  ASSERT_FALSE(d);
-  EXPECT_EQ(d.error().message, twice +
-                                   ": label_column 'a' names 2 columns of the header on line "
-                                   "1 (0-based 0 and 2); give its index instead");
+  dataset_config twice = csv_file("t.csv", "a,b,a\n1,2,0\n3,4,1\n");
+  twice.header = true;
+  twice.label_column.name = "a";
+  EXPECT_EQ(error_of(twice, errc::invalid_argument),
+            twice.path +
+                ": label_column 'a' names 2 columns of the header on line 1 (0-based 0 and 2); "
+                "give its index instead");
 
-  cfg = csv_config(path);
-  cfg.delimiter = 'x';
-  auto bad = load_dataset(cfg, 1);
-  ASSERT_FALSE(bad);
-  EXPECT_EQ(bad.error().code, errc::invalid_argument);
-  EXPECT_TRUE(has(bad.error().message, path + ": delimiter must be one character"));
+  dataset_config bad = csv_config(path);
+  bad.delimiter = 'x';
+  EXPECT_TRUE(
+      has(error_of(bad, errc::invalid_argument), path + ": delimiter must be one character"));
 }
 
 TEST(dataset_option_names, normalization_and_delimiters) {
@@ -1015,14 +971,6 @@ bytes npy(std::string_view descr, std::string_view shape, const bytes& data, int
   return b;
 }
 
-dataset_config npy_config(const fs::path& dir) {
-  dataset_config cfg;
-  cfg.format = dataset_format::npy;
-  cfg.path = dir.string();
-  cfg.normalize = normalization::none;
-  return cfg;
-}
-
 class npy_files : public dataset_files {
  protected:
   /// x_train: 4 rows of 2 features, 0..7; y_train 0 1 0 1; x_test: 2 rows, 8..11; y_test 1 0.
@@ -1033,14 +981,9 @@ class npy_files : public dataset_files {
     write("x_test.npy", npy(x_descr, "(2, 2)", npy_values(x_descr, {8, 9, 10, 11}), major));
     write("y_test.npy", npy(y_descr, "(2,)", npy_values(y_descr, {1, 0}), major));
   }
+  using dataset_files::error_of;
   /// The error of loading dir_ as npy; checks the code.
-  std::string error_of(errc code) {
-    auto d = load_dataset(npy_config(dir_), 1);
-    EXPECT_FALSE(d);
-    if (d) return {};
-    EXPECT_EQ(d.error().code, code) << d.error().message;
-    return d.error().message;
-  }
+  std::string error_of(errc code) const { return error_of(npy_config(dir_), code); }
   std::string file(std::string_view name) const { return (dir_ / name).string(); }
 };
 
@@ -1167,7 +1110,7 @@ TEST_F(npy_files, without_test_files_the_training_files_are_split_by_the_seed) {
   for (int r = 0; r < 10; ++r) {
     text += std::to_string(r) + "," + std::to_string(10 * r) + "," + std::to_string(r % 3) + "\n";
   }
-  dataset_config csv = csv_config(write("same.csv", text), 0.2);
+  dataset_config csv = csv_file("same.csv", text, 0.2);
   csv.normalize = normalization::none;
   auto c = load_dataset(csv, 42);
   ASSERT_TRUE(c) << c.error().to_string();
@@ -1181,10 +1124,8 @@ TEST_F(npy_files, without_test_files_the_training_files_are_split_by_the_seed) {
   EXPECT_EQ(lim->test.x, std::vector<float>(a->test.x.begin(), a->test.x.begin() + 2));
   // test_fraction is checked as for csv.
   cfg.test_fraction = 0.01;
-  auto empty = load_dataset(cfg, 42);
-  ASSERT_FALSE(empty);
-  EXPECT_TRUE(
-      has(empty.error().message, "test_fraction 0.01 of 10 rows leaves the test set empty"));
+  EXPECT_TRUE(has(error_of(cfg, errc::invalid_argument, 42),
+                  "test_fraction 0.01 of 10 rows leaves the test set empty"));
 }
 
 TEST_F(npy_files, header_errors_name_the_file) {
@@ -1299,15 +1240,9 @@ TEST_F(npy_files, missing_and_compressed_files) {
       error_of(errc::invalid_argument),
       file("x_train.npy") + ": is gzip-compressed; format npy reads plain .npy files (gunzip it)");
 
-  dataset_config cfg = npy_config(dir_ / "none");
-  auto d = load_dataset(cfg, 1);
-  ASSERT_FALSE(d);
-  EXPECT_EQ(d.error().code, errc::not_found);
-  cfg = npy_config(file("x_test.npy"));
-  auto e = load_dataset(cfg, 1);
-  ASSERT_FALSE(e);
-  EXPECT_EQ(e.error().code, errc::invalid_argument);
-  EXPECT_TRUE(has(e.error().message, "is not a directory (format npy expects"));
+  error_of(npy_config(dir_ / "none"), errc::not_found);
+  EXPECT_TRUE(has(error_of(npy_config(file("x_test.npy")), errc::invalid_argument),
+                  "is not a directory (format npy expects"));
 }
 
 TEST(npy_header, parses_what_numpy_writes) {
@@ -1350,31 +1285,27 @@ TEST_F(dataset_files, csv_label_columns_with_more_than_65536_values_are_refused)
   std::string words;
   for (int i = 0; i <= max_label + 1; ++i)
     words += std::to_string(i) + ",w" + std::to_string(i) + "\n";
-  const auto path = write("many.csv", words);
-  auto d = load_dataset(csv_config(path), 1);
-  ASSERT_FALSE(d);
-  EXPECT_EQ(d.error().code, errc::invalid_argument);
-  EXPECT_EQ(d.error().message, path +
-                                   ": line 65537: the label column (label_column 1) holds more "
-                                   "than 65536 distinct values; is it the label? Set "
-                                   "dataset.label_column");
+  const auto many = csv_file("many.csv", words);
+  EXPECT_EQ(error_of(many, errc::invalid_argument),
+            many.path +
+                ": line 65537: the label column (label_column 1) holds more "
+                "than 65536 distinct values; is it the label? Set "
+                "dataset.label_column");
   // Every integer label and one word: 65537 classes once the word joins them.
   std::string mixed;
   for (int i = 0; i <= max_label; ++i) mixed += "1," + std::to_string(i) + "\n";
   mixed += "1,word\n";
-  const auto both = write("both.csv", mixed);
-  auto e = load_dataset(csv_config(both), 1);
-  ASSERT_FALSE(e);
-  EXPECT_EQ(e.error().message, both +
-                                   ": the label column (label_column 1) holds 65537 distinct "
-                                   "values, more than 65536; is it the label? Set "
-                                   "dataset.label_column");
+  const auto both = csv_file("both.csv", mixed);
+  EXPECT_EQ(error_of(both, errc::invalid_argument),
+            both.path +
+                ": the label column (label_column 1) holds 65537 distinct "
+                "values, more than 65536; is it the label? Set "
+                "dataset.label_column");
 }
 
 TEST_F(dataset_files, idx_normalize_none_and_standardize_and_the_cache_keys_the_options) {
   write_idx_dir(false);
-  dataset_config cfg;
-  cfg.path = dir_.string();
+  dataset_config cfg = idx_config(dir_);
   auto max = load_dataset(cfg, 1);
   ASSERT_TRUE(max) << max.error().to_string();
   EXPECT_EQ(max->transform.kind, normalization::max);
