@@ -20,6 +20,7 @@
 #include "actors/cluster.hpp"
 #include "actors/job_runner.hpp"
 #include "actors/roles.hpp"
+#include "scheduler/checkpoint_file.hpp"
 #include "scheduler/executor.hpp"
 #include "scheduler/job_registry.hpp"
 #include "scheduler/node_table.hpp"
@@ -243,9 +244,34 @@ struct scheduler_state {
     st.epochs_done =
         std::max(st.epochs_done, job->first_epoch + std::uint32_t(o.result.epochs.size()));
     if (o.result.cancelled)
-      end(*job, job_state::cancelled, coach::error{errc::cancelled, "cancelled by the user"});
-    else
-      end(*job, job_state::succeeded, std::nullopt);
+      return end(*job, job_state::cancelled,
+                 coach::error{errc::cancelled, "cancelled by the user"});
+    if (auto saved = write_output(*job, o.result); !saved)
+      return end(*job, job_state::failed, saved.error());
+    end(*job, job_state::succeeded, std::nullopt);
+  }
+
+  /// The spec's `output:`, when it has one: the final model written on this host. A job whose
+  /// model cannot be written failed (its parameters would be lost), with the reason.
+  result<void> write_output(job_entry& job, sched::job_result& r) {
+    auto spec = sched::parse_job_spec(job.rec.spec_yaml, job.rec.source_name, job.rec.base_dir);
+    if (!spec || spec->output.empty()) return {};
+    const auto& data = runs[job.status.job].data;
+    if (r.params.empty() || !data)
+      return fail(errc::internal, "job {}: no final parameters to write to {}", job.status.job,
+                  spec->output);
+    r.class_names = data->train.class_names;
+    r.transform = data->transform;
+    r.sample_shape = data->train.shape;
+    r.features = data->train.features;
+    r.classes = data->train.classes;
+    if (auto ok = sched::write_model(spec->output, *spec, r); !ok)
+      return fail(ok.error().code,
+                  "job {}: training finished (test accuracy {:.4f}) but its model "
+                  "could not be written: {}",
+                  job.status.job, r.test_accuracy, ok.error().message);
+    note(coach::format("job {}: model saved to {}", job.status.job, spec->output));
+    return {};
   }
 
   /// A change took effect: what the parts that left held is free (sent by the master straight

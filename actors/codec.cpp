@@ -44,7 +44,8 @@ static_assert(std::uint16_t(msg_kind::migrate) == std::uint16_t(wire::MsgKind::M
 static_assert(std::uint16_t(msg_kind::transfer) == std::uint16_t(wire::MsgKind::TRANSFER));
 static_assert(std::uint16_t(msg_kind::transfer_ack) == std::uint16_t(wire::MsgKind::TRANSFER_ACK));
 static_assert(std::uint16_t(msg_kind::moved) == std::uint16_t(wire::MsgKind::MOVED));
-static_assert(msg_kind_count == 14, "a new msg_kind needs its MsgKind in envelope.capnp");
+static_assert(std::uint16_t(msg_kind::state) == std::uint16_t(wire::MsgKind::STATE));
+static_assert(msg_kind_count == 15, "a new msg_kind needs its MsgKind in envelope.capnp");
 
 constexpr std::uint16_t max_errc = std::uint16_t(errc::internal);  // highest code in error.hpp
 constexpr std::size_t word_bytes = sizeof(capnp::word);

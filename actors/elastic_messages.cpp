@@ -110,9 +110,12 @@ result<migrate_order> read_migrate(const wire_message& m) {
   return migrate_order{m.hdr.step, m.hdr.rank, m.hdr.map_version, m.hdr.ranges};
 }
 
-wire_message make_transfer(const endpoint& src, const endpoint& dst, std::uint64_t job,
-                           std::shared_ptr<const ps::slice_transfer> t) {
-  auto m = header(src, dst, job, msg_kind::transfer);
+namespace {
+
+/// A transfer or state message: the layout of a ps::slice_transfer.
+wire_message make_slices(const endpoint& src, const endpoint& dst, std::uint64_t job,
+                         std::shared_ptr<const ps::slice_transfer> t, msg_kind kind) {
+  auto m = header(src, dst, job, kind);
   m.hdr.step = t->version;
   m.hdr.chunk_id = std::uint64_t(t->updates);
   m.hdr.samples = t->samples_applied;
@@ -129,25 +132,23 @@ wire_message make_transfer(const endpoint& src, const endpoint& dst, std::uint64
   return m;
 }
 
-namespace {
-
-/// read_transfer; `values` is m's values frame when the caller lets it be taken.
-result<ps::slice_transfer> read_transfer(const wire_message& m, std::size_t state_per_param,
-                                         frame* values) {
-  if (auto ok = expect_kind(m, msg_kind::transfer); !ok) return std::unexpected(ok.error());
+/// read_transfer or read_state; `values` is m's values frame when the caller lets it be taken.
+result<ps::slice_transfer> read_slices(const wire_message& m, std::size_t state_per_param,
+                                       frame* values, msg_kind kind) {
+  if (auto ok = expect_kind(m, kind); !ok) return std::unexpected(ok.error());
   if (auto ok = check_ranges(m); !ok) return std::unexpected(ok.error());
   if (m.hdr.step < 0)
-    return fail(errc::protocol_error, "transfer message at version {}", m.hdr.step);
+    return fail(errc::protocol_error, "{} message at version {}", to_string(kind), m.hdr.step);
   std::size_t keys = 0;
   for (const auto& r : m.hdr.ranges) keys += r.size();
   if (m.frames.size() != 1 + state_per_param)
     return fail(errc::protocol_error,
-                "transfer message has {} frames, expected {} (values and optimizer state)",
-                m.frames.size(), 1 + state_per_param);
+                "{} message has {} frames, expected {} (values and optimizer state)",
+                to_string(kind), m.frames.size(), 1 + state_per_param);
   for (const auto& f : m.frames)
     if (f.bytes != keys * sizeof(float))
-      return fail(errc::protocol_error, "transfer message: a frame of {} bytes for {} keys",
-                  f.bytes, keys);
+      return fail(errc::protocol_error, "{} message: a frame of {} bytes for {} keys",
+                  to_string(kind), f.bytes, keys);
   ps::slice_transfer t;
   t.from = m.hdr.rank;
   t.to = m.hdr.epoch;
@@ -178,12 +179,27 @@ result<ps::slice_transfer> read_transfer(const wire_message& m, std::size_t stat
 
 }  // namespace
 
+wire_message make_transfer(const endpoint& src, const endpoint& dst, std::uint64_t job,
+                           std::shared_ptr<const ps::slice_transfer> t) {
+  return make_slices(src, dst, job, std::move(t), msg_kind::transfer);
+}
+
 result<ps::slice_transfer> read_transfer(const wire_message& m, std::size_t state_per_param) {
-  return read_transfer(m, state_per_param, nullptr);
+  return read_slices(m, state_per_param, nullptr, msg_kind::transfer);
 }
 
 result<ps::slice_transfer> read_transfer(wire_message&& m, std::size_t state_per_param) {
-  return read_transfer(m, state_per_param, m.frames.empty() ? nullptr : &m.frames[0]);
+  return read_slices(m, state_per_param, m.frames.empty() ? nullptr : &m.frames[0],
+                     msg_kind::transfer);
+}
+
+wire_message make_state(const endpoint& src, const endpoint& dst, std::uint64_t job,
+                        std::shared_ptr<const ps::slice_transfer> t) {
+  return make_slices(src, dst, job, std::move(t), msg_kind::state);
+}
+
+result<ps::slice_transfer> read_state(const wire_message& m, std::size_t state_per_param) {
+  return read_slices(m, state_per_param, nullptr, msg_kind::state);
 }
 
 wire_message make_transfer_ack(const endpoint& src, const endpoint& dst, std::uint64_t job,

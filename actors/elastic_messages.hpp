@@ -47,6 +47,15 @@ result<ps::slice_transfer> read_transfer(const wire_message& m, std::size_t stat
 /// copied.
 result<ps::slice_transfer> read_transfer(wire_message&& m, std::size_t state_per_param);
 
+/// shard -> master: the answer to a snapshot_request with flag::with_state, `t` being the
+/// shard's snapshot (ps::shard::snapshot): a message of kind `state` laid out as a transfer.
+/// The frames point into `t` (no copy).
+wire_message make_state(const endpoint& src, const endpoint& dst, std::uint64_t job,
+                        std::shared_ptr<const ps::slice_transfer> t);
+/// Reads a state message of a shard whose optimizer keeps `state_per_param` floats per key
+/// (copied out of the frames). Errors: as read_transfer's.
+result<ps::slice_transfer> read_state(const wire_message& m, std::size_t state_per_param);
+
 /// destination shard -> master: the transfer from `from` to `to` at `version` is adopted.
 struct transfer_ack {
   std::int64_t version = 0;

@@ -3,8 +3,11 @@
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <filesystem>
+#include <map>
 
 #include "actors/roles.hpp"
+#include "common/format.hpp"
 #include "worker/dataset.hpp"
 
 namespace coach::actors {
@@ -19,17 +22,52 @@ result<std::uint32_t> pick(std::uint32_t requested, const scheduler::count_range
   return requested;
 }
 
+/// The checkpoint's directory exists (else the first checkpoint would fail after an epoch).
+result<void> check_checkpoint_path(const scheduler::checkpoint_config& c) {
+  if (c.every_s < 0)
+    return fail(errc::invalid_argument, "checkpoint every_s is {}; it must be >= 0", c.every_s);
+  auto dir = std::filesystem::path(c.path).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    return fail(errc::invalid_argument, "checkpoint {}: no directory {}", c.path, dir.string());
+  return {};
+}
+
+/// Decides which epochs are checkpointed, on the master's thread (master_options).
+struct checkpoint_timing {
+  scheduler::steady_clock_source clock;
+  scheduler::checkpoint_schedule schedule;
+  checkpoint_timing(double every_s, std::uint32_t epochs) : schedule(every_s, epochs, clock) {}
+};
+
 }  // namespace
 
 result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
                                              const train_options& opt) {
-  auto workers = pick(opt.workers, spec.workers, "workers");
-  if (!workers) return std::unexpected(workers.error());
-  auto shards = pick(opt.shards, spec.shards, "shards");
-  if (!shards) return std::unexpected(shards.error());
+  if (opt.checkpoint.enabled())
+    if (auto ok = check_checkpoint_path(opt.checkpoint); !ok) return std::unexpected(ok.error());
   auto data = worker::load_dataset(spec.dataset, spec.seed);
   if (!data) return std::unexpected(data.error());
   for (const auto& w : data->warnings) std::fprintf(stderr, "coach: warning: %s\n", w.c_str());
+  auto net = worker::network::for_data(spec.model, data->train);
+  if (!net) return fail(net.error().code, "job '{}': {}", spec.name, net.error().message);
+
+  // Resumed: the checkpoint must fit the spec; its counts are the defaults.
+  std::optional<scheduler::loaded_checkpoint> resumed;
+  std::uint32_t want_workers = opt.workers, want_shards = opt.shards;
+  if (!opt.resume.empty()) {
+    auto loaded = scheduler::load_checkpoint(opt.resume, spec, *net, data->train.rows);
+    if (!loaded) return std::unexpected(loaded.error());
+    resumed = std::move(*loaded);
+    if (want_workers == 0) want_workers = resumed->info.workers;
+    if (want_shards == 0) want_shards = resumed->info.shards;
+    if (opt.on_resume) opt.on_resume(resumed->info);
+  }
+  auto workers = pick(want_workers, spec.workers, "workers");
+  if (!workers) return std::unexpected(workers.error());
+  auto shards = pick(want_shards, spec.shards, "shards");
+  if (!shards) return std::unexpected(shards.error());
 
   job_request req;
   req.spec = spec;
@@ -41,6 +79,34 @@ result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
   req.shards = *shards;
   req.data = std::make_shared<const worker::dataset_pair>(std::move(*data));
   const auto kept = req.data;  // the class names and transform go with the result
+  if (resumed) {
+    req.first_epoch = resumed->info.epochs_completed;
+    req.resume = std::make_shared<const ps::training_state>(std::move(resumed->state));
+  }
+  if (opt.checkpoint.enabled()) {
+    auto timing =
+        std::make_shared<checkpoint_timing>(opt.checkpoint.every_s, std::uint32_t(spec.epochs));
+    req.checkpoint_due = [timing](std::uint32_t epoch) { return timing->schedule.due(epoch); };
+  }
+  const worker::model_labels labels{kept->train.class_names, kept->transform};
+  // The checkpoints received, written once their epoch's report (which follows) is in.
+  std::map<std::uint32_t, param_snapshot> checkpoints;
+  auto write_pending = [&](const scheduler::epoch_report& e) {
+    auto it = checkpoints.find(e.epoch);
+    if (it == checkpoints.end() || !it->second.state) return;
+    const auto& state = *it->second.state;
+    checkpoint_written w{e.epoch + 1, state.version, opt.checkpoint.path, std::nullopt};
+    const auto info = scheduler::describe_checkpoint(spec, state, e.epoch + 1, e.workers, e.shards,
+                                                     kept->train.rows);
+    const std::map<std::string, std::string> extra = {
+        {"coach.test_accuracy", coach::format("{:.6f}", e.test_accuracy)}};
+    if (auto ok = scheduler::write_checkpoint(opt.checkpoint.path, *net, state, info, spec.name,
+                                              labels, extra);
+        !ok)
+      w.failure = ok.error();
+    checkpoints.erase(it);
+    if (opt.on_checkpoint) opt.on_checkpoint(w);
+  };
 
   caf::actor_system_config cfg;
   // The sharing policy parks idle scheduler threads on a condition variable; work stealing would
@@ -64,8 +130,10 @@ result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
           [&](progress_atom, scheduler::progress_event& p) {
             if (opt.on_progress) opt.on_progress(p);
           },
+          [&](checkpoint_atom, param_snapshot& p) { checkpoints[p.epoch] = std::move(p); },
           [&](epoch_atom, scheduler::epoch_report& e) {
             if (opt.on_epoch) opt.on_epoch(e);
+            write_pending(e);
           },
           [&](done_atom, job_outcome& o) { outcome = std::move(o); },
           caf::after(std::chrono::milliseconds(100)) >> [] {});

@@ -5,12 +5,24 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
+#include <string>
 
 #include "common/error.hpp"
+#include "scheduler/checkpoint_config.hpp"
+#include "scheduler/checkpoint_file.hpp"
 #include "scheduler/job_report.hpp"
 #include "scheduler/job_spec.hpp"
 
 namespace coach::actors {
+
+/// A checkpoint written (or not) at the end of an epoch.
+struct checkpoint_written {
+  std::uint32_t epochs_completed = 0;
+  std::int64_t step = 0;  ///< the checkpoint's version: the step a resume starts at
+  std::string path;
+  std::optional<coach::error> failure;  ///< set: the file could not be written (the run goes on)
+};
 
 /// Options of an embedded run. Zero or empty means "as the job spec says".
 struct train_options {
@@ -30,11 +42,24 @@ struct train_options {
   /// Test hook (bench/consistency_bench): how many times as long worker `rank` takes over step
   /// `step` (>= 1); empty: full speed.
   std::function<double(std::uint32_t rank, std::int64_t step)> slowdown;
+  /// Checkpoints at epochs' ends (scheduler/checkpoint_config.hpp); an empty path: none.
+  scheduler::checkpoint_config checkpoint;
+  /// A checkpoint file to resume from (coach train --resume): the run goes on from its epoch
+  /// and step with its parameters and optimizer state, to the spec's epochs, and under BSP ends
+  /// bitwise where the run it continues would have (same spec, workers and seed). workers and
+  /// shards 0 then mean the checkpoint's. Empty: from the seed.
+  std::string resume;
+  /// Called on the calling thread once the checkpoint to resume from is read and checked.
+  std::function<void(const scheduler::checkpoint_info&)> on_resume;
+  /// Called on the calling thread after each checkpoint, written or failed (after on_epoch).
+  std::function<void(const checkpoint_written&)> on_checkpoint;
 };
 
 /// Runs `spec` to completion (or cancellation) and returns its result, final parameters
 /// included. Errors: the data set cannot be loaded, a count lies outside the spec's range, the
-/// backend cannot run here, or the host lacks the resources.
+/// backend cannot run here, the host lacks the resources, the checkpoint's directory does not
+/// exist, or the checkpoint to resume from cannot be read or does not fit the spec
+/// (scheduler::load_checkpoint).
 result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
                                              const train_options& opt = {});
 

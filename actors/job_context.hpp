@@ -17,6 +17,7 @@
 #include "common/error.hpp"
 #include "ps/job_config.hpp"
 #include "ps/shard_map.hpp"
+#include "ps/training_state.hpp"
 #include "scheduler/job_report.hpp"
 #include "scheduler/job_spec.hpp"
 #include "worker/dataset.hpp"
@@ -88,6 +89,9 @@ struct param_snapshot {
   std::uint32_t epoch = 0;
   std::int64_t version = 0;
   std::shared_ptr<const std::vector<float>> values;
+  /// A checkpoint's: everything the shards held at `version` (values, optimizer state,
+  /// counters); null when the master was not asked for it (master_options::checkpoint_due).
+  std::shared_ptr<const ps::training_state> state;
 };
 
 /// The evaluator's answer.
@@ -121,6 +125,12 @@ struct job_request {
   /// `step` (>= 1: it waits that factor minus one times its compute time after computing);
   /// empty: every step at full speed.
   std::function<double(std::uint32_t rank, std::int64_t step)> slowdown;
+  /// Resumed from a checkpoint (coach train --resume): the shards start from this state (its
+  /// version is the first step), the job from epoch `first_epoch`. Null: from the seed.
+  std::shared_ptr<const ps::training_state> resume;
+  std::uint32_t first_epoch = 0;
+  /// Which epochs' ends are checkpointed (master_options::checkpoint_due); empty: none.
+  std::function<bool(std::uint32_t epoch)> checkpoint_due;
 };
 
 }  // namespace coach::actors

@@ -44,10 +44,14 @@ struct master_state {
   /// Who computes what at each step (worker/step_planner.hpp).
   std::optional<worker::step_planner> planner;
   std::vector<wire_message> parked;  ///< chunk requests waiting for the epoch to complete
-  /// Each epoch's parameters at its end, for the checkpoint sent with its report.
-  std::map<std::uint32_t, std::shared_ptr<const std::vector<float>>> epoch_params;
+  /// Each epoch's parameters (and, for a checkpoint, state) at its end, sent with its report.
+  std::map<std::uint32_t, param_snapshot> epoch_params;
+  /// Whether each epoch's end is checkpointed with the optimizer state: options.checkpoint_due,
+  /// asked once per epoch (an epoch whose end moves keeps its answer).
+  std::map<std::uint32_t, bool> checkpointed;
   /// The versions wanted whole: epochs' ends and a cancelled job's last (ps/snapshot_assembler).
   std::optional<ps::snapshot_assembler> snapshots;
+  std::size_t snapshots_state_per_param = 0;  ///< optimizer floats per key (the shards')
   std::shared_ptr<const std::vector<float>> last_params;
   scheduler::job_result result;
   clock_type::time_point job_start = clock_type::now();
@@ -329,7 +333,7 @@ struct master_state {
         continue;
       }
       auto it = last_report.find(r);
-      from = std::min(from, it == last_report.end() ? std::int64_t{0} : it->second + 1);
+      from = std::min(from, it == last_report.end() ? options.first_step : it->second + 1);
     }
     // Re-issue every configuration that governs a step from `from` on, without them.
     for (const auto& c : changes->without(ranks, from, configs)) send_config(c);
@@ -388,17 +392,32 @@ struct master_state {
   /// with the ranges that configuration gives it (it waits for the move a change at that step
   /// asks of it, ps::shard::owns_assigned), so asked under the configuration of the step
   /// before, a source would leave out what it hands over and a new shard would not be asked.
-  void request_snapshot(std::int64_t version, std::uint32_t epoch, bool final) {
-    snapshots->request(version, epoch, final);
+  void request_snapshot(std::int64_t version, std::uint32_t epoch, bool final,
+                        bool with_state = false) {
+    snapshots->request(version, epoch, final, with_state);
+  }
+
+  /// Whether the end of `epoch` is checkpointed (options.checkpoint_due, asked once).
+  bool checkpoint_due(std::uint32_t epoch) {
+    if (!options.checkpoint_due) return false;
+    auto it = checkpointed.find(epoch);
+    if (it == checkpointed.end())
+      it = checkpointed.emplace(epoch, options.checkpoint_due(epoch)).first;
+    return it->second;
   }
 
   /// Asks the shards of the current configuration (that of step s) for the snapshots of
   /// versions up to s not asked for yet. Called as step s opens, before any of its grants, so a
   /// shard has the request before step s's pushes take it past the version.
   void ask_snapshots(std::int64_t s) {
-    for (const auto version : snapshots->to_ask(s))
-      for (auto k : live_shards())
-        ctx->net->send(to(ctx->shard_ep(k), msg_kind::snapshot_request, version));
+    for (const auto version : snapshots->to_ask(s)) {
+      const bool state = snapshots->wants_state(version);
+      for (auto k : live_shards()) {
+        auto m = to(ctx->shard_ep(k), msg_kind::snapshot_request, version);
+        if (state) m.hdr.flags = flag::with_state;
+        ctx->net->send(std::move(m));
+      }
+    }
   }
 
   /// Opens step s if it can: false when the epoch's last chunks are still being processed.
@@ -429,7 +448,7 @@ struct master_state {
       if (o->ends_epoch) {
         ledger.ends_with(dispenser->epoch(), std::uint32_t(cfg().members.size()),
                          std::uint32_t(live_shards().size()));
-        request_snapshot(s + 1, dispenser->epoch(), false);
+        request_snapshot(s + 1, dispenser->epoch(), false, checkpoint_due(dispenser->epoch()));
       }
     }
     // Step s's configuration is final now (its change, if any, has begun), and no grant of it
@@ -553,12 +572,32 @@ struct master_state {
                    static_cast<unsigned long long>(m.hdr.src.id), got.error().message.c_str());
       return;
     }
-    if (!*got) return;  // keys missing yet, or a version no longer wanted
-    auto& a = **got;
+    if (*got) on_assembled(std::move(**got));  // else keys missing yet, or not wanted
+  }
+
+  /// A shard's snapshot with its optimizer state (a checkpoint's epoch end).
+  void on_state(const wire_message& m) {
+    auto t = read_state(m, snapshots_state_per_param);
+    auto got = t ? snapshots->add_state(*t)
+                 : coach::result<std::optional<ps::snapshot_assembler::assembled>>(
+                       std::unexpected(t.error()));
+    if (!got) {
+      std::fprintf(stderr, "coach: job master: malformed state snapshot from shard %llu: %s\n",
+                   static_cast<unsigned long long>(m.hdr.src.id), got.error().message.c_str());
+      return;
+    }
+    if (*got) on_assembled(std::move(**got));
+  }
+
+  /// A version is whole: the job's last (a cancelled job's result), or an epoch's end, which
+  /// is evaluated (and reported with its state when it is a checkpoint's).
+  void on_assembled(ps::snapshot_assembler::assembled a) {
     last_params = a.values;
     if (a.final) return finish(false);
-    epoch_params[a.epoch] = a.values;
-    caf::anon_send(evaluator, eval_atom::value, param_snapshot{a.epoch, a.version, a.values}, me);
+    param_snapshot p{a.epoch, a.version, a.values, std::move(a.state)};
+    epoch_params[a.epoch] = p;
+    p.state.reset();
+    caf::anon_send(evaluator, eval_atom::value, std::move(p), me);
   }
 
   void on_eval(const eval_result& r) {
@@ -573,8 +612,9 @@ struct master_state {
     result.test_accuracy = rep->test_accuracy;
     // The checkpoint holds the epoch's parameters now; the master keeps only last_params.
     auto params = epoch_params.extract(epoch);
-    if (options.report_params && !params.empty() && params.mapped())
-      caf::anon_send(observer, checkpoint_atom::value, param_snapshot{epoch, 0, params.mapped()});
+    if (!params.empty() && params.mapped().values &&
+        (options.report_params || params.mapped().state))
+      caf::anon_send(observer, checkpoint_atom::value, std::move(params.mapped()));
     caf::anon_send(observer, epoch_atom::value, *rep);
     if (epoch + 1 == num_epochs()) finish(true);
   }
@@ -625,7 +665,9 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
     self->state.worker_actors->push_back(w);
     self->monitor(w);
   };
-  for (const auto& a : ctx->spec.schedule) st.changes->queue({a, {}}, a.at_step);
+  // A resumed job starts at its checkpoint's step: changes due before it are past.
+  for (const auto& a : ctx->spec.schedule)
+    if (a.at_step >= options.first_step) st.changes->queue({a, {}}, a.at_step);
   st.next_rank = std::uint32_t(ctx->workers.size());
   st.next_shard = std::uint32_t(ctx->shards.size());
   st.me = caf::actor_cast<caf::actor>(self);
@@ -634,14 +676,16 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
   st.dispenser = std::make_unique<worker::chunk_dispenser>(
       ctx->data->train.rows, std::size_t(ctx->spec.batch_size), ctx->spec.seed);
   const auto& consistency = ctx->spec.consistency;
-  st.snapshots.emplace(ctx->model.num_params());
+  st.snapshots_state_per_param = scheduler::shard_optimizer(ctx->spec).state_per_param();
+  st.snapshots.emplace(ctx->model.num_params(), st.snapshots_state_per_param);
   st.planner.emplace(*st.dispenser, options.first_epoch, st.num_epochs(),
                      consistency.kind == scheduler::consistency_kind::averaging
                          ? std::uint32_t(consistency.local_steps)
                          : 1u,
                      consistency.kind == scheduler::consistency_kind::ssp
                          ? std::int64_t(consistency.staleness)
-                         : std::int64_t{-1});
+                         : std::int64_t{-1},
+                     options.first_step);
   st.result.name = ctx->spec.name;
   return {
       [self](wire_message& m) {
@@ -655,6 +699,9 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
             break;
           case msg_kind::params:
             s.on_snapshot(m);
+            break;
+          case msg_kind::state:
+            s.on_state(m);
             break;
           case msg_kind::transfer_ack:
             s.on_ack(m);

@@ -30,6 +30,8 @@ std::string_view to_string(msg_kind k) noexcept {
       return "transfer_ack";
     case msg_kind::moved:
       return "moved";
+    case msg_kind::state:
+      return "state";
   }
   return "unknown";
 }

@@ -40,9 +40,13 @@ enum class msg_kind : std::uint16_t {
   transfer = 11,      ///< shard -> shard: keys' values and optimizer state
   transfer_ack = 12,  ///< destination shard -> master: a transfer is adopted
   moved = 13,         ///< shard -> requester: keys asked for that it no longer owns (ranges)
+  /// shard -> master: the answer to a snapshot_request with flag::with_state: the values,
+  /// optimizer state and counters of every key the shard owns, laid out as a transfer
+  /// (actors/elastic_messages.hpp, make_state)
+  state = 14,
 };
 /// One more than the highest msg_kind (arrays indexed by kind number leave index 0 unused).
-inline constexpr std::size_t msg_kind_count = 14;
+inline constexpr std::size_t msg_kind_count = 15;
 std::string_view to_string(msg_kind k) noexcept;
 
 /// Where an actor lives: a host number and an id unique on the cluster.
@@ -56,6 +60,8 @@ struct endpoint {
 namespace flag {
 inline constexpr std::uint8_t no_chunk = 1;  ///< chunk_grant: no data for this rank this step
 inline constexpr std::uint8_t finished = 2;  ///< chunk_grant: training is over, stop
+/// snapshot_request: answer with the optimizer state too (a `state` message: a checkpoint)
+inline constexpr std::uint8_t with_state = 4;
 }  // namespace flag
 
 /// The metadata of a message: small, fixed, encoded as the header frame on the wire.

@@ -18,12 +18,18 @@ namespace coach::actors {
 /// Spawns shard `id` of the job, owning its ranges of `initial` (the whole initial vector).
 caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
                        std::uint32_t id, const std::vector<float>& initial);
+/// Spawns shard `id` of a job resumed from a checkpoint: it owns its ranges of `from` (values
+/// and optimizer state) and starts at its version, update count and samples applied.
+/// REQUIRES: ps::check(from, ctx->model.num_params(), the shard optimizer's state) passed.
+caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
+                       std::uint32_t id, const ps::training_state& from);
 
 /// Spawns worker `rank` (a detached actor: its forward and backward run on a thread of its own)
-/// computing on `be`. It starts pulling and asking for chunks at once.
+/// computing on `be`. It starts pulling (version `first_step`: a resumed job's is its
+/// checkpoint's version) and asking for chunks at once.
 caf::actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
                         std::uint32_t rank, std::shared_ptr<kernels::backend> be,
-                        std::int64_t die_at_step = -1);
+                        std::int64_t die_at_step = -1, std::int64_t first_step = 0);
 
 /// Spawns the evaluator of a job (detached): (eval_atom, param_snapshot) -> eval_result to sender.
 caf::actor spawn_evaluator(caf::actor_system& sys, std::shared_ptr<const job_context> ctx);
@@ -69,8 +75,16 @@ struct master_options {
   /// The first epoch to train: a job resumed from the checkpoint of epoch first_epoch - 1
   /// (its shards start from those parameters). Epoch numbers in reports stay absolute.
   std::uint32_t first_epoch = 0;
+  /// The first step: a resumed job goes on with the step numbers of the run it continues (its
+  /// checkpoint's version; the shards start there), so dropout masks and Adam's steps match.
+  std::int64_t first_step = 0;
   /// Send (checkpoint_atom, param_snapshot) to the observer at the end of every epoch.
   bool report_params = false;
+  /// Asked once per epoch, when the step that hands out its last chunk opens: true makes the
+  /// shards answer the epoch's snapshot with their optimizer state and counters too
+  /// (ps::shard::snapshot), and the master sends (checkpoint_atom, param_snapshot) with
+  /// `state` set for that epoch (also without report_params). Empty: never.
+  std::function<bool(std::uint32_t epoch)> checkpoint_due;
 };
 
 /// Spawns the job master: dispenses chunks, tracks epochs, requests end-of-epoch snapshots,

@@ -75,8 +75,18 @@ result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_
     ctx->reducer = std::make_shared<worker::host_reducer>(ctx->model.num_params());
   }
 
-  std::vector<float> initial(ctx->model.num_params());
-  ctx->model.init_params(initial, spec.seed);
+  std::vector<float> initial;
+  if (req.resume) {
+    // Resumed from a checkpoint: the shards start from its state, the steps at its version.
+    const auto per = scheduler::shard_optimizer(spec).state_per_param();
+    if (auto ok = ps::check(*req.resume, ctx->model.num_params(), per); !ok)
+      return fail(errc::invalid_argument, "job '{}': the checkpoint does not fit: {}", spec.name,
+                  ok.error().message);
+  } else {
+    initial.resize(ctx->model.num_params());
+    ctx->model.init_params(initial, spec.seed);
+  }
+  const std::int64_t first_step = req.resume ? req.resume->version : 0;
 
   auto& sys = self->home_system();
   job_actors ja;
@@ -95,12 +105,17 @@ result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_
     if (!be) return std::unexpected(be.error());
     return spawn_added_worker(sys, ctx, rank, std::move(*be), c, first);
   };
-  ja.master = spawn_master(sys, ctx, observer, ja.evaluator, std::move(hooks));
+  master_options mo;
+  mo.first_epoch = req.first_epoch;
+  mo.first_step = first_step;
+  mo.checkpoint_due = req.checkpoint_due;
+  ja.master = spawn_master(sys, ctx, observer, ja.evaluator, std::move(hooks), mo);
   for (std::uint32_t k = 0; k < req.shards; ++k)
-    ja.shards.push_back(spawn_shard(sys, ctx, k, initial));
+    ja.shards.push_back(req.resume ? spawn_shard(sys, ctx, k, *req.resume)
+                                   : spawn_shard(sys, ctx, k, initial));
   for (std::uint32_t r = 0; r < req.workers; ++r) {
     const std::int64_t die_at = req.kill && req.kill->rank == r ? req.kill->step : -1;
-    ja.workers.push_back(spawn_worker(sys, ctx, r, backends[r], die_at));
+    ja.workers.push_back(spawn_worker(sys, ctx, r, backends[r], die_at, first_step));
     // The master watches its workers: one that dies leaves the job, which goes on.
     self->send(ja.master, watch_atom::value, r, ja.workers.back());
   }

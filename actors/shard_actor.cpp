@@ -4,10 +4,12 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "actors/elastic_messages.hpp"
 #include "actors/roles.hpp"
 #include "ps/shard.hpp"
+#include "ps/training_state.hpp"
 
 namespace coach::actors {
 
@@ -65,8 +67,14 @@ struct shard_state {
   endpoint self_ep;
   std::unique_ptr<kernels::backend> be;
   std::unique_ptr<ps::shard> core;
+  /// A pull or snapshot request waiting for its version.
+  struct waiter {
+    endpoint who;
+    std::vector<ps::key_range> asked;  ///< empty: every key owned
+    bool state = false;                ///< a snapshot with the optimizer state (flag::with_state)
+  };
   /// Pull and snapshot requests by version: answered with one message holding every range.
-  std::map<std::int64_t, std::vector<std::pair<endpoint, std::vector<ps::key_range>>>> waiting;
+  std::map<std::int64_t, std::vector<waiter>> waiting;
   /// Who pushed to each step not answered yet (the open one and, in ssp:S, later ones held):
   /// each gets the step's result piece by piece, as soon as the pieces are updated (ps::piece),
   /// in params messages of about piece_floats floats.
@@ -151,7 +159,16 @@ struct shard_state {
     // Shared, not copied: the shard copies on write if a reader still holds it (ps/shard.hpp).
     auto values = core->share_values();
     std::shared_ptr<const void> owner = values;
-    for (const auto& [dst, asked] : it->second) {
+    std::shared_ptr<const ps::slice_transfer> snapshot;  // made once, for the state requests
+    for (const auto& [dst, asked, state] : it->second) {
+      if (state) {
+        // The optimizer state is written in place by the next step: copied now, at version v.
+        if (!snapshot) snapshot = std::make_shared<const ps::slice_transfer>(core->snapshot());
+        auto m = make_state(self_ep, dst, ctx->job, snapshot);
+        m.hdr.map_version = core->config_version();
+        ctx->net->send(std::move(m));
+        continue;
+      }
       wire_message m = params_to(dst, v);
       std::size_t off = 0;
       for (const auto& r : core->ranges()) {
@@ -226,7 +243,7 @@ struct shard_state {
   void answer_applied() {
     const auto v = core->applied_steps();
     for (auto it = pushers.begin(); it != pushers.end() && it->first < v;) {
-      for (const auto& p : it->second) waiting[v].push_back({p, {}});
+      for (const auto& p : it->second) waiting[v].push_back({p, {}, false});
       it = pushers.erase(it);
     }
     serve(v);
@@ -327,9 +344,10 @@ struct shard_state {
     return int(core->applied_steps() - before);
   }
 
-  /// A pull or snapshot request: `asked` are the keys wanted (empty: all this shard owns).
+  /// A pull or snapshot request: `asked` are the keys wanted (empty: all this shard owns);
+  /// `state`: a snapshot with the optimizer state (answered with every key owned).
   void want(std::int64_t v, const endpoint& who, std::vector<ps::key_range> asked,
-            bool pull = false) {
+            bool pull = false, bool state = false) {
     // asp: the steps go on without a worker that starts, so the version it pulls may be gone
     // by the time it asks: it gets the current one (any version will do for it).
     if (pull && v < core->applied_steps() && core->options().one_push_per_step)
@@ -340,7 +358,7 @@ struct shard_state {
                                                core->id(), v, core->applied_steps())});
       return;
     }
-    waiting[v].push_back({who, std::move(asked)});
+    waiting[v].push_back({who, std::move(asked), state});
     if (v == core->applied_steps()) serve(v);
   }
 
@@ -349,7 +367,7 @@ struct shard_state {
   void on_push_alone(std::int64_t step, const wire_message& m, ps::contribution c) {
     auto done = core->push(step, m.hdr.map_version, std::move(c), {});
     if (!done) report(done.error());
-    waiting[core->applied_steps()].push_back({m.hdr.src, {}});
+    waiting[core->applied_steps()].push_back({m.hdr.src, {}, false});
     serve(core->applied_steps());
   }
 
@@ -399,7 +417,7 @@ struct shard_state {
 caf::behavior shard_actor(caf::stateful_actor<shard_state>* self,
                           std::shared_ptr<const job_context> ctx, std::uint32_t id,
                           std::vector<ps::key_range> ranges, std::vector<float> initial_owned,
-                          ps::job_config cfg) {
+                          ps::job_config cfg, std::optional<ps::slice_transfer> start_from) {
   auto& st = self->state;
   st.ctx = ctx;
   st.self_ep = ctx->shard_ep(id);
@@ -424,6 +442,10 @@ caf::behavior shard_actor(caf::stateful_actor<shard_state>* self,
                                  std::move(statistics)),
       *st.be, std::move(ranges), initial_owned, options);
   if (auto ok = st.core->configure(cfg); !ok) st.report(ok.error());
+  // A resumed job's shard: its part of the checkpoint, adopted while it owns nothing, gives it
+  // the checkpoint's values, state, version and counters.
+  if (start_from)
+    if (auto ok = st.core->adopt(std::move(*start_from)); !ok) st.report(ok.error());
   return {
       [self](answers_atom) { self->state.send_transfers(); },
       [self](wire_message& m) {
@@ -433,8 +455,11 @@ caf::behavior shard_actor(caf::stateful_actor<shard_state>* self,
             s.on_push(m);
             break;
           case msg_kind::pull:
+            s.want(m.hdr.step, m.hdr.src, m.hdr.ranges, true);
+            break;
           case msg_kind::snapshot_request:
-            s.want(m.hdr.step, m.hdr.src, m.hdr.ranges, m.hdr.kind == msg_kind::pull);
+            s.want(m.hdr.step, m.hdr.src, m.hdr.ranges, false,
+                   (m.hdr.flags & flag::with_state) != 0);
             break;
           case msg_kind::configure:
             s.on_configure(m);
@@ -468,7 +493,20 @@ caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const job_context
   auto ranges = ctx->map.ranges_of(id);
   auto cfg = ctx->initial_config();
   auto a = sys.spawn(shard_actor, std::move(ctx), id, std::move(ranges), std::move(owned),
-                     std::move(cfg));
+                     std::move(cfg), std::optional<ps::slice_transfer>{});
+  net->bind_inline(ep, a);
+  return a;
+}
+
+caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
+                       std::uint32_t id, const ps::training_state& from) {
+  auto ep = ctx->shard_ep(id);
+  auto net = ctx->net;
+  auto part = ps::slice_of(from, ctx->map.ranges_of(id), id);
+  auto cfg = ctx->initial_config();
+  auto a =
+      sys.spawn(shard_actor, std::move(ctx), id, std::vector<ps::key_range>{}, std::vector<float>{},
+                std::move(cfg), std::optional<ps::slice_transfer>{std::move(part)});
   net->bind_inline(ep, a);
   return a;
 }
@@ -478,7 +516,7 @@ caf::actor spawn_added_shard(caf::actor_system& sys, std::shared_ptr<const job_c
   auto ep = ctx->shard_ep(id);
   auto net = ctx->net;
   auto a = sys.spawn(shard_actor, std::move(ctx), id, std::vector<ps::key_range>{},
-                     std::vector<float>{}, c);
+                     std::vector<float>{}, c, std::optional<ps::slice_transfer>{});
   net->bind_inline(ep, a);
   return a;
 }

@@ -511,12 +511,12 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
 
 caf::actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
                         std::uint32_t rank, std::shared_ptr<kernels::backend> be,
-                        std::int64_t die_at_step) {
+                        std::int64_t die_at_step, std::int64_t first_step) {
   auto ep = ctx->worker_ep(rank);
   auto net = ctx->net;
   auto cfg = ctx->initial_config();
   auto a = sys.spawn<caf::detached>(worker_actor, std::move(ctx), rank, std::move(be),
-                                    std::move(cfg), std::int64_t{0}, die_at_step);
+                                    std::move(cfg), first_step, die_at_step);
   net->bind(ep, a);
   caf::anon_send(a, start_atom::value);
   return a;

@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "actors/embedded_cluster.hpp"
@@ -42,17 +43,53 @@ void draw_progress(const coach::scheduler::progress_event& p, bool tty) {
   std::fflush(stderr);
 }
 
+/// What `coach train` is asked besides the spec and the counts.
+struct train_flags {
+  std::string backend, report_path, save_path;
+  std::string resume;             ///< --resume FILE
+  std::string checkpoint;         ///< --checkpoint FILE
+  std::optional<double> every_s;  ///< --checkpoint-every SECONDS
+};
+
 int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t shards,
-              const std::string& backend, const std::string& report_path,
-              const std::string& save_path) {
+              const train_flags& flags) {
+  const auto& backend = flags.backend;
+  const auto& report_path = flags.report_path;
   auto spec = coach::scheduler::load_job_spec(spec_path);
   if (!spec) {
     std::fprintf(stderr, "coach: %s\n", spec.error().message.c_str());
     return 2;
   }
+  // --save and --checkpoint win over the spec's output: and checkpoint:.
+  const std::string save_path = flags.save_path.empty() ? spec->output : flags.save_path;
   coach::actors::train_options opt;
   opt.workers = workers;
   opt.shards = shards;
+  if (flags.every_s && flags.checkpoint.empty() && !spec->checkpoint.enabled()) {
+    std::fprintf(stderr, "coach: --checkpoint-every needs --checkpoint FILE\n");
+    return 2;
+  }
+  if (flags.every_s && !(*flags.every_s >= 0)) {
+    std::fprintf(stderr, "coach: --checkpoint-every %g: give seconds >= 0\n", *flags.every_s);
+    return 2;
+  }
+  opt.checkpoint = spec->checkpoint;
+  if (!flags.checkpoint.empty()) opt.checkpoint.path = flags.checkpoint;
+  if (flags.every_s) opt.checkpoint.every_s = *flags.every_s;
+  opt.resume = flags.resume;
+  opt.on_resume = [&](const coach::scheduler::checkpoint_info& c) {
+    std::fprintf(stderr, "coach: resuming from %s after epoch %u of %d (step %lld, %u workers)\n",
+                 flags.resume.c_str(), c.epochs_completed, spec->epochs,
+                 static_cast<long long>(c.version), workers ? workers : c.workers);
+  };
+  opt.on_checkpoint = [](const coach::actors::checkpoint_written& w) {
+    if (w.failure)
+      std::fprintf(stderr, "coach: warning: no checkpoint after epoch %u: %s\n", w.epochs_completed,
+                   w.failure->message.c_str());
+    else
+      std::fprintf(stderr, "coach: checkpoint after epoch %u (step %lld) written to %s\n",
+                   w.epochs_completed, static_cast<long long>(w.step), w.path.c_str());
+  };
   if (!backend.empty()) {
     auto kind = coach::kernels::parse_backend_kind(backend);
     if (!kind) {
@@ -113,7 +150,9 @@ int main(int argc, char** argv) {
   CLI::App app{"Coach: elastic training of deep-learning jobs on a parameter server", "coach"};
   app.require_subcommand(1);
 
-  std::string spec_path, backend, report_path, save_path, model_path, data_spec, predict_input;
+  std::string spec_path, model_path, data_spec, predict_input;
+  train_flags tf;
+  double every_s = 0;
   bool header = false, wait = false, json = false;
   std::uint32_t workers = 0, shards = 0;
   auto* train = app.add_subcommand(
@@ -123,11 +162,20 @@ int main(int argc, char** argv) {
   train->add_option("--workers", workers, "Workers (default: the spec's workers.initial)");
   train->add_option("--shards", shards,
                     "Parameter-server shards (default: the spec's shards.initial)");
-  train->add_option("--backend", backend, "auto | cpu | cuda (default: the spec's backend)");
-  train->add_option("--report", report_path, "Write a JSON report of the run to this file");
+  train->add_option("--backend", tf.backend, "auto | cpu | cuda (default: the spec's backend)");
+  train->add_option("--report", tf.report_path, "Write a JSON report of the run to this file");
 
-  train->add_option("--save", save_path,
+  train->add_option("--save", tf.save_path,
                     "Write the final parameters to this .safetensors file (loads in PyTorch)");
+  train->add_option("--checkpoint", tf.checkpoint,
+                    "Write checkpoints (parameters and optimizer state, a .safetensors model) to "
+                    "this file at epochs' ends");
+  auto* every = train->add_option(
+      "--checkpoint-every", every_s,
+      "Seconds between checkpoints (default 0: every epoch; the last epoch always)");
+  train->add_option("--resume", tf.resume,
+                    "Go on from this checkpoint to the spec's epochs (default --workers and "
+                    "--shards: the checkpoint's)");
   auto* eval = app.add_subcommand("eval", "Loss, accuracy (and confusion) of a saved model");
   eval->add_option("MODEL", model_path, "A .safetensors file from coach train --save")->required();
   eval->add_option("--data", data_spec, "Job spec whose data set's test split is used")->required();
@@ -199,7 +247,10 @@ int main(int argc, char** argv) {
                 std::string(coach::kernels::compiled_backends()).c_str());
     return 0;
   }
-  if (*train) return run_train(spec_path, workers, shards, backend, report_path, save_path);
+  if (*train) {
+    if (every->count() > 0) tf.every_s = every_s;
+    return run_train(spec_path, workers, shards, tf);
+  }
   if (*eval) return coach::apps::run_eval(model_path, data_spec, json);
   if (*predict) return coach::apps::run_predict(model_path, predict_input, header);
   const std::string address = coach::apps::resolve_at(at);

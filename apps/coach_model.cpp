@@ -7,6 +7,7 @@
 
 #include "common/format.hpp"
 #include "kernels/backend.hpp"
+#include "scheduler/checkpoint_file.hpp"
 #include "worker/model_file.hpp"
 #include "worker/network.hpp"
 
@@ -116,24 +117,7 @@ bool looks_like_idx(const std::string& path) {
 
 int save_model(const std::string& path, const scheduler::job_spec& spec,
                const scheduler::job_result& result) {
-  // The network as the run resolved it against its data set's shape and classes.
-  worker::dataset shape_of;
-  shape_of.shape = result.sample_shape;
-  shape_of.features = result.features;
-  shape_of.classes = result.classes;
-  auto net = worker::network::for_data(spec.model, shape_of);
-  if (!net) return report(net.error());
-  if (net->num_params() != result.params.size()) {
-    std::fprintf(stderr, "coach: --save: the run has %zu parameters, the model %zu\n",
-                 result.params.size(), net->num_params());
-    return 1;
-  }
-  const std::map<std::string, std::string> extra = {
-      {"coach.name", spec.name},
-      {"coach.epochs", std::to_string(result.epochs.size())},
-      {"coach.test_accuracy", coach::format("{:.6f}", result.test_accuracy)}};
-  auto file = worker::pack_model(*net, result.params, result.class_names, result.transform, extra);
-  if (auto ok = worker::write_safetensors(path, file); !ok) return report(ok.error());
+  if (auto ok = scheduler::write_model(path, spec, result); !ok) return report(ok.error());
   std::fprintf(stderr, "coach: saved %zu parameters to %s\n", result.params.size(), path.c_str());
   return 0;
 }

@@ -268,6 +268,21 @@ result<slice_transfer> shard::release(const std::vector<key_range>& ranges, std:
   return t;
 }
 
+slice_transfer shard::snapshot() const {
+  slice_transfer t;
+  t.from = id_;
+  t.to = id_;
+  t.version = applied_;
+  t.updates = updates_;
+  t.samples_applied = samples_applied_;
+  t.ranges = ranges_;
+  const auto v = values_->span();
+  t.values.assign(v.begin(), v.end());
+  t.state_a = state_a_;
+  t.state_b = state_b_;
+  return t;
+}
+
 result<void> shard::adopt(slice_transfer&& t) {
   if (!ranges_.empty()) return adopt(std::as_const(t));
   // An empty shard takes a transfer's storage as its own (after the same checks as a copy).

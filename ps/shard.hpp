@@ -185,6 +185,11 @@ class shard {
   /// The same; a shard that owns nothing takes the transfer's storage without copying it (its
   /// values vector, or its buffer unless others still read that: then the values are copied).
   result<void> adopt(slice_transfer&& t);
+  /// A copy of everything the shard holds at its current version: the values and optimizer
+  /// state of every range it owns, with its version, update count and samples applied (from =
+  /// to = id()). What a checkpoint keeps (ps/training_state.hpp); the shard is unchanged. An
+  /// empty shard that adopts it (adopt) goes on as this one does, bitwise.
+  slice_transfer snapshot() const;
   /// Steps applied with samples (Adam's t).
   std::int64_t updates() const noexcept { return updates_; }
   /// Samples of the steps applied so far: the schedule's position is

@@ -92,6 +92,12 @@
 //                                (worker/invocation.hpp); # deadline_s and memory_mb >= 0, 0 =
 //                                unlimited, default 0; # chunks_per_invocation in [1, 1000000],
 //                                default 8
+//   checkpoint: {path: ck.safetensors, every_s: 600}
+//                                # optional: checkpoints (parameters and optimizer state) at
+//                                # epochs' ends (a relative path as dataset.path's); every_s
+//                                # >= 0, default 0: every epoch (scheduler/checkpoint_config.hpp)
+//   output: model.safetensors    # optional: the final model, written when the job succeeds
+//                                # (a relative path as dataset.path's; --save wins)
 //   schedule:                    # optional: elastic changes at given steps (coach train)
 //     - {at_step: 20, workers: 3}   # rescale the workers to 3 (within workers.min..max)
 //     - {at_step: 40, shards: 3}    # rescale the shards to 3 (within shards.min..max)
@@ -122,6 +128,7 @@
 #include "common/error.hpp"
 #include "kernels/backend.hpp"
 #include "ps/optimizer.hpp"
+#include "scheduler/checkpoint_config.hpp"
 #include "worker/dataset.hpp"
 #include "worker/model_config.hpp"
 
@@ -179,6 +186,13 @@ struct job_spec {
   std::string placement;                    ///< a placement's name; empty: the scheduler's
   std::optional<function_limits> function;  ///< set: workers run as bounded functions
   std::vector<schedule_action> schedule;    ///< by at_step, ascending
+  /// Checkpoints at epochs' ends (`checkpoint: {path, every_s}`; path absolute); none when the
+  /// path is empty. `coach train --checkpoint` overrides it.
+  checkpoint_config checkpoint;
+  /// The final model as a .safetensors file (`output:`, absolute), written by `coach train`
+  /// (unless --save names another) and by a cluster's scheduler when the job succeeds. Empty:
+  /// none.
+  std::string output;
 };
 
 /// "bsp", "ssp:3", "asp", "averaging:4".

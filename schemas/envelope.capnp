@@ -53,6 +53,10 @@ enum MsgKind {
   moved @13;           # shard -> worker or master: step = version asked for, mapVersion = the
                        # configuration that moved the keys, ranges = keys asked for that it no
                        # longer owns
+  state @14;           # shard -> master: the answer to a snapshotRequest with flag with_state (4):
+                       # laid out as a transfer (step = version, chunkId = updates, samples =
+                       # samples applied, rank = epoch = the shard, ranges = every key it owns;
+                       # frames: values, then optimizer state)
 }
 
 # An error that crosses the network intact: coach::errc's number (docs/errors.md, 1..9) and the

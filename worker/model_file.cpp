@@ -1,5 +1,8 @@
 #include "worker/model_file.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <bit>
 #include <cstdio>
 #include <cstring>
@@ -57,25 +60,42 @@ result<void> write_safetensors(const std::string& path, const safetensors_file& 
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return fail(errc::io_error, "cannot write {}: {}", tmp, std::strerror(errno));
-    const std::uint64_t n = text.size();
-    out.write(reinterpret_cast<const char*>(&n), 8);
-    out.write(text.data(), std::streamsize(text.size()));
-    for (const auto& t : file.tensors)
-      out.write(reinterpret_cast<const char*>(t.bytes.data()), std::streamsize(t.bytes.size()));
-    out.flush();
-    if (!out) {
-      std::filesystem::remove(tmp);
-      return fail(errc::io_error, "cannot write {}: {}", tmp, std::strerror(errno));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return fail(errc::io_error, "cannot write {}: {}", tmp, std::strerror(errno));
+  auto put = [fd](const void* data, std::size_t n) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const ssize_t w = ::write(fd, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return false;
+      p += w;
+      n -= std::size_t(w);
     }
+    return true;
+  };
+  const std::uint64_t n = text.size();
+  bool ok = put(&n, 8) && put(text.data(), text.size());
+  for (const auto& t : file.tensors) ok = ok && put(t.bytes.data(), t.bytes.size());
+  // On the disk before the rename: a machine that goes down leaves the old file or this one.
+  ok = ok && ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) {
+    std::filesystem::remove(tmp);
+    return fail(errc::io_error, "cannot write {}: {}", tmp, std::strerror(err));
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
     std::filesystem::remove(tmp);
     return fail(errc::io_error, "cannot write {}: {}", path, ec.message());
+  }
+  // The rename itself lasts once the directory is on the disk too.
+  auto dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
   }
   return {};
 }
@@ -217,34 +237,60 @@ safetensors_file pack_model(const network& net, std::span<const float> params,
   f.metadata["coach.normalize"] = std::string(to_string(transform.kind));
   if (!transform.offset.empty()) f.metadata["coach.feature_offset"] = json_array(transform.offset);
   if (!transform.scale.empty()) f.metadata["coach.feature_scale"] = json_array(transform.scale);
-  for (const auto& t : net.tensors()) {
-    stored_tensor st{t.name, "F32", t.shape, {}};
-    st.bytes.resize(t.size() * sizeof(float));
-    auto* out = reinterpret_cast<float*>(st.bytes.data());
-    const float* src = params.data() + t.offset;
-    if (t.transposed) {  // flat: in x out; PyTorch: out x in
-      const std::size_t rows = std::size_t(t.shape[0]), cols = std::size_t(t.shape[1]);
-      for (std::size_t r = 0; r < rows; ++r)
-        for (std::size_t c = 0; c < cols; ++c) out[r * cols + c] = src[c * rows + r];
-    } else {
-      std::memcpy(out, src, st.bytes.size());
-    }
-    f.tensors.push_back(std::move(st));
-  }
+  for (auto& t : pack_tensors(net, params, "", false)) f.tensors.push_back(std::move(t));
   return f;
 }
 
+namespace {
+
+/// Whether the tensor lies in one of the network's statistic ranges.
+bool is_statistic(const network& net, const param_tensor& t) {
+  for (const auto& r : net.statistic_ranges())
+    if (t.offset >= r.keys.begin && t.offset < r.keys.end) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<stored_tensor> pack_tensors(const network& net, std::span<const float> values,
+                                        const std::string& prefix, bool skip_statistics) {
+  std::vector<stored_tensor> out;
+  for (const auto& t : net.tensors()) {
+    if (skip_statistics && is_statistic(net, t)) continue;
+    stored_tensor st{prefix + t.name, "F32", t.shape, {}};
+    st.bytes.resize(t.size() * sizeof(float));
+    auto* dst = reinterpret_cast<float*>(st.bytes.data());
+    const float* src = values.data() + t.offset;
+    if (t.transposed) {  // flat: in x out; PyTorch: out x in
+      const std::size_t rows = std::size_t(t.shape[0]), cols = std::size_t(t.shape[1]);
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < cols; ++c) dst[r * cols + c] = src[c * rows + r];
+    } else {
+      std::memcpy(dst, src, st.bytes.size());
+    }
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
 result<std::vector<float>> unpack_params(const network& net, const safetensors_file& file) {
+  return unpack_tensors(net, file, "", false);
+}
+
+result<std::vector<float>> unpack_tensors(const network& net, const safetensors_file& file,
+                                          const std::string& prefix, bool skip_statistics) {
   std::vector<float> params(net.num_params(), 0.0f);
   for (const auto& t : net.tensors()) {
-    const stored_tensor* st = file.find(t.name);
+    if (skip_statistics && is_statistic(net, t)) continue;
+    const std::string name = prefix + t.name;
+    const stored_tensor* st = file.find(name);
     if (st == nullptr)
       return fail(errc::invalid_argument, "the file has no tensor '{}' (shape {}) of this model",
-                  t.name, shape_text(t.shape));
+                  name, shape_text(t.shape));
     if (st->dtype != "F32")
-      return fail(errc::invalid_argument, "tensor '{}' is {}; Coach reads F32", t.name, st->dtype);
+      return fail(errc::invalid_argument, "tensor '{}' is {}; Coach reads F32", name, st->dtype);
     if (st->shape != t.shape)
-      return fail(errc::invalid_argument, "tensor '{}' has shape {}; the model's is {}", t.name,
+      return fail(errc::invalid_argument, "tensor '{}' has shape {}; the model's is {}", name,
                   shape_text(st->shape), shape_text(t.shape));
     const auto* in = reinterpret_cast<const float*>(st->bytes.data());
     float* dst = params.data() + t.offset;

@@ -20,6 +20,9 @@
 //   coach.normalize   none | max | standardize; coach.feature_offset, coach.feature_scale: JSON
 //                     arrays (absent when empty): x' = (x - offset[c]) / scale[c]
 //   and whatever else the writer adds (coach.name, coach.epochs, coach.test_accuracy).
+//
+// A checkpoint (scheduler/checkpoint_file.hpp) is such a file with the optimizer state as more
+// tensors (pack_tensors with a prefix) and its own metadata entry.
 
 #include <cstdint>
 #include <map>
@@ -48,8 +51,9 @@ struct safetensors_file {
   const stored_tensor* find(std::string_view name) const;
 };
 
-/// Writes the safetensors file `path` (through a temporary file renamed over it: a crash
-/// leaves the old file or the new one, never half of one). Errors: io_error naming the path.
+/// Writes the safetensors file `path` (through a temporary file in the same directory, flushed
+/// to the disk and renamed over it: a crash, of the process or of the machine, leaves the old
+/// file or the new one, never half of one). Errors: io_error naming the path.
 result<void> write_safetensors(const std::string& path, const safetensors_file& file);
 
 /// Reads a safetensors file. Errors: not_found, io_error, parse_error naming the path and what
@@ -71,6 +75,18 @@ safetensors_file pack_model(const network& net, std::span<const float> params,
 /// The flat parameters of `net` from a file's tensors. Errors (invalid_argument, naming the
 /// tensor): a tensor of the network missing, another dtype than F32, another shape.
 result<std::vector<float>> unpack_params(const network& net, const safetensors_file& file);
+
+/// `values`, a vector laid out as the parameters of `net` (num_params floats: a per-parameter
+/// optimizer state), as tensors named `prefix` + each tensor's name, shaped and laid out as
+/// pack_model writes the parameters. `skip_statistics`: batch norm's running statistics
+/// (network::statistic_ranges) are left out.
+std::vector<stored_tensor> pack_tensors(const network& net, std::span<const float> values,
+                                        const std::string& prefix, bool skip_statistics);
+/// The inverse of pack_tensors: the vector from the tensors named `prefix` + each tensor's
+/// name (with skip_statistics, the statistics' keys are zero). Errors as unpack_params',
+/// naming the whole tensor name.
+result<std::vector<float>> unpack_tensors(const network& net, const safetensors_file& file,
+                                          const std::string& prefix, bool skip_statistics);
 
 /// The class names and the feature transform kept in a file's metadata.
 struct model_labels {

@@ -7,12 +7,13 @@ namespace coach::worker {
 
 step_planner::step_planner(chunk_dispenser& dispenser, std::uint32_t first_epoch,
                            std::uint32_t epochs, std::uint32_t chunks_per_step,
-                           std::int64_t max_ahead)
+                           std::int64_t max_ahead, std::int64_t first_step)
     : dispenser_(dispenser),
       first_epoch_(first_epoch),
       epochs_(epochs),
       chunks_per_step_(std::max<std::uint32_t>(1, chunks_per_step)),
-      max_ahead_(max_ahead) {}
+      max_ahead_(max_ahead),
+      open_step_(std::max<std::int64_t>(0, first_step) - 1) {}
 
 std::vector<std::int64_t> step_planner::unreported(std::uint32_t rank) const {
   std::vector<std::int64_t> out;

@@ -33,9 +33,12 @@ class step_planner {
   /// (>= 1) to each member at each step. `max_ahead` >= 0 (ssp:S): a step opens only while the
   /// oldest incomplete step is at most that many steps before it; negative: no such bound (a
   /// BSP worker asks for its next step once it reported the last, and computes it once the
-  /// step before is applied). `dispenser` must outlive the planner.
+  /// step before is applied). The first step opened is `first_step` (>= 0): a job resumed from
+  /// a checkpoint goes on with the step numbers of the run it continues (a worker's dropout
+  /// masks depend on them). `dispenser` must outlive the planner.
   step_planner(chunk_dispenser& dispenser, std::uint32_t first_epoch, std::uint32_t epochs,
-               std::uint32_t chunks_per_step = 1, std::int64_t max_ahead = -1);
+               std::uint32_t chunks_per_step = 1, std::int64_t max_ahead = -1,
+               std::int64_t first_step = 0);
 
   /// What opening a step did.
   struct opened {
@@ -48,7 +51,7 @@ class step_planner {
   /// are all out and some are not complete (the next epoch waits for them), or (max_ahead) a
   /// step too far before it is incomplete.
   std::optional<opened> open(std::span<const std::uint32_t> members, bool stop);
-  /// The newest step opened; -1 before the first.
+  /// The newest step opened; first_step - 1 before the first.
   std::int64_t open_step() const noexcept { return open_step_; }
 
   /// What a worker is to do at a step.

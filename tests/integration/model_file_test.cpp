@@ -3,6 +3,8 @@
 // one-line errors.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -107,6 +109,41 @@ TEST(model_file, a_file_that_is_not_a_model_is_a_one_line_error) {
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.output.find("/nonexistent.safetensors: no such file"), std::string::npos)
       << missing.output;
+}
+
+TEST(model_file, a_specs_output_and_checkpoint_are_written_by_coach_train) {
+  if (!std::filesystem::exists("data/digits.csv.gz")) GTEST_SKIP() << "run scripts/setup.sh";
+  std::string text;
+  {
+    std::ifstream in("examples/digits-mlp.yaml");
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const auto data = std::filesystem::absolute("data/digits.csv.gz").string();
+  text.replace(text.find("data/digits.csv.gz"), std::string("data/digits.csv.gz").size(), data);
+  text.replace(text.find("epochs: 20"), 10, "epochs: 3");
+  const auto out = coach::testing::temp_file("x", "").parent_path() / "out";
+  text += "output: " + (out / "digits.safetensors").string() +
+          "\ncheckpoint: {path: " + (out / "ck.safetensors").string() + "}\n";
+  const auto spec = coach::testing::temp_file("outputs.yaml", text);
+  std::filesystem::remove_all(out);
+  std::filesystem::create_directories(out);
+  auto train = run_coach("train " + spec.string());
+  ASSERT_EQ(train.code, 0) << train.output;
+  EXPECT_NE(train.output.find("checkpoint after epoch 3"), std::string::npos) << train.output;
+  const std::string reported = after(train.output, "test accuracy ");
+  ASSERT_FALSE(reported.empty()) << train.output;
+  for (const char* file : {"digits.safetensors", "ck.safetensors"}) {
+    SCOPED_TRACE(file);
+    auto eval = run_coach("eval " + (out / file).string() + " --data " + spec.string());
+    ASSERT_EQ(eval.code, 0) << eval.output;
+    EXPECT_EQ(after(eval.output, "test accuracy "), reported) << eval.output;
+  }
+  // --save names another file: the spec's output is not written then.
+  std::filesystem::remove(out / "digits.safetensors");
+  train = run_coach("train " + spec.string() + " --save " + (out / "other.safetensors").string());
+  ASSERT_EQ(train.code, 0) << train.output;
+  EXPECT_TRUE(std::filesystem::exists(out / "other.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(out / "digits.safetensors"));
 }
 
 }  // namespace

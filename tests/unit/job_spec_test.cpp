@@ -946,5 +946,50 @@ TEST(job_spec_dataset, bad_csv_options_name_the_field_and_line) {
   }
 }
 
+
+// --- checkpoint and output --------------------------------------------------------------------
+
+TEST(job_spec_outputs, checkpoint_and_output_paths_are_absolute_and_every_s_defaults_to_0) {
+  auto r = parse_job_spec(minimal, "job.yaml");
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_FALSE(r->checkpoint.enabled());
+  EXPECT_TRUE(r->output.empty());
+  r = parse_job_spec(with("checkpoint", "checkpoint: {path: run/ck.safetensors}\noutput: m.st"),
+                     "job.yaml", "/srv/jobs");
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(r->checkpoint.path, "/srv/jobs/run/ck.safetensors");
+  EXPECT_EQ(r->checkpoint.every_s, 0.0);
+  EXPECT_EQ(r->output, "/srv/jobs/m.st");
+  r = parse_job_spec(with("checkpoint", "checkpoint: {path: /tmp/ck.st, every_s: 90.5}"),
+                     "job.yaml");
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(r->checkpoint.path, "/tmp/ck.st");
+  EXPECT_EQ(r->checkpoint.every_s, 90.5);
+}
+
+TEST(job_spec_outputs, bad_checkpoint_and_output_name_the_field) {
+  struct bad_case {
+    std::string_view replacement, message;
+  };
+  for (const bad_case& c : {
+           bad_case{"checkpoint: {every_s: 10}", "field 'checkpoint.path' is required"},
+           bad_case{"checkpoint: {path: ''}", "field 'checkpoint.path' must not be empty"},
+           bad_case{"checkpoint: {path: a, every_s: -1}",
+                    "field 'checkpoint.every_s' must be >= 0, got -1"},
+           bad_case{"checkpoint: {path: a, every: 5}", "'checkpoint.every'"},
+           bad_case{"checkpoint: a.st", "field 'checkpoint' must be a map"},
+           bad_case{"output: ''", "field 'output' must not be empty"},
+           bad_case{"output: [a, b]", "field 'output' must be a string"},
+       }) {
+    SCOPED_TRACE(c.replacement);
+    auto r = parse_job_spec(with(std::string(c.replacement.substr(0, c.replacement.find(':'))),
+                                 std::string(c.replacement)),
+                            "job.yaml");
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, errc::invalid_argument);
+    EXPECT_NE(r.error().message.find(c.message), std::string::npos) << r.error().message;
+  }
+}
+
 }  // namespace
 }  // namespace coach::scheduler
