@@ -275,4 +275,36 @@ TEST_F(scheduler_cluster, what_a_schedule_migrates_away_or_shrinks_is_free_for_t
   EXPECT_TRUE(has(ea, "\"state\": \"cancelled\"")) << ea;
 }
 
+TEST_F(scheduler_cluster, a_specs_output_is_the_final_model_and_an_unwritable_one_fails_the_job) {
+  start(1, {"--store", ""}, {});
+  if (HasFatalFailure()) return;
+  const auto model = work_dir() / "out-model.safetensors";
+  fs::remove(model);
+  const auto spec =
+      digits_spec("with-output", 3, "{min: 1, max: 2, initial: 2}", "{min: 1, max: 2, initial: 2}");
+  std::ofstream(spec, std::ios::app) << "output: " << model.string() << "\n";
+  const std::string job = submit(spec);
+  const auto st = wait_for_end(job);
+  ASSERT_TRUE(has(st, "\"state\": \"succeeded\"")) << st;
+  ASSERT_TRUE(fs::exists(model)) << logs();
+  // The file is the run's model: coach eval on the job's own test split gives its accuracy.
+  auto eval = coach("eval " + model.string() + " --data " + spec.string());
+  ASSERT_EQ(eval.code, 0) << eval.err;
+  const auto at = eval.out.find("test accuracy ");
+  ASSERT_NE(at, std::string::npos) << eval.out;
+  EXPECT_NEAR(std::strtod(eval.out.c_str() + at + 14, nullptr), json_number(st, "test_accuracy"),
+              1e-4)
+      << eval.out << "\n"
+      << st.substr(0, 400);
+
+  // A model that cannot be written: the job fails, saying why (its parameters would be lost).
+  const auto bad = digits_spec("bad-output", 1, "1", "1");
+  std::ofstream(bad, std::ios::app)
+      << "output: " << (work_dir() / "no-such-dir" / "m.st").string() << "\n";
+  const std::string b = submit(bad);
+  const auto sb = wait_for_end(b);
+  EXPECT_TRUE(has(sb, "\"state\": \"failed\"")) << sb;
+  EXPECT_TRUE(has(sb, "could not be written")) << sb;
+}
+
 }  // namespace
