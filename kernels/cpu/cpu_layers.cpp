@@ -31,30 +31,35 @@ void enforce_valid(const Shape& s, const char* op) {
 }
 
 /// Columns of one image: row (c R + r) S + q, column oh out_w + ow holds
-/// x[c, oh stride_h - pad_h + r, ow stride_w - pad_w + q], or 0 in the padding.
-void im2col(const conv2d_shape& s, const float* x, float* col) {
+/// x[c, oh stride_h - pad_h + r, ow stride_w - pad_w + q], or 0 in the padding. The rows are
+/// short (out_w floats): plain loops, not memcpy and memset calls, whose call cost was most of
+/// the time (the attribute keeps g++ from turning the loops back into those calls).
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) void im2col(const conv2d_shape& s,
+                                                                          const float* x,
+                                                                          float* col) {
   const int oh_n = s.out_h(), ow_n = s.out_w();
   const std::size_t plane = std::size_t(oh_n) * std::size_t(ow_n);
   for (int c = 0; c < s.channels; ++c)
     for (int r = 0; r < s.kernel_h; ++r)
       for (int q = 0; q < s.kernel_w; ++q) {
         float* dst = col + (std::size_t(c * s.kernel_h + r) * s.kernel_w + q) * plane;
+        // iw = ow stride_w - pad_w + q; with stride 1: zeros left of the plane, one contiguous
+        // run, zeros right.
+        const int shift = q - s.pad_w;
+        const int lo = std::clamp(-shift, 0, ow_n);
+        const int hi = std::clamp(s.width - shift, lo, ow_n);
         for (int oh = 0; oh < oh_n; ++oh) {
           const int ih = oh * s.stride_h - s.pad_h + r;
           float* row = dst + std::size_t(oh) * ow_n;
           if (ih < 0 || ih >= s.height) {
-            std::fill(row, row + ow_n, 0.0f);
+            for (int ow = 0; ow < ow_n; ++ow) row[ow] = 0.0f;
             continue;
           }
           const float* src = x + (std::size_t(c) * s.height + ih) * s.width;
           if (s.stride_w == 1) {
-            // iw = ow - pad_w + q: zeros left of the plane, one contiguous run, zeros right.
-            const int shift = q - s.pad_w;
-            const int lo = std::clamp(-shift, 0, ow_n);
-            const int hi = std::clamp(s.width - shift, lo, ow_n);
-            std::fill(row, row + lo, 0.0f);
-            std::copy(src + lo + shift, src + hi + shift, row + lo);
-            std::fill(row + hi, row + ow_n, 0.0f);
+            for (int ow = 0; ow < lo; ++ow) row[ow] = 0.0f;
+            for (int ow = lo; ow < hi; ++ow) row[ow] = src[ow + shift];
+            for (int ow = hi; ow < ow_n; ++ow) row[ow] = 0.0f;
             continue;
           }
           for (int ow = 0; ow < ow_n; ++ow) {
@@ -66,14 +71,36 @@ void im2col(const conv2d_shape& s, const float* x, float* col) {
 }
 
 /// The adjoint of im2col for one image: dx[c, ih, iw] = the sum of the column entries that
-/// im2col copied from (c, ih, iw), gathered in (r, q) order (geometry::conv_sources).
+/// im2col copied from (c, ih, iw), added in geometry::col2im_sum's order (output rows, then
+/// columns, ascending: r and q descending) from 0, so the same bits; as a scatter over the
+/// column rows, which reads the columns in order (the gather per input cost as much as the
+/// product).
 void col2im(const conv2d_shape& s, const float* col, float* dx) {
-  const std::size_t plane = std::size_t(s.out_h()) * std::size_t(s.out_w());
+  const int oh_n = s.out_h(), ow_n = s.out_w();
+  const std::size_t plane = std::size_t(oh_n) * std::size_t(ow_n);
+  std::fill(dx, dx + std::size_t(s.channels) * s.height * s.width, 0.0f);
   for (int c = 0; c < s.channels; ++c)
-    for (int ih = 0; ih < s.height; ++ih)
-      for (int iw = 0; iw < s.width; ++iw)
-        dx[(std::size_t(c) * s.height + ih) * s.width + iw] =
-            geometry::col2im_sum(s, col, plane, c, ih, iw);
+    for (int r = s.kernel_h - 1; r >= 0; --r)
+      for (int q = s.kernel_w - 1; q >= 0; --q) {
+        const float* src = col + (std::size_t(c * s.kernel_h + r) * s.kernel_w + q) * plane;
+        const int shift = q - s.pad_w;
+        const int lo = std::clamp(-shift, 0, ow_n);
+        const int hi = std::clamp(s.width - shift, lo, ow_n);
+        for (int oh = 0; oh < oh_n; ++oh) {
+          const int ih = oh * s.stride_h - s.pad_h + r;
+          if (ih < 0 || ih >= s.height) continue;
+          float* drow = dx + (std::size_t(c) * s.height + ih) * s.width;
+          const float* crow = src + std::size_t(oh) * ow_n;
+          if (s.stride_w == 1) {
+            for (int ow = lo; ow < hi; ++ow) drow[ow + shift] = drow[ow + shift] + crow[ow];
+            continue;
+          }
+          for (int ow = 0; ow < ow_n; ++ow) {
+            const int iw = ow * s.stride_w - s.pad_w + q;
+            if (iw >= 0 && iw < s.width) drow[iw] = drow[iw] + crow[ow];
+          }
+        }
+      }
 }
 
 /// Sum in double of term(j) over channel c's elements j = (n, position) of an N x C x S tensor,

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -919,6 +920,42 @@ TEST_P(backend_test, max_and_avg_pool_match_hand_computed_values) {
   be_->max_pool2d_forward(t, dev({1, nan_f, 3, 4}), ty, targ);
   for (float v : host(ty, 4)) EXPECT_TRUE(std::isnan(v));
   EXPECT_EQ(host_indices(targ, 4), (std::vector<std::int32_t>{1, 1, 1, 1}));
+}
+
+TEST_P(backend_test, conv_backward_data_adds_in_the_gather_order_of_the_geometry) {
+  // dx of each input is the sum of its column entries in geometry::col2im_sum's order (the
+  // order the cuda kernel repeats): the cpu's scatter must give those bits exactly.
+  for (const auto& s :
+       {make_conv(2, 3, 9, 11, 4, 5, 3, 1, 1, 2, 1), make_conv(1, 2, 8, 7, 3, 3, 3, 2, 2, 1, 1),
+        make_conv(1, 1, 6, 6, 2, 2, 2, 2, 1, 0, 1)}) {
+    SCOPED_TRACE(testing::Message() << s.height << "x" << s.width << " kernel " << s.kernel_h << "x"
+                                    << s.kernel_w << " stride " << s.stride_h << "," << s.stride_w);
+    const auto w = random_floats(std::size_t(s.filters) * s.column_rows(), 31);
+    const auto dy = random_floats(s.output_size(), 32);
+    float* dx = dev(std::vector<float>(s.input_size(), nan_f));
+    be_->conv2d_backward_data(s, dev(dy), dev(w), dx);
+    const auto got = host(dx, s.input_size());
+    const int plane = s.out_h() * s.out_w();
+    const int crs = int(s.column_rows());
+    const std::size_t image = std::size_t(s.channels) * s.height * s.width;
+    for (int n = 0; n < s.batch; ++n) {
+      // The columns W^T dy_n, from this backend's own product.
+      float* col = dev(std::vector<float>(std::size_t(crs) * plane));
+      be_->gemm(true, false, crs, plane, s.filters, 1.0f, dev(w), crs,
+                dev(std::vector<float>(dy.begin() + std::ptrdiff_t(n) * s.filters * plane,
+                                       dy.begin() + std::ptrdiff_t(n + 1) * s.filters * plane)),
+                plane, 0.0f, col, plane);
+      const auto cols = host(col, std::size_t(crs) * plane);
+      for (int c = 0; c < s.channels; ++c)
+        for (int ih = 0; ih < s.height; ++ih)
+          for (int iw = 0; iw < s.width; ++iw) {
+            const float want = geometry::col2im_sum(s, cols.data(), std::size_t(plane), c, ih, iw);
+            const std::size_t i = n * image + (std::size_t(c) * s.height + ih) * s.width + iw;
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want))
+                << "image " << n << " at " << c << "," << ih << "," << iw;
+          }
+    }
+  }
 }
 
 TEST_P(backend_test, max_pool_2x2_equals_the_window_rule_with_ties_and_nans) {
