@@ -256,7 +256,9 @@ struct scheduler_state {
   result<void> write_output(job_entry& job, sched::job_result& r) {
     auto spec = sched::parse_job_spec(job.rec.spec_yaml, job.rec.source_name, job.rec.base_dir);
     if (!spec || spec->output.empty()) return {};
-    const auto& data = runs[job.status.job].data;
+    // find, not []: a job without a runner here must not get an empty one.
+    const auto run = runs.find(job.status.job);
+    const auto data = run == runs.end() ? nullptr : run->second.data;
     if (r.params.empty() || !data)
       return fail(errc::internal, "job {}: no final parameters to write to {}", job.status.job,
                   spec->output);

@@ -13,22 +13,15 @@ gathered from a shuffled index list, as Coach's dispenser does); the test accura
 last epoch is printed too, so the runs can be checked to learn the same thing.
 """
 import argparse
-import gzip
 import json
-import struct
+import os
+import sys
 import time
 
-import numpy as np
 import torch
 
-
-def read_idx(path):
-    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
-        data = f.read()
-    magic, = struct.unpack(">I", data[:4])
-    dims = magic & 0xFF
-    shape = struct.unpack(">" + "I" * dims, data[4:4 + 4 * dims])
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from coach_torch import read_idx  # noqa: E402
 
 
 def main():

@@ -946,7 +946,6 @@ TEST(job_spec_dataset, bad_csv_options_name_the_field_and_line) {
   }
 }
 
-
 // --- checkpoint and output --------------------------------------------------------------------
 
 TEST(job_spec_outputs, checkpoint_and_output_paths_are_absolute_and_every_s_defaults_to_0) {
