@@ -21,6 +21,8 @@
 #include "scheduler/job_report.hpp"
 #include "scheduler/job_spec.hpp"
 #include "worker/dataset.hpp"
+#include "worker/device_assignment.hpp"
+#include "worker/device_reducer.hpp"
 #include "worker/host_reducer.hpp"
 #include "worker/network.hpp"
 
@@ -62,6 +64,12 @@ struct job_context {
   /// Set when the spec asks for host reduction: sums the gradients of this process's workers
   /// of the job before one push per shard (worker/host_reducer.hpp).
   std::shared_ptr<worker::host_reducer> reducer;
+  /// The same on device backends (cuda): the local gradients summed on the devices and
+  /// all-reduced across them, one download (worker/device_reducer.hpp). Set instead of `reducer`.
+  std::shared_ptr<worker::device_reducer> device_reducer;
+  /// On cuda: the devices of this process, shared by its jobs: which one each worker runs on
+  /// (worker/device_assignment.hpp); null on the cpu backend.
+  std::shared_ptr<worker::device_assignment> devices;
 
   /// Test hook (bench/consistency_bench): how many times as long worker `rank` takes over step
   /// `step` (>= 1: it waits that factor minus one times its compute time after computing);
@@ -78,6 +86,20 @@ struct job_context {
   /// The configuration the job starts with: version 1, ranks 0..workers-1, `map`.
   ps::job_config initial_config() const;
 };
+
+/// Sets `ctx`'s device state from its spec: `devices` (this process's, `process_devices`, made
+/// on first use) when the job's workers run on cuda (`resolved`: the spec's backend with auto
+/// resolved), and the host reducer that fits the backend when the spec asks for host reduction.
+void setup_job_devices(job_context& ctx, kernels::backend_kind resolved,
+                       std::shared_ptr<worker::device_assignment>& process_devices);
+
+/// Makes worker `rank`'s backend: on cuda, on the device ctx.devices gives it (logged on
+/// stderr, `who` naming this process: "coach-node 'a'", "coach"); the caller releases the
+/// device through ctx.devices when the worker cannot start. Errors: the backend's, or no device
+/// left (resource_exhausted, naming who holds them).
+result<std::unique_ptr<kernels::backend>> make_worker_backend(const job_context& ctx,
+                                                              std::uint32_t rank,
+                                                              std::string_view who);
 
 /// Endpoint ids of a job's actors on host 0 (the embedded cluster).
 endpoint master_endpoint(std::uint64_t job);

@@ -48,9 +48,13 @@ result<std::shared_ptr<job_context>> make_job_context(
     ep.host = worker_hosts[r];
     ctx->workers.push_back(ep);
   }
-  // The job's workers on this node sum their gradients here before one push per shard.
-  if (spec.host_reduce)
-    ctx->reducer = std::make_shared<worker::host_reducer>(ctx->model.num_params());
+  // The backend the job's workers here run on (the node agent then sets up their devices and
+  // host reduction: setup_job_devices).
+  if (ctx->spec.backend == kernels::backend_kind::auto_select)
+    ctx->backend =
+        kernels::cuda_device_present() ? kernels::backend_kind::cuda : kernels::backend_kind::cpu;
+  else
+    ctx->backend = ctx->spec.backend;
   return ctx;
 }
 
@@ -88,6 +92,7 @@ struct agent_state {
   std::map<std::uint64_t, job_part> parts;
   std::uint64_t sequence = 0;
   bool draining = false;
+  std::shared_ptr<worker::device_assignment> devices;  ///< this node's, shared by its jobs
   std::string last_probe_error;
   /// Set by start(): memory to warm before the answer goes (a shard added ahead of a migration).
   std::vector<std::size_t> warm_before_answer;
@@ -181,6 +186,9 @@ struct agent_state {
                                    sj.shard_hosts, sj.worker_hosts);
       if (!made) return std::unexpected(made.error());
       part.ctx = std::move(*made);
+      // A device for each of the job's workers here (among this node's, shared by its jobs),
+      // and the sum of their gradients before one push per shard.
+      setup_job_devices(*part.ctx, part.ctx->backend, devices);
     }
     auto& ctx = part.ctx;
     auto& sys = self_system();
@@ -217,7 +225,7 @@ struct agent_state {
     std::vector<std::uint32_t> ranks;
     for (std::uint32_t r = 0; r < ctx->workers.size(); ++r) {
       if (ctx->workers[r].host != opt.host) continue;
-      auto be = kernels::make_backend(ctx->spec.backend);
+      auto be = make_worker_backend(*ctx, r, coach::format("coach-node '{}'", opt.name));
       if (!be) return fail(be.error().code, "node '{}': {}", opt.name, be.error().message);
       backends.emplace_back(std::move(*be));
       ranks.push_back(r);
@@ -255,7 +263,7 @@ struct agent_state {
     ps::job_config c{a.version, a.from_step, a.members, std::move(*map)};
     auto& sys = self_system();
     if (a.worker) {
-      auto be = kernels::make_backend(ctx->spec.backend);
+      auto be = make_worker_backend(*ctx, a.id, coach::format("coach-node '{}'", opt.name));
       if (!be) return fail(be.error().code, "node '{}': {}", opt.name, be.error().message);
       part.actors.push_back(spawn_added_worker(sys, ctx, a.id, std::move(*be), c, a.first_step));
       part.bound.push_back(ctx->worker_ep(a.id));

@@ -19,6 +19,7 @@ struct scheduler_state {
   std::shared_ptr<transport> net = make_inproc_transport();
   std::uint64_t next_job = 1;
   std::map<std::uint64_t, job_actors> jobs;
+  std::shared_ptr<worker::device_assignment> devices;  ///< this process's, shared by its jobs
   static inline const char* name = "coach.scheduler";
 };
 
@@ -28,7 +29,7 @@ result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_
   const auto& spec = req.spec;
   if (req.workers < 1 || req.shards < 1)
     return fail(errc::invalid_argument, "a job needs at least one worker and one shard");
-  const int gpus = kernels::cuda_device_present() ? 1 : 0;
+  const int gpus = kernels::device_count();
   if (spec.gpus_per_worker > 0 && std::int64_t(spec.gpus_per_worker) * req.workers > gpus)
     return fail(errc::resource_exhausted,
                 "job '{}' asks for {} workers x {} GPUs but this host has {} GPU(s)", spec.name,
@@ -36,20 +37,15 @@ result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_
   if (!req.data || req.data->train.rows == 0 || req.data->test.rows == 0)
     return fail(errc::invalid_argument, "job '{}': the data set is empty", spec.name);
 
-  // One backend per worker, made first so a backend that cannot run fails the job cleanly.
-  std::vector<std::shared_ptr<kernels::backend>> backends;
-  for (std::uint32_t r = 0; r < req.workers; ++r) {
-    auto be = kernels::make_backend(spec.backend);
-    if (!be) return std::unexpected(be.error());
-    backends.emplace_back(std::move(*be));
-  }
-
   auto model = worker::network::for_data(spec.model, req.data->train);
   if (!model) return fail(model.error().code, "job '{}': {}", spec.name, model.error().message);
+  auto resolved = spec.backend;
+  if (resolved == kernels::backend_kind::auto_select)
+    resolved = gpus > 0 ? kernels::backend_kind::cuda : kernels::backend_kind::cpu;
   auto ctx = std::make_shared<job_context>(job_context{
-      .job = self->state.next_job++,
+      .job = self->state.next_job,
       .spec = spec,
-      .backend = *kernels::parse_backend_kind(backends.front()->name()),
+      .backend = resolved,
       .data = req.data,
       .model = std::move(*model),
       .map = {},
@@ -65,15 +61,22 @@ result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_
   for (std::uint32_t r = 0; r < req.workers; ++r)
     ctx->workers.push_back(worker_endpoint(ctx->job, r));
 
-  if (spec.host_reduce) {
-    // One process: every worker of the job is on this host.
-    if (req.kill)
-      return fail(errc::invalid_argument,
-                  "job '{}': host_reduce cannot be combined with killing a worker (the host's "
-                  "other workers would wait for its gradient)",
-                  spec.name);
-    ctx->reducer = std::make_shared<worker::host_reducer>(ctx->model.num_params());
+  // One process: every worker of the job is on this host.
+  if (spec.host_reduce && req.kill)
+    return fail(errc::invalid_argument,
+                "job '{}': host_reduce cannot be combined with killing a worker (the host's "
+                "other workers would wait for its gradient)",
+                spec.name);
+  setup_job_devices(*ctx, resolved, self->state.devices);
+  // One backend per worker, on its own device where there are several, made before any actor
+  // starts so a backend that cannot run fails the job cleanly.
+  std::vector<std::shared_ptr<kernels::backend>> backends;
+  for (std::uint32_t r = 0; r < req.workers; ++r) {
+    auto be = make_worker_backend(*ctx, r, "coach");
+    if (!be) return std::unexpected(be.error());
+    backends.emplace_back(std::move(*be));
   }
+  ++self->state.next_job;
 
   std::vector<float> initial;
   if (req.resume) {
@@ -101,7 +104,7 @@ result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_
   };
   hooks.add_worker = [&sys, ctx](std::uint32_t rank, const ps::job_config& c, std::int64_t first,
                                  const std::string&) -> result<caf::actor> {
-    auto be = kernels::make_backend(ctx->spec.backend);
+    auto be = make_worker_backend(*ctx, rank, "coach");
     if (!be) return std::unexpected(be.error());
     return spawn_added_worker(sys, ctx, rank, std::move(*be), c, first);
   };

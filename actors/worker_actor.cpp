@@ -75,6 +75,7 @@ struct worker_state {
       be->free(params);
       be->free(grad);
     }
+    if (ctx && ctx->devices) ctx->devices->release(ctx->job, rank);  // for a later worker
   }
 
   wire_message to(const endpoint& dst, msg_kind kind) const {
@@ -258,7 +259,8 @@ struct worker_state {
     ctx->net->send(std::move(m));
   }
 
-  /// Host reduction: deposits this worker's gradient; pushes an empty contribution unless this
+  /// Host reduction (in host memory, or on the devices: worker/device_reducer.hpp): deposits
+  /// this worker's gradient; pushes an empty contribution unless this
   /// worker leads the step's local members, and the host's sum for the leader when this
   /// deposit completed them. False on a protocol error (reported; the step cannot go on).
   bool push_reduced(std::uint64_t samples, std::shared_ptr<const float_buffer> grad) {
@@ -267,7 +269,11 @@ struct worker_state {
     local_members.clear();
     for (auto m : cfg.members)
       if (ctx->worker_ep(m).host == self_ep.host) local_members.push_back(m);
-    auto out = ctx->reducer->deposit(step, local_members, rank, samples, std::move(grad));
+    // On a device backend the gradient is still in `this->grad` (device memory): summed there.
+    auto out =
+        ctx->device_reducer
+            ? ctx->device_reducer->deposit(step, local_members, rank, samples, *be, this->grad)
+            : ctx->reducer->deposit(step, local_members, rank, samples, std::move(grad));
     if (!out) {
       std::fprintf(stderr, "coach: worker %u: %s\n", rank, out.error().message.c_str());
       return false;
@@ -368,7 +374,7 @@ struct worker_state {
     whole = frame{};  // let the shard update in place
     held.clear();
     copying = false;
-    if (!host_backend) be->download(buf->data(), grad, buf->size());
+    if (!host_backend && !ctx->device_reducer) be->download(buf->data(), grad, buf->size());
     auto us =
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
             .count();
@@ -383,7 +389,7 @@ struct worker_state {
     // messages are out (this thread only waits for its answer then): no scheduler thread is
     // woken for it, and its reply finds this one awake.
     inline_scope scope;
-    if (ctx->reducer) {
+    if (ctx->reducer || ctx->device_reducer) {
       if (!push_reduced(indices.size(), std::move(buf))) return;
     } else {
       for (std::uint32_t k = 0; k < ranges.size(); ++k) {

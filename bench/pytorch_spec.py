@@ -65,14 +65,15 @@ def torch_rate(spec, data, threads, rounds, device):
     return best
 
 
-def coach_rates(train_bench, spec_path, samples, configs, rounds):
+def coach_rates(train_bench, spec_path, samples, configs, rounds, device):
     cmd = [train_bench, "--spec", spec_path, "--samples", str(samples), "--configs", configs,
-           "--repeat", str(rounds), "--json"]
+           "--repeat", str(rounds), "--backend", device, "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     report = json.loads(out.strip().splitlines()[-1])
     rows = [("coach plain loop (1 thread)", report["plain_loop_samples_per_s"])]
     for r in report["results"]:
-        rows.append((f"coach {r['workers']} worker(s) x {r['shards']} shard(s)",
+        reduce = ", host reduce" if r.get("host_reduce") else ""
+        rows.append((f"coach {r['workers']} worker(s) x {r['shards']} shard(s){reduce}",
                      r["samples_per_s"]))
     return rows
 
@@ -101,7 +102,7 @@ def main():
 
     rows = []
     if a.train_bench:
-        rows += coach_rates(a.train_bench, a.spec, a.samples, a.configs, a.rounds)
+        rows += coach_rates(a.train_bench, a.spec, a.samples, a.configs, a.rounds, a.device)
     for t in (int(v) for v in a.threads.split(",")):
         rows.append((f"pytorch {torch.__version__} {a.device} ({t} thread(s))",
                      torch_rate(spec, data, t, a.rounds, a.device)))

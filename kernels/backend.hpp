@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "common/error.hpp"
@@ -60,6 +61,10 @@ class backend {
 
   /// "cpu" or "cuda".
   virtual std::string_view name() const noexcept = 0;
+  /// The device this backend's memory is on: a CUDA device index, or -1 for host memory.
+  virtual int device() const noexcept { return -1; }
+  /// Waits until every op enqueued so far has finished (a host backend's ops finish in the call).
+  virtual void synchronize() {}
 
   // --- memory -----------------------------------------------------------------------------
   /// Allocates n floats of backend memory (zeroed).
@@ -227,7 +232,29 @@ class backend {
 
 /// Makes a backend. cuda (or auto on a host with a device) needs a build with COACH_ENABLE_CUDA;
 /// otherwise: errc::unsupported naming the reason. auto falls back to cpu without a device.
-result<std::unique_ptr<backend>> make_backend(backend_kind kind);
+/// `device`: the CUDA device (an index among those this process sees, so CUDA_VISIBLE_DEVICES
+/// applies) a cuda backend runs on; a cpu backend ignores it. Errors: invalid_argument for a
+/// device that does not exist.
+result<std::unique_ptr<backend>> make_backend(backend_kind kind, int device = 0);
+
+/// CUDA devices visible to this process (0 without CUDA in the build or without a device).
+int device_count() noexcept;
+
+/// Sums one buffer per device across the devices, in place: afterwards every buffer holds the
+/// sum (NCCL's all-reduce on CUDA devices). Made for a fixed list of backends, one per device;
+/// each call passes their buffers in the same order.
+class device_all_reduce {
+ public:
+  virtual ~device_all_reduce() = default;
+  /// Enqueues the sum of bufs[i] (n floats of ranks[i]'s memory) on each backend's own stream
+  /// and returns; the backends' next ops see the sum. Throws kernels::cuda_error on failure.
+  virtual void sum(std::span<float* const> bufs, std::size_t n) = 0;
+};
+
+/// A device_all_reduce over `ranks` (CUDA backends on distinct devices; one is a group of one).
+/// Errors: unsupported (a host backend, a build without CUDA or NCCL), invalid_argument (two
+/// backends on one device), internal (NCCL could not set the group up).
+result<std::unique_ptr<device_all_reduce>> make_device_all_reduce(std::span<backend* const> ranks);
 
 /// Backends compiled into this build, e.g. "cpu" or "cpu,cuda".
 std::string_view compiled_backends() noexcept;

@@ -79,11 +79,13 @@
 //   seed: 42                     # unsigned 64-bit; default 1
 //   workers: {min: 1, max: 4, initial: 2}   # or N, meaning min = max = initial = N; default 1
 //   shards: 2                    # same forms as workers; default 1
-//   gpus_per_worker: 0           # >= 0; default 0
+//   gpus_per_worker: 0           # >= 0; default 0: cuda workers share the devices round-robin;
+//                                # g >= 1: g devices of its own each (worker/device_assignment.hpp)
 //   backend: auto                # auto (default) | cpu | cuda
 //   slice_size: 16384            # floats per slice of the parameter vector, >= 1; default 16384
 //   host_reduce: false           # true: the workers of one host sum their gradients and push
-//                                # once per host (worker/host_reducer.hpp); default false
+//                                # once per host (worker/host_reducer.hpp; on cuda on the
+//                                # devices with NCCL, worker/device_reducer.hpp); default false
 //   placement: dltap             # spread | best-fit | random | dltap: where a cluster puts the
 //                                # job's parts (scheduler/placement.hpp); default: the
 //                                # scheduler's (coach-node --placement)

@@ -41,8 +41,9 @@ enum class cpu_gemm {
 /// "best", "eigen" or "avx2_fma".
 std::string_view to_string(cpu_gemm g) noexcept;
 
-/// The host backend; always built. Made by make_backend(backend_kind::cpu).
-class cpu_backend final : public backend {
+/// The host backend; always built. Made by make_backend(backend_kind::cpu). Not final: tests
+/// derive from it to stand for a device backend in host memory (device_reducer_test).
+class cpu_backend : public backend {
  public:
   /// A backend whose products run `gemm` (best: the fastest this CPU has). Requesting avx2_fma on
   /// a CPU without AVX2 and FMA is a programming error (check detail::cpu_has_avx2_fma()).

@@ -177,12 +177,12 @@ class cuda_backend final : public backend {
                            float* dx, float* dgamma, float* dbeta) override;
 
   /// The device index this backend runs on.
-  int device() const noexcept { return device_; }
+  int device() const noexcept override { return device_; }
   /// The stream every op of this backend is enqueued on (a cudaStream_t). Work enqueued on it
   /// by others (an NCCL all-reduce, say) is ordered with this backend's ops.
   CUstream_st* stream() const noexcept { return stream_; }
   /// Waits until every op enqueued so far has finished. Throws cuda_error when one failed.
-  void synchronize();
+  void synchronize() override;
 
  private:
   /// A pinned host buffer and the event recorded after the last copy that used it.

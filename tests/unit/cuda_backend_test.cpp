@@ -34,6 +34,8 @@
 #include "kernels/cpu/cpu_backend.hpp"
 #include "scheduler/job_spec.hpp"
 #include "worker/chunk_dispenser.hpp"
+#include "worker/device_reducer.hpp"
+#include "worker/host_reducer.hpp"
 #include "worker/network.hpp"
 
 #ifdef COACH_HAVE_CUDA
@@ -1078,6 +1080,24 @@ TEST_F(cuda_vs_cpu, embedded_cluster_trains_digits_on_cuda_workers) {
   EXPECT_LT(r->epochs.back().train_loss, r->epochs.front().train_loss);
 }
 
+TEST_F(cuda_vs_cpu, embedded_cluster_reduces_three_cuda_workers_on_the_device) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  // host_reduce on cuda: the workers' gradients summed on the device(s) and all-reduced with
+  // NCCL (worker::device_reducer), one download, one push per shard.
+  auto spec = digits_spec();
+  spec.host_reduce = true;
+  actors::train_options opt;
+  opt.workers = 3;
+  opt.shards = 2;
+  opt.backend = backend_kind::cuda;
+  auto r = actors::train_embedded(spec, opt);
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(r->backend, "cuda");
+  ASSERT_EQ(r->epochs.size(), std::size_t(spec.epochs));
+  for (const auto& e : r->epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
+  EXPECT_GE(r->test_accuracy, 0.95);
+}
+
 // --- NCCL -----------------------------------------------------------------------------------
 
 #ifdef COACH_HAVE_CUDA
@@ -1177,6 +1197,49 @@ TEST(nccl_group_test, all_visible_devices_sum_from_one_thread_each_and_from_one_
     (*group)->all_reduce_sum_all(f.bufs, f.n, streams);
     f.expect_sums();
   }
+}
+
+TEST(nccl_group_test, device_reduction_with_one_rank_equals_host_reduction_bit_for_bit) {
+  if (auto why = nccl_skip_reason(1); !why.empty()) GTEST_SKIP() << why;
+  // Three workers on the one GPU: summed on it in rank order, then the NCCL all-reduce of one
+  // rank, then one download. The same bits as worker::host_reducer on the cpu.
+  const std::size_t n = 300007;
+  worker::device_reducer red(
+      n, [](int d) { return make_backend(backend_kind::cuda, d); },
+      [](std::span<backend* const> ranks) { return make_device_all_reduce(ranks); });
+  const std::vector<std::uint32_t> members = {0, 1, 2};
+  std::vector<std::unique_ptr<cuda_backend>> be;
+  std::vector<float*> grad;
+  for (int r = 0; r < 3; ++r) {
+    auto made = cuda_backend::make(0);
+    ASSERT_TRUE(made) << made.error().to_string();
+    grad.push_back((*made)->alloc(n));
+    be.push_back(std::move(*made));
+  }
+  for (std::int64_t step = 0; step < 3; ++step) {
+    worker::host_reducer host(n);
+    std::shared_ptr<const float_buffer> expected;
+    result<worker::device_reducer::outcome> out;
+    for (std::uint32_t r : {2u, 0u, 1u}) {
+      // Magnitudes that round differently, so the order of the sum shows in the bits.
+      auto g = random_floats(n, 100 * std::uint32_t(step) + r, -1.0f, 1.0f);
+      for (std::size_t i = 0; i < n; i += 3) g[i] *= float(1 << (i % 11));
+      be[r]->upload(grad[r], g.data(), n);
+      out = red.deposit(step, members, r, 7 + r, *be[r], grad[r]);
+      ASSERT_TRUE(out) << out.error().to_string();
+      auto h = host.deposit(step, members, r, 7 + r, std::make_shared<const float_buffer>(g));
+      ASSERT_TRUE(h) << h.error().to_string();
+      if (h->complete) expected = h->sum;
+    }
+    ASSERT_TRUE(out->complete);
+    EXPECT_EQ(out->leader, 0u);
+    EXPECT_EQ(out->samples, 7u + 8u + 9u);
+    ASSERT_TRUE(out->sum && expected);
+    EXPECT_EQ(0, std::memcmp(out->sum->data(), expected->data(), n * sizeof(float)))
+        << "step " << step;
+  }
+  EXPECT_EQ(red.all_reduces(), 3u);
+  for (int r = 0; r < 3; ++r) be[std::size_t(r)]->free(grad[std::size_t(r)]);
 }
 
 #endif  // COACH_HAVE_CUDA
