@@ -44,6 +44,7 @@ constexpr std::size_t max_model_bytes = 1 << 20;  // a job status's model JSON
 constexpr std::size_t max_epochs = 1 << 20;       // epochs listed in one job status
 constexpr std::size_t max_items = 4096;           // nodes, jobs, peers, hosts by shard or rank
 constexpr std::size_t max_links = 1 << 16;        // traffic entries of one heartbeat or job status
+constexpr std::size_t max_gpus_held = 1 << 16;    // GPUs held by workers in one heartbeat
 constexpr std::size_t max_gpus = 1024;            // ids in one GPU list
 constexpr std::size_t max_slices = 1 << 24;       // slice owners of one job configuration
 constexpr std::size_t max_config_members = 1 << 16;  // worker ranks of one configuration
@@ -124,6 +125,17 @@ void put_heartbeat(wire::Heartbeat::Builder b, const node_heartbeat& h) {
   b.setLoad1(r.load1);
   put_text([&](unsigned n) { return b.initGpuError(n); }, r.gpu_error);
   b.setDraining(h.draining);
+  std::vector<scheduler::gpu_hold> holds;  // a negative id is no GPU (as put_gpus drops them)
+  for (const auto& g : r.gpus_held)
+    if (g.device >= 0) holds.push_back(g);
+  auto held = b.initGpusHeld(static_cast<unsigned>(holds.size()));
+  for (unsigned i = 0; i < holds.size(); ++i) {
+    const auto& g = holds[i];
+    held[i].setJob(g.job);
+    held[i].setRank(g.rank);
+    held[i].setDevice(static_cast<std::uint32_t>(g.device));
+    held[i].setOwn(g.own);
+  }
   auto traffic = b.initTraffic(static_cast<unsigned>(h.traffic.size()));
   for (unsigned i = 0; i < h.traffic.size(); ++i) {
     const auto& t = h.traffic[i];
@@ -393,6 +405,22 @@ std::vector<link_traffic> get_traffic(List list, std::string_view what) {
   return out;
 }
 
+/// The GPUs held, each on a GPU the node has (`gpus`, as read from the same heartbeat).
+template <class List>
+std::vector<scheduler::gpu_hold> get_gpus_held(List list, const std::vector<int>& gpus) {
+  check_count(list, "heartbeat gpusHeld", max_gpus_held);
+  std::vector<scheduler::gpu_hold> out;
+  out.reserve(list.size());
+  for (const auto g : list) {
+    const std::uint32_t device = g.getDevice();
+    if (device > static_cast<std::uint32_t>(INT_MAX) ||
+        std::find(gpus.begin(), gpus.end(), static_cast<int>(device)) == gpus.end())
+      refuse("heartbeat gpusHeld: GPU {} is not among the node's GPUs", device);
+    out.push_back({g.getJob(), g.getRank(), static_cast<int>(device), g.getOwn()});
+  }
+  return out;
+}
+
 node_heartbeat get_heartbeat(wire::Heartbeat::Reader r) {
   node_heartbeat h;
   h.name = get_text(r.getNodeName(), "heartbeat nodeName");
@@ -407,6 +435,7 @@ node_heartbeat get_heartbeat(wire::Heartbeat::Reader r) {
   res.memory_free = r.getMemoryFree();
   res.load1 = r.getLoad1();
   res.gpu_error = get_text(r.getGpuError(), "heartbeat gpuError");
+  res.gpus_held = get_gpus_held(r.getGpusHeld(), res.gpus_total);
   h.actors_running = r.getActorsRunning();
   h.sequence = r.getSequence();
   h.unix_time_ms = r.getUnixTimeMs();

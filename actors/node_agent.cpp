@@ -121,6 +121,16 @@ struct agent_state {
     deferred.clear();
   }
 
+  /// The CUDA devices this node's workers may take: those the process sees (coach-node orders
+  /// them by PCI bus, as nvidia-smi numbers GPUs), within --gpus when it is given.
+  std::vector<int> node_devices() const {
+    std::vector<int> ids;
+    for (int d = 0; d < kernels::device_count(); ++d)
+      if (!opt.gpus || std::find(opt.gpus->begin(), opt.gpus->end(), d) != opt.gpus->end())
+        ids.push_back(d);
+    return ids;
+  }
+
   node_heartbeat heartbeat() {
     node_heartbeat hb;
     hb.name = opt.name;
@@ -134,6 +144,14 @@ struct agent_state {
       last_probe_error = measured.error().message;
       std::fprintf(stderr, "coach-node: cannot measure this host: %s\n", last_probe_error.c_str());
     }
+    // Which GPU each of this node's cuda workers holds, among the GPUs the heartbeat lists (a
+    // device nvidia-smi does not list, e.g. with no nvidia-smi at all, is not reported).
+    const auto& gpus = hb.resources.gpus_total;
+    if (devices)
+      for (const auto& h : devices->holds())
+        for (int d : h.devices)
+          if (std::find(gpus.begin(), gpus.end(), d) != gpus.end())
+            hb.resources.gpus_held.push_back({h.job, h.rank, d, h.own});
     hb.actors_running = running();
     hb.sequence = ++sequence;
     hb.unix_time_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -188,6 +206,8 @@ struct agent_state {
       part.ctx = std::move(*made);
       // A device for each of the job's workers here (among this node's, shared by its jobs),
       // and the sum of their gradients before one push per shard.
+      if (!devices && part.ctx->backend == kernels::backend_kind::cuda)
+        devices = std::make_shared<worker::device_assignment>(node_devices());
       setup_job_devices(*part.ctx, part.ctx->backend, devices);
     }
     auto& ctx = part.ctx;

@@ -118,6 +118,13 @@ std::string to_json(const actors::node_status& n) {
                        r.cpus_total, json_number(r.cpus_free), r.memory_total);
   out += coach::format("\"memory_free\": {}, \"gpus_total\": {}, \"gpus_free\": {}, ",
                        r.memory_free, ints(r.gpus_total), ints(r.gpus_free));
+  out += "\"gpus_held\": [";
+  for (std::size_t i = 0; i < r.gpus_held.size(); ++i) {
+    const auto& g = r.gpus_held[i];
+    out += coach::format("{}{{\"job\": {}, \"rank\": {}, \"gpu\": {}, \"own\": {}}}", i ? ", " : "",
+                         g.job, g.rank, g.device, g.own ? "true" : "false");
+  }
+  out += "], ";
   out += coach::format("\"load1\": {}, \"actors_running\": {}}", json_number(r.load1),
                        hb.actors_running);
   return out;

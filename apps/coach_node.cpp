@@ -17,6 +17,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -43,6 +44,9 @@ bool is_wildcard(const std::string& address) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // CUDA numbers the devices fastest first unless told otherwise; nvidia-smi (the GPU ids of
+  // the heartbeat, --gpus) numbers them by PCI bus. The same order makes them the same ids.
+  setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0);  // a user's own setting stays
   using namespace coach;
   use_huge_pages(argv);  // large buffers on huge pages (common/huge_pages.hpp)
   keep_freed_memory();   // and what it frees stays mapped (before any thread starts)

@@ -32,6 +32,15 @@
 namespace coach::scheduler {
 
 /// One measurement of a host's resources.
+/// A GPU one of Coach's cuda workers holds on its node (worker::device_assignment).
+struct gpu_hold {
+  std::uint64_t job = 0;
+  std::uint32_t rank = 0;
+  int device = 0;    ///< a GPU id as in gpus_total (coach-node orders CUDA's devices by PCI bus)
+  bool own = false;  ///< the worker's own (gpus_per_worker >= 1); else shared
+  bool operator==(const gpu_hold&) const = default;
+};
+
 struct host_resources {
   std::uint32_t cpus_total = 0;    ///< online logical CPUs
   double cpus_free = 0;            ///< in [0, cpus_total]: total minus busy over the last interval
@@ -39,7 +48,9 @@ struct host_resources {
   std::uint64_t memory_free = 0;   ///< bytes (MemAvailable), <= memory_total
   std::vector<int> gpus_total;     ///< GPU ids (nvidia-smi indices), ascending
   std::vector<int> gpus_free;      ///< ids with no compute process; a subset of gpus_total
-  double load1 = 0;                ///< one-minute load average
+  /// The GPUs Coach's own workers hold here (its node agent's report, not measured).
+  std::vector<gpu_hold> gpus_held;
+  double load1 = 0;  ///< one-minute load average
   /// Why GPU detection failed (nvidia-smi present but failing); then both GPU lists are empty.
   /// Empty when detection worked or when there is no nvidia-smi.
   std::string gpu_error;

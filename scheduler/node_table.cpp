@@ -1,6 +1,7 @@
 #include "scheduler/node_table.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include "common/format.hpp"
 
@@ -66,6 +67,23 @@ double node_table::silent_for(std::uint32_t host) const {
   return n ? (clock_.now() - n->seen).count() : 0.0;
 }
 
+namespace {
+
+/// The node's GPU ids free for a new worker (see the file comment).
+int free_gpus(const host_resources& r) {
+  std::set<int> owned, shared;
+  for (const auto& h : r.gpus_held) (h.own ? owned : shared).insert(h.device);
+  int free = 0;
+  for (int g : r.gpus_total) {
+    if (owned.contains(g)) continue;
+    const bool idle = std::find(r.gpus_free.begin(), r.gpus_free.end(), g) != r.gpus_free.end();
+    if (idle || shared.contains(g)) ++free;
+  }
+  return free;
+}
+
+}  // namespace
+
 cluster_view node_table::view(const std::map<std::uint32_t, resources>& reserved) const {
   std::vector<const node_entry*> usable;
   for (const auto& [host, n] : nodes_)
@@ -80,7 +98,7 @@ cluster_view node_table::view(const std::map<std::uint32_t, resources>& reserved
     v.total = {int(r.gpus_total.size()), double(r.cpus_total), r.memory_total};
     resources out{};
     if (auto g = reserved.find(v.id); g != reserved.end()) out = g->second;
-    v.free.gpus = std::max(0, std::min(int(r.gpus_free.size()), v.total.gpus - out.gpus));
+    v.free.gpus = std::max(0, std::min(free_gpus(r), v.total.gpus - out.gpus));
     v.free.cpus = std::max(0.0, v.total.cpus - out.cpus);
     v.free.memory = std::min(r.memory_free, v.total.memory);
     view.nodes.push_back(v);

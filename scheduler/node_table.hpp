@@ -5,8 +5,10 @@
 // work; view() turns them into the cluster_view a policy sees, less what the scheduler has
 // handed out on each (its reservations):
 //
-//   free GPUs  = the fewer of what the heartbeat measured free (other processes count) and the
-//                node's total less what the scheduler gave out;
+//   free GPUs  = the fewer of the GPU ids free on the node and the node's total less what the
+//                scheduler gave out; an id is free when no Coach worker owns it
+//                (gpus_per_worker >= 1, as the node reports) and either no process uses it
+//                (measured: other programs count) or only Coach's sharing workers do;
 //   free CPUs  = the node's advertised CPUs (coach-node --cpus N sets them, even above the
 //                host's own count) less what the scheduler gave out: a load average counts our own
 //                parts and lags by a minute, so it cannot say what a new part would get;

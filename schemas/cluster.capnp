@@ -32,6 +32,16 @@ struct Heartbeat {
   gpuError @13 :Text;          # why GPU detection failed; empty when it worked
   draining @14 :Bool;          # SIGTERM received: takes no new work, leaves when its work ends
   traffic @15 :List(LinkTraffic);  # cumulative bytes this node's transport sent, per job and link
+  gpusHeld @16 :List(GpuHold);     # the GPUs Coach's workers hold on this node
+}
+
+# A GPU one of Coach's workers holds (scheduler::gpu_hold): worker `rank` of `job` runs on GPU
+# `device`, its own (gpus_per_worker >= 1) or shared.
+struct GpuHold {
+  job @0 :UInt64;
+  rank @1 :UInt32;
+  device @2 :UInt32;
+  own @3 :Bool;
 }
 
 # Messages and bytes one job sent from one host to another (actors::link_traffic), as counted by

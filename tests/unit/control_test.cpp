@@ -38,6 +38,7 @@ node_heartbeat full_heartbeat() {
   h.resources.memory_free = 100ull << 30;
   h.resources.gpus_total = {0, 1, 2, 3};
   h.resources.gpus_free = {1, 3};
+  h.resources.gpus_held = {{5, 0, 0, true}, {6, 3, 2, false}, {6, 4, 2, false}};
   h.resources.load1 = 3.5;
   h.resources.gpu_error = "nvidia-smi: exit 9";
   h.actors_running = 7;
@@ -128,6 +129,7 @@ void expect_same(const scheduler::host_resources& a, const scheduler::host_resou
   EXPECT_EQ(a.memory_free, b.memory_free);
   EXPECT_EQ(a.gpus_total, b.gpus_total);
   EXPECT_EQ(a.gpus_free, b.gpus_free);
+  EXPECT_EQ(a.gpus_held, b.gpus_held);
   expect_same_double(a.load1, b.load1, "load1");
   EXPECT_EQ(a.gpu_error, b.gpu_error);
 }
@@ -373,6 +375,9 @@ TEST(control_codec, extremes_and_nan_round_trip) {
   h.unix_time_ms = std::numeric_limits<std::int64_t>::min();
   h.resources.cpus_free = std::numeric_limits<double>::quiet_NaN();
   h.resources.gpus_total = {0, std::numeric_limits<int>::max()};
+  h.resources.gpus_held = {{std::numeric_limits<std::uint64_t>::max(),
+                            std::numeric_limits<std::uint32_t>::max(),
+                            std::numeric_limits<int>::max(), true}};
   expect_same(round_trip(h), control_message{h});
 }
 
@@ -607,6 +612,12 @@ TEST(control_codec, out_of_range_values_are_refused) {
   EXPECT_EQ(decode_error(
                 raw([](auto root) { root.initHeartbeat().initGpusFree(1).set(0, 0x80000000u); })),
             "control message refused: heartbeat gpusFree lists GPU id 2147483648");
+  EXPECT_EQ(decode_error(raw([](auto root) {
+              auto hb = root.initHeartbeat();
+              hb.initGpusTotal(2).set(1, 1);  // GPUs 0 and 1
+              hb.initGpusHeld(1)[0].setDevice(2);
+            })),
+            "control message refused: heartbeat gpusHeld: GPU 2 is not among the node's GPUs");
 }
 
 TEST(control_codec, oversized_lists_and_texts_are_refused) {

@@ -70,6 +70,28 @@ TEST(device_assignment, shared_workers_avoid_owned_devices_and_owners_avoid_crow
   EXPECT_EQ(*a.take(2, 4, 0), 0);
 }
 
+TEST(device_assignment, only_the_devices_named_are_handed_out) {
+  device_assignment a(std::vector<int>{3, 0, 2, 3});  // coach-node --gpus 0,2,3 (any order)
+  EXPECT_EQ(*a.take(1, 0, 0), 0);
+  EXPECT_EQ(*a.take(1, 1, 0), 2);
+  EXPECT_EQ(*a.take(1, 2, 0), 3);
+  EXPECT_EQ(*a.take(1, 3, 0), 0);
+  EXPECT_EQ(*a.take(2, 0, 2), 2);  // 2 and 3: the block fewest workers share (0 has two)
+  auto held = a.holds();
+  ASSERT_EQ(held.size(), 5u);
+  EXPECT_EQ(held.back().job, 2u);
+  EXPECT_EQ(held.back().devices, (std::vector<int>{2, 3}));
+  EXPECT_TRUE(held.back().own);
+  EXPECT_FALSE(held.front().own);
+  auto none = a.take(2, 1, 2);  // only 0 and 2 remain as a block, and 2 is owned
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().message,
+            "job 2 worker 1 needs 2 GPU(s) of its own in a row and none are left of the 3 this "
+            "process sees (job 2 worker 0 owns devices 2-3)");
+  a.release(2, 0);
+  EXPECT_EQ(*a.take(2, 1, 2), 2);  // 2-3 again: two sharers against three on 0 and 2
+}
+
 TEST(device_assignment, no_visible_device_is_a_clear_error) {
   device_assignment a(0);
   auto d = a.take(2, 3, 0);

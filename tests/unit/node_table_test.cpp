@@ -121,5 +121,20 @@ TEST(node_table, the_view_lists_usable_nodes_by_name_less_what_was_reserved) {
   EXPECT_DOUBLE_EQ(v.nodes[1].free.cpus, 5.5);
 }
 
+TEST(node_table, gpus_are_counted_by_id_owned_ones_taken_shared_ones_free) {
+  manual_clock clock;
+  node_table t(clock, seconds(5));
+  // GPUs 0-3; nvidia-smi sees processes on 0, 1 and 2: on 0 a worker that owns it, on 1 two
+  // sharing workers of a job, on 2 another program.
+  auto r = report(1, "a", 8, 4);
+  r.resources.gpus_free = {3};
+  r.resources.gpus_held = {{1, 0, 0, true}, {2, 0, 1, false}, {2, 1, 1, false}};
+  t.heartbeat(r);
+  EXPECT_EQ(t.view({}).nodes[0].free.gpus, 2) << "1 (only Coach's sharing workers) and 3";
+  // The owner's GPU is reserved too: never counted twice.
+  EXPECT_EQ(t.view({{1, {1, 1, 0}}}).nodes[0].free.gpus, 2);
+  EXPECT_EQ(t.view({{1, {3, 1, 0}}}).nodes[0].free.gpus, 1) << "capped by the reservations";
+}
+
 }  // namespace
 }  // namespace coach::scheduler
