@@ -3,10 +3,12 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "actors/elastic_messages.hpp"
@@ -17,6 +19,7 @@
 #include "worker/function_runner.hpp"
 #include "worker/gradient_clip.hpp"
 #include "worker/local_averaging.hpp"
+#include "worker/pinned_pool.hpp"
 
 namespace coach::actors {
 namespace {
@@ -43,7 +46,13 @@ struct worker_state {
   bool copying = false;
   float* grad = nullptr;  ///< backend memory (only for a backend whose memory is not the host's)
   bool host_backend = true;
-  std::unique_ptr<buffer_pool> grads;              ///< host gradients pushed to the shards
+  std::unique_ptr<buffer_pool> grads;  ///< host gradients pushed to the shards
+  /// A device worker whose gradient goes to the shards as computed (no clipping, averaging,
+  /// function mode or device reduction): each layer's gradient is copied into a pinned buffer
+  /// from this pool as soon as its backward pass is enqueued, while the layers before it
+  /// compute (network_runner::on_gradient_ready); null otherwise.
+  std::shared_ptr<worker::pinned_pool> pinned;
+  float* copy_to = nullptr;                        ///< the pinned buffer of the step being computed
   std::vector<std::vector<ps::key_range>> ranges;  ///< per shard id, from cfg's map
   ps::job_config cfg;                              ///< the configuration of `step`
   /// Configurations received for later steps (a worker may still finish the step before).
@@ -346,7 +355,8 @@ struct worker_state {
       return;
     }
 
-    auto buf = grads->acquire();
+    auto buf = pinned ? pinned->acquire() : grads->acquire();
+    copy_to = buf->data();
     const auto t0 = std::chrono::steady_clock::now();
     float* out = host_backend ? buf->data() : grad;
     // Every key arrived exactly once (key_coverage): the held pieces alone cover the vector.
@@ -374,7 +384,10 @@ struct worker_state {
     whole = frame{};  // let the shard update in place
     held.clear();
     copying = false;
-    if (!host_backend && !ctx->device_reducer) be->download(buf->data(), grad, buf->size());
+    if (pinned)
+      be->finish_downloads();  // started layer by layer during the backward pass
+    else if (!host_backend && !ctx->device_reducer)
+      be->download(buf->data(), grad, buf->size());
     auto us =
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
             .count();
@@ -479,6 +492,16 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
                                                              fn->chunks_per_invocation);
   }
   st.grads = std::make_unique<buffer_pool>(n);
+  // COACH_COPY_OVERLAP=0 turns the overlap off (to measure what it gains: docs/cuda.md).
+  const char* overlap = std::getenv("COACH_COPY_OVERLAP");
+  if (!st.host_backend && !st.functions && !averaging && !ctx->device_reducer &&
+      ctx->spec.optimizer.clip_norm <= 0 && !(overlap && std::string_view(overlap) == "0")) {
+    st.pinned = std::make_shared<worker::pinned_pool>(st.be, n);
+    st.runner->on_gradient_ready([self](std::size_t offset, std::size_t count) {
+      auto& s = self->state;
+      s.be->download_async(s.copy_to + offset, s.grad + offset, count);
+    });
+  }
   st.received.emplace(n);
   st.use(std::move(cfg));
   return {

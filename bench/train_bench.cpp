@@ -120,6 +120,12 @@ double print_layer_breakdown(const scheduler::job_spec& spec, const worker::data
   const auto t0 = std::chrono::steady_clock::now();
   for (int b = 0; b < batches; ++b) run.forward_backward(w, train, idx, g, std::uint64_t(b));
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // The gradient's copy to host memory, as a worker makes it after each step (what overlapping
+  // it with the backward pass could save at most).
+  std::vector<float> grad_host(n);
+  const auto d0 = std::chrono::steady_clock::now();
+  for (int b = 0; b < batches; ++b) be->download(grad_host.data(), g, n);
+  const double copy = std::chrono::duration<double>(std::chrono::steady_clock::now() - d0).count();
   be->free(w);
   be->free(g);
   std::printf(
@@ -140,6 +146,8 @@ double print_layer_breakdown(const scheduler::job_spec& spec, const worker::data
                 1e3 * t.forward_s / batches, 1e3 * t.backward_s / batches,
                 100.0 * (t.forward_s + t.backward_s) / wall);
   }
+  std::printf("gradient to host memory: %.3f ms a batch (%zu floats), %.1f%% of a batch's time\n",
+              1e3 * copy / batches, n, 100.0 * copy / wall);
   return double(batches) * spec.batch_size / wall;
 }
 

@@ -65,6 +65,20 @@ class backend {
   virtual int device() const noexcept { return -1; }
   /// Waits until every op enqueued so far has finished (a host backend's ops finish in the call).
   virtual void synchronize() {}
+  /// Host memory for download_async (pinned on cuda, so the copy needs no staging); n floats.
+  /// Errors: throws as alloc does.
+  virtual float* alloc_host(std::size_t n) { return new float[n == 0 ? 1 : n]; }
+  /// Releases memory from alloc_host (nullptr is a no-op).
+  virtual void free_host(float* p) noexcept { delete[] p; }
+  /// Copies n floats of backend memory into `host_dst` (from alloc_host) once the ops enqueued
+  /// so far have written them, without holding up the ops enqueued after (on cuda, a copy
+  /// stream of its own); finish_downloads() waits for every such copy. A host backend copies at
+  /// once. REQUIRES: nothing enqueued later writes `src` before finish_downloads().
+  virtual void download_async(float* host_dst, const float* src, std::size_t n) {
+    download(host_dst, src, n);
+  }
+  /// Waits for every download_async so far. Throws as the copies would.
+  virtual void finish_downloads() {}
 
   // --- memory -----------------------------------------------------------------------------
   /// Allocates n floats of backend memory (zeroed).

@@ -516,10 +516,16 @@ void network_runner::backward(const float* params, int rows, float* dz, float* g
         break;
     }
     if (dz == spare) spare = flip(spare);
+    if (ready_ && l.param_count > 0) ready_(l.param_offset, l.param_count);
     if (timing_)
       timings_[i].backward_s +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+}
+
+void network_runner::on_gradient_ready(
+    std::function<void(std::size_t offset, std::size_t count)> ready) {
+  ready_ = std::move(ready);
 }
 
 double network_runner::forward_backward(const float* params, const dataset& data,
@@ -529,6 +535,7 @@ double network_runner::forward_backward(const float* params, const dataset& data
   if (rows == 0) {
     // No samples: a zero gradient, so a caller may still contribute to a synchronous step.
     be_.scale(model_.num_params(), 0.0f, grad);
+    if (ready_) ready_(0, model_.num_params());
     return 0.0;
   }
   gather(data, indices);

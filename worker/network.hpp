@@ -17,6 +17,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -147,7 +148,15 @@ class network_runner {
   void enable_timing(bool on);
   const std::vector<layer_time>& timings() const noexcept { return timings_; }
 
+  /// Called during forward_backward with each range of `grad` as soon as the ops that write
+  /// it have been enqueued (a layer's parameters once its backward pass is, last layer first;
+  /// the whole vector for a batch without rows): the ranges cover the vector once. A device
+  /// worker starts copying each to host memory there, while the layers before it still
+  /// compute (kernels::backend::download_async). Empty (the default): no calls.
+  void on_gradient_ready(std::function<void(std::size_t offset, std::size_t count)> ready);
+
  private:
+  std::function<void(std::size_t, std::size_t)> ready_;
   void gather(const dataset& data, std::span<const std::uint32_t> indices);
   /// Forward pass of `rows` rows already in input_; returns the logits (rows x classes).
   float* forward(const float* params, int rows, bool training, std::uint64_t noise, float* grad);

@@ -123,6 +123,13 @@ void cuda_backend::release() noexcept {
   // independent of the others. Pending work finishes first, as it may still use the buffers.
   (void)cudaSetDevice(device_);
   if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+  if (copy_stream_ != nullptr) {
+    (void)cudaStreamSynchronize(copy_stream_);
+    (void)cudaStreamDestroy(copy_stream_);
+    copy_stream_ = nullptr;
+  }
+  if (copy_after_ != nullptr) (void)cudaEventDestroy(copy_after_);
+  copy_after_ = nullptr;
   for (auto& s : staging_) {
     if (s.host != nullptr) (void)cudaFreeHost(s.host);
     if (s.done != nullptr) (void)cudaEventDestroy(s.done);
@@ -136,6 +143,7 @@ void cuda_backend::release() noexcept {
   if (results_dev_ != nullptr) (void)cudaFree(results_dev_);
   if (results_host_ != nullptr) (void)cudaFreeHost(results_host_);
   if (columns_ != nullptr) (void)cudaFree(columns_);
+  if (parts_ != nullptr) (void)cudaFree(parts_);
   if (blas_ != nullptr) (void)cublasDestroy(blas_);
   if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
   labels_host_ = nullptr;
@@ -149,6 +157,8 @@ void cuda_backend::release() noexcept {
   results_host_ = nullptr;
   columns_ = nullptr;
   columns_capacity_ = 0;
+  parts_ = nullptr;
+  parts_capacity_ = 0;
   blas_ = nullptr;
   stream_ = nullptr;
   (void)cudaGetLastError();
@@ -165,6 +175,42 @@ void cuda_backend::check(int status, std::string_view what) const {
 void cuda_backend::synchronize() {
   activate();
   check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+float* cuda_backend::alloc_host(std::size_t n) {
+  activate();
+  void* p = nullptr;
+  check(cudaMallocHost(&p, std::max<std::size_t>(n, 1) * sizeof(float)),
+        coach::format("cudaMallocHost of {} bytes", n * sizeof(float)));
+  return static_cast<float*>(p);
+}
+
+void cuda_backend::free_host(float* p) noexcept {
+  if (p == nullptr) return;
+  (void)cudaSetDevice(device_);
+  (void)cudaFreeHost(p);
+}
+
+void cuda_backend::download_async(float* host_dst, const float* src, std::size_t n) {
+  activate();
+  if (copy_stream_ == nullptr) {
+    check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking),
+          "cudaStreamCreateWithFlags (copies)");
+    check(cudaEventCreateWithFlags(&copy_after_, cudaEventDisableTiming),
+          "cudaEventCreateWithFlags (copies)");
+  }
+  if (n == 0) return;
+  // The wait takes the event as recorded now: one event serves every copy.
+  check(cudaEventRecord(copy_after_, stream_), "cudaEventRecord (download_async)");
+  check(cudaStreamWaitEvent(copy_stream_, copy_after_, 0), "cudaStreamWaitEvent (download_async)");
+  check(cudaMemcpyAsync(host_dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, copy_stream_),
+        "cudaMemcpyAsync (download_async)");
+}
+
+void cuda_backend::finish_downloads() {
+  if (copy_stream_ == nullptr) return;
+  activate();
+  check(cudaStreamSynchronize(copy_stream_), "cudaStreamSynchronize (downloads)");
 }
 
 // --- memory ---------------------------------------------------------------------------------

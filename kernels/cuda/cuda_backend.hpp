@@ -183,6 +183,14 @@ class cuda_backend final : public backend {
   CUstream_st* stream() const noexcept { return stream_; }
   /// Waits until every op enqueued so far has finished. Throws cuda_error when one failed.
   void synchronize() override;
+  /// Pinned host memory (cudaMallocHost).
+  float* alloc_host(std::size_t n) override;
+  void free_host(float* p) noexcept override;
+  /// On the copy stream, after an event recorded on the compute stream: the copy runs while
+  /// the ops enqueued after it compute.
+  void download_async(float* host_dst, const float* src, std::size_t n) override;
+  /// Waits for the copy stream.
+  void finish_downloads() override;
 
  private:
   /// A pinned host buffer and the event recorded after the last copy that used it.
@@ -213,12 +221,16 @@ class cuda_backend final : public backend {
   const results& fetch_results();
   /// The convolution workspace, at least `floats` long (device memory).
   float* columns(std::size_t floats);
+  /// The per-image filter gradients of a chunk, at least `floats` long (device memory).
+  float* filter_parts(std::size_t floats);
   /// Images per chunk of a convolution: as many as fit the workspace cap, at least one.
   int conv_chunk(const conv2d_shape& s) const;
 
   int device_ = 0;
   int max_blocks_ = 1;
   CUstream_st* stream_ = nullptr;
+  CUstream_st* copy_stream_ = nullptr;  ///< download_async's copies, made on first use
+  CUevent_st* copy_after_ = nullptr;    ///< recorded on stream_ before each such copy
   cublasContext* blas_ = nullptr;
   staging_buffer staging_[2];
   int next_staging_ = 0;
@@ -233,6 +245,8 @@ class cuda_backend final : public backend {
   results* results_host_ = nullptr;  ///< pinned
   float* columns_ = nullptr;         ///< device, the convolution workspace
   std::size_t columns_capacity_ = 0;
+  float* parts_ = nullptr;  ///< device, conv2d_backward_filter's per-image gradients
+  std::size_t parts_capacity_ = 0;
 };
 
 }  // namespace coach::kernels

@@ -70,6 +70,21 @@ float* cuda_backend::columns(std::size_t floats) {
   return columns_;
 }
 
+float* cuda_backend::filter_parts(std::size_t floats) {
+  if (parts_capacity_ >= floats) return parts_;
+  if (parts_ != nullptr) {
+    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (filter gradient workspace)");
+    check(cudaFree(parts_), "cudaFree (filter gradient workspace)");
+    parts_ = nullptr;
+    parts_capacity_ = 0;
+  }
+  check(
+      cudaMalloc(reinterpret_cast<void**>(&parts_), floats * sizeof(float)),
+      coach::format("cudaMalloc of {} bytes (filter gradient workspace)", floats * sizeof(float)));
+  parts_capacity_ = floats;
+  return parts_;
+}
+
 int cuda_backend::conv_chunk(const conv2d_shape& s) const {
   const std::size_t fit = max_column_floats / s.column_size();
   return int(std::clamp<std::size_t>(fit, 1, std::size_t(s.batch)));
@@ -171,19 +186,26 @@ void cuda_backend::conv2d_backward_filter(const conv2d_shape& s, const float* x,
   const int k = s.filters, crs = int(s.column_rows()), plane = s.out_plane();
   const std::size_t x_image = s.image_size(), y_image = s.output_image_size();
   const bool pointwise = s.is_pointwise();
-  const int chunk = pointwise ? s.batch : conv_chunk(s);
+  const std::size_t dw_size = std::size_t(k) * std::size_t(crs);
+  // As many images a chunk as fit the workspace cap, for the columns and for the parts alike.
+  const int parts_fit = int(std::clamp<std::size_t>(
+      max_column_floats / std::max<std::size_t>(dw_size, 1), 1, std::size_t(s.batch)));
+  const int chunk = std::min(pointwise ? s.batch : conv_chunk(s), parts_fit);
   float* col = pointwise ? nullptr : columns(std::size_t(chunk) * s.column_size());
+  // Each image's dy_n col_n^T into a part of its own (one batched GEMM a chunk), then the
+  // parts added in image order (the cpu's order of images): two launches a chunk instead of a
+  // GEMM per image, which at small sizes cost more to launch than to run.
+  float* parts = filter_parts(std::size_t(chunk) * dw_size);
   for (int n0 = 0; n0 < s.batch; n0 += chunk) {
     const int g = std::min(chunk, s.batch - n0);
     if (!pointwise)
       check(detail::launch_im2col(l, s, x + n0 * x_image, g, col), "im2col kernel launch");
-    // dW (+)= dy_n col_n^T, one GEMM per image in image order (the cpu's order of images).
-    for (int i = 0; i < g; ++i) {
-      const int n = n0 + i;
-      const float* col_n = pointwise ? x + n * x_image : col + i * s.column_size();
-      gemm(false, true, k, crs, plane, 1.0f, dy + n * y_image, plane, col_n, plane,
-           n == 0 ? 0.0f : 1.0f, dw, crs);
-    }
+    const float* cols = pointwise ? x + n0 * x_image : col;
+    const auto col_stride = static_cast<long long>(pointwise ? x_image : s.column_size());
+    gemm_strided_batched(blas_, device_, false, true, k, crs, plane, dy + n0 * y_image, plane,
+                         static_cast<long long>(y_image), cols, plane, col_stride, parts, crs,
+                         static_cast<long long>(dw_size), g);
+    check(detail::launch_sum_parts(l, parts, g, dw_size, n0 > 0, dw), "filter sum kernel launch");
   }
   if (db != nullptr)
     check(detail::launch_channel_sum(l, dy, s.batch, k, std::size_t(plane), db),

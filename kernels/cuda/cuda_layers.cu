@@ -107,6 +107,15 @@ __global__ void channel_sum_kernel(const float* x, int batch, int channels, std:
   if (threadIdx.x == 0) out[c] = float(total);
 }
 
+__global__ void sum_parts_kernel(const float* parts, int count, std::size_t n, bool accumulate,
+                                 float* out) {
+  for (std::size_t e = first_index(); e < n; e += grid_stride()) {
+    float acc = accumulate ? out[e] + parts[e] : parts[e];
+    for (int p = 1; p < count; ++p) acc += parts[std::size_t(p) * n + e];
+    out[e] = acc;
+  }
+}
+
 // --- pooling --------------------------------------------------------------------------------
 
 __global__ void max_pool_forward_kernel(pool2d_shape s, const float* x, std::size_t total, float* y,
@@ -319,6 +328,13 @@ cudaError_t launch_channel_sum(launch l, const float* x, int batch, int channels
                                std::size_t spatial, float* out) {
   if (channels == 0) return cudaSuccess;
   channel_sum_kernel<<<channels, cuda_block, 0, l.stream>>>(x, batch, channels, spatial, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_sum_parts(launch l, const float* parts, int count, std::size_t n,
+                             bool accumulate, float* out) {
+  if (n == 0 || count == 0) return cudaSuccess;
+  sum_parts_kernel<<<grid(l, n), cuda_block, 0, l.stream>>>(parts, count, n, accumulate, out);
   return cudaGetLastError();
 }
 

@@ -43,6 +43,12 @@ cudaError_t launch_channel_bias(launch l, float* y, const float* bias, int batch
 cudaError_t launch_channel_sum(launch l, const float* x, int batch, int channels,
                                std::size_t spatial, float* out);
 
+/// out[e] = (accumulate ? out[e] + parts[0][e] : parts[0][e]) + parts[1][e] + ... in part
+/// order, for e < n, parts `count` arrays of n floats one after another (count >= 1): the
+/// per-image filter gradients of a chunk added in image order.
+cudaError_t launch_sum_parts(launch l, const float* parts, int count, std::size_t n,
+                             bool accumulate, float* out);
+
 /// See backend::max_pool2d_forward.
 cudaError_t launch_max_pool_forward(launch l, const pool2d_shape& s, const float* x, float* y,
                                     std::int32_t* argmax);

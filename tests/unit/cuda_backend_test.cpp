@@ -283,6 +283,28 @@ TEST_F(cuda_vs_cpu, back_to_back_uploads_reuse_staging_without_corrupting_each_o
 }
 
 #ifdef COACH_HAVE_CUDA
+TEST_F(cuda_vs_cpu, async_downloads_copy_what_was_enqueued_before_them_while_later_ops_run) {
+  const std::size_t n = 3000017;
+  auto host = random_floats(n, 77);
+  float* d = gpu_->alloc(n);
+  float* other = gpu_->alloc(n);
+  gpu_->upload(d, host.data(), n);
+  float* pinned = gpu_->alloc_host(n);
+  // Two halves, each copied once the op that wrote it is done, while the ops after it run:
+  // the second half's scaling, then work on another buffer (the copies read nothing it writes).
+  gpu_->scale(n / 2, 2.0f, d);
+  gpu_->download_async(pinned, d, n / 2);
+  gpu_->scale(n - n / 2, 3.0f, d + n / 2);
+  gpu_->download_async(pinned + n / 2, d + n / 2, n - n / 2);
+  for (int i = 0; i < 20; ++i) gpu_->axpy(n, 0.5f, d, other);
+  gpu_->finish_downloads();
+  for (std::size_t i = 0; i < n; ++i)
+    ASSERT_EQ(pinned[i], host[i] * (i < n / 2 ? 2.0f : 3.0f)) << i;
+  gpu_->free_host(pinned);
+  gpu_->free(d);
+  gpu_->free(other);
+}
+
 TEST_F(cuda_vs_cpu, a_failed_allocation_throws_a_clear_error_and_the_backend_still_works) {
   // 2^44 floats (64 TiB): more than any device has.
   try {

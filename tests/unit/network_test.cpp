@@ -3,6 +3,10 @@
 // gradient, evaluation mode, and the one-line errors of shapes that do not fit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include <cstring>
+
 #include <cmath>
 #include <random>
 
@@ -188,6 +192,54 @@ TEST(network, pooling_dropout_and_batch_norm_gradients_match_finite_differences)
                             {2, 4, 4}, 3)
                  .value();
   EXPECT_GT(check_gradient(net, data, 2), 40u);
+}
+
+TEST(network, each_gradient_range_is_announced_once_with_its_final_values) {
+  // A device worker copies each range to the host when it is announced, while the layers
+  // before it compute: the ranges must cover the vector once and hold their final values.
+  const auto data = random_images(5, {2, 4, 4}, 3, 7);
+  auto net = network::build(layers({conv(3, 3, 1),
+                                    of(layer_kind::batch_norm),
+                                    {.kind = layer_kind::max_pool2d},
+                                    of(layer_kind::relu),
+                                    of(layer_kind::flatten),
+                                    dense(6),
+                                    of(layer_kind::batch_norm),
+                                    dense()}),
+                            {2, 4, 4}, 3)
+                 .value();
+  const std::size_t n = net.num_params();
+  std::vector<float> params(n);
+  net.init_params(params, 3);
+  auto be = cpu();
+  network_runner run(net, *be, 5);
+  std::vector<float> grad(n, 0.0f), copied(n, std::nanf(""));
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  run.on_gradient_ready([&](std::size_t offset, std::size_t count) {
+    ranges.emplace_back(offset, count);
+    std::copy_n(grad.begin() + std::ptrdiff_t(offset), count,
+                copied.begin() + std::ptrdiff_t(offset));
+  });
+  std::vector<std::uint32_t> idx{0, 1, 2, 3, 4};
+  run.forward_backward(params.data(), data, idx, grad.data(), 9);
+  ASSERT_EQ(ranges.size(), 5u);  // conv, batch norm, dense, batch norm, dense
+  for (std::size_t i = 1; i < ranges.size(); ++i)
+    EXPECT_LT(ranges[i].first, ranges[i - 1].first) << "last layer first";
+  auto sorted = ranges;
+  std::sort(sorted.begin(), sorted.end());
+  std::size_t next = 0;
+  for (const auto& [offset, count] : sorted) {
+    EXPECT_EQ(offset, next);
+    next = offset + count;
+  }
+  EXPECT_EQ(next, n);
+  EXPECT_EQ(0, std::memcmp(copied.data(), grad.data(), n * sizeof(float)));
+
+  // A step without rows: the whole (zero) vector at once.
+  ranges.clear();
+  run.forward_backward(params.data(), data, {}, grad.data(), 10);
+  ASSERT_EQ(ranges.size(), 1u);
+  EXPECT_EQ(ranges[0], (std::pair<std::size_t, std::size_t>{0, n}));
 }
 
 TEST(network, batch_norm_pushes_its_batch_statistics_times_the_rows) {
