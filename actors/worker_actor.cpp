@@ -269,9 +269,9 @@ struct worker_state {
   }
 
   /// Host reduction (in host memory, or on the devices: worker/device_reducer.hpp): deposits
-  /// this worker's gradient; pushes an empty contribution unless this
-  /// worker leads the step's local members, and the host's sum for the leader when this
-  /// deposit completed them. False on a protocol error (reported; the step cannot go on).
+  /// this worker's gradient; pushes an empty contribution unless this worker leads the step's
+  /// local members, and the host's sum for the leader when this deposit completed them. False
+  /// on a protocol error (reported; the step cannot go on).
   bool push_reduced(std::uint64_t samples, std::shared_ptr<const float_buffer> grad) {
     // The step's members placed on this host (where the job put each rank, also ranks added
     // while it runs), whether or not their actors have started yet.
