@@ -673,11 +673,22 @@ void job_registry::epoch(registered_job& job, const epoch_report& e, perf_model&
   rec.test_accuracy = e.test_accuracy;
   rec.predicted_seconds = predicted;
   logged(store_->add_epoch(id, rec), "cannot record an epoch");
+  if (job.held_checkpoint && job.held_checkpoint->first < st.epochs_done) {
+    auto [at, values] = std::move(*job.held_checkpoint);
+    job.held_checkpoint.reset();
+    checkpoint(job, at, std::move(values));
+  }
 }
 
 void job_registry::checkpoint(registered_job& job, std::uint32_t epoch,
                               std::shared_ptr<const std::vector<float>> values) {
   if (!values) return;
+  // A checkpoint may overtake its epoch's record; stored first, a restart in between would
+  // resume after an epoch the store has no record of (its samples missing from the status).
+  if (epoch >= job.status.epochs_done) {
+    job.held_checkpoint.emplace(epoch, std::move(values));
+    return;
+  }
   auto saved = store_->save_checkpoint(job.status.job, epoch, now(), *values);
   logged(saved, "cannot store a checkpoint");
   if (!saved) return;

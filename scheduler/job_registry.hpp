@@ -102,7 +102,11 @@ struct registered_job {
   // epoch before), once every node that ran a part of an earlier run has stopped it.
   std::uint32_t first_epoch = 0;
   std::shared_ptr<const std::vector<float>> checkpoint;
-  std::uint32_t checkpoint_epoch = 0;   ///< the epoch `checkpoint` ends
+  std::uint32_t checkpoint_epoch = 0;  ///< the epoch `checkpoint` ends
+  /// A checkpoint that came before the record of the epoch it ends: stored once that record
+  /// is (so the store never holds a checkpoint ahead of its epochs' records).
+  std::optional<std::pair<std::uint32_t, std::shared_ptr<const std::vector<float>>>>
+      held_checkpoint;
   std::set<std::uint32_t> stopping;     ///< hosts whose stop of an earlier run is unanswered
   std::set<std::uint32_t> stop_unsent;  ///< hosts of an earlier process's run not seen yet
 
@@ -263,7 +267,8 @@ class job_registry {
   /// An epoch ended: into the status, the store and `model` (predicted first, so that the
   /// prediction is made without the epoch it predicts).
   void epoch(registered_job& job, const epoch_report& e, perf_model& model);
-  /// A checkpoint of the run: stored; the next run resumes from it.
+  /// A checkpoint of the run, the parameters after epoch `epoch`: stored (once that epoch's
+  /// record is: until then it is held); the next run resumes from it.
   void checkpoint(registered_job& job, std::uint32_t epoch,
                   std::shared_ptr<const std::vector<float>> values);
 

@@ -48,6 +48,35 @@ __attribute__((optimize("no-tree-loop-distribute-patterns"))) void im2col(const 
         const int shift = q - s.pad_w;
         const int lo = std::clamp(-shift, 0, ow_n);
         const int hi = std::clamp(s.width - shift, lo, ow_n);
+        if (s.stride_h == 1 && s.stride_w == 1 && s.width == ow_n) {
+          // Rows of the plane are rows of the image ("same" padding): the rows inside the image
+          // are one run of the image shifted by (r - pad_h) rows and `shift` columns, copied in
+          // one loop; then each row's entries left of lo and right of hi (which the run filled
+          // from the neighbouring rows) and the rows outside the image are zeroed.
+          const int oh_lo = std::clamp(s.pad_h - r, 0, oh_n);
+          const int oh_hi = std::clamp(s.height + s.pad_h - r, oh_lo, oh_n);
+          for (std::size_t i = 0; i < std::size_t(oh_lo) * ow_n; ++i) dst[i] = 0.0f;
+          if (oh_hi > oh_lo) {
+            const std::ptrdiff_t from =
+                (std::ptrdiff_t(c) * s.height + (oh_lo - s.pad_h + r)) * std::ptrdiff_t(s.width) +
+                shift;
+            float* run = dst + std::size_t(oh_lo) * ow_n;
+            const std::size_t len = std::size_t(oh_hi - oh_lo) * ow_n;
+            // The run's first and last entries may lie outside the image (the shift): they
+            // are among those zeroed below, so they are not read.
+            const std::size_t skip_front = std::size_t(std::max(0, -shift));
+            const std::size_t skip_back = std::size_t(std::max(0, shift));
+            for (std::size_t i = skip_front; i + skip_back < len; ++i)
+              run[i] = x[std::size_t(from + std::ptrdiff_t(i))];
+            for (int oh = oh_lo; oh < oh_hi; ++oh) {
+              float* row = dst + std::size_t(oh) * ow_n;
+              for (int ow = 0; ow < lo; ++ow) row[ow] = 0.0f;
+              for (int ow = hi; ow < ow_n; ++ow) row[ow] = 0.0f;
+            }
+          }
+          for (std::size_t i = std::size_t(oh_hi) * ow_n; i < plane; ++i) dst[i] = 0.0f;
+          continue;
+        }
         for (int oh = 0; oh < oh_n; ++oh) {
           const int ih = oh * s.stride_h - s.pad_h + r;
           float* row = dst + std::size_t(oh) * ow_n;

@@ -227,6 +227,20 @@ TEST_F(registry, admission_refuses_what_never_fits_and_trims_what_fits_only_smal
   EXPECT_EQ(none.error().message, "no live node to run job 'wide'");
 }
 
+/// Epochs first..last of `job` ended (1000 samples each).
+void end_epochs(job_registry& reg, registered_job& job, perf_model& model, std::uint32_t first,
+                std::uint32_t last) {
+  for (std::uint32_t k = first; k <= last; ++k) {
+    epoch_report e;
+    e.epoch = k;
+    e.seconds = 1;
+    e.samples = 1000;
+    e.workers = 1;
+    e.shards = 1;
+    reg.epoch(job, e, model);
+  }
+}
+
 TEST_F(registry, a_restarted_registry_resumes_a_running_job_from_its_checkpoint) {
   nodes(3, 2);
   use("fifo");
@@ -237,6 +251,7 @@ TEST_F(registry, a_restarted_registry_resumes_a_running_job_from_its_checkpoint)
     decide(reg);
     auto& job = *reg.find(id);
     ASSERT_EQ(job.hosts.size(), 3u);
+    end_epochs(reg, job, *holder->model(), 0, 4);
     reg.checkpoint(job, 4, std::make_shared<const std::vector<float>>(10, 0.5f));
   }  // the scheduler's process dies
   auto reg = make();
@@ -264,6 +279,42 @@ TEST_F(registry, a_restarted_registry_resumes_a_running_job_from_its_checkpoint)
   EXPECT_EQ(store->job(id)->state, job_state::running);
 }
 
+TEST_F(registry, a_checkpoint_ahead_of_its_epoch_record_waits_for_it) {
+  // The checkpoint after epoch 3 arrives before epoch 3's record, and the scheduler dies in
+  // between: the restart resumes from the checkpoint before (epoch 2), whose epochs are all
+  // recorded, so the status lists every epoch's samples.
+  nodes(1, 4);
+  use("fifo");
+  std::uint64_t id = 0;
+  {
+    auto reg = make();
+    id = submit(reg, spec_yaml("race", 10, "1", "1"));
+    decide(reg);
+    auto& job = *reg.find(id);
+    end_epochs(reg, job, *holder->model(), 0, 2);
+    reg.checkpoint(job, 2, std::make_shared<const std::vector<float>>(4, 2.f));
+    EXPECT_EQ(job.checkpoint_epoch, 2u);
+    reg.checkpoint(job, 3, std::make_shared<const std::vector<float>>(4, 3.f));
+    EXPECT_EQ(job.checkpoint_epoch, 2u) << "held until epoch 3's record";
+    EXPECT_EQ((*store->checkpoint(id))->epoch, 2u);
+  }
+  auto reg = make();
+  ASSERT_TRUE(reg.load());
+  auto& job = *reg.find(id);
+  EXPECT_EQ(job.first_epoch, 3u);
+  EXPECT_EQ(*job.checkpoint, std::vector<float>(4, 2.f));
+  EXPECT_EQ(job.status.epoch_samples, (std::vector<std::uint64_t>{1000, 1000, 1000}));
+
+  // Held, then stored once the record comes.
+  end_epochs(reg, job, *holder->model(), 3, 3);
+  reg.checkpoint(job, 4, std::make_shared<const std::vector<float>>(4, 4.f));
+  EXPECT_EQ(job.checkpoint_epoch, 2u);
+  end_epochs(reg, job, *holder->model(), 4, 4);
+  EXPECT_EQ(job.checkpoint_epoch, 4u);
+  EXPECT_EQ((*store->checkpoint(id))->epoch, 4u);
+  EXPECT_EQ(*job.checkpoint, std::vector<float>(4, 4.f));
+}
+
 TEST_F(registry, a_job_in_the_store_ended_after_its_last_checkpoint_is_not_trained_again) {
   nodes(1, 4);
   use("fifo");
@@ -272,6 +323,7 @@ TEST_F(registry, a_job_in_the_store_ended_after_its_last_checkpoint_is_not_train
     auto reg = make();
     id = submit(reg, spec_yaml("done", 3, "1", "1"));
     decide(reg);
+    end_epochs(reg, *reg.find(id), *holder->model(), 0, 2);
     reg.checkpoint(*reg.find(id), 2, std::make_shared<const std::vector<float>>(3, 1.f));
   }
   auto reg = make();
