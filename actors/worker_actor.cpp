@@ -355,8 +355,11 @@ struct worker_state {
       return;
     }
 
-    auto buf = pinned ? pinned->acquire() : grads->acquire();
-    copy_to = buf->data();
+    // Host memory for the gradient, except where it is summed on the devices and never
+    // downloaded by this worker (device reduction runs only on device backends).
+    std::shared_ptr<float_buffer> buf;
+    if (!ctx->device_reducer) buf = pinned ? pinned->acquire() : grads->acquire();
+    copy_to = buf ? buf->data() : nullptr;
     const auto t0 = std::chrono::steady_clock::now();
     float* out = host_backend ? buf->data() : grad;
     // Every key arrived exactly once (key_coverage): the held pieces alone cover the vector.

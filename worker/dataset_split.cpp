@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <random>
+#include <system_error>
 
 namespace coach::worker::detail {
 namespace {
@@ -53,6 +55,16 @@ std::string printable(std::string_view token) {
   }
   if (token.size() > 40) s += "...";
   return s;
+}
+
+result<void> check_data_directory(const std::string& path, std::string_view expects) {
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (st.type() == std::filesystem::file_type::not_found)
+    return fail(errc::not_found, "{}: data set directory not found", path);
+  if (st.type() != std::filesystem::file_type::directory)
+    return fail(errc::invalid_argument, "{}: is not a directory ({})", path, expects);
+  return {};
 }
 
 result<void> check_test_fraction(const dataset_config& cfg) {

@@ -20,6 +20,10 @@ namespace coach::worker::detail {
 /// A token quoted for an error message: printable, at most 40 characters.
 std::string printable(std::string_view token);
 
+/// Checks that `path` is a directory: not_found ("data set directory not found") or
+/// invalid_argument ("is not a directory (<expects>)"), each naming the path.
+result<void> check_data_directory(const std::string& path, std::string_view expects);
+
 /// Checks cfg.test_fraction: invalid_argument, naming cfg.path, unless it lies in (0, 1).
 result<void> check_test_fraction(const dataset_config& cfg);
 

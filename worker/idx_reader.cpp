@@ -181,16 +181,10 @@ std::string existing_idx_file(const fs::path& dir, std::string_view base) {
 /// The four files of the idx directory cfg.path: training images and labels, test images and
 /// labels. Errors: a missing directory or file, a path that is not a directory.
 result<std::array<std::string, 4>> find_idx_files(const dataset_config& cfg) {
-  std::error_code ec;
-  const fs::file_status st = fs::status(cfg.path, ec);
-  if (st.type() == fs::file_type::not_found) {
-    return fail(errc::not_found, "{}: data set directory not found", cfg.path);
-  }
-  if (st.type() != fs::file_type::directory) {
-    return fail(errc::invalid_argument,
-                "{}: is not a directory (format idx expects the directory of the IDX files)",
-                cfg.path);
-  }
+  if (auto dir =
+          check_data_directory(cfg.path, "format idx expects the directory of the IDX files");
+      !dir)
+    return std::unexpected(dir.error());
   constexpr std::array<std::string_view, 4> names{
       "train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
       "t10k-labels-idx1-ubyte"};

@@ -312,17 +312,11 @@ std::string existing_file(const fs::path& dir, std::string_view name) {
 /// both "" when they are not there. Errors: a missing directory or training file, a path that
 /// is not a directory, one test file without the other, a bad test_fraction for a split.
 result<std::array<std::string, 4>> find_npy_files(const dataset_config& cfg) {
-  std::error_code ec;
-  const fs::file_status st = fs::status(cfg.path, ec);
-  if (st.type() == fs::file_type::not_found) {
-    return fail(errc::not_found, "{}: data set directory not found", cfg.path);
-  }
-  if (st.type() != fs::file_type::directory) {
-    return fail(errc::invalid_argument,
-                "{}: is not a directory (format npy expects the directory of x_train.npy, "
-                "y_train.npy and optionally x_test.npy, y_test.npy)",
-                cfg.path);
-  }
+  if (auto dir = check_data_directory(cfg.path,
+                                      "format npy expects the directory of x_train.npy, "
+                                      "y_train.npy and optionally x_test.npy, y_test.npy");
+      !dir)
+    return std::unexpected(dir.error());
   const fs::path dir(cfg.path);
   constexpr std::array<std::string_view, 4> names{"x_train.npy", "y_train.npy", "x_test.npy",
                                                   "y_test.npy"};

@@ -13,10 +13,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "actors/embedded_cluster.hpp"
 #include "scheduler/checkpoint_file.hpp"
@@ -78,8 +80,9 @@ TEST(resume, a_run_stopped_after_its_first_checkpoint_ends_bitwise_where_the_str
   ASSERT_TRUE(straight) << straight.error().to_string();
   ASSERT_EQ(straight->epochs.size(), 3u);
 
-  // Stopped once the checkpoint of its first epoch is written. Its second epoch's steps are
-  // slowed down (the math does not change) so that the stop comes before that epoch ends.
+  // Stopped once the checkpoint of its first epoch is written. Its second epoch's steps wait
+  // until that checkpoint is written, then run slowed down (the math does not change), so that
+  // the stop comes before that epoch ends however late the first checkpoint is written.
   const auto path = temp_file("first.safetensors", "").string();
   std::atomic<bool> stop{false};
   std::vector<checkpoint_written> written;
@@ -90,7 +93,11 @@ TEST(resume, a_run_stopped_after_its_first_checkpoint_ends_bitwise_where_the_str
     written.push_back(w);
     stop = true;
   };
-  first.slowdown = [](std::uint32_t, std::int64_t step) { return step >= 23 ? 200.0 : 1.0; };
+  first.slowdown = [&stop](std::uint32_t, std::int64_t step) {
+    if (step < 23) return 1.0;
+    while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return 200.0;
+  };
   auto stopped = train_embedded(spec, first);
   ASSERT_TRUE(stopped) << stopped.error().to_string();
   EXPECT_TRUE(stopped->cancelled);
