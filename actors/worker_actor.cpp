@@ -24,6 +24,10 @@
 namespace coach::actors {
 namespace {
 
+using answers_late_atom = caf::atom_constant<caf::atom("ansLate")>;
+/// asp: how long a step waits at most for the answers to its worker's last pushes.
+constexpr auto asp_answer_wait = std::chrono::milliseconds(50);
+
 struct worker_state {
   std::shared_ptr<const job_context> ctx;
   std::uint32_t rank = 0;
@@ -67,6 +71,16 @@ struct worker_state {
   /// that version or a newer one of every key) and the version first pulled.
   std::int64_t staleness = 0;
   bool asp = false;  ///< no bound at all: any version from the first pulled on
+  /// asp: answers still due to this worker's last pushes (a shard answers each push with its
+  /// values once the push is applied). The next step waits for them, so a worker always
+  /// computes from values holding its own last update: only the other workers' updates since
+  /// are missing. Computing on before them let a worker's gradients run two or three versions
+  /// behind its own updates, and Adam diverged with two workers (docs/design.md "Consistency").
+  std::uint32_t answers_due = 0;
+  /// The step for which the wait for answers_due is bounded (see answers_late_atom), and what
+  /// arms that bound.
+  std::int64_t wait_bounded_at = -1;
+  std::function<void(std::int64_t step)> bound_wait;
   std::map<std::int64_t, ps::key_coverage> versions;
   std::int64_t newest = -1;
   std::int64_t first = 0;
@@ -100,6 +114,9 @@ struct worker_state {
   }
 
   void use(ps::job_config c) {
+    // A new configuration may have moved or removed a shard pushed to (one that owns nothing
+    // sends no answer): what is due is not waited for across it.
+    answers_due = 0;
     cfg = std::move(c);
     ranges.clear();
     for (std::uint32_t k = 0; k < cfg.map.num_shards(); ++k) ranges.push_back(cfg.map.ranges_of(k));
@@ -179,6 +196,7 @@ struct worker_state {
     // its keys checked on their own. Before it, each shard answers the first pull with the
     // version it is at, which differs from shard to shard: the keys count toward `first`.
     const bool whole_had = asp && newest >= first;
+    if (whole_had && answers_due > 0) --answers_due;
     const std::int64_t version = asp ? first : m.hdr.step;
     std::optional<ps::key_coverage> alone;
     if (whole_had) alone.emplace(ctx->model.num_params());
@@ -199,7 +217,7 @@ struct worker_state {
 
   /// Whether the parameters at hand may compute the current step.
   bool params_ready() const {
-    if (asp) return newest >= first;
+    if (asp) return newest >= first && answers_due == 0;
     if (staleness == 0) return received->complete();
     return newest >= std::max(first, step - staleness);
   }
@@ -340,6 +358,11 @@ struct worker_state {
       catch_up();
     }
     auto it = grants.find(step);
+    if (asp && it != grants.end() && newest >= first && answers_due > 0 &&
+        wait_bounded_at != step) {
+      wait_bounded_at = step;
+      bound_wait(step);
+    }
     if (it == grants.end() || !params_ready()) return;
     const wire_message& g = it->second;
     std::span<const std::uint32_t> indices, sizes;
@@ -410,6 +433,7 @@ struct worker_state {
     } else {
       for (std::uint32_t k = 0; k < ranges.size(); ++k) {
         push_to(k, rank, indices.size(), buf);
+        if (asp && !ranges[k].empty()) ++answers_due;
         if (step == die_at) return die();  // a crash between two pushes
       }
     }
@@ -507,8 +531,20 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
   }
   st.received.emplace(n);
   st.use(std::move(cfg));
+  // asp: a shard whose ranges move while a push to it is out may answer it late or not at all
+  // (one left owning nothing sends no values): the wait for a push's answers ends after
+  // asp_answer_wait, and the step computes from what is here, as asp allows.
+  st.bound_wait = [self](std::int64_t step) {
+    self->delayed_send(self, asp_answer_wait, answers_late_atom::value, step);
+  };
   return {
       [self](start_atom) { self->state.start(); },
+      [self](answers_late_atom, std::int64_t step) {
+        auto& s = self->state;
+        if (s.step != step || s.answers_due == 0) return;
+        s.answers_due = 0;
+        s.try_step();
+      },
       [self](wire_message& m) {
         auto& s = self->state;
         switch (m.hdr.kind) {

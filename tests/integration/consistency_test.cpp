@@ -307,12 +307,22 @@ TEST(function_mode, with_a_deadline_shorter_than_an_epoch_jobs_complete_and_lose
   if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
   // Invocations would answer 1,000 steps each, but the deadline kills every one of them long
   // before: each epoch spans several invocations, and each killed one's step goes to the next.
-  // 0.4 s: room for an invocation to start and answer a step on a loaded machine, while an
-  // epoch of this wider model takes longer.
+  // 0.4 s: room for an invocation to start and answer a step on a loaded machine. The run
+  // without functions comes first: its epoch time sets how much longer each step is made (the
+  // slowdown hook) so that an epoch lasts about 1.5 s on any machine, several deadlines.
   auto spec = functions(0, 0.4, 0, 1000);
   spec.epochs = 4;
   spec.model.hidden = {4096};
-  auto timed = train_embedded(spec);
+  auto in_process = spec;
+  in_process.function.reset();
+  auto plain = train_embedded(in_process);
+  ASSERT_TRUE(plain) << plain.error().to_string();
+  double plain_seconds = 0;
+  for (const auto& e : plain->epochs) plain_seconds += e.seconds;
+  const double factor = std::max(1.0, 1.5 / (plain_seconds / double(spec.epochs)));
+  train_options opt;
+  opt.slowdown = [factor](std::uint32_t, std::int64_t) { return factor; };
+  auto timed = train_embedded(spec, opt);
   ASSERT_TRUE(timed) << timed.error().to_string();
   ASSERT_TRUE(timed->invocations);
   const auto& c = *timed->invocations;
@@ -324,9 +334,6 @@ TEST(function_mode, with_a_deadline_shorter_than_an_epoch_jobs_complete_and_lose
   }
   EXPECT_GT(seconds / double(spec.epochs), 0.4) << "an epoch outlasts an invocation's deadline";
   // Nothing committed was lost or applied twice: the bits of the run without functions.
-  spec.function.reset();
-  auto plain = train_embedded(spec);
-  ASSERT_TRUE(plain);
   EXPECT_TRUE(same_bits(timed->params, plain->params));
 }
 
