@@ -152,8 +152,8 @@ double print_layer_breakdown(const scheduler::job_spec& spec, const worker::data
 }
 
 /// The layer breakdown on `kind`; on the cpu backend with `compare_gemm`, once with Eigen's
-/// product and once with the AVX2/FMA kernel (where the CPU has it), one after the other, and
-/// the ratio of the two.
+/// product, once with the AVX2/FMA kernel and once with the AVX-512 one (where the CPU has
+/// them), one after the other, and the ratios.
 void layer_breakdowns(const scheduler::job_spec& spec, const worker::dataset& train,
                       kernels::backend_kind kind, int batches, bool compare_gemm) {
   if (kind != kernels::backend_kind::cpu || !compare_gemm) {
@@ -174,6 +174,15 @@ void layer_breakdowns(const scheduler::job_spec& spec, const worker::dataset& tr
       print_layer_breakdown(spec, train, std::make_unique<kernels::cpu_backend>(cpu_gemm::avx2_fma),
                             "cpu, avx2_fma gemm", batches);
   std::printf("\navx2_fma gemm / eigen gemm: %.2fx samples/s\n", avx2 / eigen);
+  if (!kernels::detail::cpu_has_avx512f()) {
+    std::printf("this CPU has no AVX-512F: no third breakdown\n");
+    return;
+  }
+  const double avx512 =
+      print_layer_breakdown(spec, train, std::make_unique<kernels::cpu_backend>(cpu_gemm::avx512),
+                            "cpu, avx512 gemm", batches);
+  std::printf("\navx512 gemm / avx2_fma gemm: %.2fx samples/s; / eigen gemm: %.2fx\n",
+              avx512 / avx2, avx512 / eigen);
 }
 
 }  // namespace
@@ -198,7 +207,8 @@ int main(int argc, char** argv) {
   bool compare_gemm = false;
   app.add_flag("--compare-gemm", compare_gemm,
                "With --layers on the cpu backend: the breakdown with Eigen's product, then with "
-               "the AVX2/FMA kernel, and their ratio");
+               "the AVX2/FMA kernel and with the AVX-512 one (where the CPU has them), and "
+               "their ratios");
   CLI11_PARSE(app, argc, argv);
 
   auto spec = scheduler::load_job_spec(spec_path);

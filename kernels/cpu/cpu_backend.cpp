@@ -131,15 +131,21 @@ std::string_view to_string(cpu_gemm g) noexcept {
       return "eigen";
     case cpu_gemm::avx2_fma:
       return "avx2_fma";
+    case cpu_gemm::avx512:
+      return "avx512";
   }
   return "?";
 }
 
 cpu_backend::cpu_backend(cpu_gemm gemm) : gemm_(gemm) {
   if (gemm_ == cpu_gemm::best)
-    gemm_ = detail::cpu_has_avx2_fma() ? cpu_gemm::avx2_fma : cpu_gemm::eigen;
+    gemm_ = detail::cpu_has_avx512f()    ? cpu_gemm::avx512
+            : detail::cpu_has_avx2_fma() ? cpu_gemm::avx2_fma
+                                         : cpu_gemm::eigen;
   COACH_ENFORCE(gemm_ != cpu_gemm::avx2_fma || detail::cpu_has_avx2_fma(),
                 "cpu_gemm::avx2_fma requested on a CPU without AVX2 and FMA");
+  COACH_ENFORCE(gemm_ != cpu_gemm::avx512 || detail::cpu_has_avx512f(),
+                "cpu_gemm::avx512 requested on a CPU without AVX-512F");
 }
 
 // --- memory ---------------------------------------------------------------------------------
@@ -188,6 +194,10 @@ void cpu_backend::gemm(bool trans_a, bool trans_b, int m, int n, int k, float al
       cm.setZero();
     else if (beta != 1.0f)
       cm *= beta;
+    return;
+  }
+  if (gemm_ == cpu_gemm::avx512) {
+    detail::avx512_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
   if (gemm_ == cpu_gemm::avx2_fma) {

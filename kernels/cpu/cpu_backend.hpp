@@ -33,23 +33,26 @@ namespace coach::kernels {
 
 /// Which matrix product a cpu_backend runs.
 enum class cpu_gemm {
-  best,      ///< avx2_fma where the CPU has AVX2 and FMA, eigen elsewhere
+  best,      ///< avx512 where the CPU has AVX-512F, else avx2_fma where it has AVX2 and FMA,
+             ///< eigen elsewhere
   eigen,     ///< Eigen's product (SSE2 on baseline x86-64)
   avx2_fma,  ///< the packed AVX2/FMA kernel (cpu_gemm.hpp); requires a CPU that has both
+  avx512,    ///< the packed AVX-512 kernel: avx2_fma's bits; requires AVX-512F, AVX2 and FMA
 };
 
-/// "best", "eigen" or "avx2_fma".
+/// "best", "eigen", "avx2_fma" or "avx512".
 std::string_view to_string(cpu_gemm g) noexcept;
 
 /// The host backend; always built. Made by make_backend(backend_kind::cpu). Not final: tests
 /// derive from it to stand for a device backend in host memory (device_reducer_test).
 class cpu_backend : public backend {
  public:
-  /// A backend whose products run `gemm` (best: the fastest this CPU has). Requesting avx2_fma on
-  /// a CPU without AVX2 and FMA is a programming error (check detail::cpu_has_avx2_fma()).
+  /// A backend whose products run `gemm` (best: the fastest this CPU has). Requesting a kernel
+  /// the CPU lacks is a programming error (check detail::cpu_has_avx2_fma() or
+  /// detail::cpu_has_avx512f()).
   explicit cpu_backend(cpu_gemm gemm = cpu_gemm::best);
 
-  /// The product this object runs: eigen or avx2_fma, never best.
+  /// The product this object runs: eigen, avx2_fma or avx512, never best.
   cpu_gemm gemm_kind() const noexcept { return gemm_; }
 
   /// "cpu".

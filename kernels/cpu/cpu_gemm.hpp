@@ -1,22 +1,32 @@
 #pragma once
-// The packed AVX2/FMA matrix product of kernels::cpu_backend, used where the CPU has both
-// extensions (read once, at run time: the library itself is built for baseline x86-64, so it runs
-// on any x86-64 CPU, and Eigen's SSE2 product remains the fallback).
+// The packed matrix products of kernels::cpu_backend: AVX-512 where the CPU has AVX-512F, AVX2/FMA
+// where it has those (read once, at run time: the library itself is built for baseline x86-64, so
+// it runs on any x86-64 CPU, and Eigen's SSE2 product remains the fallback).
 //
-// Layout: the classic blocked scheme. op(B) is packed in KC x NC panels of 16-column strips,
-// op(A) in MC x KC blocks of 6-row strips, and a 6 x 16 register tile accumulates one strip pair
-// with fused multiply-adds.
+// Layout: the classic blocked scheme. op(B) is packed in KC x NC panels of NR-column strips,
+// op(A) in MC x KC blocks of MR-row strips, and an MR x NR register tile accumulates one strip
+// pair with fused multiply-adds: 6 x 16 (two 8-float vectors a row) with AVX2, 8 x 32 (two
+// 16-float vectors a row) with AVX-512.
 //
 // Rounding: every element of C is the fused multiply-add chain over p = 0 .. k-1 in order, in
-// blocks of KC terms; each block's sum is scaled by alpha and added to C (the first to beta C).
-// An element therefore depends only on its row of op(A), its column of op(B), k, alpha and
-// beta: not on m, n, the leading dimensions or where it lies in C. Its result differs in the last
-// bits from Eigen's product, so runs compare bit for bit only on CPUs that take the same path.
+// blocks of KC terms (KC is the same for both); each block's sum is scaled by alpha and added to
+// C (the first to beta C). An element therefore depends only on its row of op(A), its column of
+// op(B), k, alpha and beta: not on m, n, the leading dimensions, where it lies in C, or which of
+// the two kernels ran, so AVX2 and AVX-512 machines train to the same bits. Its result differs in
+// the last bits from Eigen's product, so runs compare bit for bit only on CPUs that take a packed
+// path.
+
+#include <vector>
+
+#include "kernels/layer_shapes.hpp"
 
 namespace coach::kernels::detail {
 
 /// True when this CPU has AVX2 and FMA (read once).
 bool cpu_has_avx2_fma() noexcept;
+
+/// True when this CPU has AVX-512F as well as AVX2 and FMA (read once).
+bool cpu_has_avx512f() noexcept;
 
 /// C = alpha op(A) op(B) + beta C for row-major matrices, as backend::gemm: op(A) is m x k,
 /// op(B) k x n, C m x n with leading dimension ldc; beta == 0 does not read C. Requires m, n and
@@ -24,5 +34,47 @@ bool cpu_has_avx2_fma() noexcept;
 /// buffers are per thread and kept for the thread's life.
 void avx2_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                int lda, const float* b, int ldb, float beta, float* c, int ldc);
+
+/// avx2_gemm's product with the 8 x 32 AVX-512 tile: the same bits. Requires cpu_has_avx512f().
+void avx512_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                 int lda, const float* b, int ldb, float beta, float* c, int ldc);
+
+/// True when the two products below serve convolution `s` on this CPU: AVX-512F, stride 1, output
+/// rows as wide as the input's (out_w == W), not pointwise. They compute what im2col of one image
+/// followed by avx512_gemm computes, to the same bits, without forming the columns: each packed
+/// strip of the column matrix is read straight from the image with masked loads.
+bool columns_packed_from_image(const conv2d_shape& s) noexcept;
+
+/// op(A) (m x k) packed once in avx512_gemm's layout, for products that share it: a
+/// convolution's weights across the images of a batch. Requires cpu_has_avx512f().
+class packed_a {
+ public:
+  packed_a(bool trans_a, int m, int k, const float* a, int lda);
+
+  int rows() const noexcept { return m_; }
+  int depth() const noexcept { return k_; }
+  /// The packed block of rows [i0, ...) and inner terms [p0, p0 + kb) (p0 a multiple of the
+  /// 256-term block, kb that block's length).
+  const float* block(int i0, int p0, int kb) const noexcept;
+
+ private:
+  int m_ = 0, k_ = 0, m_pad_ = 0;
+  std::vector<float> data_;
+};
+
+/// avx512_gemm with op(A) packed before: C = alpha op(A) op(B) + beta C, op(B) a.depth() x n.
+void avx512_gemm_packed(const packed_a& a, bool trans_b, int n, float alpha, const float* b,
+                        int ldb, float beta, float* c, int ldc);
+
+/// C = alpha op(A) cols + beta C, cols the C R S x out_h out_w column matrix of `image` (one C H W
+/// image of s): a is m x C R S, C is m x out_h out_w (ldc). The forward convolution with A = W.
+/// Requires columns_packed_from_image(s).
+void avx512_gemm_columns(const conv2d_shape& s, const float* image, const packed_a& a,
+                         float alpha, float beta, float* c, int ldc);
+
+/// C = alpha A cols^T + beta C: A is m x out_h out_w, C is m x C R S. The filter gradient with
+/// A = dy of the image. Requires columns_packed_from_image(s).
+void avx512_gemm_columns_t(const conv2d_shape& s, const float* image, int m, float alpha,
+                           const float* a, int lda, float beta, float* c, int ldc);
 
 }  // namespace coach::kernels::detail

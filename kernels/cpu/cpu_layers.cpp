@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <optional>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -17,6 +18,7 @@
 #include "common/enforce.hpp"
 #include "kernels/counter_rng.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cpu/cpu_gemm.hpp"
 #include "kernels/layer_geometry.hpp"
 #include "kernels/layer_shapes_check.hpp"
 
@@ -260,13 +262,20 @@ void cpu_backend::conv2d_forward(const conv2d_shape& s, const float* x, const fl
   const int plane = s.out_h() * s.out_w();
   const std::size_t x_image = std::size_t(s.channels) * s.height * s.width;
   const std::size_t y_image = std::size_t(k) * plane;
-  float* col = s.is_pointwise() ? nullptr : columns(s.column_size());
+  const bool implicit = gemm_ == cpu_gemm::avx512 && detail::columns_packed_from_image(s);
+  float* col = s.is_pointwise() || implicit ? nullptr : columns(s.column_size());
+  std::optional<detail::packed_a> packed_w;
+  if (implicit) packed_w.emplace(false, k, crs, w, crs);
   for (int n = 0; n < s.batch; ++n) {
     const float* xn = x + std::size_t(n) * x_image;
     float* yn = y + std::size_t(n) * y_image;
-    if (col != nullptr) im2col(s, xn, col);
-    gemm(false, false, k, plane, crs, 1.0f, w, crs, col != nullptr ? col : xn, plane, 0.0f, yn,
-         plane);
+    if (implicit)
+      detail::avx512_gemm_columns(s, xn, *packed_w, 1.0f, 0.0f, yn, plane);
+    else {
+      if (col != nullptr) im2col(s, xn, col);
+      gemm(false, false, k, plane, crs, 1.0f, w, crs, col != nullptr ? col : xn, plane, 0.0f, yn,
+           plane);
+    }
     if (bias != nullptr)
       for (int f = 0; f < k; ++f) {
         float* row = yn + std::size_t(f) * plane;
@@ -285,12 +294,18 @@ void cpu_backend::conv2d_backward_data(const conv2d_shape& s, const float* dy, c
   const std::size_t x_image = std::size_t(s.channels) * s.height * s.width;
   const std::size_t y_image = std::size_t(k) * plane;
   float* col = s.is_pointwise() ? nullptr : columns(s.column_size());
+  // W^T packed once for the batch where the AVX-512 product runs.
+  std::optional<detail::packed_a> packed_wt;
+  if (gemm_ == cpu_gemm::avx512) packed_wt.emplace(true, crs, k, w, crs);
   for (int n = 0; n < s.batch; ++n) {
     const float* dyn = dy + std::size_t(n) * y_image;
     float* dxn = dx + std::size_t(n) * x_image;
     // columns = W^T dy_n (C R S x out positions); a pointwise convolution's columns are dx_n.
-    gemm(true, false, crs, plane, k, 1.0f, w, crs, dyn, plane, 0.0f, col != nullptr ? col : dxn,
-         plane);
+    float* out = col != nullptr ? col : dxn;
+    if (packed_wt)
+      detail::avx512_gemm_packed(*packed_wt, false, plane, 1.0f, dyn, plane, 0.0f, out, plane);
+    else
+      gemm(true, false, crs, plane, k, 1.0f, w, crs, dyn, plane, 0.0f, out, plane);
     if (col != nullptr) col2im(s, col, dxn);
   }
 }
@@ -303,13 +318,20 @@ void cpu_backend::conv2d_backward_filter(const conv2d_shape& s, const float* x, 
   const int plane = s.out_h() * s.out_w();
   const std::size_t x_image = std::size_t(s.channels) * s.height * s.width;
   const std::size_t y_image = std::size_t(k) * plane;
-  float* col = s.is_pointwise() ? nullptr : columns(s.column_size());
+  const bool implicit = gemm_ == cpu_gemm::avx512 && detail::columns_packed_from_image(s);
+  float* col = s.is_pointwise() || implicit ? nullptr : columns(s.column_size());
   for (int n = 0; n < s.batch; ++n) {
     const float* xn = x + std::size_t(n) * x_image;
-    if (col != nullptr) im2col(s, xn, col);
+    const float* dyn = dy + std::size_t(n) * y_image;
+    const float beta = n == 0 ? 0.0f : 1.0f;
     // dW (+)= dy_n col^T, images in order.
-    gemm(false, true, k, crs, plane, 1.0f, dy + std::size_t(n) * y_image, plane,
-         col != nullptr ? col : xn, plane, n == 0 ? 0.0f : 1.0f, dw, crs);
+    if (implicit) {
+      detail::avx512_gemm_columns_t(s, xn, k, 1.0f, dyn, plane, beta, dw, crs);
+      continue;
+    }
+    if (col != nullptr) im2col(s, xn, col);
+    gemm(false, true, k, crs, plane, 1.0f, dyn, plane, col != nullptr ? col : xn, plane, beta, dw,
+         crs);
   }
   if (db == nullptr) return;
   for (int f = 0; f < k; ++f)

@@ -43,6 +43,7 @@ std::vector<tested_backend> tested_backends() {
   std::vector<tested_backend> out{{backend_kind::cpu, cpu_gemm::eigen, "cpu_eigen"}};
   if (detail::cpu_has_avx2_fma())
     out.push_back({backend_kind::cpu, cpu_gemm::avx2_fma, "cpu_avx2_fma"});
+  if (detail::cpu_has_avx512f()) out.push_back({backend_kind::cpu, cpu_gemm::avx512, "cpu_avx512"});
   if (cuda_device_present()) out.push_back({backend_kind::cuda, cpu_gemm::best, "cuda"});
   return out;
 }
@@ -1236,11 +1237,44 @@ INSTANTIATE_TEST_SUITE_P(all, backend_test, ::testing::ValuesIn(tested_backends(
 
 // --- factory --------------------------------------------------------------------------------
 
-TEST(cpu_gemm_choice, best_takes_avx2_fma_exactly_where_the_cpu_has_it) {
+TEST(cpu_gemm_choice, best_takes_the_widest_packed_kernel_the_cpu_has) {
   const cpu_backend best;
-  EXPECT_EQ(best.gemm_kind(), detail::cpu_has_avx2_fma() ? cpu_gemm::avx2_fma : cpu_gemm::eigen);
+  const cpu_gemm expected = detail::cpu_has_avx512f()    ? cpu_gemm::avx512
+                            : detail::cpu_has_avx2_fma() ? cpu_gemm::avx2_fma
+                                                         : cpu_gemm::eigen;
+  EXPECT_EQ(best.gemm_kind(), expected);
   EXPECT_EQ(cpu_backend(cpu_gemm::eigen).gemm_kind(), cpu_gemm::eigen);
   EXPECT_EQ(to_string(cpu_gemm::avx2_fma), "avx2_fma");
+  EXPECT_EQ(to_string(cpu_gemm::avx512), "avx512");
+}
+
+TEST(cpu_gemm_choice, avx512_products_are_the_avx2_products_bit_for_bit) {
+  if (!detail::cpu_has_avx512f()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  // Shapes around both tiles' edges (6 x 16 and 8 x 32), k across the 256-term block, every
+  // transpose, and alpha/beta that read C: an AVX2 machine and an AVX-512 one train to the same
+  // bits.
+  cpu_backend avx2(cpu_gemm::avx2_fma), avx512(cpu_gemm::avx512);
+  const int shapes[][3] = {{1, 1, 1},      {7, 33, 5},     {8, 32, 256},  {9, 17, 257},
+                           {32, 196, 400}, {400, 196, 32}, {130, 70, 600}};
+  std::uint32_t seed = 100;
+  for (const auto& [m, n, k] : shapes)
+    for (int tr = 0; tr < 4; ++tr) {
+      const bool ta = (tr & 1) != 0, tb = (tr & 2) != 0;
+      const auto a = random_floats(std::size_t(m) * k, ++seed);
+      const auto b = random_floats(std::size_t(k) * n, ++seed);
+      const auto c0 = random_floats(std::size_t(m) * n, ++seed);
+      for (const auto& [alpha, beta] :
+           {std::pair{1.0f, 0.0f}, std::pair{0.5f, 1.0f}, std::pair{-1.5f, 0.25f}}) {
+        auto x = c0, y = c0;
+        avx2.gemm(ta, tb, m, n, k, alpha, a.data(), ta ? m : k, b.data(), tb ? k : n, beta,
+                  x.data(), n);
+        avx512.gemm(ta, tb, m, n, k, alpha, a.data(), ta ? m : k, b.data(), tb ? k : n, beta,
+                    y.data(), n);
+        ASSERT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(float)))
+            << m << "x" << n << "x" << k << " trans " << ta << tb << " alpha " << alpha << " beta "
+            << beta;
+      }
+    }
 }
 
 TEST(cpu_gemm_choice, an_avx2_element_depends_only_on_its_row_and_column) {
@@ -1255,6 +1289,48 @@ TEST(cpu_gemm_choice, an_avx2_element_depends_only_on_its_row_and_column) {
   be.gemm(false, false, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, whole.data(), n);
   be.gemm(false, false, 1, n, k, 1.0f, a.data() + 3 * k, k, b.data(), n, 0.0f, one.data(), n);
   EXPECT_TRUE(std::equal(one.begin(), one.end(), whole.begin() + 3 * n));
+}
+
+TEST(cpu_gemm_choice, convolutions_packed_from_the_image_equal_im2col_products_bit_for_bit) {
+  if (!detail::cpu_has_avx512f()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  // The AVX-512 backend reads stride-1, same-width convolutions' columns straight from the image;
+  // the AVX2 backend forms them with im2col. Both must give the same forward output, filter and
+  // bias gradients, bit for bit: shapes with planes not a multiple of 16 or 32, more than one
+  // packed panel (a 64 x 64 plane is 4096 > 3072 columns), more than one 256-term block (C R S =
+  // 400), kernels taller than the padding (out_h < H), and one that takes the im2col path.
+  struct conv_case {
+    conv2d_shape s;
+    bool from_image;
+  };
+  const conv_case cases[] = {
+      {make_conv(3, 16, 14, 14, 32, 5, 5, 1, 1, 2, 2), true},
+      {make_conv(2, 1, 28, 28, 16, 5, 5, 1, 1, 2, 2), true},
+      {make_conv(2, 3, 9, 7, 5, 3, 3, 1, 1, 1, 1), true},
+      {make_conv(1, 2, 64, 64, 4, 3, 3, 1, 1, 1, 1), true},
+      {make_conv(2, 4, 10, 13, 6, 3, 5, 1, 1, 0, 2), true},
+      {make_conv(2, 3, 9, 9, 4, 3, 3, 2, 2, 1, 1), false},
+  };
+  cpu_backend avx2(cpu_gemm::avx2_fma), avx512(cpu_gemm::avx512);
+  std::uint32_t seed = 300;
+  for (const auto& [s, from_image] : cases) {
+    EXPECT_EQ(detail::columns_packed_from_image(s), from_image);
+    const auto x = random_floats(s.input_size(), ++seed);
+    const auto w = random_floats(s.weight_size(), ++seed);
+    const auto bias = random_floats(std::size_t(s.filters), ++seed);
+    const auto dy = random_floats(s.output_size(), ++seed);
+    std::vector<float> y2(s.output_size()), y5(s.output_size());
+    avx2.conv2d_forward(s, x.data(), w.data(), bias.data(), y2.data());
+    avx512.conv2d_forward(s, x.data(), w.data(), bias.data(), y5.data());
+    EXPECT_EQ(0, std::memcmp(y2.data(), y5.data(), y2.size() * sizeof(float)))
+        << "forward, plane " << s.out_h() << "x" << s.out_w();
+    std::vector<float> dw2(s.weight_size()), dw5(s.weight_size());
+    std::vector<float> db2(std::size_t(s.filters)), db5(std::size_t(s.filters));
+    avx2.conv2d_backward_filter(s, x.data(), dy.data(), dw2.data(), db2.data());
+    avx512.conv2d_backward_filter(s, x.data(), dy.data(), dw5.data(), db5.data());
+    EXPECT_EQ(0, std::memcmp(dw2.data(), dw5.data(), dw2.size() * sizeof(float)))
+        << "filter gradient, plane " << s.out_h() << "x" << s.out_w();
+    EXPECT_EQ(db2, db5);
+  }
 }
 
 TEST(backend_factory, parses_and_prints_every_kind) {
