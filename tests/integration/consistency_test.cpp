@@ -309,9 +309,10 @@ TEST(function_mode, with_a_deadline_shorter_than_an_epoch_jobs_complete_and_lose
   // before: each epoch spans several invocations, and each killed one's step goes to the next.
   // 0.4 s: room for an invocation to start and answer a step on a loaded machine. The run
   // without functions comes first: its epoch time sets how much longer each step is made (the
-  // slowdown hook) so that an epoch lasts about 1.5 s on any machine, several deadlines.
+  // slowdown hook) so that even the run without functions would take 0.8 s an epoch on any
+  // machine: with the invocations' own cost on top, each epoch outlasts several deadlines.
   auto spec = functions(0, 0.4, 0, 1000);
-  spec.epochs = 4;
+  spec.epochs = 2;
   spec.model.hidden = {4096};
   auto in_process = spec;
   in_process.function.reset();
@@ -319,7 +320,7 @@ TEST(function_mode, with_a_deadline_shorter_than_an_epoch_jobs_complete_and_lose
   ASSERT_TRUE(plain) << plain.error().to_string();
   double plain_seconds = 0;
   for (const auto& e : plain->epochs) plain_seconds += e.seconds;
-  const double factor = std::max(1.0, 1.5 / (plain_seconds / double(spec.epochs)));
+  const double factor = std::max(1.0, 0.8 / (plain_seconds / double(spec.epochs)));
   train_options opt;
   opt.slowdown = [factor](std::uint32_t, std::int64_t) { return factor; };
   auto timed = train_embedded(spec, opt);
