@@ -166,23 +166,30 @@ void layer_breakdowns(const scheduler::job_spec& spec, const worker::dataset& tr
   const double eigen =
       print_layer_breakdown(spec, train, std::make_unique<kernels::cpu_backend>(cpu_gemm::eigen),
                             "cpu, eigen gemm", batches);
-  if (!kernels::detail::cpu_has_avx2_fma()) {
-    std::printf("\nthis CPU has no AVX2 and FMA: no second breakdown\n");
-    return;
+  const struct {
+    cpu_gemm kind;
+    bool present;
+    const char* missing;
+  } packed[] = {
+      {cpu_gemm::avx2_fma, kernels::detail::cpu_has_avx2_fma(), "AVX2 and FMA"},
+      {cpu_gemm::avx512, kernels::detail::cpu_has_avx512f(), "AVX-512F"},
+  };
+  double before = eigen;
+  std::string before_name = "eigen";
+  for (const auto& k : packed) {
+    const std::string name(kernels::to_string(k.kind));
+    if (!k.present) {
+      std::printf("\nthis CPU has no %s: no %s breakdown\n", k.missing, name.c_str());
+      return;
+    }
+    const double rate =
+        print_layer_breakdown(spec, train, std::make_unique<kernels::cpu_backend>(k.kind),
+                              "cpu, " + name + " gemm", batches);
+    std::printf("\n%s gemm / %s gemm: %.2fx samples/s; / eigen gemm: %.2fx\n", name.c_str(),
+                before_name.c_str(), rate / before, rate / eigen);
+    before = rate;
+    before_name = name;
   }
-  const double avx2 =
-      print_layer_breakdown(spec, train, std::make_unique<kernels::cpu_backend>(cpu_gemm::avx2_fma),
-                            "cpu, avx2_fma gemm", batches);
-  std::printf("\navx2_fma gemm / eigen gemm: %.2fx samples/s\n", avx2 / eigen);
-  if (!kernels::detail::cpu_has_avx512f()) {
-    std::printf("this CPU has no AVX-512F: no third breakdown\n");
-    return;
-  }
-  const double avx512 =
-      print_layer_breakdown(spec, train, std::make_unique<kernels::cpu_backend>(cpu_gemm::avx512),
-                            "cpu, avx512 gemm", batches);
-  std::printf("\navx512 gemm / avx2_fma gemm: %.2fx samples/s; / eigen gemm: %.2fx\n",
-              avx512 / avx2, avx512 / eigen);
 }
 
 }  // namespace

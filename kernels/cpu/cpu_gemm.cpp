@@ -19,6 +19,21 @@
 
 namespace coach::kernels::detail {
 
+column_masks::column_masks(const conv2d_shape& s) : s_(s), chunks_((s.out_plane() + 15) / 16) {
+  rows_.assign(std::size_t(s.kernel_h) * chunks_, 0);
+  columns_.assign(std::size_t(s.kernel_w) * chunks_, 0);
+  for (int j = 0; j < s.out_plane(); ++j) {
+    const int oh = j / s.width, ow = j % s.width;
+    const auto bit = std::uint16_t(1u << (j % 16));
+    for (int r = 0; r < s.kernel_h; ++r)
+      if (const int ih = oh - s.pad_h + r; ih >= 0 && ih < s.height)
+        rows_[std::size_t(r) * chunks_ + j / 16] |= bit;
+    for (int q = 0; q < s.kernel_w; ++q)
+      if (const int iw = ow - s.pad_w + q; iw >= 0 && iw < s.width)
+        columns_[std::size_t(q) * chunks_ + j / 16] |= bit;
+  }
+}
+
 #if defined(COACH_X86)
 namespace {
 
@@ -232,8 +247,7 @@ struct avx512_kernel {
   /// 196 columns): only the strips' first halves, the same chains.
   COACH_AVX512 static void half_tile(int kb, const float* pa, const float* pb, float* c, int ldc,
                                      const tile_store& t) {
-    __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0,
-           c7 = c0;
+    __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
     for (int p = 0; p < kb; ++p, pa += mr, pb += nr) {
       const __m512 b0 = _mm512_loadu_ps(pb);
       c0 = _mm512_fmadd_ps(_mm512_set1_ps(pa[0]), b0, c0);
@@ -339,27 +353,12 @@ COACH_AVX512 inline void transpose16(__m512 (&v)[16]) {
 /// j = oh W + ow) is x[c, oh - pad_h + r, ow - pad_w + q], or 0 in the padding. With out_w == W,
 /// row (c, r, q) is the image read from offset c H W + (r - pad_h) W + (q - pad_w) on, so each
 /// packed run of 16 entries is one masked load; the masks (which output rows meet the image
-/// at kernel row r, which output columns at kernel column q) are computed once per image.
+/// at kernel row r, which output columns at kernel column q) come from column_masks, made once
+/// per batch.
 class image_columns {
  public:
-  image_columns(const conv2d_shape& s, const float* image) : s_(s), x_(image) {
-    const int plane = s.out_plane(), chunks = (plane + 15) / 16;
-    row_masks_.assign(std::size_t(s.kernel_h) * chunks, 0);
-    col_masks_.assign(std::size_t(s.kernel_w) * chunks, 0);
-    for (int j = 0; j < plane; ++j) {
-      const int oh = j / s.width, ow = j % s.width;
-      const auto bit = std::uint16_t(1u << (j % 16));
-      for (int r = 0; r < s.kernel_h; ++r) {
-        const int ih = oh - s.pad_h + r;
-        if (ih >= 0 && ih < s.height) row_masks_[std::size_t(r) * chunks + j / 16] |= bit;
-      }
-      for (int q = 0; q < s.kernel_w; ++q) {
-        const int iw = ow - s.pad_w + q;
-        if (iw >= 0 && iw < s.width) col_masks_[std::size_t(q) * chunks + j / 16] |= bit;
-      }
-    }
-    chunks_ = chunks;
-  }
+  image_columns(const column_masks& masks, const float* image)
+      : s_(masks.shape()), masks_(masks), x_(image) {}
 
   /// pack_b's layout of rows [p0, p0 + kb) x columns [j0, j0 + nb) (strips of 32 columns).
   COACH_AVX512 void pack_rows(int p0, int kb, int j0, int nb, float* dst) const {
@@ -403,8 +402,8 @@ class image_columns {
   struct row_view {
     const float* base;          ///< x + c H W (the channel's plane)
     std::ptrdiff_t shift;       ///< (r - pad_h) W + (q - pad_w): entry j reads base[j + shift]
-    const std::uint16_t* rows;  ///< row_masks_ of r
-    const std::uint16_t* cols;  ///< col_masks_ of q
+    const std::uint16_t* rows;  ///< column_masks::rows(r)
+    const std::uint16_t* cols;  ///< column_masks::columns(q)
 
     /// Entries [j, j + count) in the low lanes, zeros elsewhere (count <= 0: all zeros). j is a
     /// multiple of 16 in every call (strip widths, kc and nc are), so it starts a mask chunk.
@@ -425,16 +424,13 @@ class image_columns {
     const int per_channel = s_.kernel_h * s_.kernel_w;
     const int c = p / per_channel, r = (p / s_.kernel_w) % s_.kernel_h, q = p % s_.kernel_w;
     return {x_ + std::size_t(c) * s_.height * s_.width,
-            std::ptrdiff_t(r - s_.pad_h) * s_.width + (q - s_.pad_w),
-            row_masks_.data() + std::size_t(r) * chunks_,
-            col_masks_.data() + std::size_t(q) * chunks_};
+            std::ptrdiff_t(r - s_.pad_h) * s_.width + (q - s_.pad_w), masks_.rows(r),
+            masks_.columns(q)};
   }
 
   const conv2d_shape& s_;
+  const column_masks& masks_;
   const float* x_;
-  int chunks_ = 0;
-  std::vector<std::uint16_t> row_masks_;  ///< [r][chunk of 16 output positions]
-  std::vector<std::uint16_t> col_masks_;  ///< [q][chunk]
 };
 
 }  // namespace
@@ -476,7 +472,8 @@ packed_a::packed_a(bool trans_a, int m, int k, const float* a, int lda)
   // Block (p0, i0) of blocked_gemm lies at p0 m_pad + i0 kb: every earlier kc block is kc deep.
   for (int p0 = 0; p0 < k; p0 += kc) {
     const int kb = std::min(kc, k - p0);
-    pack_a<avx512_kernel::mr>(trans_a, a, lda, 0, m, p0, kb, data_.data() + std::size_t(p0) * m_pad_);
+    pack_a<avx512_kernel::mr>(trans_a, a, lda, 0, m, p0, kb,
+                              data_.data() + std::size_t(p0) * m_pad_);
   }
 }
 
@@ -508,19 +505,21 @@ bool columns_packed_from_image(const conv2d_shape& s) noexcept {
          !s.is_pointwise();
 }
 
-void avx512_gemm_columns(const conv2d_shape& s, const float* image, const packed_a& a,
+void avx512_gemm_columns(const column_masks& masks, const float* image, const packed_a& a,
                          float alpha, float beta, float* c, int ldc) {
+  const conv2d_shape& s = masks.shape();
   COACH_ENFORCE(a.depth() == int(s.column_rows()), "packed_a depth is not the columns' rows");
-  const image_columns cols(s, image);
+  const image_columns cols(masks, image);
   blocked_gemm<avx512_kernel>(
       a.rows(), s.out_plane(), a.depth(), alpha, prepacked(a),
       [&](int p0, int kb, int j0, int nb, float* dst) { cols.pack_rows(p0, kb, j0, nb, dst); },
       beta, c, ldc);
 }
 
-void avx512_gemm_columns_t(const conv2d_shape& s, const float* image, int m, float alpha,
+void avx512_gemm_columns_t(const column_masks& masks, const float* image, int m, float alpha,
                            const float* a, int lda, float beta, float* c, int ldc) {
-  const image_columns cols(s, image);
+  const conv2d_shape& s = masks.shape();
+  const image_columns cols(masks, image);
   blocked_gemm<avx512_kernel>(
       m, int(s.column_rows()), s.out_plane(), alpha, packing_a<avx512_kernel::mr>(false, a, lda),
       [&](int p0, int kb, int j0, int nb, float* dst) {
@@ -564,17 +563,16 @@ const float* packed_a::block(int, int, int) const noexcept {
   return nullptr;
 }
 
-void avx512_gemm_packed(const packed_a&, bool, int, float, const float*, int, float, float*,
-                        int) {
+void avx512_gemm_packed(const packed_a&, bool, int, float, const float*, int, float, float*, int) {
   COACH_ENFORCE(false, "avx512_gemm_packed called on a CPU that is not x86");
 }
 
-void avx512_gemm_columns(const conv2d_shape&, const float*, const packed_a&, float, float, float*,
+void avx512_gemm_columns(const column_masks&, const float*, const packed_a&, float, float, float*,
                          int) {
   COACH_ENFORCE(false, "avx512_gemm_columns called on a CPU that is not x86");
 }
 
-void avx512_gemm_columns_t(const conv2d_shape&, const float*, int, float, const float*, int, float,
+void avx512_gemm_columns_t(const column_masks&, const float*, int, float, const float*, int, float,
                            float*, int) {
   COACH_ENFORCE(false, "avx512_gemm_columns_t called on a CPU that is not x86");
 }

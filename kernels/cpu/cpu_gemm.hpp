@@ -16,6 +16,8 @@
 // the last bits from Eigen's product, so runs compare bit for bit only on CPUs that take a packed
 // path.
 
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/layer_shapes.hpp"
@@ -66,15 +68,36 @@ class packed_a {
 void avx512_gemm_packed(const packed_a& a, bool trans_b, int n, float alpha, const float* b,
                         int ldb, float beta, float* c, int ldc);
 
+/// What the two products below need of a convolution's shape, made once per batch: for each
+/// kernel row r (column q), which output positions meet the image, 16 positions a mask
+/// (out_w == W is assumed: position j is row j / W, column j % W).
+class column_masks {
+ public:
+  explicit column_masks(const conv2d_shape& s);
+  const conv2d_shape& shape() const noexcept { return s_; }
+  const std::uint16_t* rows(int r) const noexcept {
+    return rows_.data() + std::size_t(r) * chunks_;
+  }
+  const std::uint16_t* columns(int q) const noexcept {
+    return columns_.data() + std::size_t(q) * chunks_;
+  }
+
+ private:
+  conv2d_shape s_;
+  int chunks_ = 0;
+  std::vector<std::uint16_t> rows_;     ///< [r][chunk of 16 output positions]
+  std::vector<std::uint16_t> columns_;  ///< [q][chunk]
+};
+
 /// C = alpha op(A) cols + beta C, cols the C R S x out_h out_w column matrix of `image` (one C H W
-/// image of s): a is m x C R S, C is m x out_h out_w (ldc). The forward convolution with A = W.
-/// Requires columns_packed_from_image(s).
-void avx512_gemm_columns(const conv2d_shape& s, const float* image, const packed_a& a,
+/// image of masks.shape()): a is m x C R S, C is m x out_h out_w (ldc). The forward convolution
+/// with A = W. Requires columns_packed_from_image(masks.shape()).
+void avx512_gemm_columns(const column_masks& masks, const float* image, const packed_a& a,
                          float alpha, float beta, float* c, int ldc);
 
 /// C = alpha A cols^T + beta C: A is m x out_h out_w, C is m x C R S. The filter gradient with
 /// A = dy of the image. Requires columns_packed_from_image(s).
-void avx512_gemm_columns_t(const conv2d_shape& s, const float* image, int m, float alpha,
+void avx512_gemm_columns_t(const column_masks& masks, const float* image, int m, float alpha,
                            const float* a, int lda, float beta, float* c, int ldc);
 
 }  // namespace coach::kernels::detail

@@ -265,12 +265,16 @@ void cpu_backend::conv2d_forward(const conv2d_shape& s, const float* x, const fl
   const bool implicit = gemm_ == cpu_gemm::avx512 && detail::columns_packed_from_image(s);
   float* col = s.is_pointwise() || implicit ? nullptr : columns(s.column_size());
   std::optional<detail::packed_a> packed_w;
-  if (implicit) packed_w.emplace(false, k, crs, w, crs);
+  std::optional<detail::column_masks> masks;
+  if (implicit) {
+    packed_w.emplace(false, k, crs, w, crs);
+    masks.emplace(s);
+  }
   for (int n = 0; n < s.batch; ++n) {
     const float* xn = x + std::size_t(n) * x_image;
     float* yn = y + std::size_t(n) * y_image;
     if (implicit)
-      detail::avx512_gemm_columns(s, xn, *packed_w, 1.0f, 0.0f, yn, plane);
+      detail::avx512_gemm_columns(*masks, xn, *packed_w, 1.0f, 0.0f, yn, plane);
     else {
       if (col != nullptr) im2col(s, xn, col);
       gemm(false, false, k, plane, crs, 1.0f, w, crs, col != nullptr ? col : xn, plane, 0.0f, yn,
@@ -320,13 +324,15 @@ void cpu_backend::conv2d_backward_filter(const conv2d_shape& s, const float* x, 
   const std::size_t y_image = std::size_t(k) * plane;
   const bool implicit = gemm_ == cpu_gemm::avx512 && detail::columns_packed_from_image(s);
   float* col = s.is_pointwise() || implicit ? nullptr : columns(s.column_size());
+  std::optional<detail::column_masks> masks;
+  if (implicit) masks.emplace(s);
   for (int n = 0; n < s.batch; ++n) {
     const float* xn = x + std::size_t(n) * x_image;
     const float* dyn = dy + std::size_t(n) * y_image;
     const float beta = n == 0 ? 0.0f : 1.0f;
     // dW (+)= dy_n col^T, images in order.
     if (implicit) {
-      detail::avx512_gemm_columns_t(s, xn, k, 1.0f, dyn, plane, beta, dw, crs);
+      detail::avx512_gemm_columns_t(*masks, xn, k, 1.0f, dyn, plane, beta, dw, crs);
       continue;
     }
     if (col != nullptr) im2col(s, xn, col);
