@@ -2,6 +2,8 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
+
 #include "actors/zmq_transport.hpp"
 
 namespace coach::actors {
@@ -14,7 +16,8 @@ struct api_client::impl {
   std::uint64_t next_id = 1;
 };
 
-result<std::unique_ptr<api_client>> api_client::open(const std::string& address) {
+result<std::unique_ptr<api_client>> api_client::open(const std::string& address,
+                                                     transport_security security) {
   if (address.rfind("tcp://", 0) != 0 || address.find(':', 6) == std::string::npos)
     return fail(errc::invalid_argument, "--at '{}': expected tcp://IP:PORT", address);
   std::unique_ptr<api_client> c(new api_client());
@@ -23,7 +26,10 @@ result<std::unique_ptr<api_client>> api_client::open(const std::string& address)
   m.address = address;
   // The reply comes back over this client's own connection; the listening socket is never used
   // by peers, so loopback with any port will do.
-  auto net = zmq_transport::start({.host = client_host_id(), .listen = "tcp://127.0.0.1:0"});
+  auto net = zmq_transport::start({.host = client_host_id(),
+                                   .listen = "tcp://127.0.0.1:0",
+                                   .security = std::move(security),
+                                   .log_refusals = false});
   if (!net) return std::unexpected(net.error());
   m.net = std::move(*net);
   m.net->add_peer(0, address);
@@ -48,8 +54,15 @@ result<api_reply> api_client::call(const api_request& req, std::chrono::millisec
   std::optional<result<api_reply>> out;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!out) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    // A refused handshake is known within milliseconds; it ends the wait (looked at every
+    // 50 ms) instead of the timeout.
+    if (auto why = m.net->refusal_of(0); !why.empty()) {
+      out = std::unexpected(error{errc::not_authorized, std::move(why)});
+      break;
+    }
+    const auto left = std::min(std::chrono::milliseconds(50),
+                               std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   deadline - std::chrono::steady_clock::now()));
     if (left.count() <= 0) break;
     self->receive(
         [&](wire_message& msg) {

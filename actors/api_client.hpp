@@ -10,19 +10,22 @@
 #include <string>
 
 #include "actors/control.hpp"
+#include "actors/curve_keys.hpp"
 #include "common/error.hpp"
 
 namespace coach::actors {
 
 class api_client {
  public:
-  /// Prepares a client of the scheduler at `address` ("tcp://IP:PORT"). Errors: a malformed
-  /// address (invalid_argument).
-  static result<std::unique_ptr<api_client>> open(const std::string& address);
+  /// Prepares a client of the scheduler at `address` ("tcp://IP:PORT"), authenticated with
+  /// `security`'s key when it has one. Errors: a malformed address (invalid_argument).
+  static result<std::unique_ptr<api_client>> open(const std::string& address,
+                                                  transport_security security = {});
   ~api_client();
 
   /// Sends `req` and waits up to `timeout` for the reply. Errors: io_error naming the address
-  /// when no reply came in time (nothing listens there, or it is not a scheduler); the
+  /// when no reply came in time (nothing listens there, or it is not a scheduler);
+  /// not_authorized as soon as the node refuses this client's key or its lack of one. The
   /// scheduler's own refusal comes back as api_reply::failure, not as an error here.
   result<api_reply> call(const api_request& req,
                          std::chrono::milliseconds timeout = std::chrono::seconds(10));

@@ -37,6 +37,7 @@ result<std::shared_ptr<job_context>> make_job_context(
 struct node_options {
   std::string name;                      ///< shown by `coach nodes`
   std::string address;                   ///< advertised data-path address
+  std::string public_key;                ///< its CURVE public key (Z85); empty: it has none
   std::uint32_t host = 0;                ///< node_host_id(address)
   std::optional<std::uint32_t> cpus;     ///< --cpus: the CPUs to advertise (may exceed the host's)
   std::optional<std::vector<int>> gpus;  ///< --gpus: the GPUs this node may use

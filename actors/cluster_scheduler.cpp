@@ -112,15 +112,20 @@ struct scheduler_state {
     r.host = hb.host;
     r.name = hb.name;
     r.address = hb.address;
+    r.public_key = hb.public_key;
     r.resources = hb.resources;
     r.parts_running = hb.actors_running;
     r.draining = hb.draining;
     const auto h = nodes.heartbeat(std::move(r));
+    // A node back with another key (rotated) is reached over a new connection.
+    auto old = heartbeats.find(hb.host);
+    const bool rekeyed = old != heartbeats.end() && old->second.public_key != hb.public_key;
     heartbeats[hb.host] = hb;
     if (h.back) note(coach::format("node '{}' is back", hb.name));
     if (h.joined)
       note(coach::format("node '{}' joined (host {}, {})", hb.name, hb.host, hb.address));
-    if (h.moved && hb.host != self_ep.host) net->add_peer(hb.host, hb.address);
+    if ((h.moved || rekeyed) && hb.host != self_ep.host)
+      net->add_peer(hb.host, hb.address, hb.public_key);
     if (h.joined || h.back) {
       // Parts of a run this process no longer drives (it restarted) may still run there.
       for (auto& [id, job] : reg->jobs())

@@ -27,6 +27,7 @@
 #include <memory>
 #include <random>
 
+#include "actors/curve_keys.hpp"
 #include "common/format.hpp"
 #include "schemas/control.capnp.h"
 
@@ -49,7 +50,8 @@ constexpr std::size_t max_gpus = 1024;            // ids in one GPU list
 constexpr std::size_t max_slices = 1 << 24;       // slice owners of one job configuration
 constexpr std::size_t max_config_members = 1 << 16;  // worker ranks of one configuration
 
-constexpr std::uint16_t max_errc = std::uint16_t(errc::internal);  // highest code in error.hpp
+constexpr std::uint16_t max_errc =
+    std::uint16_t(errc::not_authorized);  // highest code in error.hpp
 constexpr std::size_t word_bytes = sizeof(capnp::word);
 
 wire::JobState to_wire(job_state s) noexcept {
@@ -111,6 +113,7 @@ void put_texts(Init init, const std::vector<std::string>& values) {
 void put_heartbeat(wire::Heartbeat::Builder b, const node_heartbeat& h) {
   put_text([&](unsigned n) { return b.initNodeName(n); }, h.name);
   put_text([&](unsigned n) { return b.initListenAddress(n); }, h.address);
+  put_text([&](unsigned n) { return b.initPublicKey(n); }, h.public_key);
   b.setHostId(h.host);
   const auto& r = h.resources;
   b.setCpusTotal(r.cpus_total);
@@ -160,6 +163,7 @@ void put_start_job(wire::StartJob::Builder b, const start_job& s) {
   for (unsigned i = 0; i < s.peers.size(); ++i) {
     peers[i].setHost(s.peers[i].host);
     put_text([&](unsigned n) { return peers[i].initAddress(n); }, s.peers[i].address);
+    put_text([&](unsigned n) { return peers[i].initPublicKey(n); }, s.peers[i].public_key);
   }
   auto put_parts = [](auto list, const std::vector<part_host>& parts) {
     for (unsigned i = 0; i < parts.size(); ++i) {
@@ -356,6 +360,13 @@ std::string get_text(capnp::Text::Reader t, std::string_view what,
   return std::string(t.cStr(), t.size());  // NUL termination checked by Cap'n Proto
 }
 
+/// A CURVE public key: empty or 40 characters of Z85.
+std::string get_key(capnp::Text::Reader t, std::string_view what) {
+  auto key = get_text(t, what);
+  if (!key.empty() && !is_z85_key(key)) refuse("{} is not a 40-character Z85 key", what);
+  return key;
+}
+
 template <class List>
 void check_count(const List& list, std::string_view what, std::size_t max) {
   if (list.size() > max) refuse("{} has {} entries (at most {})", what, list.size(), max);
@@ -425,6 +436,7 @@ node_heartbeat get_heartbeat(wire::Heartbeat::Reader r) {
   node_heartbeat h;
   h.name = get_text(r.getNodeName(), "heartbeat nodeName");
   h.address = get_text(r.getListenAddress(), "heartbeat listenAddress");
+  h.public_key = get_key(r.getPublicKey(), "heartbeat publicKey");
   h.host = r.getHostId();
   auto& res = h.resources;
   res.cpus_total = r.getCpusTotal();
@@ -458,7 +470,8 @@ start_job get_start_job(wire::StartJob::Reader r) {
   check_count(peers, "startJob peers", max_items);
   s.peers.reserve(peers.size());
   for (const auto p : peers)
-    s.peers.push_back({p.getHost(), get_text(p.getAddress(), "startJob peer address")});
+    s.peers.push_back({p.getHost(), get_text(p.getAddress(), "startJob peer address"),
+                       get_key(p.getPublicKey(), "startJob peer publicKey")});
   auto get_parts = [](auto list, std::string_view what) {
     check_count(list, what, max_items);
     std::vector<part_host> out;

@@ -29,8 +29,9 @@ using job_link_traffic = link_traffic;
 
 /// A node agent's periodic report of itself.
 struct node_heartbeat {
-  std::string name;     ///< coach-node --name
-  std::string address;  ///< its data-path socket, "tcp://IP:PORT"
+  std::string name;        ///< coach-node --name
+  std::string address;     ///< its data-path socket, "tcp://IP:PORT"
+  std::string public_key;  ///< its CURVE public key (Z85); empty: it has none
   std::uint32_t host = 0;
   scheduler::host_resources resources;  ///< measured, as --cpus/--gpus set them
   std::uint32_t actors_running = 0;     ///< shards and workers this node runs
@@ -81,6 +82,7 @@ struct start_job {
   struct peer {
     std::uint32_t host = 0;
     std::string address;
+    std::string public_key;  ///< Z85; empty: unknown (the receiver's server key is used)
     friend bool operator==(const peer&, const peer&) = default;
   };
   std::vector<peer> peers;               ///< address of every host of the job

@@ -64,7 +64,8 @@ result<void> job_runner::launch(const runner_env& env, sched::registered_job& jo
   const std::uint32_t gen = env.reg->begin_run(job, o.workers, o.shards, resumed);
   for (auto h : job.hosts) {
     const auto* n = env.nodes->find(h);
-    sj.peers.push_back({h, n ? n->last.address : env.net->bound_address()});
+    sj.peers.push_back(
+        {h, n ? n->last.address : env.net->bound_address(), n ? n->last.public_key : ""});
   }
   spawn(env, id, gen, job.first_epoch);
   // Phase 1: every shard; phase 2 (on their acknowledgements): every worker.
@@ -179,7 +180,8 @@ void job_runner::next_add(const runner_env& env, sched::registered_job& job) {
     (a.part.worker ? start_.added_workers : start_.added_shards).push_back({a.part.id, a.host});
     if (std::none_of(start_.peers.begin(), start_.peers.end(),
                      [&](const auto& p) { return p.host == a.host; }))
-      start_.peers.push_back({a.host, env.nodes->find(a.host)->last.address});
+      start_.peers.push_back({a.host, env.nodes->find(a.host)->last.address,
+                              env.nodes->find(a.host)->last.public_key});
     ctx_->added->place(a.part.worker, a.part.id, a.host);  // the master's view
     // Every node that runs a part of the job hears of it (the new one included).
     for (auto h : job.hosts)

@@ -135,6 +135,7 @@ struct agent_state {
     node_heartbeat hb;
     hb.name = opt.name;
     hb.address = opt.address;
+    hb.public_key = opt.public_key;
     hb.host = opt.host;
     auto measured = probe->sample();
     if (measured) {
@@ -199,7 +200,7 @@ struct agent_state {
       if (!data) return fail(data.error().code, "node '{}': {}", opt.name, data.error().message);
       print_warnings(sj.job, spec->name, *data);
       for (const auto& p : sj.peers)
-        if (p.host != opt.host) net->add_peer(p.host, p.address);
+        if (p.host != opt.host) net->add_peer(p.host, p.address, p.public_key);
       auto made = make_job_context(sj.job, *spec, std::move(data->data), net, sj.master_host,
                                    sj.shard_hosts, sj.worker_hosts);
       if (!made) return std::unexpected(made.error());
@@ -263,7 +264,7 @@ struct agent_state {
   result<void> start_added(const start_job& sj, job_part& part) {
     auto& ctx = part.ctx;
     for (const auto& p : sj.peers)
-      if (p.host != opt.host) net->add_peer(p.host, p.address);  // idempotent
+      if (p.host != opt.host) net->add_peer(p.host, p.address, p.public_key);  // idempotent
     for (const auto& h : sj.added_shards) ctx->added->place(false, h.id, h.host);
     for (const auto& h : sj.added_workers) ctx->added->place(true, h.id, h.host);
     const auto& a = *sj.start;

@@ -11,6 +11,7 @@
 #include <caf/send.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -33,6 +34,11 @@
 namespace coach::actors {
 namespace {
 
+/// The monitor events a connection's handshake ends with.
+constexpr int handshake_events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+
 /// Frees a payload frame once ZeroMQ is done with it: drops the heap copy of its owner.
 void release_owner(void*, void* hint) {
   delete static_cast<std::shared_ptr<const void>*>(hint);
@@ -41,7 +47,9 @@ void release_owner(void*, void* hint) {
 class zmq_transport_impl final : public zmq_transport {
  public:
   explicit zmq_transport_impl(zmq_transport_options opt)
-      : opt_(std::move(opt)), ctx_(std::max(1, opt_.io_threads)) {}
+      : opt_(std::move(opt)),
+        authorizer_(opt_.security.key ? opt_.security.authorized_dir : std::filesystem::path()),
+        ctx_(std::max(1, opt_.io_threads)) {}
 
   ~zmq_transport_impl() override {
     stop_ = true;
@@ -54,8 +62,22 @@ class zmq_transport_impl final : public zmq_transport {
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0) return fail(errc::internal, "eventfd failed");
     try {
+      // ZeroMQ asks this socket (its context's ZAP endpoint) about every connection the ROUTER
+      // accepts; the I/O thread answers.
+      zap_ = zmq::socket_t(ctx_, zmq::socket_type::rep);
+      zap_.set(zmq::sockopt::linger, 0);
+      zap_.bind("inproc://zeromq.zap.01");
       router_ = zmq::socket_t(ctx_, zmq::socket_type::router);
       router_.set(zmq::sockopt::linger, 0);
+      // A domain makes ZeroMQ consult the handler for plain (NULL) connections too.
+      router_.set(zmq::sockopt::zap_domain, "coach");
+      if (const auto& key = opt_.security.key) {
+        router_.set(zmq::sockopt::curve_server, true);
+        router_.set(zmq::sockopt::curve_secretkey, key->secret_key);
+      }
+      router_monitor_ =
+          monitor(router_, "inproc://coach-monitor-router",
+                  ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL);
       router_.set(zmq::sockopt::rcvhwm, opt_.send_hwm);
       router_.set(zmq::sockopt::sndhwm, opt_.send_hwm);
       // A reply to a client that is gone fails (EHOSTUNREACH) instead of vanishing unseen.
@@ -132,10 +154,24 @@ class zmq_transport_impl final : public zmq_transport {
 
   traffic_stats traffic() const override { return counter_.snapshot(); }
 
-  void add_peer(std::uint32_t host, std::string address) override {
+  void add_peer(std::uint32_t host, std::string address, std::string public_key) override {
+    std::lock_guard socks{sock_mu_};
     std::lock_guard lock{mu_};
-    peers_[host] = std::move(address);
+    auto& p = peers_[host];
+    // A node that came back with another key (rotated) is reached over a new connection.
+    if ((p.key != public_key || p.address != address) && dealers_.erase(host) > 0) {
+      dealer_monitors_.erase(host);
+      ++sockets_changed_;
+    }
+    p.address = std::move(address);
+    p.key = std::move(public_key);
     clients_.erase(host);
+  }
+
+  std::string refusal_of(std::uint32_t host) const override {
+    std::lock_guard lock{mu_};
+    auto it = refusals_.find(host);
+    return it == refusals_.end() ? std::string() : it->second;
   }
 
   std::uint32_t host_id() const override { return opt_.host; }
@@ -198,16 +234,27 @@ class zmq_transport_impl final : public zmq_transport {
     }
   }
 
+  /// Starts monitoring `s`'s `events` on a PAIR socket of this transport (polled by the I/O
+  /// thread).
+  zmq::socket_t monitor(zmq::socket_t& s, const std::string& name, int events) {
+    if (zmq_socket_monitor(s.handle(), name.c_str(), events) != 0) throw zmq::error_t();
+    zmq::socket_t pair(ctx_, zmq::socket_type::pair);
+    pair.set(zmq::sockopt::linger, 0);
+    pair.connect(name);
+    return pair;
+  }
+
   /// The DEALER to a peer host, connected on first use. REQUIRES: sock_mu_ held.
   zmq::socket_t* dealer_for(std::uint32_t host) {
     auto it = dealers_.find(host);
     if (it != dealers_.end()) return &it->second;
-    std::string address;
+    std::string address, key;
     {
       std::lock_guard lock{mu_};
       auto p = peers_.find(host);
       if (p == peers_.end()) return nullptr;
-      address = p->second;
+      address = p->second.address;
+      key = p->second.key;
     }
     zmq::socket_t s(ctx_, zmq::socket_type::dealer);
     s.set(zmq::sockopt::linger, 0);
@@ -219,8 +266,17 @@ class zmq_transport_impl final : public zmq_transport {
     // own host id), or come back after a restart while its old connection lingers.
     s.set(zmq::sockopt::routing_id, coach::format("{}.{}.{}", opt_.host, host, instance_));
     try {
+      if (const auto& own = opt_.security.key) {
+        s.set(zmq::sockopt::curve_serverkey, opt_.security.server_key_for(key));
+        s.set(zmq::sockopt::curve_publickey, own->public_key);
+        s.set(zmq::sockopt::curve_secretkey, own->secret_key);
+      }
+      dealer_monitors_.insert_or_assign(
+          host, monitor(s, coach::format("inproc://coach-monitor-{}-{}", host, ++monitors_made_),
+                        handshake_events));
       s.connect(address);
     } catch (const zmq::error_t& e) {
+      dealer_monitors_.erase(host);
       log("cannot connect to host {} at '{}': {}", host, address, e.what());
       return nullptr;
     }
@@ -474,6 +530,147 @@ class zmq_transport_impl final : public zmq_transport {
     };
     add(router_);
     for (auto& [host, d] : dealers_) add(d);
+    add(zap_);
+    add(router_monitor_);
+    for (auto& [host, m] : dealer_monitors_) add(m);
+  }
+
+  /// One monitor event: (event, value) and the endpoint; false when none waits.
+  static bool next_event(zmq::socket_t& mon, std::uint16_t& event, std::uint32_t& value) {
+    zmq::message_t head, where;
+    if (!mon.recv(head, zmq::recv_flags::dontwait)) return false;
+    if (head.more()) (void)mon.recv(where, zmq::recv_flags::dontwait);
+    if (head.size() < 6) return false;
+    std::memcpy(&event, head.data(), 2);
+    std::memcpy(&value, static_cast<const char*>(head.data()) + 2, 4);
+    return true;
+  }
+
+  /// Answers waiting ZAP requests (who may connect) and reads the handshake monitors: counts
+  /// and logs refusals, records why a peer refused this node. I/O thread.
+  void serve_security() {
+    std::vector<zmq::message_t> req;
+    for (int n = 0; n < 64; ++n) {
+      req.clear();
+      try {
+        if (!zmq::recv_multipart(zap_, std::back_inserter(req), zmq::recv_flags::dontwait)) break;
+      } catch (const zmq::error_t&) {
+        break;
+      }
+      answer_zap(req);
+    }
+    std::lock_guard lock{sock_mu_};
+    std::uint16_t event = 0;
+    std::uint32_t value = 0;
+    while (next_event(router_monitor_, event, value)) {
+      const bool mismatch = event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+                            value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH;
+      std::uint64_t total = 0;
+      {
+        std::lock_guard r{recv_mu_};
+        ++(mismatch ? recv_.refused_mechanism : recv_.failed_handshakes);
+        total = recv_.refused();
+      }
+      log("refused a connection: {} ({} refused so far)",
+          mismatch
+              ? (opt_.security.key ? "it offered no key" : "it offered a key; this node has none")
+              : "its handshake failed (another server key, or not ZeroMQ)",
+          total);
+    }
+    for (auto& [host, mon] : dealer_monitors_)
+      while (next_event(mon, event, value)) note_handshake(host, event, value);
+  }
+
+  /// ZAP (ZeroMQ RFC 27): version, request id, domain, address, routing id, mechanism, then the
+  /// mechanism's credentials (CURVE: the client's 32-byte public key). I/O thread.
+  void answer_zap(std::vector<zmq::message_t>& req) {
+    if (req.size() < 6) return;  // cannot happen: libzmq's own request
+    const auto mechanism = req[5].to_string();
+    std::string client_key;
+    if (mechanism == "CURVE" && req.size() > 6 && req[6].size() == 32) {
+      std::array<char, 41> z{};
+      zmq_z85_encode(z.data(), static_cast<const std::uint8_t*>(req[6].data()), 32);
+      client_key = z.data();
+    }
+    const auto verdict = authorizer_.check(mechanism, req[3].to_string_view(), client_key);
+    if (!verdict.accepted()) {
+      std::uint64_t total = 0;
+      {
+        std::lock_guard r{recv_mu_};
+        ++(verdict.why == refusal_reason::key       ? recv_.refused_key
+           : verdict.why == refusal_reason::address ? recv_.refused_address
+                                                    : recv_.refused_mechanism);
+        total = recv_.refused();
+      }
+      log("refused a connection: {} ({} refused so far)", verdict.text, total);
+    }
+    const std::string_view code = verdict.accepted() ? "200" : "400";
+    const std::string_view text = verdict.accepted() ? "OK" : "not authorized";
+    const std::array<zmq::const_buffer, 6> reply{
+        zmq::str_buffer("1.0"),  zmq::buffer(req[1].data(), req[1].size()),
+        zmq::buffer(code),       zmq::buffer(text),
+        zmq::buffer(client_key), zmq::const_buffer()};
+    try {
+      zmq::send_multipart(zap_, reply);
+    } catch (const zmq::error_t& e) {
+      log("cannot answer an authentication request: {}", e.what());
+    }
+  }
+
+  /// Records how the last handshake with peer `host` ended: a refusal with its reason (the
+  /// server's ZAP answer, or a mechanism mismatch) at once; a handshake that failed without
+  /// detail (the server could not decrypt it: another server key; or it closed on a mismatch
+  /// before saying so) only when no detailed reason is known, or the second time in a row.
+  /// REQUIRES: sock_mu_ held.
+  void note_handshake(std::uint32_t host, std::uint16_t event, std::uint32_t value) {
+    std::string why, address, expected;
+    {
+      std::lock_guard lock{mu_};
+      if (auto p = peers_.find(host); p != peers_.end()) {
+        address = p->second.address;
+        expected = opt_.security.server_key_for(p->second.key);
+      }
+    }
+    const bool keyed = opt_.security.key.has_value();
+    const bool no_detail = event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+      why = coach::format("not authorized: {} refused this process's {}", address,
+                          keyed ? "key (it is not in that node's authorized keys)"
+                                : "plain connection (that node takes them from loopback only; "
+                                  "give --key or set COACH_KEY)");
+    else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+             value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+      why = keyed ? coach::format(
+                        "not authorized: {} uses no keys, this process does "
+                        "(--key / COACH_KEY): both sides need keys, or neither",
+                        address)
+                  : coach::format(
+                        "not authorized: {} requires a key: give --key FILE or set "
+                        "COACH_KEY (coach keygen makes one)",
+                        address);
+    else if (event != ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+      why = keyed ? coach::format(
+                        "not authorized: the handshake with {} failed: its key is not "
+                        "the server key this process expects ({}...; --server-key), "
+                        "or it uses no keys",
+                        address, expected.substr(0, 8))
+                  : coach::format(
+                        "not authorized: the handshake with {} failed (it requires a "
+                        "key: give --key FILE or set COACH_KEY)",
+                        address);
+    std::lock_guard lock{mu_};
+    auto& vague = vague_failures_[host];
+    if (why.empty()) {
+      refusals_.erase(host);
+      vague = 0;
+      return;
+    }
+    auto& last = refusals_[host];
+    if (no_detail && ++vague < 2) return;    // a detailed reason may follow
+    if (no_detail && !last.empty()) return;  // one is known
+    if (!no_detail) vague = 0;
+    if (last != why && opt_.log_refusals) log("{}", why);
+    last = std::move(why);
   }
 
   void run() {
@@ -494,6 +691,7 @@ class zmq_transport_impl final : public zmq_transport {
         std::uint64_t n;
         [[maybe_unused]] auto r = ::read(wake_fd_, &n, sizeof n);
       }
+      serve_security();
       waiting_sends = flush_queues();
       receive_all();
       waiting_sends = flush_queues() || waiting_sends;
@@ -505,11 +703,15 @@ class zmq_transport_impl final : public zmq_transport {
     flush_queues();
     std::lock_guard lock{sock_mu_};
     closed_ = true;
+    dealer_monitors_.clear();
     dealers_.clear();
+    router_monitor_.close();
     router_.close();
+    zap_.close();
   }
 
   zmq_transport_options opt_;
+  peer_authorizer authorizer_;
   /// Random per transport object: part of every DEALER's routing id.
   const std::uint32_t instance_ = std::random_device{}();
   zmq::context_t ctx_;
@@ -522,15 +724,27 @@ class zmq_transport_impl final : public zmq_transport {
   // I/O thread take them on every message. Without this, adding one field to the options
   // (which shifts every member) went with 1 MiB ps_bench rounds at 0.78 instead of 0.84 of raw
   // ZeroMQ in 6 paired runs; aligned, the two layouts measure alike.
-  alignas(64) std::mutex mu_;  // guards peers_ and clients_; taken after sock_mu_, never before it
-  std::map<std::uint32_t, std::string> peers_;
+  /// A peer host: its address and, when known, its own public key.
+  struct peer {
+    std::string address;
+    std::string key;
+  };
+  // guards peers_, clients_ and refusals_; taken after sock_mu_, never before it
+  alignas(64) mutable std::mutex mu_;
+  std::map<std::uint32_t, peer> peers_;
+  std::map<std::uint32_t, std::string> refusals_;  ///< by peer host: why its handshake failed
+  std::map<std::uint32_t, int> vague_failures_;    ///< by peer host: failures without detail
   std::unordered_map<std::uint32_t, client> clients_;
 
   // Sockets are used by whichever thread holds sock_mu_: senders send on them directly, the
   // I/O thread receives. Guarded by sock_mu_ too: the queues, the encoding scratch space.
   alignas(64) std::mutex sock_mu_;
   zmq::socket_t router_;
+  zmq::socket_t zap_;             ///< the ZAP handler's endpoint (I/O thread only)
+  zmq::socket_t router_monitor_;  ///< handshakes the ROUTER refused
   std::map<std::uint32_t, zmq::socket_t> dealers_;
+  std::map<std::uint32_t, zmq::socket_t> dealer_monitors_;  ///< by host: its DEALER's handshakes
+  std::uint64_t monitors_made_ = 0;
   std::map<std::uint32_t, std::deque<waiting>> queues_;  ///< by destination host
   bool queued_ = false;                                  ///< some queue is not empty
   bool closed_ = false;

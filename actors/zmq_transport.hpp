@@ -44,6 +44,14 @@
 // wakes the I/O thread when some waits. The peer table and the remembered clients have their own
 // lock (taken after the socket lock, never before); counters theirs. A malformed or foreign message
 // is counted, logged (at most a few lines a second) and dropped, never a crash.
+//
+// Authentication (actors/curve_keys.hpp, docs/security.md): with a key pair, the ROUTER is a
+// CURVE server and every DEALER a CURVE client, whose expected server key is the peer's own
+// (add_peer) or zmq_transport_options::security's server key. Who may connect is decided by a
+// ZAP handler on the I/O thread (peer_authorizer: an authorized key; without a key pair, a
+// loopback address). Refused connections and failed handshakes are counted (receive_stats) and
+// logged; a DEALER's monitor records why its peer refused it (refusal_of), so that a client says
+// "not authorized" at once instead of waiting for an answer that cannot come.
 
 #include <chrono>
 #include <cstddef>
@@ -51,6 +59,7 @@
 #include <memory>
 #include <string>
 
+#include "actors/curve_keys.hpp"
 #include "actors/transport.hpp"
 #include "common/error.hpp"
 
@@ -84,6 +93,10 @@ struct zmq_transport_options {
   std::chrono::milliseconds client_idle{std::chrono::minutes(10)};
   /// Clients remembered at most; beyond this the least recently used one is forgotten.
   std::size_t max_clients = 4096;
+  /// Keys (none: plain connections, accepted from loopback addresses only).
+  transport_security security;
+  /// Log why a peer refused this transport's connection (a client reports it itself).
+  bool log_refusals = true;
 };
 
 /// Counters of what arrived from other hosts.
@@ -93,6 +106,14 @@ struct receive_stats {
   std::uint64_t malformed = 0;    ///< undecodable header or frames that disagree with it
   std::uint64_t foreign = 0;      ///< another wire version
   std::uint64_t unknown_dst = 0;  ///< no local actor at the destination
+  // Connections refused, by reason (actors/curve_keys.hpp, refusal_reason).
+  std::uint64_t refused_key = 0;        ///< CURVE: a client key that is not authorized
+  std::uint64_t refused_address = 0;    ///< no key here: a client not on loopback
+  std::uint64_t refused_mechanism = 0;  ///< no key offered to a CURVE server, or the reverse
+  std::uint64_t failed_handshakes = 0;  ///< undecryptable (another server key) or garbage
+  std::uint64_t refused() const noexcept {
+    return refused_key + refused_address + refused_mechanism + failed_handshakes;
+  }
 };
 
 class zmq_transport : public transport {
@@ -102,8 +123,13 @@ class zmq_transport : public transport {
   static result<std::shared_ptr<zmq_transport>> start(zmq_transport_options opt);
 
   /// Routes messages for endpoints on `host` to the node listening at `address` (through a
-  /// DEALER), also when `host` was so far reached as a client.
-  virtual void add_peer(std::uint32_t host, std::string address) = 0;
+  /// DEALER), also when `host` was so far reached as a client. `public_key` (Z85): the peer's
+  /// own, when known (heartbeats carry it); empty: the security's server key. A changed key
+  /// replaces the connection.
+  virtual void add_peer(std::uint32_t host, std::string address, std::string public_key = {}) = 0;
+  /// Why the last handshake with peer `host` failed ("not authorized: ..."), or empty when it
+  /// succeeded or none was tried yet.
+  virtual std::string refusal_of(std::uint32_t host) const = 0;
   /// This node's host id (zmq_transport_options::host).
   virtual std::uint32_t host_id() const = 0;
   /// The address actually bound ("tcp://127.0.0.1:40123" when asked for port 0).

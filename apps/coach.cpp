@@ -1,10 +1,10 @@
 // coach: the command-line front end. `train` runs the whole cluster in this process; `submit`,
 // `status`, `nodes`, `cancel`, `rescale`, `migrate` and `policy` talk to a coach-node scheduler
-// (apps/coach_api.hpp).
+// (apps/coach_api.hpp), authenticated with --key (docs/security.md); `keygen` makes keys.
 //
 // Exit codes: 0 success; 1 the job failed (or the scheduler cannot be reached); 2 bad input
-// (command line, job spec, unknown job); 130 stopped by Ctrl-C or cancelled (the report still
-// lists the finished epochs).
+// (command line, job spec, unknown job); 3 not authorized (the node refused this client's key);
+// 130 stopped by Ctrl-C or cancelled (the report still lists the finished epochs).
 
 #include <CLI/CLI.hpp>
 
@@ -12,10 +12,12 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
 
+#include "actors/curve_keys.hpp"
 #include "actors/embedded_cluster.hpp"
 #include "coach_api.hpp"
 #include "coach_model.hpp"
@@ -144,6 +146,22 @@ int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t
   return result->cancelled ? 130 : 0;
 }
 
+int run_keygen(const std::string& dir, const std::string& name) {
+  auto keys = coach::actors::generate_key_pair();
+  if (!keys) {
+    std::fprintf(stderr, "coach: keygen: %s\n", keys.error().message.c_str());
+    return 1;
+  }
+  if (auto ok = coach::actors::write_key_files(dir, name, *keys); !ok) {
+    std::fprintf(stderr, "coach: keygen: %s\n", ok.error().message.c_str());
+    return ok.error().code == coach::errc::io_error ? 1 : 2;
+  }
+  const auto base = (std::filesystem::path(dir) / name).string();
+  std::printf("wrote %s.key (secret, mode 0600) and %s.pub\npublic key: %s\n", base.c_str(),
+              base.c_str(), keys->public_key.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -189,13 +207,25 @@ int main(int argc, char** argv) {
       ->required();
   predict->add_flag("--header", header, "The CSV file's first line is a header");
   auto* version = app.add_subcommand("version", "Print the version and the compiled backends");
+  std::string key_dir, key_name = "coach";
+  auto* keygen = app.add_subcommand(
+      "keygen",
+      "Write a CURVE key pair: DIR/NAME.key (secret) and DIR/NAME.pub (docs/security.md)");
+  keygen->add_option("DIR", key_dir, "Directory to write to (created when missing)")->required();
+  keygen->add_option("--name", key_name, "File name of the pair")->capture_default_str();
 
   // The job API: each command talks to the scheduler at --at (or $COACH_SCHEDULER).
-  std::string at, submit_path;
+  std::string at, submit_path, key_file, server_key_file;
   std::uint64_t job = 0;
   auto add_at = [&](CLI::App* cmd) {
     cmd->add_option("--at", at,
                     "The scheduler's address, tcp://IP:PORT (default: $COACH_SCHEDULER)");
+    cmd->add_option("--key", key_file,
+                    "This client's key pair, a .key file from coach keygen (default: $COACH_KEY; "
+                    "none: plain connection, which nodes accept from loopback only)");
+    cmd->add_option("--server-key", server_key_file,
+                    "The scheduler node's public key, a .pub file (default: $COACH_SERVER_KEY, "
+                    "else the public key of --key: a cluster-wide key)");
     cmd->add_flag("--json", json, "Print JSON instead of a table");
   };
   auto* submit = app.add_subcommand("submit", "Submit a job to a cluster of coach-nodes");
@@ -253,6 +283,13 @@ int main(int argc, char** argv) {
   }
   if (*eval) return coach::apps::run_eval(model_path, data_spec, json);
   if (*predict) return coach::apps::run_predict(model_path, predict_input, header);
+  if (*keygen) return run_keygen(key_dir, key_name);
+  auto security = coach::actors::load_security(key_file, "", server_key_file);
+  if (!security) {
+    std::fprintf(stderr, "coach: %s\n", security.error().message.c_str());
+    return 2;
+  }
+  coach::apps::use_security(std::move(*security));
   const std::string address = coach::apps::resolve_at(at);
   if (address.empty()) {
     std::fprintf(stderr,

@@ -24,6 +24,8 @@ using scheduler::json_number;
 using scheduler::json_string;
 
 std::atomic<bool> g_stop_wait{false};
+/// The CLI's key, if any (use_security): one per process, set before any command runs.
+actors::transport_security g_security;
 extern "C" void on_wait_signal(int) {
   if (g_stop_wait.exchange(true)) std::_Exit(130);
 }
@@ -36,6 +38,8 @@ int exit_code_of(const coach::error& e) {
       return 2;
     case errc::cancelled:
       return 130;
+    case errc::not_authorized:
+      return 3;
     default:
       return 1;
   }
@@ -169,7 +173,7 @@ void print_status_table(const std::vector<actors::job_status>& jobs) {
 }
 
 result<actors::api_reply> call(const std::string& at, const actors::api_request& req) {
-  auto client = actors::api_client::open(at);
+  auto client = actors::api_client::open(at, g_security);
   if (!client) return std::unexpected(client.error());
   return (*client)->call(req);
 }
@@ -195,6 +199,7 @@ int wait_for(actors::api_client& client, std::uint64_t job, bool json) {
     auto reply = client.call(actors::status_request{job}, std::chrono::seconds(5));
     if (!reply || reply->failure) {
       // The scheduler may be busy (loading a data set): give it a few tries.
+      if (!reply && reply.error().code == errc::not_authorized) return report_error(reply.error());
       if (++misses >= 6) return report_error(reply ? *reply->failure : reply.error());
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       continue;
@@ -239,6 +244,10 @@ int wait_for(actors::api_client& client, std::uint64_t job, bool json) {
 
 }  // namespace
 
+void use_security(actors::transport_security security) {
+  g_security = std::move(security);
+}
+
 std::string resolve_at(const std::string& at) {
   if (!at.empty()) return at;
   const char* env = std::getenv("COACH_SCHEDULER");
@@ -258,7 +267,7 @@ int run_submit(const std::string& at, const std::string& spec_path, std::uint32_
   req.base_dir = std::filesystem::current_path(ec).string();
   req.workers = workers;
   req.shards = shards;
-  auto client = actors::api_client::open(at);
+  auto client = actors::api_client::open(at, g_security);
   if (!client) return report_error(client.error());
   // Submitting loads the data set on the scheduler: allow it time.
   auto reply = (*client)->call(req, std::chrono::seconds(120));

@@ -2,12 +2,18 @@
 // apps/coach_api.hpp: the job API commands of the `coach` CLI. Each talks to the scheduler at
 // `at` (coach-node --scheduler's address) and returns the process exit code: 0 success; 1 the
 // job failed or the scheduler could not be reached; 2 bad input (spec, flags, unknown job);
-// 130 cancelled (or, for submit --wait, Ctrl-C: the job keeps running).
+// 3 not authorized (the node refused this client's key); 130 cancelled (or, for submit --wait,
+// Ctrl-C: the job keeps running).
 
 #include <cstdint>
 #include <string>
 
+#include "actors/curve_keys.hpp"
+
 namespace coach::apps {
+
+/// The key every later command authenticates with (actors/curve_keys.hpp, load_security).
+void use_security(actors::transport_security security);
 
 /// `at`, or the COACH_SCHEDULER environment variable when `at` is empty.
 std::string resolve_at(const std::string& at);

@@ -6,8 +6,11 @@
 // the working directory; --store '' keeps it in memory. A scheduler started on an existing store
 // resumes every job it holds (docs/scheduler.md, "In the cluster scheduler").
 //
+// Authentication (docs/security.md): with --key every connection is CURVE and only keys in
+// --authorized-keys may connect; without a key, only loopback addresses may.
+//
 // Exit codes: 0 after a clean drain; 1 when it cannot start (address in use, ...); 2 bad flags
-// (a store that cannot be opened included).
+// (a store that cannot be opened, or a key file, included).
 
 #include <CLI/CLI.hpp>
 #include <caf/all.hpp>
@@ -88,6 +91,16 @@ int main(int argc, char** argv) {
   app.add_option("--drain-timeout", drain_timeout_s,
                  "Seconds a draining node waits for its work before it exits anyway")
       ->check(CLI::Range(0.0, 86400.0));
+  std::string key_file, authorized_dir, server_key_file;
+  app.add_option("--key", key_file,
+                 "This node's key pair, a .key file from `coach keygen` (default: $COACH_KEY; "
+                 "none: plain connections, accepted from loopback only)");
+  app.add_option("--authorized-keys", authorized_dir,
+                 "Directory of the public keys (*.pub) that may connect, read at every new "
+                 "connection (default: $COACH_AUTHORIZED_KEYS, else the --key file's directory)");
+  app.add_option("--server-key", server_key_file,
+                 "The scheduler node's public key, a .pub file (default: $COACH_SERVER_KEY, else "
+                 "this node's own: a cluster-wide key)");
   bool exit_with_parent = false;
   app.add_flag("--exit-with-parent", exit_with_parent,
                "Die (SIGKILL) when the process that started this one exits: for tests and "
@@ -151,8 +164,20 @@ int main(int argc, char** argv) {
     so.placement = placement;
   }
 
+  auto security = actors::load_security(key_file, authorized_dir, server_key_file);
+  if (!security) {
+    std::fprintf(stderr, "coach-node: %s\n", security.error().message.c_str());
+    return 2;
+  }
+  if (!security->key)
+    std::fprintf(stderr,
+                 "coach-node: warning: no key (--key or COACH_KEY): connections are accepted from "
+                 "loopback addresses only; `coach keygen DIR` makes a key pair "
+                 "(docs/security.md)\n");
+  const std::string public_key = security->key ? security->key->public_key : "";
   const std::uint32_t host = actors::node_host_id(address);
-  auto net = actors::zmq_transport::start({.host = host, .listen = listen});
+  auto net = actors::zmq_transport::start(
+      {.host = host, .listen = listen, .security = std::move(*security)});
   if (!net) {
     std::fprintf(stderr, "coach-node: %s\n", net.error().message.c_str());
     return 1;
@@ -174,6 +199,7 @@ int main(int argc, char** argv) {
   actors::node_options no;
   no.name = name.empty() ? address : name;
   no.address = address;
+  no.public_key = public_key;
   no.host = host;
   if (cpus > 0) no.cpus = cpus;
   if (const unsigned have = std::thread::hardware_concurrency(); cpus > have && have > 0)

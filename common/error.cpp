@@ -22,6 +22,8 @@ std::string_view to_string(errc code) noexcept {
       return "protocol_error";
     case errc::internal:
       return "internal";
+    case errc::not_authorized:
+      return "not_authorized";
   }
   return "unknown";
 }

@@ -23,6 +23,7 @@ enum class errc : std::uint16_t {
   cancelled = 7,           ///< the user or the scheduler stopped the work
   protocol_error = 8,      ///< a peer sent a message that breaks the protocol
   internal = 9,            ///< a bug: an invariant failed where recovery is possible
+  not_authorized = 10,     ///< a peer refused this process's key (or its lack of one)
 };
 
 /// Short stable name of a code ("invalid_argument"), as printed in messages and JSON.

@@ -35,7 +35,8 @@ namespace coach::scheduler {
 struct node_report {
   std::uint32_t host = 0;  ///< unique per node
   std::string name;
-  std::string address;  ///< where its transport listens, "tcp://IP:PORT"
+  std::string address;     ///< where its transport listens, "tcp://IP:PORT"
+  std::string public_key;  ///< its CURVE public key (Z85); empty: none
   host_resources resources;
   std::uint32_t parts_running = 0;  ///< shards and workers it runs
   bool draining = false;            ///< takes no new work

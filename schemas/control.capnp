@@ -40,6 +40,7 @@ struct StartJob {
   struct Peer {
     host @0 :UInt32;
     address @1 :Text;          # "tcp://IP:PORT"
+    publicKey @2 :Text;        # its CURVE public key (Z85); empty: unknown or none
   }
 
   struct PartHost {

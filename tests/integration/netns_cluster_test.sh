@@ -3,7 +3,9 @@
 # namespaces. deploy/local/netns-cluster.sh makes 3 hosts (10.77.0.1-3, links at RATE), each runs
 # a coach-node on its own address (host 1 the scheduler), `coach submit --wait` runs the
 # Fashion-MNIST MLP with 3 workers and 2 shards over them, and the test asserts the job succeeds
-# with the accuracy of `coach train` (>= 0.87) and that status counts bytes between hosts.
+# with the accuracy of `coach train` (>= 0.87) and that status counts bytes between hosts. The
+# nodes and the CLI authenticate with one cluster key (coach keygen, COACH_KEY); first, a node
+# without a key is shown to refuse a client on another host (it serves loopback only).
 # Root only: exits 77 (skipped) with the reason where namespaces cannot be made.
 #   netns_cluster_test.sh BINARY_DIR
 set -euo pipefail
@@ -47,6 +49,29 @@ trap cleanup EXIT
 "$cluster" up 3 --rate "$rate" --prefix "$prefix" >/dev/null || fail "cluster up"
 a1=$("$cluster" addr 1)
 sched=tcp://$a1:$port
+
+# Without a key a node serves loopback only: a keyless client on host 2 is refused, at once.
+"$cluster" exec 1 --prefix "$prefix" -- "$bin/apps/coach-node" --listen "tcp://$a1:$((port + 1))" \
+  --scheduler --store "" --name plain >"$tmp/node-plain.log" 2>&1 &
+plain_pid=$!
+pids+=($plain_pid)
+refused=1
+for _ in $(seq 50); do
+  rc=0
+  out=$("$cluster" exec 2 --prefix "$prefix" -- env -u COACH_KEY "$bin/apps/coach" nodes \
+    --at "tcp://$a1:$((port + 1))" 2>&1) || rc=$?
+  if [ "$rc" -eq 3 ] && grep -q "not authorized" <<<"$out"; then refused=0; break; fi
+  sleep 0.1  # the node may still be starting (connection refused: rc 1)
+done
+[ "$refused" -eq 0 ] || fail "a keyless node took a client from another host: rc $rc, $out"
+grep -q "is not loopback and this node has no key" "$tmp/node-plain.log" ||
+  fail "the keyless node did not log the refusal"
+say "keyless node refused a client from 10.77.0.2: $out"
+kill -TERM "$plain_pid"
+
+# One key for the whole cluster; every coach-node and coach below reads it from COACH_KEY.
+"$bin/apps/coach" keygen "$tmp/keys" --name cluster >/dev/null || fail "keygen"
+export COACH_KEY=$tmp/keys/cluster.key
 for i in 1 2 3; do
   ai=$("$cluster" addr "$i")
   # The scheduler keeps its jobs in memory: a later run must not resume this one's jobs.

@@ -42,7 +42,10 @@ TEST(node_agent, refuses_checkpoint_parameters_of_another_size) {
   cfg.set("logger.console", caf::atom("none"));
   caf::actor_system sys{cfg};
   const auto me_host = client_host_id();
-  auto net = zmq_transport::start({.host = me_host, .listen = "tcp://127.0.0.1:0"});
+  auto security = load_security(itest::suite_key().string(), "", "");  // as the node's
+  ASSERT_TRUE(security) << security.error().to_string();
+  auto net = zmq_transport::start(
+      {.host = me_host, .listen = "tcp://127.0.0.1:0", .security = std::move(*security)});
   ASSERT_TRUE(net) << net.error().to_string();
   const auto node_host = node_host_id(addr);
   (*net)->add_peer(node_host, addr);

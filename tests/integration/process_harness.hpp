@@ -3,6 +3,10 @@
 // processes (started with --exit-with-parent, so a killed test leaves none behind), free
 // loopback addresses, and the few JSON reads the tests make. Each test binary has its own work
 // directory under the system's temporary directory.
+//
+// Every process the suite starts is authenticated (docs/security.md): the first use of the
+// harness makes a cluster-wide key pair in WORK_DIR/keys and sets COACH_KEY, which coach-node and
+// coach read; in-process transports that talk to them load suite_key().
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -40,6 +44,24 @@ inline fs::path work_dir() {
   }();
   return dir;
 }
+
+/// The suite's key pair (WORK_DIR/keys/cluster.key), made once per test binary with `coach
+/// keygen` and handed to every child through COACH_KEY. Its directory holds the public key, so
+/// every process of the suite authorizes every other.
+inline const fs::path& suite_key() {
+  static const fs::path key = [] {
+    const auto dir = work_dir() / "keys";
+    fs::remove_all(dir);
+    const std::string cmd = std::string(COACH_BINARY_DIR) + "/apps/coach keygen " + dir.string() +
+                            " --name cluster >/dev/null";
+    if (std::system(cmd.c_str()) != 0) std::abort();
+    ::setenv("COACH_KEY", (dir / "cluster.key").c_str(), 1);
+    return dir / "cluster.key";
+  }();
+  return key;
+}
+/// Made before any test starts a process.
+inline const bool suite_keyed = !suite_key().empty();
 
 inline std::string slurp(const fs::path& p) {
   std::ifstream in(p);

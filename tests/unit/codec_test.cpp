@@ -391,8 +391,8 @@ TEST(codec, bad_frame_lists_are_refused) {
 TEST(codec, unknown_error_codes_are_refused) {
   EXPECT_EQ(decode_error(raw([](auto root) { root.initError().setCode(0); })),
             "push header carries unknown error code 0");
-  EXPECT_EQ(decode_error(raw([](auto root) { root.initError().setCode(10); })),
-            "push header carries unknown error code 10");
+  EXPECT_EQ(decode_error(raw([](auto root) { root.initError().setCode(11); })),
+            "push header carries unknown error code 11");
 }
 
 TEST(codec, amplification_by_empty_struct_lists_is_refused) {

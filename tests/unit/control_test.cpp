@@ -31,6 +31,7 @@ node_heartbeat full_heartbeat() {
   node_heartbeat h;
   h.name = "node-a";
   h.address = "tcp://10.1.2.3:5555";
+  h.public_key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";  // Z85, 40 characters
   h.host = node_host_id(h.address);
   h.resources.cpus_total = 64;
   h.resources.cpus_free = 12.75;
@@ -59,7 +60,9 @@ start_job full_start_job() {
   s.master_host = 0x7000'0001;
   s.shard_hosts = {1, 2, 2, 3};
   s.worker_hosts = {3, 1, 0x7fff'ffff};
-  s.peers = {{1, "tcp://10.0.0.1:1"}, {2, "tcp://10.0.0.2:2"}, {3, ""}};
+  s.peers = {{1, "tcp://10.0.0.1:1", "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID"},
+             {2, "tcp://10.0.0.2:2"},
+             {3, ""}};
   return s;
 }
 
@@ -137,6 +140,7 @@ void expect_same(const scheduler::host_resources& a, const scheduler::host_resou
 void expect_same(const node_heartbeat& a, const node_heartbeat& b) {
   EXPECT_EQ(a.name, b.name);
   EXPECT_EQ(a.address, b.address);
+  EXPECT_EQ(a.public_key, b.public_key);
   EXPECT_EQ(a.host, b.host);
   expect_same(a.resources, b.resources);
   EXPECT_EQ(a.actors_running, b.actors_running);
@@ -596,9 +600,23 @@ TEST(control_codec, per_kind_error_of_another_writer_becomes_the_failure) {
   EXPECT_EQ(std::get<api_reply>(*b).failure->code, errc::not_found);
 }
 
+TEST(control_codec, public_keys_that_are_not_z85_keys_are_refused) {
+  EXPECT_EQ(decode_error(raw([](auto root) {
+              auto hb = root.initHeartbeat();
+              hb.setNodeName("n");
+              hb.setPublicKey("too short");
+            })),
+            "control message refused: heartbeat publicKey is not a 40-character Z85 key");
+  EXPECT_EQ(decode_error(raw([](auto root) {
+              root.initStartJob().initPeers(1)[0].setPublicKey(
+                  "0123456789012345678901234567890123456789\"");
+            })),
+            "control message refused: startJob peer publicKey is not a 40-character Z85 key");
+}
+
 TEST(control_codec, out_of_range_values_are_refused) {
-  EXPECT_EQ(decode_error(raw([](auto root) { root.initCommandReply().initError().setCode(10); })),
-            "control message refused: command reply carries unknown error code 10");
+  EXPECT_EQ(decode_error(raw([](auto root) { root.initCommandReply().initError().setCode(11); })),
+            "control message refused: command reply carries unknown error code 11");
   EXPECT_EQ(decode_error(raw([](auto root) { root.initCommandReply().initError(); })),
             "control message refused: command reply carries unknown error code 0");
   EXPECT_EQ(
@@ -607,8 +625,8 @@ TEST(control_codec, out_of_range_values_are_refused) {
       })),
       "control message refused: job status has unknown state 6");
   EXPECT_EQ(decode_error(raw(
-                [](auto root) { root.initReply().initStatus().initJobs(1)[0].setErrorCode(10); })),
-            "control message refused: job status has unknown error code 10");
+                [](auto root) { root.initReply().initStatus().initJobs(1)[0].setErrorCode(11); })),
+            "control message refused: job status has unknown error code 11");
   EXPECT_EQ(decode_error(
                 raw([](auto root) { root.initHeartbeat().initGpusFree(1).set(0, 0x80000000u); })),
             "control message refused: heartbeat gpusFree lists GPU id 2147483648");
