@@ -81,10 +81,16 @@ inline std::string free_address() {
 }
 
 /// Serves a raw ZeroMQ echo at `listen` until killed: every message goes back to its sender.
-inline int serve_echo(const std::string& listen) {
+/// Child: echoes every message back until killed; a CURVE server when `secret_key` (Z85) is
+/// given (it then accepts any client key: no ZAP handler).
+inline int serve_echo(const std::string& listen, const std::string& secret_key = {}) {
   zmq::context_t ctx;
   zmq::socket_t s(ctx, zmq::socket_type::router);
   s.set(zmq::sockopt::linger, 0);
+  if (!secret_key.empty()) {
+    s.set(zmq::sockopt::curve_server, true);
+    s.set(zmq::sockopt::curve_secretkey, secret_key);
+  }
   s.bind(listen);
   std::vector<zmq::message_t> parts;
   for (;;) {

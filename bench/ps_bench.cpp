@@ -2,7 +2,8 @@
 // 1, 2 or 4 parameter-server shards in other processes, over the ZeroMQ transport, next to a
 // raw ZeroMQ echo of the same sizes measured in the same run.
 //
-//   ps_bench [--sizes 4096,65536,1048576,16777216] [--shards 1,2,4] [--seconds 1] [--json]
+//   ps_bench [--sizes 4096,65536,1048576,16777216] [--shards 1,2,4] [--seconds 1] [--curve]
+//            [--json]
 //
 // A round: the worker pushes a gradient for the whole vector (split by the shard map), every
 // shard applies it (plain SGD) and answers with its updated slice, piece by piece (ps::piece).
@@ -11,6 +12,9 @@
 // on). Beside it, for 2 and more shards, the same fan-out in raw ZeroMQ ("fan-out": as many echo
 // processes, each sent its share): what spreading the bytes over that many processes costs by
 // itself on this machine. The co-located line runs the shard in this process (no socket).
+// --curve adds the same rounds over connections authenticated and encrypted with CURVE
+// (docs/security.md; one key pair for all the processes), measured in the same turns: the cost
+// of security against the plain transport.
 
 #include <signal.h>
 #include <spawn.h>
@@ -23,6 +27,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <numeric>
 #include <optional>
@@ -75,8 +80,15 @@ std::shared_ptr<job_context> bench_context(std::size_t floats, std::uint32_t sha
 
 /// Child: serves shard `id` until killed.
 int serve_shard(std::uint32_t id, std::uint32_t shards, std::size_t floats,
-                const std::string& listen, const std::string& parent, int ready_fd) {
-  auto net = zmq_transport::start({.host = id + 1, .listen = listen});
+                const std::string& listen, const std::string& parent, int ready_fd,
+                const std::string& key_file) {
+  auto security = load_security(key_file, "", "");
+  if (!security) {
+    std::fprintf(stderr, "ps_bench shard: %s\n", security.error().to_string().c_str());
+    return 1;
+  }
+  auto net =
+      zmq_transport::start({.host = id + 1, .listen = listen, .security = std::move(*security)});
   if (!net) {
     std::fprintf(stderr, "ps_bench shard: %s\n", net.error().to_string().c_str());
     return 1;
@@ -210,14 +222,24 @@ class coach_rounds {
 /// echo awaited. With one peer: the plain echo reference.
 class echo_rounds {
  public:
-  echo_rounds(std::size_t bytes, std::size_t peers) : bytes_(bytes) {
+  /// `keys`: over CURVE, every process with that key pair (the raw reference of --curve).
+  echo_rounds(std::size_t bytes, std::size_t peers, const key_pair* keys = nullptr,
+              const std::string& key_file = {})
+      : bytes_(bytes) {
     const std::size_t floats = bytes / sizeof(float);
     const std::size_t per = (floats + peers - 1) / peers;
     for (std::size_t k = 0; k < peers; ++k) {
       const std::string addr = free_address();
-      children_.push_back(spawn_self({"--serve-echo", "--listen", addr}));
+      std::vector<std::string> args{"--serve-echo", "--listen", addr};
+      if (keys) args.insert(args.end(), {"--key", key_file});
+      children_.push_back(spawn_self(args));
       sockets_.emplace_back(ctx_, zmq::socket_type::dealer);
       sockets_.back().set(zmq::sockopt::linger, 0);
+      if (keys) {
+        sockets_.back().set(zmq::sockopt::curve_serverkey, keys->public_key);
+        sockets_.back().set(zmq::sockopt::curve_publickey, keys->public_key);
+        sockets_.back().set(zmq::sockopt::curve_secretkey, keys->secret_key);
+      }
       sockets_.back().connect(addr);
       const std::size_t begin = std::min(floats, k * per), end = std::min(floats, begin + per);
       payloads_.emplace_back(std::max<std::size_t>(end - begin, 1) * sizeof(float), 'x');
@@ -294,11 +316,14 @@ int main(int argc, char** argv) {
   int ready_fd = -1;
   std::uint32_t shards_arg = 1;
   std::size_t floats_arg = 0;
-  bool serve_echo_flag = false;
+  bool serve_echo_flag = false, curve = false;
+  std::string key_file;
   app.add_option("--sizes", sizes_text, "Bytes of the whole parameter vector per round");
   app.add_option("--shards", shards_text, "Shard counts");
   app.add_option("--seconds", seconds, "Measuring time per configuration");
   app.add_flag("--json", json, "Print one JSON object on the last line");
+  app.add_flag("--curve", curve, "Also measure the transport with CURVE keys, side by side");
+  app.add_option("--key", key_file)->group("");
   app.add_option("--serve-shard", serve_shard_id)->group("");  // internal: child processes
   app.add_flag("--serve-echo", serve_echo_flag)->group("");
   app.add_option("--listen", listen)->group("");
@@ -307,10 +332,39 @@ int main(int argc, char** argv) {
   app.add_option("--floats", floats_arg)->group("");
   app.add_option("--ready-fd", ready_fd)->group("");
   CLI11_PARSE(app, argc, argv);
-  if (serve_echo_flag) return serve_echo(listen);
+  if (serve_echo_flag) {
+    std::string secret;
+    if (!key_file.empty()) {
+      auto keys = read_key_file(key_file);
+      if (!keys) return 1;
+      secret = keys->secret_key;
+    }
+    return serve_echo(listen, secret);
+  }
   if (serve_shard_id >= 0)
     return serve_shard(std::uint32_t(serve_shard_id), shards_arg, floats_arg, listen, parent,
-                       ready_fd);
+                       ready_fd, key_file);
+  // --curve: one key pair for every process of the run, in a directory of its own.
+  std::string curve_key;
+  key_pair curve_pair;
+  if (curve) {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("coach-ps-bench-keys-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    auto keys = generate_key_pair();
+    if (!keys || !write_key_files(dir, "bench", *keys)) {
+      std::fprintf(stderr, "ps_bench: cannot make a key pair in %s\n", dir.c_str());
+      return 1;
+    }
+    curve_key = (dir / "bench.key").string();
+    curve_pair = *keys;
+  }
+  struct remove_keys {
+    std::string key;
+    ~remove_keys() {
+      if (!key.empty()) std::filesystem::remove_all(std::filesystem::path(key).parent_path());
+    }
+  } keys_cleanup{curve_key};
 
   const auto sizes = parse_list(sizes_text);
   const auto shard_counts = parse_list(shards_text);
@@ -320,45 +374,74 @@ int main(int argc, char** argv) {
   caf::actor_system sys{cfg};
 
   std::printf("ps_bench: push+pull rounds, %.1f s per configuration\n", seconds);
-  std::printf("%10s %6s %10s %10s %8s %11s %8s %10s %10s\n", "bytes", "shards", "GB/s", "zmq GB/s",
-              "ratio", "fan-out GB/s", "ratio", "p50 us", "p99 us");
+  std::printf("%10s %6s %10s %10s %8s %11s %8s %10s %10s%s\n", "bytes", "shards", "GB/s",
+              "zmq GB/s", "ratio", "fan-out GB/s", "ratio", "p50 us", "p99 us",
+              curve ? "  curve GB/s  /plain  zmq curve  /zmq-c  curve p50" : "");
   std::string results;
   for (std::size_t bytes : sizes) {
     const std::size_t floats = std::max<std::size_t>(bytes / sizeof(float), 1);
     echo_rounds echo(floats * sizeof(float), 1);
+    std::optional<echo_rounds> curve_echo;  // raw ZeroMQ over CURVE: what encryption costs alone
+    if (curve) curve_echo.emplace(floats * sizeof(float), 1, &curve_pair, curve_key);
     for (std::size_t m : shard_counts) {
-      auto net = zmq_transport::start({.host = 0, .listen = "tcp://127.0.0.1:0"});
-      if (!net) {
-        std::fprintf(stderr, "ps_bench: %s\n", net.error().to_string().c_str());
+      // m shard processes serving `net` (with the key or without): false when one fails.
+      auto start_shards = [&](const std::shared_ptr<zmq_transport>& net, const std::string& key,
+                              std::vector<child>& children) {
+        for (std::uint32_t k = 0; k < m; ++k) {
+          const std::string addr = free_address();
+          net->add_peer(k + 1, addr);
+          int fds[2];
+          if (::pipe(fds) != 0) return false;
+          std::vector<std::string> args{
+              "--serve-shard", std::to_string(k),      "--num-shards", std::to_string(m),
+              "--floats",      std::to_string(floats), "--listen",     addr,
+              "--parent",      net->bound_address(),   "--ready-fd",   std::to_string(fds[1])};
+          if (!key.empty()) args.insert(args.end(), {"--key", key});
+          children.push_back(spawn_self(args));
+          ::close(fds[1]);
+          char one = 0;
+          const bool ready = ::read(fds[0], &one, 1) == 1;  // EOF: the child died first
+          ::close(fds[0]);
+          if (!ready) {
+            std::fprintf(stderr, "ps_bench: shard process %u did not start\n", k);
+            return false;
+          }
+        }
+        return true;
+      };
+      auto start_net = [&](const std::string& key) -> std::shared_ptr<zmq_transport> {
+        auto security = load_security(key, "", "");
+        if (!security) return nullptr;
+        auto t = zmq_transport::start(
+            {.host = 0, .listen = "tcp://127.0.0.1:0", .security = std::move(*security)});
+        if (!t) std::fprintf(stderr, "ps_bench: %s\n", t.error().to_string().c_str());
+        return t ? *t : nullptr;
+      };
+      auto net = start_net("");
+      if (!net) return 1;
+      std::vector<child> children;
+      auto ctx = bench_context(floats, std::uint32_t(m), net);
+      if (!start_shards(net, "", children)) {
+        stop(children);
         return 1;
       }
-      std::vector<child> children;
-      auto ctx = bench_context(floats, std::uint32_t(m), *net);
-      for (std::uint32_t k = 0; k < m; ++k) {
-        const std::string addr = free_address();
-        (*net)->add_peer(k + 1, addr);
-        int fds[2];
-        if (::pipe(fds) != 0) {
-          std::fprintf(stderr, "ps_bench: pipe failed\n");
-          return 1;
-        }
-        children.push_back(
-            spawn_self({"--serve-shard", std::to_string(k), "--num-shards", std::to_string(m),
-                        "--floats", std::to_string(floats), "--listen", addr, "--parent",
-                        (*net)->bound_address(), "--ready-fd", std::to_string(fds[1])}));
-        ::close(fds[1]);
-        char one = 0;
-        if (::read(fds[0], &one, 1) != 1) {  // EOF: the child died before it was ready
-          std::fprintf(stderr, "ps_bench: shard process %u did not start\n", k);
+      std::shared_ptr<zmq_transport> curve_net;
+      std::shared_ptr<job_context> curve_ctx;
+      if (curve) {
+        curve_net = start_net(curve_key);
+        if (!curve_net) return 1;
+        curve_ctx = bench_context(floats, std::uint32_t(m), curve_net);
+        if (!start_shards(curve_net, curve_key, children)) {
           stop(children);
           return 1;
         }
-        ::close(fds[0]);
       }
       // Coach, the raw echo and, for more than one shard, the same fan-out in raw ZeroMQ (m
       // echo processes, each sent its share), measured in turns.
       coach_rounds coach(sys, ctx, floats);
-      if (!coach.handshake()) {
+      std::optional<coach_rounds> secured;
+      if (curve_ctx) secured.emplace(sys, curve_ctx, floats);
+      if (!coach.handshake() || (secured && !secured->handshake())) {
         std::fprintf(stderr, "ps_bench: shards did not answer\n");
         stop(children);
         return 1;
@@ -371,23 +454,43 @@ int main(int argc, char** argv) {
         rounds.push_back([&] { fan_out->round(); });
         bytes_per_round.push_back(fan_out->bytes_per_round());
       }
+      if (secured) {
+        rounds.push_back([&] { curve_echo->round(); });
+        bytes_per_round.push_back(curve_echo->bytes_per_round());
+        rounds.push_back([&] { secured->round(); });
+        bytes_per_round.push_back(secured->bytes_per_round());
+      }
       const auto got = interleaved(rounds, bytes_per_round, seconds);
       const auto& r = got[0];
       const auto& ref = got[1];
       const auto& fan = fan_out ? got[2] : got[1];
       fan_out.reset();
+      secured.reset();
       stop(children);
-      std::printf("%10zu %6zu %10.3f %10.3f %8.2f %11.3f %8.2f %10.1f %10.1f\n", floats * 4, m,
+      std::printf("%10zu %6zu %10.3f %10.3f %8.2f %11.3f %8.2f %10.1f %10.1f", floats * 4, m,
                   r.gbps, ref.gbps, r.gbps / ref.gbps, fan.gbps, r.gbps / fan.gbps, r.p50_us,
                   r.p99_us);
-      char item[320];
-      std::snprintf(item, sizeof item,
-                    "%s{\"size_bytes\": %zu, \"shards\": %zu, \"gbps\": %.4f, \"zmq_gbps\": %.4f, "
-                    "\"ratio_to_zmq\": %.4f, \"zmq_fanout_gbps\": %.4f, \"ratio_to_fanout\": %.4f, "
-                    "\"p50_us\": %.1f, \"p99_us\": %.1f}",
-                    results.empty() ? "" : ", ", floats * 4, m, r.gbps, ref.gbps, r.gbps / ref.gbps,
-                    fan.gbps, r.gbps / fan.gbps, r.p50_us, r.p99_us);
+      char item[480];
+      int n = std::snprintf(
+          item, sizeof item,
+          "%s{\"size_bytes\": %zu, \"shards\": %zu, \"gbps\": %.4f, \"zmq_gbps\": %.4f, "
+          "\"ratio_to_zmq\": %.4f, \"zmq_fanout_gbps\": %.4f, \"ratio_to_fanout\": %.4f, "
+          "\"p50_us\": %.1f, \"p99_us\": %.1f",
+          results.empty() ? "" : ", ", floats * 4, m, r.gbps, ref.gbps, r.gbps / ref.gbps, fan.gbps,
+          r.gbps / fan.gbps, r.p50_us, r.p99_us);
+      if (curve) {
+        const auto& c = got.back();
+        const auto& raw = got[got.size() - 2];
+        std::printf(" %10.3f %8.2f %10.3f %8.2f %10.1f", c.gbps, c.gbps / r.gbps, raw.gbps,
+                    c.gbps / raw.gbps, c.p50_us);
+        std::snprintf(item + n, sizeof item - std::size_t(n),
+                      ", \"curve_gbps\": %.4f, \"curve_ratio\": %.4f, \"zmq_curve_gbps\": %.4f, "
+                      "\"curve_ratio_to_zmq_curve\": %.4f, \"curve_p50_us\": %.1f",
+                      c.gbps, c.gbps / r.gbps, raw.gbps, c.gbps / raw.gbps, c.p50_us);
+      }
+      std::printf("\n");
       results += item;
+      results += "}";
     }
     // Co-located: the shard in this process, no socket.
     auto local = make_inproc_transport();
