@@ -73,8 +73,6 @@ result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
   req.spec = spec;
   if (opt.backend) req.spec.backend = *opt.backend;
   req.workers = *workers;
-  if (opt.kill_worker)
-    req.kill = job_request::kill_point{opt.kill_worker->first, opt.kill_worker->second};
   req.slowdown = opt.slowdown;
   req.shards = *shards;
   req.data = std::make_shared<const worker::dataset_pair>(std::move(*data));
@@ -115,7 +113,8 @@ result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
   cfg.set("scheduler.max-threads", opt.caf_threads);
   cfg.set("logger.console", caf::atom("none"));
   caf::actor_system sys{cfg};
-  auto sched = spawn_scheduler(sys);
+  auto sched = spawn_scheduler(sys, opt.wrap_transport ? opt.wrap_transport(make_inproc_transport())
+                                                       : make_inproc_transport());
   std::optional<job_outcome> outcome;
   {
     caf::scoped_actor client{sys};

@@ -5,9 +5,11 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "actors/transport.hpp"
 #include "common/error.hpp"
 #include "scheduler/checkpoint_config.hpp"
 #include "scheduler/checkpoint_file.hpp"
@@ -37,8 +39,9 @@ struct train_options {
   const std::atomic<bool>* stop = nullptr;
   /// CAF scheduler threads for message handling (workers compute on threads of their own).
   std::size_t caf_threads = 2;
-  /// Fault injection (tests): worker `rank` dies in step `step` after pushing to its first shard.
-  std::optional<std::pair<std::uint32_t, std::int64_t>> kill_worker;
+  /// Fault injection (tests): wraps the in-process transport of the run, e.g. in a
+  /// faulty_transport (actors/faulty_transport.hpp) that crashes a worker; empty: none.
+  std::function<std::shared_ptr<transport>(std::shared_ptr<transport>)> wrap_transport;
   /// Test hook (bench/consistency_bench): how many times as long worker `rank` takes over step
   /// `step` (>= 1); empty: full speed.
   std::function<double(std::uint32_t rank, std::int64_t step)> slowdown;

@@ -136,13 +136,6 @@ struct job_request {
   std::uint32_t workers = 1;
   std::uint32_t shards = 1;
   std::shared_ptr<const worker::dataset_pair> data;
-  /// Fault injection (tests): worker `rank` dies in step `step`, after its push reached the
-  /// first shard only.
-  struct kill_point {
-    std::uint32_t rank = 0;
-    std::int64_t step = 0;
-  };
-  std::optional<kill_point> kill;
   /// Test hook (bench/consistency_bench): how many times as long worker `rank` takes over step
   /// `step` (>= 1: it waits that factor minus one times its compute time after computing);
   /// empty: every step at full speed.

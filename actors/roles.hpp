@@ -29,7 +29,7 @@ caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const job_context
 /// checkpoint's version) and asking for chunks at once.
 caf::actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
                         std::uint32_t rank, std::shared_ptr<kernels::backend> be,
-                        std::int64_t die_at_step = -1, std::int64_t first_step = 0);
+                        std::int64_t first_step = 0);
 
 /// Spawns the evaluator of a job (detached): (eval_atom, param_snapshot) -> eval_result to sender.
 caf::actor spawn_evaluator(caf::actor_system& sys, std::shared_ptr<const job_context> ctx);
@@ -97,7 +97,8 @@ caf::actor spawn_master(caf::actor_system& sys, std::shared_ptr<const job_contex
 
 /// Spawns the scheduler: (submit_atom, job_request, observer) -> starts the job's actors and
 /// answers the job id, or answers a caf::error after sending (done_atom, job_outcome) with the
-/// failure to the observer; (cancel_atom, job id) stops a job.
-caf::actor spawn_scheduler(caf::actor_system& sys);
+/// failure to the observer; (cancel_atom, job id) stops a job. Its jobs' actors talk through
+/// `net` (in process; tests wrap it in a faulty_transport).
+caf::actor spawn_scheduler(caf::actor_system& sys, std::shared_ptr<transport> net);
 
 }  // namespace coach::actors

@@ -16,7 +16,7 @@ struct job_actors {
 };
 
 struct scheduler_state {
-  std::shared_ptr<transport> net = make_inproc_transport();
+  std::shared_ptr<transport> net;
   std::uint64_t next_job = 1;
   std::map<std::uint64_t, job_actors> jobs;
   std::shared_ptr<worker::device_assignment> devices;  ///< this process's, shared by its jobs
@@ -61,12 +61,6 @@ result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_
   for (std::uint32_t r = 0; r < req.workers; ++r)
     ctx->workers.push_back(worker_endpoint(ctx->job, r));
 
-  // One process: every worker of the job is on this host.
-  if (spec.host_reduce && req.kill)
-    return fail(errc::invalid_argument,
-                "job '{}': host_reduce cannot be combined with killing a worker (the host's "
-                "other workers would wait for its gradient)",
-                spec.name);
   setup_job_devices(*ctx, resolved, self->state.devices);
   // One backend per worker, on its own device where there are several, made before any actor
   // starts so a backend that cannot run fails the job cleanly.
@@ -117,8 +111,7 @@ result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_
     ja.shards.push_back(req.resume ? spawn_shard(sys, ctx, k, *req.resume)
                                    : spawn_shard(sys, ctx, k, initial));
   for (std::uint32_t r = 0; r < req.workers; ++r) {
-    const std::int64_t die_at = req.kill && req.kill->rank == r ? req.kill->step : -1;
-    ja.workers.push_back(spawn_worker(sys, ctx, r, backends[r], die_at, first_step));
+    ja.workers.push_back(spawn_worker(sys, ctx, r, backends[r], first_step));
     // The master watches its workers: one that dies leaves the job, which goes on.
     self->send(ja.master, watch_atom::value, r, ja.workers.back());
   }
@@ -131,7 +124,9 @@ result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_
   return ctx->job;
 }
 
-caf::behavior scheduler_actor(caf::stateful_actor<scheduler_state>* self) {
+caf::behavior scheduler_actor(caf::stateful_actor<scheduler_state>* self,
+                              std::shared_ptr<transport> net) {
+  self->state.net = std::move(net);
   // Linked actors that exit normally (finished workers) leave the scheduler running; an exit
   // message with another reason (shutdown) stops it and, through the links, every job actor.
   return {
@@ -153,8 +148,8 @@ caf::behavior scheduler_actor(caf::stateful_actor<scheduler_state>* self) {
 
 }  // namespace
 
-caf::actor spawn_scheduler(caf::actor_system& sys) {
-  return sys.spawn(scheduler_actor);
+caf::actor spawn_scheduler(caf::actor_system& sys, std::shared_ptr<transport> net) {
+  return sys.spawn(scheduler_actor, std::move(net));
 }
 
 }  // namespace coach::actors

@@ -61,8 +61,6 @@ struct worker_state {
   ps::job_config cfg;                              ///< the configuration of `step`
   /// Configurations received for later steps (a worker may still finish the step before).
   std::map<std::int64_t, ps::job_config> upcoming;
-  std::int64_t die_at = -1;  ///< fault injection: die in this step after the first push
-  std::function<void()> die;
   std::int64_t step = 0;
   std::optional<ps::key_coverage> received;  ///< keys of the current version received
   /// ssp:S (S > 0): step s computes from the newest parameters received once they are at least
@@ -434,7 +432,6 @@ struct worker_state {
       for (std::uint32_t k = 0; k < ranges.size(); ++k) {
         push_to(k, rank, indices.size(), buf);
         if (asp && !ranges[k].empty()) ++answers_due;
-        if (step == die_at) return die();  // a crash between two pushes
       }
     }
     auto report = to(ctx->master, msg_kind::step_report);
@@ -466,7 +463,7 @@ struct worker_state {
 caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
                            std::shared_ptr<const job_context> ctx, std::uint32_t rank,
                            std::shared_ptr<kernels::backend> be, ps::job_config cfg,
-                           std::int64_t first_step, std::int64_t die_at_step) {
+                           std::int64_t first_step) {
   auto& st = self->state;
   st.ctx = ctx;
   st.rank = rank;
@@ -479,11 +476,6 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
     st.asp = true;
     st.staleness = std::numeric_limits<std::int32_t>::max();  // params of any version
   }
-  st.die_at = die_at_step;
-  st.die = [self] {
-    self->state.ctx->net->unbind(self->state.self_ep);
-    self->quit(caf::exit_reason::kill);
-  };
   st.be = std::move(be);
   st.host_backend = st.be->name() == "cpu";
   const std::size_t n = ctx->model.num_params();
@@ -579,12 +571,12 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
 
 caf::actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
                         std::uint32_t rank, std::shared_ptr<kernels::backend> be,
-                        std::int64_t die_at_step, std::int64_t first_step) {
+                        std::int64_t first_step) {
   auto ep = ctx->worker_ep(rank);
   auto net = ctx->net;
   auto cfg = ctx->initial_config();
   auto a = sys.spawn<caf::detached>(worker_actor, std::move(ctx), rank, std::move(be),
-                                    std::move(cfg), first_step, die_at_step);
+                                    std::move(cfg), first_step);
   net->bind(ep, a);
   caf::anon_send(a, start_atom::value);
   return a;
@@ -595,8 +587,8 @@ caf::actor spawn_added_worker(caf::actor_system& sys, std::shared_ptr<const job_
                               const ps::job_config& c, std::int64_t first_step) {
   auto ep = ctx->worker_ep(rank);
   auto net = ctx->net;
-  auto a = sys.spawn<caf::detached>(worker_actor, std::move(ctx), rank, std::move(be), c,
-                                    first_step, std::int64_t{-1});
+  auto a =
+      sys.spawn<caf::detached>(worker_actor, std::move(ctx), rank, std::move(be), c, first_step);
   net->bind(ep, a);
   caf::anon_send(a, start_atom::value);
   return a;

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "actors/embedded_cluster.hpp"
+#include "tests/integration/fault_helpers.hpp"
 
 namespace coach::actors {
 namespace {
@@ -113,7 +114,7 @@ TEST(consistency_averaging, a_worker_that_dies_mid_round_loses_no_sample) {
   auto spec = averaging("examples/digits-mlp.yaml", 4);
   train_options opt;
   opt.workers = 3;
-  opt.kill_worker = std::pair<std::uint32_t, std::int64_t>{1, 5};
+  opt.wrap_transport = crash_worker_after_first_push(1, 5);
   auto r = train_embedded(spec, opt);
   ASSERT_TRUE(r) << r.error().to_string();
   for (const auto& e : r->epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
@@ -197,7 +198,7 @@ TEST(consistency_ssp, a_worker_that_dies_ahead_of_the_others_loses_no_sample) {
   opt.shards = 2;
   // Ranks 1 and 2 straggle: rank 0 runs ahead of them and dies at step 9.
   opt.slowdown = [](std::uint32_t rank, std::int64_t) { return rank == 0 ? 1.0 : 3.0; };
-  opt.kill_worker = std::pair<std::uint32_t, std::int64_t>{0, 9};
+  opt.wrap_transport = crash_worker_after_first_push(0, 9);
   auto r = train_embedded(spec, opt);
   ASSERT_TRUE(r) << r.error().to_string();
   for (const auto& e : r->epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
@@ -248,7 +249,7 @@ TEST(consistency_asp, workers_joining_leaving_and_dying_and_shards_moving_lose_n
   spec.epochs = 6;  // each step is one chunk: the schedule's last change (step 110) is in epoch 3
   train_options opt;
   opt.slowdown = [](std::uint32_t rank, std::int64_t) { return rank == 1 ? 3.0 : 1.0; };
-  opt.kill_worker = std::pair<std::uint32_t, std::int64_t>{0, 60};
+  opt.wrap_transport = crash_worker_after_first_push(0, 60);
   auto r = train_embedded(spec, opt);
   ASSERT_TRUE(r) << r.error().to_string();
   EXPECT_EQ(r->changes.size(), spec.schedule.size());

@@ -7,9 +7,12 @@
 #include <filesystem>
 
 #include "actors/embedded_cluster.hpp"
+#include "tests/integration/fault_helpers.hpp"
 
 namespace coach::actors {
 namespace {
+
+using namespace std::chrono_literals;
 
 scheduler::job_spec digits_spec() {
   auto spec = scheduler::load_job_spec("examples/digits-mlp.yaml");
@@ -66,6 +69,34 @@ TEST(train_embedded, final_parameters_are_bitwise_equal_for_1_and_4_shards) {
   ASSERT_EQ(finals[0].size(), finals[1].size());
   ASSERT_FALSE(finals[0].empty());
   EXPECT_EQ(0, std::memcmp(finals[0].data(), finals[1].data(), finals[0].size() * sizeof(float)));
+}
+
+TEST(train_faults, reordered_messages_change_no_bit_of_a_bsp_run) {
+  // A tenth of the job's messages are each held until the next message to their endpoint has
+  // gone (a faulty_transport): the run ends with the parameters of an undisturbed one and
+  // counts every sample once. (Delays across links and duplicates of every kind of message
+  // can stall a live run today: docs/status.md, "Faults".)
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  auto spec = digits_spec();
+  spec.epochs = 3;
+  train_options opt;
+  opt.workers = 3;
+  opt.shards = 2;
+  auto clean = train_embedded(spec, opt);
+  ASSERT_TRUE(clean) << clean.error().to_string();
+  std::shared_ptr<faulty_transport> faulty;
+  opt.wrap_transport = [&](std::shared_ptr<transport> inner) -> std::shared_ptr<transport> {
+    faulty =
+        faulty_transport::wrap(std::move(inner), {.seed = 11, .reorder = 0.1, .max_delay = 2ms});
+    return faulty;
+  };
+  auto shaken = train_embedded(spec, opt);
+  ASSERT_TRUE(shaken) << shaken.error().to_string();
+  EXPECT_GT(faulty->counts().reordered, 50u);  // of about a thousand messages
+  for (const auto& e : shaken->epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
+  ASSERT_EQ(shaken->params.size(), clean->params.size());
+  EXPECT_EQ(0, std::memcmp(shaken->params.data(), clean->params.data(),
+                           clean->params.size() * sizeof(float)));
 }
 
 TEST(train_embedded, parameters_are_bitwise_equal_when_shards_answer_in_pieces) {
@@ -310,7 +341,7 @@ TEST(train_elastic, a_worker_that_dies_mid_step_leaves_and_the_job_completes) {
     opt.workers = 3;
     opt.shards = 2;
     // Worker 1 dies after its push reached shard 0 and before it reached shard 1.
-    opt.kill_worker = std::pair<std::uint32_t, std::int64_t>{1, step};
+    opt.wrap_transport = crash_worker_after_first_push(1, step);
     auto r = train_embedded(spec, opt);
     ASSERT_TRUE(r) << r.error().to_string();
     ASSERT_EQ(r->epochs.size(), 6u) << "killed at step " << step;
@@ -373,20 +404,6 @@ TEST(train_host_reduce, workers_joining_and_leaving_mid_epoch_reduce_with_the_re
   EXPECT_GE(r->test_accuracy, 0.95);
   for (const auto& e : r->epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
   EXPECT_EQ(r->changes.size(), 6u);
-}
-
-TEST(train_host_reduce, is_refused_with_fault_injection) {
-  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
-  auto spec = digits_spec();
-  spec.host_reduce = true;
-  train_options opt;
-  opt.workers = 2;
-  opt.kill_worker = std::pair<std::uint32_t, std::int64_t>{1, 3};
-  auto r = train_embedded(spec, opt);
-  ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("host_reduce cannot be combined with killing a worker"),
-            std::string::npos)
-      << r.error().message;
 }
 
 }  // namespace

@@ -72,7 +72,8 @@ struct message {
   std::vector<key_range> ranges;
   // migrate: hand `ranges` to `to` once `step` steps are applied
   std::uint32_t to = 0;
-  slice_transfer t;  // transfer
+  slice_transfer t;   // transfer
+  bool copy = false;  // a duplicate the network made (elastic_sim::duplicate_pushes)
 };
 
 /// A push's contribution: its worker's known gradient on the ranges it carries (none when it
@@ -125,7 +126,9 @@ struct run_result {
   /// asp: pushes of a step a shard had a push of already (a dead worker's and its stand-in's).
   std::uint64_t second_pushes = 0;
   std::uint64_t dropped = 0;  ///< asp: what the shards dropped (shard::stale_dropped())
-  int ahead = 0;              ///< asp: pushes that arrived before an earlier step was applied
+  std::uint64_t copies = 0;   ///< duplicated pushes delivered (elastic_sim::duplicate_pushes)
+  std::uint64_t copies_refused = 0;  ///< errors of shards that met a copy
+  int ahead = 0;  ///< asp: pushes that arrived before an earlier step was applied
 };
 
 class elastic_sim {
@@ -145,6 +148,11 @@ class elastic_sim {
       options_.max_ahead = std::numeric_limits<std::int32_t>::max();
     }
   }
+
+  /// The network duplicates each push with probability `p`; the copy arrives later, after a
+  /// random number of deliveries (up to 60: often after the step was applied, or past a
+  /// change of configuration). Shards must refuse copies: every gradient still applies once.
+  void duplicate_pushes(double p) { duplicates_ = p; }
 
   run_result run() {
     run_result out;
@@ -198,7 +206,39 @@ class elastic_sim {
   }
 
  private:
-  void send(int from, int to, message m) { channels_[{from, to}].push_back(std::move(m)); }
+  void send(int from, int to, message m) {
+    if (m.k == message::kind::push && duplicates_ > 0 &&
+        std::uniform_real_distribution<double>(0, 1)(rng_) < duplicates_) {
+      message copy = m;
+      copy.copy = true;
+      late_.push_back({int(rng_() % 60), {from, to}, std::move(copy)});
+    }
+    channels_[{from, to}].push_back(std::move(m));
+  }
+
+  /// Copies whose time has come join their channels (all of them when nothing else moves).
+  void release_late(bool all) {
+    for (auto it = late_.begin(); it != late_.end();)
+      if (all || --it->ticks <= 0) {
+        channels_[it->channel].push_back(std::move(it->m));
+        it = late_.erase(it);
+      } else {
+        ++it;
+      }
+  }
+
+  /// A shard's error is fine only when it refused a copy (the network's, not a worker's).
+  void expect_ok_or_copy(const coach::error* e, run_result& out, const std::string& what) {
+    if (!e) return;
+    const bool about_copy =
+        duplicates_ > 0 && (e->message.find("twice") != std::string::npos ||
+                            e->message.find("open step is") != std::string::npos);
+    if (about_copy) {
+      ++out.copies_refused;
+      return;
+    }
+    ADD_FAILURE() << what << ": " << e->message;
+  }
 
   std::vector<std::uint32_t> live_shards() const {
     std::vector<std::uint32_t> out;
@@ -352,6 +392,7 @@ class elastic_sim {
 
   /// One event: a ready worker pushes, or one message is delivered. False when nothing is left.
   bool tick(run_result& out) {
+    release_late(false);
     std::vector<std::uint32_t> ready, slow;
     for (auto& [r, w] : workers_)
       if (w.alive && !w.grants.empty() && can_push(w.grants.front())) {
@@ -363,6 +404,10 @@ class elastic_sim {
     for (auto& [key, q] : channels_)
       if (!q.empty()) busy.push_back(key);
     if (ready.empty() && busy.empty()) ready = std::move(slow);
+    if (ready.empty() && busy.empty() && !late_.empty()) {
+      release_late(true);
+      return true;
+    }
     if (ready.empty() && busy.empty()) return false;
     const std::size_t pick = rng_() % (ready.size() + busy.size());
     if (pick < ready.size())
@@ -443,7 +488,8 @@ class elastic_sim {
     switch (m.k) {
       case message::kind::config: {
         auto done = sh.configure(m.cfg);
-        ASSERT_TRUE(done) << done.error().message;
+        expect_ok_or_copy(done ? nullptr : &done.error(), out, "configure");
+        if (::testing::Test::HasFailure()) return;
         if (death_version_.contains(m.cfg.from_step) &&
             death_version_[m.cfg.from_step] == m.cfg.version)
           death_seen_.insert({std::uint32_t(to), m.cfg.from_step});
@@ -452,6 +498,13 @@ class elastic_sim {
       }
       case message::kind::push: {
         if (asp_) return deliver_alone(std::uint32_t(to), std::move(m), out);
+        if (m.copy) {  // never counted; refused now or when it is taken from the held pushes
+          ++out.copies;
+          auto done = sh.push(m.step, m.config_version, known_contribution(m));
+          expect_ok_or_copy(done ? nullptr : &done.error(), out, "a copy");
+          run_deferred(std::uint32_t(to), &out);
+          break;
+        }
         const bool from_victim = workers_[m.rank].dies_at && *workers_[m.rank].dies_at == m.step;
         const bool counted = !from_victim || !death_seen_.contains({std::uint32_t(to), m.step});
         contribution c = known_contribution(m);
@@ -465,16 +518,16 @@ class elastic_sim {
           ASSERT_FALSE(done) << "shard " << to << " took a push of dead rank " << m.rank
                              << " after its removal";
         }
-        run_deferred(std::uint32_t(to));
+        run_deferred(std::uint32_t(to), &out);
         break;
       }
       case message::kind::migrate:
         deferred_[std::uint32_t(to)].push_back(std::move(m));
-        run_deferred(std::uint32_t(to));
+        run_deferred(std::uint32_t(to), &out);
         break;
       case message::kind::transfer:
         deferred_[std::uint32_t(to)].push_back(std::move(m));
-        run_deferred(std::uint32_t(to));
+        run_deferred(std::uint32_t(to), &out);
         break;
       case message::kind::ack:
         FAIL() << "an ack for a shard from " << from;
@@ -500,7 +553,7 @@ class elastic_sim {
 
   /// A source releases once it has applied every step before the boundary; a destination that
   /// owns slices adopts once it is at the transfer's version too (one that owns none at once).
-  void run_deferred(std::uint32_t k) {
+  void run_deferred(std::uint32_t k, run_result* out = nullptr) {
     auto& d = deferred_[k];
     auto& sh = *shards_.at(k);
     for (bool again = true; again;) {
@@ -528,7 +581,10 @@ class elastic_sim {
           send(int(k), int(it->to), std::move(m));
         }
         auto resumed = sh.resume();  // the pushes that waited for the move
-        ASSERT_TRUE(resumed) << resumed.error().message;
+        if (!resumed && out)
+          expect_ok_or_copy(&resumed.error(), *out, "resume");
+        else
+          ASSERT_TRUE(resumed) << resumed.error().message;
         it = d.erase(it);
         again = true;
       }
@@ -546,6 +602,13 @@ class elastic_sim {
   std::map<std::uint32_t, std::unique_ptr<shard>> shards_;
   std::map<std::uint32_t, worker_sim> workers_;
   std::map<std::pair<int, int>, std::deque<message>> channels_;
+  struct late_copy {
+    int ticks;
+    std::pair<int, int> channel;
+    message m;
+  };
+  std::vector<late_copy> late_;  ///< duplicated pushes on their way
+  double duplicates_ = 0;
   std::map<std::uint32_t, std::vector<message>> deferred_;
   std::map<std::int64_t, std::uint64_t>
       death_version_;  ///< step -> the config that removed its victim
@@ -641,6 +704,30 @@ TEST(elastic_property, random_rescales_migrations_and_deaths_apply_every_gradien
   EXPECT_GT(adds, 20);
   EXPECT_GT(drains, 20);
   EXPECT_GT(migrations, 20);
+}
+
+TEST(elastic_property, duplicated_and_late_pushes_are_refused_and_every_gradient_applies_once) {
+  // The network (a faulty_transport, say) delivers a tenth of the pushes twice, the copy late:
+  // within the step, after it was applied, or after a rescale, a migration or a death.
+  optimizer_config opt;
+  opt.kind = optimizer_kind::sgd;
+  opt.sgd = {0.5f, 0.0f, 0.0f};
+  std::uint64_t copies = 0, refused = 0;
+  for (std::uint64_t seed = 1; seed <= 60; ++seed)
+    for (bool overlap : {false, true}) {
+      elastic_sim sim(opt, seed, !overlap, overlap);
+      sim.duplicate_pushes(0.1);
+      auto r = sim.run();
+      if (HasFailure()) return;
+      const auto want = expected_sgd(r);
+      for (std::size_t i = 0; i < num_keys; ++i)
+        ASSERT_EQ(r.params[i], want[i]) << "seed " << seed << " key " << i;
+      expect_no_chunk_lost(r, seed);
+      copies += r.copies;
+      refused += r.copies_refused;
+    }
+  EXPECT_GT(copies, 500u);
+  EXPECT_GT(refused, 0u);
 }
 
 TEST(elastic_property, workers_push_while_slices_travel_and_every_gradient_applies_once) {
