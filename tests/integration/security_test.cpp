@@ -144,7 +144,12 @@ TEST_F(keyed_hosts, no_key_against_a_key_and_a_key_against_none_are_refused_both
   EXPECT_EQ(keyed_client->refusal_of(4).rfind("not authorized: ", 0), 0u);
   EXPECT_NE(keyed_client->refusal_of(4).find("uses no keys"), std::string::npos)
       << keyed_client->refusal_of(4);
-  ASSERT_TRUE(eventually([&] { return plain->received().refused_mechanism >= 1; }));
+  // The node counts it as a mechanism mismatch, or as a failed handshake when the connection
+  // closed before ZeroMQ said which.
+  ASSERT_TRUE(eventually([&] {
+    const auto r = plain->received();
+    return r.refused_mechanism + r.failed_handshakes >= 1;
+  }));
   EXPECT_EQ(plain->received().messages, 0u);
 }
 
