@@ -68,21 +68,26 @@ class faulty_impl final : public faulty_transport {
     {
       std::lock_guard lock{mu_};
       const auto src = key_of(msg.hdr.src);
-      if (killed_.contains(src)) {
+      // What the dead actor still sends (its thread finishing the handler it crashed in) is
+      // lost; others may send in its name (a job master completing its steps).
+      if (auto d = killed_.find(src);
+          d != killed_.end() && d->second == std::this_thread::get_id()) {
         ++counts_.killed;
         return true;
       }
       auto k = kills_.find(src);
-      if (k != kills_.end() && k->second.seen >= k->second.nth) {  // the crash
-        killed_.insert(src);
+      const bool matches =
+          k != kills_.end() && k->second.kind == msg.hdr.kind && k->second.step == msg.hdr.step;
+      if (k != kills_.end() && k->second.seen >= k->second.nth) {
+        // the crash
+        killed_[src] = std::this_thread::get_id();
         kills_.erase(k);
         ++counts_.killed;
         victim_ep = msg.hdr.src;
         if (auto b = bound_.find(src); b != bound_.end()) victim = b->second;
         bound_.erase(src);
       } else {
-        if (k != kills_.end() && k->second.kind == msg.hdr.kind && k->second.step == msg.hdr.step)
-          ++k->second.seen;  // it goes on as any other message
+        if (matches) ++k->second.seen;  // it goes on as any other message
         if (cuts_.contains(link(msg.hdr.src.host, msg.hdr.dst.host))) {
           ++counts_.cut;
           return true;
@@ -262,7 +267,7 @@ class faulty_impl final : public faulty_transport {
   fault_counts counts_;
   std::set<std::pair<std::uint32_t, std::uint32_t>> cuts_;
   std::map<std::uint64_t, kill_rule> kills_;
-  std::set<std::uint64_t> killed_;
+  std::map<std::uint64_t, std::thread::id> killed_;  ///< endpoint -> the thread it died on
   std::map<std::uint64_t, caf::actor> bound_;
   std::multimap<clock_type::time_point, wire_message> timed_;  ///< equal times: in order
   struct link_hold {

@@ -60,7 +60,10 @@ class faulty_transport : public transport {
   /// A crash: once the actor at `ep` has sent `nth` messages of `kind` in `step`, the next
   /// message it sends (of any kind) and every later one are lost, `ep` is unbound and the actor
   /// bound there is killed (caf::exit_reason::kill; monitors see it die). E.g. a worker that
-  /// crashes between its pushes to two shards: crash_after(worker, push, step, 1).
+  /// crashes between its pushes to two shards: crash_after(worker, push, step, 1). "Every
+  /// later one": those sent from the thread it crashed on (a detached actor's own: a
+  /// worker's); messages other actors send in its name (a job master completing its steps)
+  /// pass.
   virtual void crash_after(const endpoint& ep, msg_kind kind, std::int64_t step, int nth) = 0;
   virtual fault_counts counts() const = 0;
   /// Sends every held message now; returns once none is held.

@@ -31,10 +31,8 @@ TEST(node_agent, refuses_checkpoint_parameters_of_another_size) {
       if (itest::wait_exit(pid, 20s) == -1) ::kill(pid, SIGKILL), ::waitpid(pid, nullptr, 0);
     }
   } stopper{node.pid};
-  for (int i = 0; i < 100; ++i) {
-    if (itest::coach("nodes --json --at " + addr).code == 0) break;
-    std::this_thread::sleep_for(100ms);
-  }
+  // Alive in its own scheduler's table (its first heartbeat in): the submit below needs it.
+  ASSERT_TRUE(itest::await_nodes_alive(addr, 1)) << itest::slurp(node.log);
 
   // What a restarted scheduler sends to resume a job from its checkpoint, with a parameter
   // frame that does not fit the model (another model's checkpoint, or a forged message).
