@@ -47,7 +47,8 @@ static_assert(std::uint16_t(msg_kind::moved) == std::uint16_t(wire::MsgKind::MOV
 static_assert(std::uint16_t(msg_kind::state) == std::uint16_t(wire::MsgKind::STATE));
 static_assert(msg_kind_count == 15, "a new msg_kind needs its MsgKind in envelope.capnp");
 
-constexpr std::uint16_t max_errc = std::uint16_t(errc::not_authorized);  // highest code in error.hpp
+constexpr std::uint16_t max_errc =
+    std::uint16_t(errc::not_authorized);  // highest code in error.hpp
 constexpr std::size_t word_bytes = sizeof(capnp::word);
 
 // The largest header the encoder may produce (both maxima, an error) must decode: 16 bytes a

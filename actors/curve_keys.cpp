@@ -118,27 +118,37 @@ result<void> write_key_files(const fs::path& dir, std::string_view name, const k
   return {};
 }
 
+namespace {
+
+/// The pair of a file's lines that hold a secret key: its public key derived from it, and
+/// checked against the file's own public-key line when there is one.
+result<key_pair> pair_of(key_lines lines, const fs::path& path) {
+  std::array<char, 41> derived{};
+  if (zmq_curve_public(derived.data(), lines.secret_key.c_str()) != 0)
+    return fail(errc::invalid_argument, "key file '{}': the secret key is not a CURVE key",
+                path.string());
+  if (!lines.public_key.empty() && lines.public_key != derived.data())
+    return fail(errc::invalid_argument,
+                "key file '{}': its public key is not the one of its secret key", path.string());
+  return key_pair{derived.data(), std::move(lines.secret_key)};
+}
+
+}  // namespace
+
 result<key_pair> read_key_file(const fs::path& path) {
   auto lines = parse_key_text(path);
   if (!lines) return std::unexpected(lines.error());
   if (lines->secret_key.empty())
     return fail(errc::parse_error, "key file '{}' has no 'secret-key = KEY' line (a .pub file?)",
                 path.string());
-  std::array<char, 41> derived{};
-  if (zmq_curve_public(derived.data(), lines->secret_key.c_str()) != 0)
-    return fail(errc::invalid_argument, "key file '{}': the secret key is not a CURVE key",
-                path.string());
-  if (!lines->public_key.empty() && lines->public_key != derived.data())
-    return fail(errc::invalid_argument,
-                "key file '{}': its public key is not the one of its secret key", path.string());
-  return key_pair{derived.data(), std::move(lines->secret_key)};
+  return pair_of(std::move(*lines), path);
 }
 
 result<std::string> read_public_key(const fs::path& path) {
   auto lines = parse_key_text(path);
   if (!lines) return std::unexpected(lines.error());
   if (!lines->secret_key.empty()) {
-    auto pair = read_key_file(path);
+    auto pair = pair_of(std::move(*lines), path);
     if (!pair) return std::unexpected(pair.error());
     return pair->public_key;
   }

@@ -93,7 +93,7 @@ class faulty_impl final : public faulty_transport {
           return true;
         }
         if (!plan_.applies || plan_.applies(msg)) {
-          result = decide(std::move(msg), now);
+          decide(std::move(msg), now);
         } else {
           ++counts_.passed;
           release_after(msg.hdr.dst, std::move(msg), now);
@@ -161,37 +161,36 @@ class faulty_impl final : public faulty_transport {
   }
 
   /// One draw decides the message's fate. REQUIRES: mu_ held.
-  bool decide(wire_message msg, std::vector<wire_message>& now) {
+  void decide(wire_message msg, std::vector<wire_message>& now) {
     std::uniform_real_distribution<double> u(0.0, 1.0);
     const double r = u(rng_);
     double edge = plan_.drop;
     if (r < edge) {
       ++counts_.dropped;
-      return true;
+      return;
     }
     if (r < (edge += plan_.duplicate)) {
       ++counts_.duplicated;
       wire_message copy = msg;
       const auto dst = msg.hdr.dst;
       release_after(dst, std::move(msg), now);
-      now.push_back(std::move(copy));
-      return true;
+      release_after(dst, std::move(copy), now);  // right behind it, also when its link waits
+      return;
     }
     if (r < (edge += plan_.delay)) {
       ++counts_.delayed;
       std::uniform_int_distribution<std::int64_t> d(0, plan_.max_delay.count());
       hold(std::move(msg), clock_type::now() + std::chrono::microseconds(d(rng_)));
-      return true;
+      return;
     }
     if (r < (edge += plan_.reorder) && !held_.contains(key_of(msg.hdr.dst))) {
       ++counts_.reordered;
       held_.emplace(key_of(msg.hdr.dst), held{clock_type::now() + plan_.max_delay, std::move(msg)});
       cv_.notify_all();
-      return true;
+      return;
     }
     ++counts_.passed;
     release_after(msg.hdr.dst, std::move(msg), now);
-    return true;
   }
 
   /// A link (sender, receiver) keeps its order as a connection does: a message sent while an

@@ -161,6 +161,8 @@ class zmq_transport_impl final : public zmq_transport {
     // A node that came back with another key (rotated) is reached over a new connection.
     if ((p.key != public_key || p.address != address) && dealers_.erase(host) > 0) {
       dealer_monitors_.erase(host);
+      refusals_.erase(host);  // what the old connection was told
+      vague_failures_.erase(host);
       ++sockets_changed_;
     }
     p.address = std::move(address);
@@ -530,6 +532,7 @@ class zmq_transport_impl final : public zmq_transport {
     };
     add(router_);
     for (auto& [host, d] : dealers_) add(d);
+    security_fds_ = fds.size();
     add(zap_);
     add(router_monitor_);
     for (auto& [host, m] : dealer_monitors_) add(m);
@@ -691,13 +694,19 @@ class zmq_transport_impl final : public zmq_transport {
         std::uint64_t n;
         [[maybe_unused]] auto r = ::read(wake_fd_, &n, sizeof n);
       }
-      serve_security();
+      // Handshakes are rare: their sockets are read when they signal (this thread alone reads
+      // them, to the last message, so the next one signals again), not on every message.
+      bool handshakes = false;
+      for (std::size_t i = security_fds_; i < fds.size(); ++i)
+        handshakes = handshakes || fds[i].revents != 0;
+      if (handshakes) serve_security();
       waiting_sends = flush_queues();
       receive_all();
       waiting_sends = flush_queues() || waiting_sends;
       if (const auto now = clock::now(); now - last_prune >= std::chrono::seconds(1)) {
         last_prune = now;
         prune_clients(now);
+        serve_security();  // and once a second regardless
       }
     }
     flush_queues();
@@ -756,6 +765,7 @@ class zmq_transport_impl final : public zmq_transport {
   std::optional<detail::inline_unit>
       unit_;  ///< made at the first delivery (it needs the actor system)
   std::vector<std::vector<zmq::message_t>> incoming_;
+  std::size_t security_fds_ = 0;  ///< where the ZAP and monitor sockets begin in the poll set
   std::vector<bool> routed_;
   std::vector<std::size_t> recv_sizes_;
 

@@ -14,39 +14,13 @@
 
 #include "actors/zmq_transport.hpp"
 #include "tests/integration/process_harness.hpp"
+#include "tests/integration/transport_test_helpers.hpp"
 
 namespace coach::actors {
 namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-
-caf::behavior forwarder(caf::event_based_actor*, caf::actor sink) {
-  return {[sink](wire_message& m) { caf::anon_send(sink, std::move(m)); }};
-}
-
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout = 3s) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > until) return pred();
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
-
-wire_message push_of(const endpoint& src, const endpoint& dst, std::size_t floats, int step) {
-  auto data = std::make_shared<std::vector<float>>(floats);
-  std::iota(data->begin(), data->end(), 0.0f);
-  wire_message m;
-  m.hdr.src = src;
-  m.hdr.dst = dst;
-  m.hdr.kind = msg_kind::push;
-  m.hdr.step = step;
-  m.hdr.ranges = {{0, floats}};
-  m.frames.push_back(frame::of(data, data->data(), data->size()));
-  return m;
-}
 
 struct keyed_hosts : ::testing::Test {
   caf::actor_system_config cfg;
@@ -65,7 +39,10 @@ struct keyed_hosts : ::testing::Test {
     for (const char* name : {"a", "b"}) key(name, dir);
     key("stranger", dir / "elsewhere");
   }
-  void TearDown() override { sys.reset(); }
+  void TearDown() override {
+    self.reset();
+    sys.reset();
+  }
 
   const key_pair& key(const std::string& name, const fs::path& where) {
     auto k = generate_key_pair();
@@ -81,26 +58,31 @@ struct keyed_hosts : ::testing::Test {
     EXPECT_TRUE(t) << t.error().to_string();
     return *t;
   }
-  std::optional<wire_message> await(caf::scoped_actor& self, std::chrono::milliseconds t = 3s) {
+  /// Messages to on_b at `server` come to the test (await).
+  void deliver_to_test(zmq_transport& server) {
+    self = std::make_unique<caf::scoped_actor>(*sys);
+    server.bind(on_b, sys->spawn(forwarder, caf::actor_cast<caf::actor>(*self)));
+  }
+  std::optional<wire_message> await(std::chrono::milliseconds t = 3s) {
     std::optional<wire_message> got;
-    self->receive([&](wire_message& m) { got = std::move(m); }, caf::after(t) >> [] {});
+    (*self)->receive([&](wire_message& m) { got = std::move(m); }, caf::after(t) >> [] {});
     return got;
   }
+  std::unique_ptr<caf::scoped_actor> self;
 };
 
 TEST_F(keyed_hosts, authorized_keys_carry_messages_intact) {
   auto a = start(1, "a");
   auto b = start(2, "b");
   a->add_peer(2, b->bound_address(), keys["b"].public_key);
-  caf::scoped_actor self{*sys};
-  b->bind(on_b, sys->spawn(forwarder, caf::actor_cast<caf::actor>(self)));
-  ASSERT_TRUE(a->send(push_of({1, 1}, on_b, 1 << 18, 7)));  // 1 MiB, encrypted on the wire
-  auto got = await(self);
+  deliver_to_test(*b);
+  ASSERT_TRUE(a->send(numbered({1, 1}, on_b, 7, 1 << 18)));  // 1 MiB, encrypted on the wire
+  auto got = await();
   ASSERT_TRUE(got);
   EXPECT_EQ(got->hdr.step, 7);
   auto v = got->frames.at(0).as<float>();
   ASSERT_EQ(v.size(), std::size_t(1 << 18));
-  for (std::size_t i = 0; i < v.size(); i += 1021) ASSERT_EQ(v[i], float(i));
+  for (std::size_t i = 0; i < v.size(); i += 1021) ASSERT_EQ(v[i], float(7 + i));
   EXPECT_EQ(b->received().refused(), 0u);
   EXPECT_EQ(a->refusal_of(2), "");
 }
@@ -109,10 +91,9 @@ TEST_F(keyed_hosts, an_unauthorized_key_is_refused_counted_and_told_at_once) {
   auto b = start(2, "b");
   auto c = start(3, "stranger");
   c->add_peer(2, b->bound_address(), keys["b"].public_key);
-  caf::scoped_actor self{*sys};
-  b->bind(on_b, sys->spawn(forwarder, caf::actor_cast<caf::actor>(self)));
+  deliver_to_test(*b);
   const auto t0 = std::chrono::steady_clock::now();
-  c->send(push_of({3, 1}, on_b, 16, 1));
+  c->send(numbered({3, 1}, on_b, 1, 16));
   ASSERT_TRUE(eventually([&] { return !c->refusal_of(2).empty(); }, 2s));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
   EXPECT_EQ(c->refusal_of(2), "not authorized: " + b->bound_address() +
@@ -120,7 +101,7 @@ TEST_F(keyed_hosts, an_unauthorized_key_is_refused_counted_and_told_at_once) {
                                   "authorized keys)");
   ASSERT_TRUE(eventually([&] { return b->received().refused_key >= 1; }));
   EXPECT_EQ(b->received().refused(), b->received().refused_key);
-  EXPECT_FALSE(await(self, 300ms));  // nothing got through
+  EXPECT_FALSE(await(300ms));  // nothing got through
   EXPECT_EQ(b->received().messages, 0u);
 }
 
@@ -129,7 +110,7 @@ TEST_F(keyed_hosts, no_key_against_a_key_and_a_key_against_none_are_refused_both
   auto plain = start(4, "");
   auto plain_client = start(5, "");
   plain_client->add_peer(2, keyed->bound_address());
-  plain_client->send(push_of({5, 1}, on_b, 4, 1));
+  plain_client->send(numbered({5, 1}, on_b, 1, 4));
   ASSERT_TRUE(eventually([&] { return !plain_client->refusal_of(2).empty(); }, 2s));
   EXPECT_NE(plain_client->refusal_of(2).find("not authorized: "), std::string::npos);
   EXPECT_NE(plain_client->refusal_of(2).find("give --key FILE or set COACH_KEY"),
@@ -138,7 +119,7 @@ TEST_F(keyed_hosts, no_key_against_a_key_and_a_key_against_none_are_refused_both
 
   auto keyed_client = start(6, "a");
   keyed_client->add_peer(4, plain->bound_address());
-  keyed_client->send(push_of({6, 1}, {4, 1}, 4, 1));
+  keyed_client->send(numbered({6, 1}, {4, 1}, 1, 4));
   ASSERT_TRUE(eventually([&] { return !keyed_client->refusal_of(4).empty(); }, 2s));
   // ZeroMQ reports the mismatch to the client, or closes on it first; either way it is told.
   EXPECT_EQ(keyed_client->refusal_of(4).rfind("not authorized: ", 0), 0u);
@@ -157,7 +138,7 @@ TEST_F(keyed_hosts, a_server_that_is_not_the_expected_key_is_not_talked_to) {
   auto b = start(2, "b");
   auto a = start(1, "a");
   a->add_peer(2, b->bound_address(), keys["stranger"].public_key);  // not b's key
-  a->send(push_of({1, 1}, on_b, 4, 1));
+  a->send(numbered({1, 1}, on_b, 1, 4));
   ASSERT_TRUE(eventually([&] { return !a->refusal_of(2).empty(); }, 2s));
   EXPECT_NE(a->refusal_of(2).find("is not the server key this process expects (" +
                                   keys["stranger"].public_key.substr(0, 8)),
@@ -165,11 +146,10 @@ TEST_F(keyed_hosts, a_server_that_is_not_the_expected_key_is_not_talked_to) {
       << a->refusal_of(2);
   ASSERT_TRUE(eventually([&] { return b->received().failed_handshakes >= 1; }));
   // Told the right key (a heartbeat carries it), it connects anew.
-  caf::scoped_actor self{*sys};
-  b->bind(on_b, sys->spawn(forwarder, caf::actor_cast<caf::actor>(self)));
+  deliver_to_test(*b);
   a->add_peer(2, b->bound_address(), keys["b"].public_key);
-  a->send(push_of({1, 1}, on_b, 4, 2));
-  auto got = await(self);
+  a->send(numbered({1, 1}, on_b, 2, 4));
+  auto got = await();
   ASSERT_TRUE(got);
   EXPECT_EQ(got->hdr.step, 2);
   EXPECT_EQ(a->refusal_of(2), "");
@@ -179,32 +159,31 @@ TEST_F(keyed_hosts, keys_rotate_without_a_restart_and_connections_made_stay_up) 
   auto b = start(2, "b");
   auto a = start(1, "a");
   a->add_peer(2, b->bound_address(), keys["b"].public_key);
-  caf::scoped_actor self{*sys};
-  b->bind(on_b, sys->spawn(forwarder, caf::actor_cast<caf::actor>(self)));
-  a->send(push_of({1, 1}, on_b, 4, 1));
-  ASSERT_TRUE(await(self));
+  deliver_to_test(*b);
+  a->send(numbered({1, 1}, on_b, 1, 4));
+  ASSERT_TRUE(await());
 
   // a's successor key is added, then a's old key removed: b is never restarted.
   key("a2", dir / "new");
   fs::copy_file(dir / "new" / "a2.pub", dir / "a2.pub");
   auto a2 = start(7, "a2");
   a2->add_peer(2, b->bound_address(), keys["b"].public_key);
-  a2->send(push_of({7, 1}, on_b, 4, 2));
-  auto got = await(self);
+  a2->send(numbered({7, 1}, on_b, 2, 4));
+  auto got = await();
   ASSERT_TRUE(got);
   EXPECT_EQ(got->hdr.step, 2);
   fs::remove(dir / "a.pub");
   // The connection a made before the removal still carries messages (jobs keep running) ...
-  a->send(push_of({1, 1}, on_b, 4, 3));
-  got = await(self);
+  a->send(numbered({1, 1}, on_b, 3, 4));
+  got = await();
   ASSERT_TRUE(got);
   EXPECT_EQ(got->hdr.step, 3);
   // ... but the old key makes no new connection.
   auto a_again = start(8, "a");
   a_again->add_peer(2, b->bound_address(), keys["b"].public_key);
-  a_again->send(push_of({8, 1}, on_b, 4, 4));
+  a_again->send(numbered({8, 1}, on_b, 4, 4));
   ASSERT_TRUE(eventually([&] { return !a_again->refusal_of(2).empty(); }, 2s));
-  EXPECT_FALSE(await(self, 300ms));
+  EXPECT_FALSE(await(300ms));
   EXPECT_EQ(b->received().refused_key, 1u);
 }
 

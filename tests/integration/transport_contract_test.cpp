@@ -15,15 +15,12 @@
 
 #include "actors/faulty_transport.hpp"
 #include "actors/zmq_transport.hpp"
+#include "tests/integration/transport_test_helpers.hpp"
 
 namespace coach::actors {
 namespace {
 
 using namespace std::chrono_literals;
-
-caf::behavior forwarder(caf::event_based_actor*, caf::actor sink) {
-  return {[sink](wire_message& m) { caf::anon_send(sink, std::move(m)); }};
-}
 
 /// Two endpoints and the transports they send and receive through (one for in-process).
 struct rig {
@@ -68,21 +65,6 @@ rig make_rig(kind k) {
     r.sender = s;
   }
   return r;
-}
-
-wire_message numbered(const endpoint& src, const endpoint& dst, std::int64_t step,
-                      std::size_t floats = 4) {
-  auto data = std::make_shared<std::vector<float>>(floats);
-  std::iota(data->begin(), data->end(), float(step));
-  wire_message m;
-  m.hdr.src = src;
-  m.hdr.dst = dst;
-  m.hdr.kind = msg_kind::push;
-  m.hdr.job = 9;
-  m.hdr.step = step;
-  m.hdr.ranges = {{0, floats}};
-  m.frames.push_back(frame::of(data, data->data(), data->size()));
-  return m;
 }
 
 class transport_contract : public ::testing::TestWithParam<kind> {

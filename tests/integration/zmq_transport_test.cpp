@@ -15,16 +15,12 @@
 
 #include "actors/codec.hpp"
 #include "actors/zmq_transport.hpp"
+#include "tests/integration/transport_test_helpers.hpp"
 
 namespace coach::actors {
 namespace {
 
 using namespace std::chrono_literals;
-
-/// An actor that forwards every wire_message to `sink` (a scoped actor in the test).
-caf::behavior forwarder(caf::event_based_actor*, caf::actor sink) {
-  return {[sink](wire_message& m) { caf::anon_send(sink, std::move(m)); }};
-}
 
 /// An actor that answers every wire_message through `net` to its sender, with step + 1.
 caf::behavior answerer(caf::event_based_actor*, std::weak_ptr<transport> net, endpoint self_ep) {
@@ -39,17 +35,6 @@ caf::behavior answerer(caf::event_based_actor*, std::weak_ptr<transport> net, en
     r.hdr.step = m.hdr.step + 1;
     t->send(std::move(r));
   }};
-}
-
-/// Polls `pred` every 10 ms for up to `timeout`; its last value.
-template <class Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout = 2s) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > until) return pred();
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
 }
 
 struct two_hosts : ::testing::Test {

@@ -659,6 +659,15 @@ void expect_no_chunk_lost(const run_result& r, std::uint64_t seed) {
     EXPECT_EQ(r.epoch_samples.at(e), num_samples) << "seed " << seed << " epoch " << e;
 }
 
+/// Every gradient applied exactly once (the parameters of the sum in step order) and every
+/// chunk of every finished epoch trained once.
+void expect_every_gradient_once(const run_result& r, std::uint64_t seed) {
+  const auto want = expected_sgd(r);
+  for (std::size_t i = 0; i < num_keys; ++i)
+    ASSERT_EQ(r.params[i], want[i]) << "seed " << seed << " key " << i;
+  expect_no_chunk_lost(r, seed);
+}
+
 /// The same contributions through one shard that never migrates.
 std::vector<float> unmigrated(const run_result& r, const optimizer_config& opt) {
   auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
@@ -690,10 +699,8 @@ TEST(elastic_property, random_rescales_migrations_and_deaths_apply_every_gradien
     elastic_sim sim(opt, seed, true);
     auto r = sim.run();
     if (HasFatalFailure()) return;
-    const auto want = expected_sgd(r);
-    for (std::size_t i = 0; i < num_keys; ++i)
-      ASSERT_EQ(r.params[i], want[i]) << "seed " << seed << " key " << i;
-    expect_no_chunk_lost(r, seed);
+    expect_every_gradient_once(r, seed);
+    if (HasFatalFailure()) return;
     joins += r.joins, leaves += r.leaves, deaths += r.deaths;
     adds += r.adds, drains += r.drains, migrations += r.migrations;
   }
@@ -719,10 +726,8 @@ TEST(elastic_property, duplicated_and_late_pushes_are_refused_and_every_gradient
       sim.duplicate_pushes(0.1);
       auto r = sim.run();
       if (HasFailure()) return;
-      const auto want = expected_sgd(r);
-      for (std::size_t i = 0; i < num_keys; ++i)
-        ASSERT_EQ(r.params[i], want[i]) << "seed " << seed << " key " << i;
-      expect_no_chunk_lost(r, seed);
+      expect_every_gradient_once(r, seed);
+      if (HasFatalFailure()) return;
       copies += r.copies;
       refused += r.copies_refused;
     }
@@ -741,10 +746,8 @@ TEST(elastic_property, workers_push_while_slices_travel_and_every_gradient_appli
     elastic_sim sim(opt, seed, false, true);
     auto r = sim.run();
     if (HasFatalFailure()) return;
-    const auto want = expected_sgd(r);
-    for (std::size_t i = 0; i < num_keys; ++i)
-      ASSERT_EQ(r.params[i], want[i]) << "seed " << seed << " key " << i;
-    expect_no_chunk_lost(r, seed);
+    expect_every_gradient_once(r, seed);
+    if (HasFatalFailure()) return;
     moves += r.adds + r.drains + r.migrations;
     held += r.held_for_moves;
   }
@@ -767,10 +770,8 @@ TEST(elastic_property, asp_applies_every_pushed_gradient_exactly_once) {
     elastic_sim sim(opt, seed, true, true, true);
     auto r = sim.run();
     if (HasFatalFailure()) return;
-    const auto want = expected_sgd(r);
-    for (std::size_t i = 0; i < num_keys; ++i)
-      ASSERT_EQ(r.params[i], want[i]) << "seed " << seed << " key " << i;
-    expect_no_chunk_lost(r, seed);
+    expect_every_gradient_once(r, seed);
+    if (HasFatalFailure()) return;
     ASSERT_EQ(r.dropped, r.second_pushes) << "seed " << seed;
     changes += r.joins + r.leaves + r.adds + r.drains + r.migrations;
     deaths += r.deaths;
