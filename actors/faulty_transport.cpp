@@ -58,6 +58,14 @@ class faulty_impl final : public faulty_transport {
     }
     inner_->unbind(ep);
   }
+  void unbind_if(const endpoint& ep, const caf::actor_addr& who) override {
+    {
+      std::lock_guard lock{mu_};
+      auto it = bound_.find(key_of(ep));
+      if (it != bound_.end() && it->second.address() == who) bound_.erase(it);
+    }
+    inner_->unbind_if(ep, who);
+  }
   traffic_stats traffic() const override { return inner_->traffic(); }
 
   bool send(wire_message msg) override {

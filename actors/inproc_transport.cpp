@@ -12,6 +12,18 @@ std::uint64_t traffic_stats::total_bytes() const noexcept {
   return n;
 }
 
+void bind_while_alive(const std::shared_ptr<transport>& net, const endpoint& ep,
+                      const caf::actor& handle, bool run_inline) {
+  if (run_inline)
+    net->bind_inline(ep, handle);
+  else
+    net->bind(ep, handle);
+  // Weak: the actor holds this functor until it ends, and must not keep the transport alive.
+  handle->attach_functor([weak = std::weak_ptr<transport>(net), ep, who = handle.address()] {
+    if (auto n = weak.lock()) n->unbind_if(ep, who);
+  });
+}
+
 std::uint64_t traffic_stats::cross_host_bytes() const noexcept {
   std::uint64_t n = 0;
   for (const auto& l : links)
@@ -30,6 +42,9 @@ class inproc_transport final : public transport {
     routes_.bind(ep, std::move(handle), true);
   }
   void unbind(const endpoint& ep) override { routes_.unbind(ep); }
+  void unbind_if(const endpoint& ep, const caf::actor_addr& who) override {
+    routes_.unbind_if(ep, who);
+  }
 
   bool send(wire_message msg) override {
     auto route = routes_.find_route(msg.hdr.dst);

@@ -768,7 +768,7 @@ caf::actor spawn_master(caf::actor_system& sys, std::shared_ptr<const job_contex
   auto net = ctx->net;
   auto a = sys.spawn(master_actor, std::move(ctx), std::move(observer), std::move(evaluator),
                      std::move(hooks), options);
-  net->bind(ep, a);
+  bind_while_alive(net, ep, a);
   return a;
 }
 

@@ -34,6 +34,11 @@ class route_table {
     std::unique_lock lock{mu_};
     routes_.erase(key(ep));
   }
+  void unbind_if(const endpoint& ep, const caf::actor_addr& who) {
+    std::unique_lock lock{mu_};
+    auto it = routes_.find(key(ep));
+    if (it != routes_.end() && it->second.handle.address() == who) routes_.erase(it);
+  }
   /// The actor bound to ep, or an invalid handle.
   caf::actor find(const endpoint& ep) const { return find_route(ep).handle; }
   /// The route of ep; an invalid handle when there is none.

@@ -494,7 +494,7 @@ caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const job_context
   auto cfg = ctx->initial_config();
   auto a = sys.spawn(shard_actor, std::move(ctx), id, std::move(ranges), std::move(owned),
                      std::move(cfg), std::optional<ps::slice_transfer>{});
-  net->bind_inline(ep, a);
+  bind_while_alive(net, ep, a, true);
   return a;
 }
 
@@ -507,7 +507,7 @@ caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const job_context
   auto a =
       sys.spawn(shard_actor, std::move(ctx), id, std::vector<ps::key_range>{}, std::vector<float>{},
                 std::move(cfg), std::optional<ps::slice_transfer>{std::move(part)});
-  net->bind_inline(ep, a);
+  bind_while_alive(net, ep, a, true);
   return a;
 }
 
@@ -517,7 +517,7 @@ caf::actor spawn_added_shard(caf::actor_system& sys, std::shared_ptr<const job_c
   auto net = ctx->net;
   auto a = sys.spawn(shard_actor, std::move(ctx), id, std::vector<ps::key_range>{},
                      std::vector<float>{}, c, std::optional<ps::slice_transfer>{});
-  net->bind_inline(ep, a);
+  bind_while_alive(net, ep, a, true);
   return a;
 }
 

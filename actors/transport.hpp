@@ -49,6 +49,8 @@ class transport {
   virtual void bind_inline(const endpoint& ep, caf::actor handle) { bind(ep, std::move(handle)); }
   /// Stops routing to `ep`; later messages to it are dropped and counted.
   virtual void unbind(const endpoint& ep) = 0;
+  /// The same if `ep` still routes to the actor `who` (a later binding of `ep` stays).
+  virtual void unbind_if(const endpoint& ep, const caf::actor_addr& who) = 0;
   /// Delivers msg to msg.hdr.dst. Returns false (and counts a drop) when the destination is
   /// unknown; never blocks on the receiver.
   virtual bool send(wire_message msg) = 0;
@@ -57,6 +59,12 @@ class transport {
 
 /// In-process delivery: a CAF message carrying the frames' shared pointers (no copy).
 std::shared_ptr<transport> make_inproc_transport();
+
+/// Binds `ep` to `handle` (inline: transport::bind_inline) until the actor ends, however it
+/// ends: a route must not keep an ended actor alive (a detached actor's thread waits for its
+/// last reference, and the actor system's shutdown for that thread) nor take messages for it.
+void bind_while_alive(const std::shared_ptr<transport>& net, const endpoint& ep,
+                      const caf::actor& handle, bool run_inline = false);
 
 }  // namespace coach::actors
 

@@ -577,7 +577,7 @@ caf::actor spawn_worker(caf::actor_system& sys, std::shared_ptr<const job_contex
   auto cfg = ctx->initial_config();
   auto a = sys.spawn<caf::detached>(worker_actor, std::move(ctx), rank, std::move(be),
                                     std::move(cfg), first_step);
-  net->bind(ep, a);
+  bind_while_alive(net, ep, a);
   caf::anon_send(a, start_atom::value);
   return a;
 }
@@ -589,7 +589,7 @@ caf::actor spawn_added_worker(caf::actor_system& sys, std::shared_ptr<const job_
   auto net = ctx->net;
   auto a =
       sys.spawn<caf::detached>(worker_actor, std::move(ctx), rank, std::move(be), c, first_step);
-  net->bind(ep, a);
+  bind_while_alive(net, ep, a);
   caf::anon_send(a, start_atom::value);
   return a;
 }

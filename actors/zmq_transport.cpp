@@ -97,6 +97,9 @@ class zmq_transport_impl final : public zmq_transport {
     routes_.bind(ep, std::move(handle), true);
   }
   void unbind(const endpoint& ep) override { routes_.unbind(ep); }
+  void unbind_if(const endpoint& ep, const caf::actor_addr& who) override {
+    routes_.unbind_if(ep, who);
+  }
 
   bool send(wire_message msg) override {
     // Host 0 is the node at the other end of peer 0 (the --join / --at address); a node with

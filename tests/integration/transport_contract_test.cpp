@@ -162,6 +162,36 @@ TEST_P(transport_contract, counts_messages_and_bytes_per_job_and_host_pair) {
   EXPECT_EQ(t.kind_messages[std::size_t(msg_kind::push)], 3u);
 }
 
+TEST_P(transport_contract, a_route_ends_with_its_actor_and_keeps_no_ended_actor_alive) {
+  // A detached actor's thread waits for the actor's last reference, and the actor system's end
+  // for that thread: a route that outlived its actor hung shutdowns (a worker stopped before
+  // its last message arrived).
+  const auto sink = caf::actor_cast<caf::actor>(*self);
+  const endpoint mine{r.dst.host, 201}, shared{r.dst.host, 202};
+  const endpoint here{r.dst.host, 7};  // a sender on the receiver's host
+  caf::weak_actor_ptr weak;
+  caf::actor later = sys->spawn(forwarder, sink);
+  {
+    auto a = sys->spawn<caf::detached>(forwarder, sink);
+    bind_while_alive(r.receiver, mine, a);
+    bind_while_alive(r.receiver, shared, a);
+    r.receiver->bind(shared, later);  // a later binding of the same endpoint
+    ASSERT_TRUE(r.sender->send(numbered(r.src, mine, 5)));
+    auto got = await();
+    ASSERT_TRUE(got);
+    EXPECT_EQ(got->hdr.step, 5);
+    weak = caf::actor_cast<caf::weak_actor_ptr>(a);
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  }
+  EXPECT_TRUE(eventually([&] { return weak.lock() == nullptr; })) << "the ended actor lives on";
+  EXPECT_FALSE(r.receiver->send(numbered(here, mine, 6)));
+  ASSERT_TRUE(r.sender->send(numbered(r.src, shared, 7)));
+  auto got = await();
+  ASSERT_TRUE(got) << "the later binding went with the ended actor";
+  EXPECT_EQ(got->hdr.step, 7);
+  caf::anon_send_exit(later, caf::exit_reason::user_shutdown);
+}
+
 INSTANTIATE_TEST_SUITE_P(every_transport, transport_contract,
                          ::testing::Values(kind::inproc, kind::zmq, kind::faulty_inproc,
                                            kind::faulty_zmq),
