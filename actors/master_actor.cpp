@@ -52,6 +52,8 @@ struct master_state {
   /// The versions wanted whole: epochs' ends and a cancelled job's last (ps/snapshot_assembler).
   std::optional<ps::snapshot_assembler> snapshots;
   std::size_t snapshots_state_per_param = 0;  ///< optimizer floats per key (the shards')
+  /// flag::snapshot (| with_state) for the steps whose version is asked (the last few).
+  std::map<std::int64_t, std::uint8_t> snapshot_flags;
   std::shared_ptr<const std::vector<float>> last_params;
   scheduler::job_result result;
   clock_type::time_point job_start = clock_type::now();
@@ -397,6 +399,12 @@ struct master_state {
     snapshots->request(version, epoch, final, with_state);
   }
 
+  /// The flags that ask for a snapshot of version s on step s's grants (and so its pushes).
+  std::uint8_t snapshot_flags_of(std::int64_t s) const {
+    auto it = snapshot_flags.find(s);
+    return it == snapshot_flags.end() ? 0 : it->second;
+  }
+
   /// Whether the end of `epoch` is checkpointed (options.checkpoint_due, asked once).
   bool checkpoint_due(std::uint32_t epoch) {
     if (!options.checkpoint_due) return false;
@@ -407,11 +415,16 @@ struct master_state {
   }
 
   /// Asks the shards of the current configuration (that of step s) for the snapshots of
-  /// versions up to s not asked for yet. Called as step s opens, before any of its grants, so a
-  /// shard has the request before step s's pushes take it past the version.
+  /// versions up to s not asked for yet. Called as step s opens, before any of its grants: the
+  /// request for version s goes on them too (flag::snapshot), and from them on step s's pushes,
+  /// so a shard has it before those pushes take it past the version, whatever the links' speeds.
   void ask_snapshots(std::int64_t s) {
     for (const auto version : snapshots->to_ask(s)) {
       const bool state = snapshots->wants_state(version);
+      if (version == s) {
+        snapshot_flags[s] = flag::snapshot | (state ? flag::with_state : 0);
+        if (snapshot_flags.size() > 16) snapshot_flags.erase(snapshot_flags.begin());
+      }
       for (auto k : live_shards()) {
         auto m = to(ctx->shard_ep(k), msg_kind::snapshot_request, version);
         if (state) m.hdr.flags = flag::with_state;
@@ -480,7 +493,7 @@ struct master_state {
     if (g.what == kind::finished) {
       m.hdr.flags = flag::finished;
     } else if (g.what == kind::no_chunk) {
-      m.hdr.flags = flag::no_chunk;
+      m.hdr.flags = flag::no_chunk | snapshot_flags_of(s);
       m.hdr.epoch = g.epoch;
     } else {
       // Frame 0: the chunks' indices one after the other; frame 1 (averaging): their sizes.
@@ -491,6 +504,7 @@ struct master_state {
         copy->insert(copy->end(), idx.begin(), idx.end());
         sizes->push_back(std::uint32_t(idx.size()));
       }
+      m.hdr.flags = snapshot_flags_of(s);
       m.hdr.epoch = g.epoch;
       m.hdr.chunk_id = g.chunks.front().id;
       m.frames.push_back(frame::of(copy, copy->data(), copy->size()));

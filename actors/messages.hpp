@@ -60,8 +60,14 @@ struct endpoint {
 namespace flag {
 inline constexpr std::uint8_t no_chunk = 1;  ///< chunk_grant: no data for this rank this step
 inline constexpr std::uint8_t finished = 2;  ///< chunk_grant: training is over, stop
-/// snapshot_request: answer with the optimizer state too (a `state` message: a checkpoint)
+/// snapshot_request: answer with the optimizer state too (a `state` message: a checkpoint);
+/// chunk_grant and push, with `snapshot`: the snapshot wanted is a checkpoint's
 inline constexpr std::uint8_t with_state = 4;
+/// chunk_grant, push: the master wants a snapshot of the version before this step. The request
+/// rides on the step's grants and pushes as well as in its own message to each shard: the
+/// pushes are what take a shard past the version, so none of them can overtake it (a
+/// snapshot_request on a slower link could, and the version was gone).
+inline constexpr std::uint8_t snapshot = 8;
 }  // namespace flag
 
 /// The metadata of a message: small, fixed, encoded as the header frame on the wire.

@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "actors/elastic_messages.hpp"
 #include "actors/roles.hpp"
@@ -99,6 +100,9 @@ struct shard_state {
   std::shared_ptr<const void> answering;
   std::weak_ptr<const void> answers_out;  ///< the last step's token, until its answers are out
   std::vector<wire_message> transfers_waiting;
+  /// The versions whose snapshot the master asked for (the last few): it asks in a
+  /// snapshot_request and on the step's pushes (flag::snapshot), and is answered once.
+  std::set<std::int64_t> snapshots_asked;
   caf::actor_addr self_addr;
   std::uint64_t protocol_errors = 0;
   static inline const char* name = "coach.ps_shard";
@@ -348,6 +352,10 @@ struct shard_state {
   /// `state`: a snapshot with the optimizer state (answered with every key owned).
   void want(std::int64_t v, const endpoint& who, std::vector<ps::key_range> asked,
             bool pull = false, bool state = false) {
+    if (!pull) {
+      if (!snapshots_asked.insert(v).second) return;  // asked on the other path already
+      if (snapshots_asked.size() > 16) snapshots_asked.erase(snapshots_asked.begin());
+    }
     // asp: the steps go on without a worker that starts, so the version it pulls may be gone
     // by the time it asks: it gets the current one (any version will do for it).
     if (pull && v < core->applied_steps() && core->options().one_push_per_step)
@@ -390,6 +398,10 @@ struct shard_state {
         c.keep_alive = std::make_shared<const std::vector<frame>>(std::move(m.frames));
     }
     const std::int64_t step = m.hdr.step;
+    // The master's request for the version before this step, on the path that advances this
+    // shard past it (a late push of a step applied already carries nothing wanted).
+    if ((m.hdr.flags & flag::snapshot) && step >= core->applied_steps())
+      want(step, ctx->master, {}, false, (m.hdr.flags & flag::with_state) != 0);
     if (core->options().one_push_per_step) return on_push_alone(step, m, std::move(c));
     // A push asks for the next version too: the step's update comes back as its answer, in
     // pieces, each sent while the next one is being updated.

@@ -88,7 +88,9 @@ struct worker_state {
   std::uint64_t moved_version = 0;
   std::vector<endpoint> moved_from;  ///< shards that said so: never asked again for this step
   std::map<std::int64_t, wire_message> grants;  ///< chunk grants by step
-  std::vector<std::uint32_t> local_members;     ///< host reduction: scratch of push_reduced
+  /// The step's snapshot request (flag::snapshot, with_state), from its grant to its pushes.
+  std::uint8_t push_flags = 0;
+  std::vector<std::uint32_t> local_members;  ///< host reduction: scratch of push_reduced
   static inline const char* name = "coach.worker";
 
   ~worker_state() {
@@ -275,6 +277,7 @@ struct worker_state {
     m.hdr.src = ctx->worker_ep(as_rank);
     m.hdr.rank = as_rank;
     m.hdr.samples = samples;
+    m.hdr.flags = push_flags;
     if (samples > 0) {
       std::shared_ptr<const void> owner = grad;
       m.hdr.ranges = ranges[k];
@@ -426,6 +429,7 @@ struct worker_state {
     // messages are out (this thread only waits for its answer then): no scheduler thread is
     // woken for it, and its reply finds this one awake.
     inline_scope scope;
+    push_flags = g.hdr.flags & (flag::snapshot | flag::with_state);
     if (ctx->reducer || ctx->device_reducer) {
       if (!push_reduced(indices.size(), std::move(buf))) return;
     } else {
