@@ -209,7 +209,7 @@ struct scheduler_state {
     // The master and evaluator run here and need the data set (its test half, its size).
     auto data = load_job_data(*spec);
     if (!data) return std::unexpected(data.error());
-    auto job = reg->add(std::move(*rec), spec->placement, (*data)->train.rows);
+    auto job = reg->add(std::move(*rec), *spec, (*data)->train.rows);
     if (!job) return std::unexpected(job.error());
     runs[(*job)->status.job].data = std::move(*data);
     poke();
@@ -302,6 +302,17 @@ struct scheduler_state {
           end(*job, job_state::failed,
               coach::error{errc::resource_exhausted,
                            coach::format("node '{}' stopped heartbeating", name)});
+          continue;
+        }
+        if (loss.recovers) {
+          // Stopped in the registry: its master here, its parts on the nodes left; it starts
+          // again from its checkpoint once they answered.
+          runs[loss.job].stop(env());
+          stop_on(loss.job, loss.stop_hosts);
+          note(coach::format(
+              "job {} lost its parts on '{}'; it restarts from its checkpoint at "
+              "epoch {} on the nodes left ({:.1f} s of work lost)",
+              loss.job, name, job->first_epoch + 1, job->status.recoveries_lost_s.back()));
           continue;
         }
         note(coach::format("job {} goes on without the {} worker(s) of '{}'", loss.job,
@@ -473,7 +484,7 @@ caf::behavior cluster_scheduler(caf::stateful_actor<scheduler_state>* self,
       },
       [self](job_checkpoint_atom, std::uint64_t id, std::uint32_t gen, param_snapshot& p) {
         if (auto* job = self->state.reg->current(id, gen))
-          self->state.reg->checkpoint(*job, p.epoch, p.values);
+          self->state.reg->checkpoint(*job, p.epoch, p.state);
       },
       [self](job_done_atom, std::uint64_t id, std::uint32_t gen, job_outcome& o) {
         self->state.on_done(id, gen, o);

@@ -173,6 +173,11 @@ void put_start_job(wire::StartJob::Builder b, const start_job& s) {
   };
   put_parts(b.initAddedShards(static_cast<unsigned>(s.added_shards.size())), s.added_shards);
   put_parts(b.initAddedWorkers(static_cast<unsigned>(s.added_workers.size())), s.added_workers);
+  b.setFirstStep(s.first_step);
+  if (s.initial) {
+    b.setInitialUpdates(s.initial->updates);
+    b.setInitialSamplesApplied(s.initial->samples_applied);
+  }
   if (s.start) {
     auto p = b.initStart();
     p.setWorker(s.start->worker);
@@ -274,6 +279,10 @@ void put_job_status(wire::JobStatus::Builder b, const job_status& s) {
   }
   put_text([&](unsigned n) { return b.initModel(n); }, s.model_json, max_model_bytes);
   b.setResumes(s.resumes);
+  {
+    auto lost = b.initRecoveriesLostS(unsigned(s.recoveries_lost_s.size()));
+    for (unsigned i = 0; i < s.recoveries_lost_s.size(); ++i) lost.set(i, s.recoveries_lost_s[i]);
+  }
   put_text([&](unsigned n) { return b.initPlacement(n); }, s.placement, max_text_bytes);
   b.setAggregationDegree(s.aggregation_degree);
   b.setChangesDone(s.changes_done);
@@ -464,6 +473,9 @@ start_job get_start_job(wire::StartJob::Reader r) {
   s.source_name = get_text(r.getSourceName(), "startJob sourceName");
   s.base_dir = get_text(r.getBaseDir(), "startJob baseDir");
   s.master_host = r.getMasterHost();
+  s.first_step = r.getFirstStep();
+  s.initial_updates = r.getInitialUpdates();
+  s.initial_samples_applied = r.getInitialSamplesApplied();
   s.shard_hosts = get_u32s(r.getShardHosts(), "startJob shardHosts");
   s.worker_hosts = get_u32s(r.getWorkerHosts(), "startJob workerHosts");
   const auto peers = r.getPeers();
@@ -605,6 +617,9 @@ job_status get_job_status(wire::JobStatus::Reader r) {
                          c.getSamplesPerSecondAfter(), c.getPrepareMs(), c.getStepSpreadMs()});
   s.model_json = get_text(r.getModel(), "job status model", max_model_bytes);
   s.resumes = r.getResumes();
+  const auto lost = r.getRecoveriesLostS();
+  check_count(lost, "job status recoveries", max_items);
+  for (auto x : lost) s.recoveries_lost_s.push_back(x);
   s.placement = get_text(r.getPlacement(), "job status placement");
   s.aggregation_degree = r.getAggregationDegree();
   s.changes_done = r.getChangesDone();
@@ -840,11 +855,16 @@ wire_message make_control(const endpoint& src, const endpoint& dst, const contro
   const std::byte* data = bytes->data();
   const std::size_t size = bytes->size();
   msg.frames.push_back(frame{std::move(bytes), data, size});
-  // A resumed job's parameters go as raw floats next to the Cap'n Proto message: no copy into a
-  // builder, and no Cap'n Proto size limit on a large model.
-  if (const auto* sj = std::get_if<start_job>(&m); sj && sj->initial_params)
-    msg.frames.push_back(
-        frame::of(sj->initial_params, sj->initial_params->data(), sj->initial_params->size()));
+  // A resumed job's values and optimizer state go as raw floats next to the Cap'n Proto
+  // message: no copy into a builder, and no Cap'n Proto size limit on a large model.
+  if (const auto* sj = std::get_if<start_job>(&m); sj && sj->initial) {
+    const auto& s = sj->initial;
+    msg.frames.push_back(frame::of(s, s->values.data(), s->values.size()));
+    if (!s->state_a.empty())
+      msg.frames.push_back(frame::of(s, s->state_a.data(), s->state_a.size()));
+    if (!s->state_b.empty())
+      msg.frames.push_back(frame::of(s, s->state_b.data(), s->state_b.size()));
+  }
   return msg;
 }
 
@@ -859,17 +879,24 @@ std::optional<control_message> read_control(const wire_message& m) {
   if (!msg) return drop(msg.error().message);
   if (m.frames.size() == 1) return std::move(*msg);
   auto* sj = std::get_if<start_job>(&*msg);
-  if (!sj || m.frames.size() > 2)
-    return drop(coach::format("control message has {} payload frames (1, or 2 for a startJob)",
+  if (!sj || m.frames.size() > 4)
+    return drop(coach::format("control message has {} payload frames (1, or 2 to 4 for a startJob)",
                               m.frames.size()));
-  const auto& f = m.frames[1];
-  if (f.bytes % sizeof(float) != 0)
-    return drop(
-        coach::format("startJob initial parameters of {} bytes are not whole f32s", f.bytes));
-  // Copied: a ZeroMQ frame need not be aligned for floats, and the shards keep their own copy.
-  auto params = std::make_shared<std::vector<float>>(f.bytes / sizeof(float));
-  if (f.bytes > 0) std::memcpy(params->data(), f.data, f.bytes);
-  sj->initial_params = std::move(params);
+  auto s = std::make_shared<ps::training_state>();
+  s->version = sj->first_step;
+  std::vector<float>* parts[] = {&s->values, &s->state_a, &s->state_b};
+  for (std::size_t i = 1; i < m.frames.size(); ++i) {
+    const auto& f = m.frames[i];
+    if (f.bytes % sizeof(float) != 0)
+      return drop(coach::format("startJob initial {} of {} bytes are not whole f32s",
+                                i == 1 ? "parameters" : "optimizer state", f.bytes));
+    // Copied: a ZeroMQ frame need not be aligned for floats, and the shards keep their own copy.
+    parts[i - 1]->resize(f.bytes / sizeof(float));
+    if (f.bytes > 0) std::memcpy(parts[i - 1]->data(), f.data, f.bytes);
+  }
+  s->updates = sj->initial_updates;
+  s->samples_applied = sj->initial_samples_applied;
+  sj->initial = std::move(s);
   return std::move(*msg);
 }
 

@@ -17,6 +17,7 @@
 #include "actors/transport.hpp"
 #include "common/error.hpp"
 #include "ps/job_config.hpp"
+#include "ps/training_state.hpp"
 #include "scheduler/cluster_view.hpp"
 #include "scheduler/host_probe.hpp"
 #include "scheduler/job_report.hpp"
@@ -89,10 +90,17 @@ struct start_job {
   std::vector<part_host> added_shards;   ///< shards added while the job runs
   std::vector<part_host> added_workers;  ///< workers added while the job runs
   std::optional<added_part> start;       ///< the part to start (a running job grows)
-  /// The job's parameters to start its shards from (a job resumed from a checkpoint), instead
-  /// of the model's seeded initialization. Not in the Cap'n Proto message: it travels as a
-  /// second payload frame of raw f32 (docs/wire.md), only with the shards phase.
-  std::shared_ptr<const std::vector<float>> initial_params;
+  /// The step the job starts at (both phases): its checkpoint's version; 0 for a new job.
+  std::int64_t first_step = 0;
+  /// The training state to start the job's shards from (a job resumed from a checkpoint),
+  /// instead of the model's seeded initialization; its version is first_step. The counters
+  /// are fields of the Cap'n Proto message; the values and the optimizer state travel as
+  /// payload frames of raw f32 after it (docs/wire.md), only with the shards phase.
+  std::shared_ptr<const ps::training_state> initial;
+  /// The counters of `initial` as the Cap'n Proto message carries them (read_control puts them
+  /// into `initial` with its frames; sending, `initial`'s own are used).
+  std::int64_t initial_updates = 0;
+  std::uint64_t initial_samples_applied = 0;
 };
 
 /// Scheduler -> node: stop every actor of the job (it ended, failed or was cancelled).

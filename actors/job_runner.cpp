@@ -24,6 +24,27 @@ result<std::shared_ptr<const worker::dataset_pair>> load_job_data(const sched::j
   return data;
 }
 
+namespace {
+
+/// What a resumed run's shards start from: the checkpoint as it is when it fits the model and
+/// its optimizer; one from a store of schema 1 (values only) with a zero optimizer state and
+/// counters, as runs resumed then. Errors: invalid_argument saying what does not fit.
+result<std::shared_ptr<const ps::training_state>> resume_state(const ps::training_state& ckpt,
+                                                               const sched::job_spec& spec,
+                                                               std::size_t num_params) {
+  if (ckpt.values.size() != num_params)
+    return fail(errc::invalid_argument, "it has {} parameters, the model {}", ckpt.values.size(),
+                num_params);
+  const std::size_t per = sched::shard_optimizer(spec).state_per_param();
+  auto s = std::make_shared<ps::training_state>(ckpt);
+  if (per >= 1 && s->state_a.empty()) s->state_a.assign(num_params, 0.0f);
+  if (per >= 2 && s->state_b.empty()) s->state_b.assign(num_params, 0.0f);
+  if (auto ok = ps::check(*s, num_params, per); !ok) return std::unexpected(ok.error());
+  return std::shared_ptr<const ps::training_state>(std::move(s));
+}
+
+}  // namespace
+
 result<void> job_runner::launch(const runner_env& env, sched::registered_job& job,
                                 const sched::launch_order& o) {
   const std::uint64_t id = job.status.job;
@@ -49,10 +70,11 @@ result<void> job_runner::launch(const runner_env& env, sched::registered_job& jo
   auto ctx = std::move(*made);
   const bool resumed = job.first_epoch > 0 || job.state == sched::job_state::suspended;
   if (job.first_epoch > 0 && job.checkpoint) {
-    if (job.checkpoint->size() != ctx->model.num_params())
-      return fail(errc::invalid_argument, "job {}: its checkpoint has {} parameters, the model {}",
-                  id, job.checkpoint->size(), ctx->model.num_params());
-    sj.initial_params = job.checkpoint;
+    auto initial = resume_state(*job.checkpoint, *spec, ctx->model.num_params());
+    if (!initial)
+      return fail(initial.error().code, "job {}: its checkpoint: {}", id, initial.error().message);
+    sj.initial = std::move(*initial);
+    sj.first_step = sj.initial->version;
   } else {
     job.first_epoch = 0;  // no checkpoint: from the seed, from the first epoch
   }
@@ -67,11 +89,11 @@ result<void> job_runner::launch(const runner_env& env, sched::registered_job& jo
     sj.peers.push_back(
         {h, n ? n->last.address : env.net->bound_address(), n ? n->last.public_key : ""});
   }
-  spawn(env, id, gen, job.first_epoch);
+  spawn(env, id, gen, job.first_epoch, sj.first_step);
   // Phase 1: every shard; phase 2 (on their acknowledgements): every worker.
   start_ = std::move(sj);
   send_phase(env, job, false);
-  start_.initial_params.reset();  // only the shards need it; the added parts start empty
+  start_.initial.reset();  // only the shards need it; the added parts start empty
   return {};
 }
 
@@ -85,7 +107,7 @@ added_part to_added_part(bool worker, std::uint32_t id, const ps::job_config& c,
 }  // namespace
 
 void job_runner::spawn(const runner_env& env, std::uint64_t id, std::uint32_t gen,
-                       std::uint32_t first) {
+                       std::uint32_t first, std::int64_t first_step) {
   auto me = caf::actor_cast<caf::actor>(env.self);
   auto& sys = env.self->home_system();
   // The master's observer: tags what the master reports with the job and this run.
@@ -121,7 +143,11 @@ void job_runner::spawn(const runner_env& env, std::uint64_t id, std::uint32_t ge
   };
   master_options mo;
   mo.first_epoch = first;
+  mo.first_step = first_step;
   mo.report_params = true;
+  // Every epoch's end with the optimizer state: the registry keeps the latest for a recovery
+  // or a suspend and writes one to the store every checkpoint.every_s.
+  mo.checkpoint_due = [](std::uint32_t) { return true; };
   master_ = spawn_master(sys, ctx_, relay_, evaluator_, std::move(hooks), mo);
   env.net->bind(ctx_->master, master_);
 }

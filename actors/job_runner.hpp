@@ -89,7 +89,8 @@ class job_runner {
     std::optional<coach::error> failure;
     bool sent = false;
   };
-  void spawn(const runner_env& env, std::uint64_t id, std::uint32_t gen, std::uint32_t first);
+  void spawn(const runner_env& env, std::uint64_t id, std::uint32_t gen, std::uint32_t first,
+             std::int64_t first_step);
   void send_phase(const runner_env& env, const scheduler::registered_job& job, bool workers);
   void next_add(const runner_env& env, scheduler::registered_job& job);
   bool has_part(const scheduler::registered_job& job, std::uint32_t host) const;

@@ -216,17 +216,28 @@ struct agent_state {
     if (sj.start) return start_added(sj, part);
     if (!sj.workers_phase) {
       std::vector<float> initial;
-      if (sj.initial_params) {
-        // A job resumed from its checkpoint: the parameters come with the message. A vector of
-        // another size is another model (or a forged message): refused, nothing started.
+      if (sj.initial) {
+        // A job resumed from its checkpoint: its values and optimizer state come with the
+        // message. A vector of another size is another model (or a forged message), state of
+        // another length another optimizer: refused, nothing started.
         const std::size_t want = ctx->model.num_params();
-        if (sj.initial_params->size() != want)
+        if (sj.initial->values.size() != want)
           return fail(errc::invalid_argument,
                       "node '{}': job {}: initial parameters have {} bytes, the model has {} "
                       "parameters ({} bytes)",
-                      opt.name, sj.job, sj.initial_params->size() * sizeof(float), want,
+                      opt.name, sj.job, sj.initial->values.size() * sizeof(float), want,
                       want * sizeof(float));
-        initial = *sj.initial_params;
+        const auto per = scheduler::shard_optimizer(ctx->spec).state_per_param();
+        if (auto ok = ps::check(*sj.initial, want, per); !ok)
+          return fail(errc::invalid_argument, "node '{}': job {}: initial state: {}", opt.name,
+                      sj.job, ok.error().message);
+        for (std::uint32_t k = 0; k < ctx->shards.size(); ++k) {
+          if (ctx->shards[k].host != opt.host) continue;
+          part.actors.push_back(spawn_shard(sys, ctx, k, *sj.initial));
+          watch(part.actors.back());
+          part.bound.push_back(ctx->shards[k]);
+        }
+        return {};
       } else {
         initial = while_heartbeating([&model = ctx->model, seed = ctx->spec.seed] {
           std::vector<float> p(model.num_params());
@@ -252,7 +263,7 @@ struct agent_state {
       ranks.push_back(r);
     }
     for (std::size_t i = 0; i < ranks.size(); ++i) {
-      part.actors.push_back(spawn_worker(sys, ctx, ranks[i], backends[i]));
+      part.actors.push_back(spawn_worker(sys, ctx, ranks[i], backends[i], sj.first_step));
       watch(part.actors.back());
       part.bound.push_back(ctx->workers[ranks[i]]);
     }

@@ -87,6 +87,11 @@ std::string to_json(const actors::job_status& s) {
   out += coach::format(
       "\"resumes\": {}, \"changes_done\": {}, \"placement\": {}, \"aggregation_degree\": {}, ",
       s.resumes, s.changes_done, json_string(s.placement), json_number(s.aggregation_degree));
+  std::string lost;
+  for (std::size_t i = 0; i < s.recoveries_lost_s.size(); ++i)
+    lost += (i ? ", " : "") + json_number(s.recoveries_lost_s[i]);
+  out += coach::format("\"recoveries\": {}, \"recoveries_lost_s\": [{}], ",
+                       s.recoveries_lost_s.size(), lost);
   if (const auto& i = s.invocations)
     out += coach::format(
         "\"invocations\": {{\"started\": {}, \"completed\": {}, \"timed_out\": {}, "
@@ -168,6 +173,13 @@ void print_status_table(const std::vector<actors::job_status>& jobs) {
           static_cast<unsigned long long>(i->timed_out),
           static_cast<unsigned long long>(i->out_of_memory),
           static_cast<unsigned long long>(i->failed), human_bytes(i->peak_memory_bytes).c_str());
+    if (!s.recoveries_lost_s.empty()) {
+      std::string each;
+      for (std::size_t i = 0; i < s.recoveries_lost_s.size(); ++i)
+        each += coach::format("{}{:.1f} s", i ? ", " : "", s.recoveries_lost_s[i]);
+      std::printf("      recoveries: %zu after lost nodes (work lost: %s)\n",
+                  s.recoveries_lost_s.size(), each.c_str());
+    }
     if (!s.error.empty()) std::printf("      error: %s\n", s.error.c_str());
   }
 }

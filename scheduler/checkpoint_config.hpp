@@ -25,7 +25,14 @@ struct checkpoint_config {
   /// counts as one). Whatever s, the end of the job's last epoch is always checkpointed, so the
   /// file holds the final state (a run can go on with more epochs).
   double every_s = 0;
+  /// Whether the spec (or --checkpoint-every) set every_s. A cluster scheduler writes a job's
+  /// checkpoints to its store every every_s seconds when set, else every
+  /// default_store_every_s.
+  bool every_s_given = false;
+  static constexpr double default_store_every_s = 60;
   bool enabled() const noexcept { return !path.empty(); }
+  /// Seconds between a cluster scheduler's stored checkpoints of the job.
+  double store_every_s() const noexcept { return every_s_given ? every_s : default_store_every_s; }
 };
 
 /// Which epochs' ends a job checkpoints, by checkpoint_config::every_s. Plain logic over an

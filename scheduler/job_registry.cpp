@@ -141,8 +141,11 @@ registered_job& job_registry::resume(job_record rec) {
                  ? job_state::queued
                  : rec.state;
   if (rec.state == job_state::failed || rec.state == job_state::cancelled) st.error = rec.message;
-  if (auto spec = parse_job_spec(rec.spec_yaml, rec.source_name, rec.base_dir))
+  if (auto spec = parse_job_spec(rec.spec_yaml, rec.source_name, rec.base_dir)) {
     job.placement = spec->placement;
+    job.store_every_s = spec->checkpoint.store_every_s();
+  }
+  job.stored_at = now();
   if (rec.state == job_state::running || rec.state == job_state::suspended) {
     // It ran under the previous process (or was suspended): it restarts from its checkpoint.
     // Nodes that ran its parts are told to stop them first (when they heartbeat).
@@ -151,7 +154,8 @@ registered_job& job_registry::resume(job_record rec) {
     if (ckpt && *ckpt) {
       job.first_epoch = (*ckpt)->epoch + 1;
       job.checkpoint_epoch = (*ckpt)->epoch;
-      job.checkpoint = std::make_shared<const std::vector<float>>(std::move((*ckpt)->params));
+      job.checkpoint_at = (*ckpt)->at;
+      job.checkpoint = std::make_shared<const ps::training_state>(std::move((*ckpt)->state));
     }
     st.epochs_done = job.first_epoch;
     st.epoch_samples.resize(std::min<std::size_t>(st.epoch_samples.size(), job.first_epoch));
@@ -255,13 +259,15 @@ result<job_record> job_registry::admit(const job_spec& spec, const submission& s
   return rec;
 }
 
-result<registered_job*> job_registry::add(job_record rec, std::string placement,
+result<registered_job*> job_registry::add(job_record rec, const job_spec& spec,
                                           std::uint64_t samples_epoch) {
   auto id = store_->add_job(rec);
   if (!id) return std::unexpected(id.error());
   rec.id = *id;
   registered_job& job = jobs_[*id];
-  job.placement = std::move(placement);
+  job.placement = spec.placement;
+  job.store_every_s = spec.checkpoint.store_every_s();
+  job.stored_at = now();
   job.state_since = rec.submitted;
   auto& st = job.status;
   st.job = *id;
@@ -420,7 +426,13 @@ void job_registry::suspend(registered_job& job, resource_pool& pool, const std::
   for (auto h : job.alloc.shard_hosts())
     if (pool.contains(h)) pool.give(h, shard_cost(job.rec));
   out.stops.push_back({job.status.job, job.hosts});
-  job.stopping = job.hosts;  // it may start again once every one of them has answered
+  stop_to_resume(job, job.hosts, coach::format("suspended by {}", policy));
+}
+
+void job_registry::stop_to_resume(registered_job& job, std::set<std::uint32_t> stopping,
+                                  const std::string& why) {
+  store_checkpoint(job);  // a restart of the scheduler while it waits resumes from it too
+  job.stopping = std::move(stopping);  // it may start again once every one of them answered
   stop_run(job);
   job.first_epoch = job.checkpoint ? job.checkpoint_epoch + 1 : 0;
   auto& st = job.status;
@@ -430,9 +442,8 @@ void job_registry::suspend(registered_job& job, resource_pool& pool, const std::
   st.samples_done = 0;
   job.state = job_state::suspended;
   job.state_since = now();
-  logged(store_->set_state(
-             st.job, job.state, job.state_since,
-             coach::format("suspended by {}; resumes at epoch {}", policy, job.first_epoch + 1)),
+  logged(store_->set_state(st.job, job.state, job.state_since,
+                           coach::format("{}; resumes at epoch {}", why, job.first_epoch + 1)),
          "cannot record a state");
   record_allocation(job);
 }
@@ -681,19 +692,30 @@ void job_registry::epoch(registered_job& job, const epoch_report& e, perf_model&
 }
 
 void job_registry::checkpoint(registered_job& job, std::uint32_t epoch,
-                              std::shared_ptr<const std::vector<float>> values) {
-  if (!values) return;
-  // A checkpoint may overtake its epoch's record; stored first, a restart in between would
+                              std::shared_ptr<const ps::training_state> state) {
+  if (!state) return;
+  // A checkpoint may overtake its epoch's record; taken first, a restart in between would
   // resume after an epoch the store has no record of (its samples missing from the status).
   if (epoch >= job.status.epochs_done) {
-    job.held_checkpoint.emplace(epoch, std::move(values));
+    job.held_checkpoint.emplace(epoch, std::move(state));
     return;
   }
-  auto saved = store_->save_checkpoint(job.status.job, epoch, now(), *values);
+  job.checkpoint = std::move(state);
+  job.checkpoint_epoch = epoch;
+  job.checkpoint_at = now();
+  job.checkpoint_stored = false;
+  if (epoch + 1 >= job.status.epochs_total || now() - job.stored_at >= job.store_every_s)
+    store_checkpoint(job);
+}
+
+void job_registry::store_checkpoint(registered_job& job) {
+  if (!job.checkpoint || job.checkpoint_stored) return;
+  auto saved = store_->save_checkpoint(job.status.job, job.checkpoint_epoch, job.checkpoint_at,
+                                       *job.checkpoint);
   logged(saved, "cannot store a checkpoint");
   if (!saved) return;
-  job.checkpoint = std::move(values);
-  job.checkpoint_epoch = epoch;
+  job.checkpoint_stored = true;
+  job.stored_at = now();
 }
 
 // --- nodes --------------------------------------------------------------------------------------
@@ -705,10 +727,23 @@ std::vector<node_loss> job_registry::lose_node(std::uint32_t host) {
     if (job.over() || !job.launched || !job.hosts.contains(host)) continue;
     // A node that ran only workers of a running job: the job goes on without them (its master
     // drops them and re-dispenses their chunks; it fails the job itself when none is left).
-    node_loss loss{id, false, {}};
+    node_loss loss{.job = id};
+    loss.fails = host == self_host_;
+    loss.recovers = !loss.fails && (job.shard_hosts.contains(host) || !job.running());
+    if (loss.recovers) {
+      // Its shards' state is gone with the node: the job restarts from its checkpoint on the
+      // nodes left. The work since the checkpoint (or since this run began from it) is lost.
+      const double from = std::max(job.started, job.checkpoint ? job.checkpoint_at : 0.0);
+      job.status.recoveries_lost_s.push_back(std::max(0.0, now() - from));
+      loss.stop_hosts = job.hosts;
+      loss.stop_hosts.erase(host);
+      stop_to_resume(job, loss.stop_hosts,
+                     coach::format("node '{}' lost; recovering", nodes_.name(host)));
+      out.push_back(std::move(loss));
+      continue;
+    }
     for (const auto& [r, h] : job.alloc.worker_at)
       if (h == host) loss.ranks.push_back(r);
-    loss.fails = job.shard_hosts.contains(host) || host == self_host_ || !job.running();
     if (!loss.fails) {
       job.hosts.erase(host);
       for (auto r : loss.ranks) job.alloc.worker_at.erase(r);

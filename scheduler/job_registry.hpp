@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "ps/training_state.hpp"
 #include "scheduler/clock.hpp"
 #include "scheduler/cluster_view.hpp"
 #include "scheduler/executor.hpp"
@@ -98,14 +99,21 @@ struct registered_job {
   double state_factor = 1;
   double batch_size = 0;
 
-  // Resume: the next run starts at first_epoch from `checkpoint` (the parameters after the
-  // epoch before), once every node that ran a part of an earlier run has stopped it.
+  // Resume: the next run starts at first_epoch from `checkpoint` (the training state after the
+  // epoch before: values, optimizer state and counters), once every node that ran a part of an
+  // earlier run has stopped it.
   std::uint32_t first_epoch = 0;
-  std::shared_ptr<const std::vector<float>> checkpoint;
+  std::shared_ptr<const ps::training_state> checkpoint;
   std::uint32_t checkpoint_epoch = 0;  ///< the epoch `checkpoint` ends
-  /// A checkpoint that came before the record of the epoch it ends: stored once that record
-  /// is (so the store never holds a checkpoint ahead of its epochs' records).
-  std::optional<std::pair<std::uint32_t, std::shared_ptr<const std::vector<float>>>>
+  double checkpoint_at = 0;            ///< when it came (wall seconds)
+  bool checkpoint_stored = true;       ///< in the store (else only here, until the next write)
+  /// When the store last took one of the job's checkpoints (or the job was submitted or read).
+  double stored_at = 0;
+  /// Seconds between stored checkpoints (the spec's checkpoint.store_every_s()).
+  double store_every_s = checkpoint_config::default_store_every_s;
+  /// A checkpoint that came before the record of the epoch it ends: taken once that record is
+  /// (so the store never holds a checkpoint ahead of its epochs' records).
+  std::optional<std::pair<std::uint32_t, std::shared_ptr<const ps::training_state>>>
       held_checkpoint;
   std::set<std::uint32_t> stopping;     ///< hosts whose stop of an earlier run is unanswered
   std::set<std::uint32_t> stop_unsent;  ///< hosts of an earlier process's run not seen yet
@@ -173,9 +181,14 @@ struct orders {
 /// A node stopped heartbeating: what it means for one job that ran parts there.
 struct node_loss {
   std::uint64_t job = 0;
-  /// It held a shard, the master, or the job was still starting: the job fails (the caller
-  /// ends it). Otherwise the job goes on without the workers `ranks` (already dropped here).
+  /// It held the master: the job fails (the caller ends it).
   bool fails = false;
+  /// It held a shard, or the job was still starting: the run is stopped here and the job waits
+  /// to restart from its checkpoint on the nodes left (a recovery); the caller stops its
+  /// master and its parts on `stop_hosts`.
+  bool recovers = false;
+  std::set<std::uint32_t> stop_hosts;
+  /// Otherwise the job goes on without the workers `ranks` (already dropped here).
   std::vector<std::uint32_t> ranks;
 };
 
@@ -207,8 +220,9 @@ class job_registry {
   /// (it would wait for ever); one whose request would not fit asks for the most that does.
   /// Errors: invalid_argument (counts out of range), resource_exhausted (naming what it needs).
   result<job_record> admit(const job_spec& spec, const submission& s) const;
-  /// Stores an admitted job and queues it. `samples_epoch`: its data set's training rows.
-  result<registered_job*> add(job_record rec, std::string placement, std::uint64_t samples_epoch);
+  /// Stores an admitted job of `spec` and queues it. `samples_epoch`: its data set's training
+  /// rows.
+  result<registered_job*> add(job_record rec, const job_spec& spec, std::uint64_t samples_epoch);
 
   registered_job* find(std::uint64_t id);
   /// The job if `generation` is its launched run; else null (a stale report).
@@ -267,13 +281,16 @@ class job_registry {
   /// An epoch ended: into the status, the store and `model` (predicted first, so that the
   /// prediction is made without the epoch it predicts).
   void epoch(registered_job& job, const epoch_report& e, perf_model& model);
-  /// A checkpoint of the run, the parameters after epoch `epoch`: stored (once that epoch's
-  /// record is: until then it is held); the next run resumes from it.
+  /// A checkpoint of the run, the training state after epoch `epoch` (once that epoch's
+  /// record is in: until then it is held): the next run resumes from it. Written to the store
+  /// when store_every_s passed since the last write, and for the job's last epoch; a suspended
+  /// or recovering job's is written then.
   void checkpoint(registered_job& job, std::uint32_t epoch,
-                  std::shared_ptr<const std::vector<float>> values);
+                  std::shared_ptr<const ps::training_state> state);
 
   /// A node stopped heartbeating: stops waiting for its answers and says, per launched job with
-  /// parts there, whether the job fails or goes on without its workers there.
+  /// parts there, whether the job fails, recovers (stopped here, to restart from its
+  /// checkpoint) or goes on without its workers there.
   std::vector<node_loss> lose_node(std::uint32_t host);
   /// Hosts of an earlier process's runs that are not alive now are taken for dead (called once
   /// the node timeout has passed since the scheduler started). True when a job may start now.
@@ -297,6 +314,12 @@ class job_registry {
   void resize(registered_job& job, const job_view& v, const action& a, resource_pool& pool,
               const executor& exec, orders& out);
   void suspend(registered_job& job, resource_pool& pool, const std::string& policy, orders& out);
+  /// Stops the run to resume from its checkpoint later: suspended, waiting for the stops of
+  /// `stopping`; `why` goes to the store's state history.
+  void stop_to_resume(registered_job& job, std::set<std::uint32_t> stopping,
+                      const std::string& why);
+  /// Writes the job's checkpoint to the store unless it is there.
+  void store_checkpoint(registered_job& job);
   void rebalance(resource_pool& pool, rebalancer& rebal,
                  const std::function<bool(std::uint64_t)>& busy, orders& out);
   void stop_run(registered_job& job);

@@ -274,15 +274,20 @@ result<void> parse_outputs(const spec_parser& p, const fields& top, const std::s
     auto f = p.open_map(*e, {"path", "every_s"});
     if (!f) return std::unexpected(std::move(f.error()));
     const entry* path = f->find("path");
-    if (path == nullptr) return p.missing(*f, "path");
-    auto v = p.get_string(*path);
-    if (!v) return std::unexpected(std::move(v.error()));
-    if (v->empty()) return p.bad(*path, "must not be empty");
-    spec.checkpoint.path = resolve_path(base_dir, *v);
-    if (const entry* every = f->find("every_s")) {
+    const entry* every = f->find("every_s");
+    // Without a path, every_s alone still sets how often a cluster scheduler's store takes one.
+    if (path == nullptr && every == nullptr) return p.missing(*f, "path");
+    if (path != nullptr) {
+      auto v = p.get_string(*path);
+      if (!v) return std::unexpected(std::move(v.error()));
+      if (v->empty()) return p.bad(*path, "must not be empty");
+      spec.checkpoint.path = resolve_path(base_dir, *v);
+    }
+    if (every != nullptr) {
       auto s = p.get_number(*every, 0.0, false, std::numeric_limits<double>::infinity(), true);
       if (!s) return std::unexpected(std::move(s.error()));
       spec.checkpoint.every_s = *s;
+      spec.checkpoint.every_s_given = true;
     }
   }
   if (const entry* e = top.find("output")) {

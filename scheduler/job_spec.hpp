@@ -98,6 +98,8 @@
 //                                # optional: checkpoints (parameters and optimizer state) at
 //                                # epochs' ends (a relative path as dataset.path's); every_s
 //                                # >= 0, default 0: every epoch (scheduler/checkpoint_config.hpp)
+//                                # In a cluster, the scheduler's store keeps one every every_s
+//                                # (default 60; path optional there)
 //   output: model.safetensors    # optional: the final model, written when the job succeeds
 //                                # (a relative path as dataset.path's; --save wins)
 //   schedule:                    # optional: elastic changes at given steps (coach train)

@@ -50,7 +50,10 @@ struct job_status {
   /// cluster scheduler"); empty when the scheduler sent none.
   std::string model_json;
   std::uint32_t resumes = 0;  ///< times the job restarted from its checkpoint
-  std::string placement;      ///< the placement that placed its parts; empty before it started
+  /// Each recovery after a lost node (a restart from the checkpoint on the nodes left): the
+  /// seconds of training it lost (from the checkpoint, or the run's start, to the loss).
+  std::vector<double> recoveries_lost_s;
+  std::string placement;  ///< the placement that placed its parts; empty before it started
   /// The share of its worker-shard bytes that stay on one host (scheduler/placement.hpp); NaN
   /// when it runs no parts.
   double aggregation_degree = std::numeric_limits<double>::quiet_NaN();

@@ -15,7 +15,7 @@ namespace {
 
 /// The schema this build reads and writes; a store with another version is refused rather than
 /// misread. docs/scheduler.md explains each table.
-constexpr std::string_view schema_version = "1";
+constexpr std::string_view schema_version = "2";
 constexpr const char* schema_sql = R"sql(
 CREATE TABLE IF NOT EXISTS meta (
   key   TEXT PRIMARY KEY,
@@ -73,10 +73,24 @@ CREATE TABLE IF NOT EXISTS epochs (
   predicted_seconds REAL,
   PRIMARY KEY (job, epoch));
 CREATE TABLE IF NOT EXISTS checkpoints (
-  job    INTEGER PRIMARY KEY REFERENCES jobs(id),
-  epoch  INTEGER NOT NULL,
-  at     REAL NOT NULL,
-  params BLOB NOT NULL);
+  job             INTEGER PRIMARY KEY REFERENCES jobs(id),
+  epoch           INTEGER NOT NULL,
+  at              REAL NOT NULL,
+  params          BLOB NOT NULL,
+  version         INTEGER NOT NULL DEFAULT 0,
+  updates         INTEGER NOT NULL DEFAULT 0,
+  samples_applied INTEGER NOT NULL DEFAULT 0,
+  state_a         BLOB,
+  state_b         BLOB);
+)sql";
+
+/// Schema 1 to 2: checkpoints keep the optimizer state and its counters.
+constexpr const char* upgrade_1_sql = R"sql(
+ALTER TABLE checkpoints ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE checkpoints ADD COLUMN updates INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE checkpoints ADD COLUMN samples_applied INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE checkpoints ADD COLUMN state_a BLOB;
+ALTER TABLE checkpoints ADD COLUMN state_b BLOB;
 )sql";
 
 /// A prepared statement, finalized on destruction. Bind indices are 1-based, columns 0-based.
@@ -264,6 +278,11 @@ result<job_store> job_store::open(const std::string& path) {
   if (!*version) {
     if (auto set = store.set_setting("schema", schema_version); !set)
       return std::unexpected(set.error());
+  } else if (**version == "1") {
+    if (sqlite3_exec(db, upgrade_1_sql, nullptr, nullptr, nullptr) != SQLITE_OK)
+      return sql_error(db, path, "cannot upgrade its schema from version 1");
+    if (auto set = store.set_setting("schema", schema_version); !set)
+      return std::unexpected(set.error());
   } else if (**version != schema_version) {
     return fail(errc::unsupported, "job store '{}' has schema version {}; this build reads {}",
                 path, **version, schema_version);
@@ -422,12 +441,20 @@ result<void> job_store::add_epoch(std::uint64_t job, const epoch_record& e) {
 }
 
 result<void> job_store::save_checkpoint(std::uint64_t job, std::uint32_t epoch, double at,
-                                        std::span<const float> params) {
+                                        const ps::training_state& s) {
   statement q(db_,
-              "INSERT OR REPLACE INTO checkpoints (job, epoch, at, params) "
-              "SELECT id, ?, ?, ? FROM jobs WHERE id = ?");
+              "INSERT OR REPLACE INTO checkpoints (job, epoch, at, params, version, updates, "
+              "samples_applied, state_a, state_b) SELECT id, ?, ?, ?, ?, ?, ?, ?, ? FROM jobs "
+              "WHERE id = ?");
+  auto floats = [&](int i, const std::vector<float>& v) {
+    q.bind_blob(i, v.data(), v.size() * sizeof(float));
+  };
   q.bind(1, std::int64_t(epoch)).bind(2, at);
-  q.bind_blob(3, params.data(), params.size_bytes()).bind(4, job);
+  floats(3, s.values);
+  q.bind(4, s.version).bind(5, s.updates).bind(6, std::int64_t(s.samples_applied));
+  floats(7, s.state_a);
+  floats(8, s.state_b);
+  q.bind(9, job);
   if (q.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot store a checkpoint");
   if (sqlite3_changes(db_) == 0)
     return fail(errc::not_found, "job store '{}': no job {}", path_, job);
@@ -435,21 +462,31 @@ result<void> job_store::save_checkpoint(std::uint64_t job, std::uint32_t epoch, 
 }
 
 result<std::optional<checkpoint_record>> job_store::checkpoint(std::uint64_t job) const {
-  statement q(db_, "SELECT epoch, at, params FROM checkpoints WHERE job = ?");
+  statement q(db_,
+              "SELECT epoch, at, params, version, updates, samples_applied, state_a, state_b "
+              "FROM checkpoints WHERE job = ?");
   q.bind(1, job);
   const int rc = q.step();
   if (rc == SQLITE_DONE) return std::optional<checkpoint_record>();
   if (rc != SQLITE_ROW) return sql_error(db_, path_, "cannot read a checkpoint");
-  const auto bytes = q.blob(2);
-  if (bytes.size() % sizeof(float) != 0)
-    return fail(errc::parse_error,
-                "job store '{}': job {}'s checkpoint has {} bytes, not whole f32s", path_, job,
-                bytes.size());
   checkpoint_record c;
   c.epoch = std::uint32_t(q.integer(0));
   c.at = q.real(1);
-  c.params.resize(bytes.size() / sizeof(float));
-  if (!bytes.empty()) std::memcpy(c.params.data(), bytes.data(), bytes.size());
+  auto& s = c.state;
+  s.version = q.integer(3);
+  s.updates = q.integer(4);
+  s.samples_applied = std::uint64_t(q.integer(5));
+  const std::pair<int, std::vector<float>*> columns[] = {
+      {2, &s.values}, {6, &s.state_a}, {7, &s.state_b}};
+  for (auto [col, out] : columns) {
+    const auto bytes = q.blob(col);
+    if (bytes.size() % sizeof(float) != 0)
+      return fail(errc::parse_error,
+                  "job store '{}': job {}'s checkpoint has {} bytes of {}, not whole f32s", path_,
+                  job, bytes.size(), col == 2 ? "values" : "optimizer state");
+    out->resize(bytes.size() / sizeof(float));
+    if (!bytes.empty()) std::memcpy(out->data(), bytes.data(), bytes.size());
+  }
   return std::optional<checkpoint_record>(std::move(c));
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "ps/training_state.hpp"
 #include "scheduler/cluster_view.hpp"
 #include "scheduler/perf_model.hpp"
 
@@ -86,19 +87,21 @@ struct allocation_change {
   friend bool operator==(const allocation_change&, const allocation_change&) = default;
 };
 
-/// The parameters of a job at the end of an epoch: what a resumed job starts from.
+/// A job's training state at the end of an epoch: what a resumed job starts from.
 struct checkpoint_record {
-  std::uint32_t epoch = 0;  ///< the epoch they end (0-based); the job resumes at epoch + 1
+  std::uint32_t epoch = 0;  ///< the epoch it ends (0-based); the job resumes at epoch + 1
   double at = 0;
-  std::vector<float> params;
-  friend bool operator==(const checkpoint_record&, const checkpoint_record&) = default;
+  /// Values, optimizer state and counters. A store of schema 1 kept the values only: read
+  /// from one, the counters are 0 and the state is empty.
+  ps::training_state state;
 };
 
 class job_store {
  public:
   /// Opens (creating if needed) the store at `path`; ":memory:" keeps it in memory. Errors:
   /// io_error naming the path when SQLite cannot open it or it is not a database,
-  /// unsupported when it was written by a newer schema.
+  /// unsupported when it was written by a newer schema. A store of schema 1 is upgraded (its
+  /// checkpoints gain the optimizer state's columns, empty).
   static result<job_store> open(const std::string& path);
 
   job_store(job_store&& other) noexcept;
@@ -123,10 +126,10 @@ class job_store {
   /// epoch + 1 if that is more. Errors: not_found.
   result<void> add_epoch(std::uint64_t job, const epoch_record& e);
 
-  /// Stores `params` as job's checkpoint after `epoch`, replacing the previous one (only the
+  /// Stores `state` as job's checkpoint after `epoch`, replacing the previous one (only the
   /// latest is kept: a resume needs no other). Errors: not_found.
   result<void> save_checkpoint(std::uint64_t job, std::uint32_t epoch, double at,
-                               std::span<const float> params);
+                               const ps::training_state& state);
   /// A job's latest checkpoint, or nullopt when it has none.
   result<std::optional<checkpoint_record>> checkpoint(std::uint64_t job) const;
 

@@ -36,6 +36,9 @@ struct StartJob {
   start @11 :AddedPart;        # set: a running job grows by this part, started by the node
                                # that addedShards/addedWorkers place it on (every other node of
                                # the job learns where it runs); null: workersPhase says what
+  firstStep @12 :Int64;        # the step the job starts at: its checkpoint's version (0: new)
+  initialUpdates @13 :Int64;   # with initial state frames: the checkpoint's update count
+  initialSamplesApplied @14 :UInt64;  # ... and its samples applied (ps::training_state)
 
   struct Peer {
     host @0 :UInt32;

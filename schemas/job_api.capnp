@@ -84,6 +84,7 @@ struct JobStatus {
   changesDone @24 :UInt32;     # changes of workers or shards in effect so far (last progress)
   functionMode @25 :Bool;      # the job's workers run as bounded invocations
   invocations @26 :InvocationCounts;  # theirs so far (function mode)
+  recoveriesLostS @27 :List(Float64);  # per recovery after a lost node: seconds of work lost
 }
 
 # A function-mode job's invocations (worker::invocation_counts).

@@ -59,7 +59,9 @@ TEST(node_agent, refuses_checkpoint_parameters_of_another_size) {
   sj.shard_hosts = {node_host};
   sj.worker_hosts = {node_host};
   sj.peers = {{node_host, addr}};
-  sj.initial_params = std::make_shared<const std::vector<float>>(10, 0.5f);
+  auto initial = std::make_shared<coach::ps::training_state>();
+  initial->values.assign(10, 0.5f);
+  sj.initial = initial;
   ASSERT_TRUE((*net)->send(make_control(me, {node_host, node_agent_id}, sj)));
   std::optional<command_reply> reply;
   self->receive(

@@ -46,7 +46,7 @@ void stop_node(node_process& n) {
 
 /// A digits job (1438 training samples, tens of ms an epoch) with these ranges and length.
 fs::path digits_spec(const std::string& name, int epochs, const std::string& workers,
-                     const std::string& shards) {
+                     const std::string& shards, const std::string& extra = "") {
   const auto path = work_dir() / (name + ".yaml");
   std::ofstream(path) << "name: " << name
                       << "\ndataset: {format: csv, path: data/digits.csv.gz, test_fraction: 0.2}\n"
@@ -54,8 +54,20 @@ fs::path digits_spec(const std::string& name, int epochs, const std::string& wor
                          "optimizer: {type: momentum, learning_rate: 0.05, momentum: 0.9}\n"
                          "batch_size: 32\nepochs: "
                       << epochs << "\nconsistency: bsp\nseed: 7\nworkers: " << workers
-                      << "\nshards: " << shards << "\nslice_size: 1024\nbackend: cpu\n";
+                      << "\nshards: " << shards << "\nslice_size: 1024\nbackend: cpu\n"
+                      << extra;
   return path;
+}
+
+/// The tensor bytes of a safetensors file (after its header, whose metadata names the job):
+/// the same model's tensors come in the same order.
+std::string tensor_bytes(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (all.size() < 8) return {};
+  std::uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = header << 8 | std::uint8_t(all[std::size_t(i)]);
+  return header + 8 <= all.size() ? all.substr(8 + header) : std::string{};
 }
 
 /// A cluster of coach-node processes: a scheduler node and `joiners` more.
@@ -159,8 +171,15 @@ TEST_F(scheduler_cluster, a_job_survives_a_killed_and_restarted_scheduler_and_su
   start(2, {"--store", store.string(), "--node-timeout", "10"}, {});
   if (HasFatalFailure()) return;
   constexpr int epochs = 120;
+  // Checkpoints stored at every epoch's end (the default is once a minute); the final model
+  // written, to compare with a run that was not interrupted.
+  const auto model = work_dir() / "restart-model.safetensors";
+  const auto clean_model = work_dir() / "restart-clean-model.safetensors";
+  fs::remove(model);
+  fs::remove(clean_model);
+  const std::string extra = "checkpoint: {every_s: 0}\noutput: ";
   const auto spec = digits_spec("restart", epochs, "{min: 1, max: 4, initial: 3}",
-                                "{min: 1, max: 2, initial: 2}");
+                                "{min: 1, max: 2, initial: 2}", extra + model.string() + "\n");
   const std::string job = submit(spec);
   auto set = coach("policy set round-robin --at " + at_);
   ASSERT_EQ(set.code, 0) << set.err;
@@ -193,6 +212,52 @@ TEST_F(scheduler_cluster, a_job_survives_a_killed_and_restarted_scheduler_and_su
   auto get = coach("policy get --json --at " + at_);
   EXPECT_EQ(get.code, 0) << get.err;
   EXPECT_TRUE(has(get.out, "{\"policy\": \"round-robin\"}")) << get.out;
+
+  // It resumed with its optimizer state (momentum) and counters: its final parameters are
+  // bitwise those of the same job run without the restart.
+  const auto clean =
+      submit(digits_spec("restart-clean", epochs, "{min: 1, max: 4, initial: 3}",
+                         "{min: 1, max: 2, initial: 2}", extra + clean_model.string() + "\n"));
+  const auto clean_status = wait_for_end(clean, 300s);
+  ASSERT_TRUE(has(clean_status, "\"state\": \"succeeded\"")) << clean_status;
+  EXPECT_EQ(json_number(clean_status, "workers"), json_number(final_status, "workers"));
+  const auto a = tensor_bytes(model), b = tensor_bytes(clean_model);
+  ASSERT_EQ(a.size(), 4810u * 4u) << logs();  // the digits MLP's parameters, f32
+  EXPECT_TRUE(a == b) << "the parameters differ from the uninterrupted run's";
+}
+
+TEST_F(scheduler_cluster, a_job_recovers_from_its_checkpoint_when_a_node_with_a_shard_dies) {
+  start(3, {"--store", ""}, {});
+  if (HasFatalFailure()) return;
+  constexpr int epochs = 150;
+  const auto spec = digits_spec("recover", epochs, "{min: 1, max: 4, initial: 3}",
+                                "{min: 1, max: 2, initial: 2}", "checkpoint: {every_s: 0}\n");
+  const std::string job = submit(spec);
+  // A few epochs in, a node that holds a shard (not the scheduler's) dies without a word.
+  auto st = poll(job, [](const std::string& s) { return json_number(s, "epochs_done") >= 5; });
+  ASSERT_GE(json_number(st, "epochs_done"), 5) << st;
+  node_process* victim = nullptr;
+  const auto at = st.find("\"shard_nodes\": [");
+  ASSERT_NE(at, std::string::npos) << st;
+  const auto list = st.substr(at, st.find(']', at) - at);
+  for (auto& n : nodes_)
+    if (n.name != "node-a" && has(list, "\"" + n.name + "\"")) victim = &n;
+  ASSERT_NE(victim, nullptr) << "no shard away from the scheduler's node: " << st;
+  stop_node(*victim);  // SIGKILL
+
+  // The job is not failed: it restarts from its last checkpoint on the nodes left and ends
+  // with every epoch trained once and the accuracy of a run that lost nothing.
+  const auto final_status = wait_for_end(job, 300s);
+  EXPECT_TRUE(has(final_status, "\"state\": \"succeeded\"")) << final_status;
+  EXPECT_EQ(json_number(final_status, "epochs_done"), epochs) << final_status;
+  EXPECT_TRUE(has(final_status, full_epochs(epochs))) << final_status;
+  EXPECT_GE(json_number(final_status, "test_accuracy"), 0.95) << final_status;
+  EXPECT_EQ(json_number(final_status, "recoveries"), 1) << final_status;
+  EXPECT_FALSE(has(final_status, "\"" + victim->name + "\"")) << "restarted away from it";
+  // coach status says what the recovery cost.
+  auto text = coach("status " + job + " --at " + at_);
+  EXPECT_TRUE(has(text.out, "recoveries: 1 after lost nodes (work lost: ")) << text.out;
+  EXPECT_TRUE(has(slurp(nodes_[0].log), "it restarts from its checkpoint at epoch")) << logs();
 }
 
 TEST_F(scheduler_cluster, swapping_the_policy_under_a_running_job_loses_and_restarts_nothing) {

@@ -694,35 +694,60 @@ TEST(control, make_control_builds_one_frame_of_kind_control) {
   EXPECT_EQ(to_string(h->env.kind), "control");
 }
 
-TEST(control, a_start_job_carries_its_initial_parameters_as_a_second_frame) {
+TEST(control, a_start_job_carries_its_initial_training_state_as_frames) {
   const endpoint src{1, scheduler_id}, dst{2, node_agent_id};
   start_job s = full_start_job();
-  auto params = std::make_shared<std::vector<float>>(std::vector<float>{1.5f, -2.0f, 0.25f});
-  s.initial_params = params;
+  auto state = std::make_shared<ps::training_state>();
+  state->version = 4500;
+  state->updates = 4321;
+  state->samples_applied = 123456789012ull;
+  state->values = {1.5f, -2.0f, 0.25f};
+  state->state_a = {0.1f, 0.2f, 0.3f};
+  state->state_b = {4.f, 5.f, 6.f};
+  s.first_step = state->version;
+  s.initial = state;
   auto msg = make_control(src, dst, s);
-  ASSERT_EQ(msg.frames.size(), 2u);
+  ASSERT_EQ(msg.frames.size(), 4u);
   EXPECT_EQ(msg.frames[1].bytes, 12u);
-  EXPECT_EQ(msg.frames[1].data, reinterpret_cast<const std::byte*>(params->data()));  // no copy
+  EXPECT_EQ(msg.frames[1].data, reinterpret_cast<const std::byte*>(state->values.data()));
+  EXPECT_EQ(msg.frames[3].data, reinterpret_cast<const std::byte*>(state->state_b.data()));
   auto back = read_control(msg);
   ASSERT_TRUE(back);
   const auto& got = std::get<start_job>(*back);
   expect_same(got, s);
-  ASSERT_TRUE(got.initial_params);
-  EXPECT_EQ(*got.initial_params, *params);
-  // Without parameters: one frame, and none read back.
+  EXPECT_EQ(got.first_step, 4500);
+  ASSERT_TRUE(got.initial);
+  EXPECT_EQ(got.initial->version, 4500);
+  EXPECT_EQ(got.initial->updates, 4321);
+  EXPECT_EQ(got.initial->samples_applied, 123456789012ull);
+  EXPECT_EQ(got.initial->values, state->values);
+  EXPECT_EQ(got.initial->state_a, state->state_a);
+  EXPECT_EQ(got.initial->state_b, state->state_b);
+  // Plain SGD keeps no state: the values alone.
+  auto plain = std::make_shared<ps::training_state>(*state);
+  plain->state_a.clear();
+  plain->state_b.clear();
+  s.initial = plain;
+  auto one = make_control(src, dst, s);
+  ASSERT_EQ(one.frames.size(), 2u);
+  auto back_one = read_control(one);
+  ASSERT_TRUE(back_one);
+  EXPECT_EQ(std::get<start_job>(*back_one).initial->values, plain->values);
+  EXPECT_TRUE(std::get<start_job>(*back_one).initial->state_a.empty());
+  // Without a checkpoint: one frame, and none read back.
   EXPECT_FALSE(
-      std::get<start_job>(*read_control(make_control(src, dst, full_start_job()))).initial_params);
+      std::get<start_job>(*read_control(make_control(src, dst, full_start_job()))).initial);
 
   // Hostile frames: not whole floats, on another message, or one too many: dropped.
   auto odd = msg;
-  odd.frames[1].bytes = 7;
+  odd.frames[2].bytes = 7;
   EXPECT_FALSE(read_control(odd));
   auto other = make_control(src, dst, stop_job{3});
   other.frames.push_back(msg.frames[1]);
   EXPECT_FALSE(read_control(other));
-  auto three = msg;
-  three.frames.push_back(msg.frames[1]);
-  EXPECT_FALSE(read_control(three));
+  auto five = msg;
+  five.frames.push_back(msg.frames[1]);
+  EXPECT_FALSE(read_control(five));
 }
 
 TEST(control, make_control_names_the_job_the_message_is_about) {

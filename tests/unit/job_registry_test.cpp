@@ -24,17 +24,36 @@ std::string spec_yaml(const std::string& name, int epochs, const std::string& wo
          "\nbackend: cpu\n" + extra;
 }
 
+/// A training state of `n` values `v` (momentum: as much state), after `version` steps.
+std::shared_ptr<const ps::training_state> state_of(std::size_t n, float v,
+                                                   std::int64_t version = 0) {
+  auto s = std::make_shared<ps::training_state>();
+  s->version = version;
+  s->updates = version;
+  s->samples_applied = std::uint64_t(version) * 32;
+  s->values.assign(n, v);
+  s->state_a.assign(n, -v);
+  return s;
+}
+
+/// Checkpoints go to the store at every epoch's end (the default is once a minute).
+const std::string every_epoch = "checkpoint: {every_s: 0}\n";
+
 class registry : public ::testing::Test {
  protected:
-  /// `cpus` CPUs on each of `n` nodes a, b, c, ... (hosts 1, 2, 3, ...; the scheduler on 1).
-  void nodes(int n, int cpus) {
+  /// `cpus` CPUs on each of `n` nodes a, b, c, ... (hosts 1, 2, 3, ...; the scheduler on 1),
+  /// all heartbeating now but host `silent`.
+  /// `first_cpus`: host 1's, when given.
+  void nodes(int n, int cpus, std::uint32_t silent = 0, std::optional<int> first_cpus = {}) {
     for (int i = 0; i < n; ++i) {
+      if (std::uint32_t(i + 1) == silent) continue;
       node_report r;
       r.host = std::uint32_t(i + 1);
       r.name = std::string(1, char('a' + i));
       r.address = "tcp://127.0.0.1:" + std::to_string(7001 + i);
-      r.resources.cpus_total = std::uint32_t(cpus);
-      r.resources.cpus_free = cpus;
+      const int c = i == 0 && first_cpus ? *first_cpus : cpus;
+      r.resources.cpus_total = std::uint32_t(c);
+      r.resources.cpus_free = c;
       r.resources.memory_total = r.resources.memory_free = 8ull << 30;
       table.heartbeat(std::move(r));
     }
@@ -53,7 +72,7 @@ class registry : public ::testing::Test {
     EXPECT_TRUE(spec) << spec.error().message;
     auto rec = reg.admit(*spec, {yaml, "job.yaml", "/tmp", workers, 0});
     EXPECT_TRUE(rec) << rec.error().message;
-    auto job = reg.add(std::move(*rec), spec->placement, 1000);
+    auto job = reg.add(std::move(*rec), *spec, 1000);
     EXPECT_TRUE(job) << job.error().message;
     return (*job)->status.job;
   }
@@ -247,12 +266,12 @@ TEST_F(registry, a_restarted_registry_resumes_a_running_job_from_its_checkpoint)
   std::uint64_t id = 0;
   {
     auto reg = make();
-    id = submit(reg, spec_yaml("restart", 120, "{min: 1, max: 4, initial: 3}", "2"));
+    id = submit(reg, spec_yaml("restart", 120, "{min: 1, max: 4, initial: 3}", "2", every_epoch));
     decide(reg);
     auto& job = *reg.find(id);
     ASSERT_EQ(job.hosts.size(), 3u);
     end_epochs(reg, job, *holder->model(), 0, 4);
-    reg.checkpoint(job, 4, std::make_shared<const std::vector<float>>(10, 0.5f));
+    reg.checkpoint(job, 4, state_of(10, 0.5f, 75));
   }  // the scheduler's process dies
   auto reg = make();
   auto n = reg.load();
@@ -264,7 +283,10 @@ TEST_F(registry, a_restarted_registry_resumes_a_running_job_from_its_checkpoint)
   EXPECT_EQ(job.first_epoch, 5u);
   EXPECT_EQ(job.status.epochs_done, 5u);
   ASSERT_TRUE(job.checkpoint);
-  EXPECT_EQ(*job.checkpoint, std::vector<float>(10, 0.5f));
+  EXPECT_EQ(job.checkpoint->values, std::vector<float>(10, 0.5f));
+  EXPECT_EQ(job.checkpoint->state_a, std::vector<float>(10, -0.5f)) << "the optimizer state too";
+  EXPECT_EQ(job.checkpoint->version, 75);
+  EXPECT_EQ(job.checkpoint->samples_applied, 75u * 32u);
   // Its parts on the other nodes must be stopped first (its parts here died with the process).
   EXPECT_EQ(job.stop_unsent, (std::set<std::uint32_t>{2, 3}));
   EXPECT_TRUE(decide(reg).launches.empty());
@@ -288,13 +310,13 @@ TEST_F(registry, a_checkpoint_ahead_of_its_epoch_record_waits_for_it) {
   std::uint64_t id = 0;
   {
     auto reg = make();
-    id = submit(reg, spec_yaml("race", 10, "1", "1"));
+    id = submit(reg, spec_yaml("race", 10, "1", "1", every_epoch));
     decide(reg);
     auto& job = *reg.find(id);
     end_epochs(reg, job, *holder->model(), 0, 2);
-    reg.checkpoint(job, 2, std::make_shared<const std::vector<float>>(4, 2.f));
+    reg.checkpoint(job, 2, state_of(4, 2.f));
     EXPECT_EQ(job.checkpoint_epoch, 2u);
-    reg.checkpoint(job, 3, std::make_shared<const std::vector<float>>(4, 3.f));
+    reg.checkpoint(job, 3, state_of(4, 3.f));
     EXPECT_EQ(job.checkpoint_epoch, 2u) << "held until epoch 3's record";
     EXPECT_EQ((*store->checkpoint(id))->epoch, 2u);
   }
@@ -302,17 +324,17 @@ TEST_F(registry, a_checkpoint_ahead_of_its_epoch_record_waits_for_it) {
   ASSERT_TRUE(reg.load());
   auto& job = *reg.find(id);
   EXPECT_EQ(job.first_epoch, 3u);
-  EXPECT_EQ(*job.checkpoint, std::vector<float>(4, 2.f));
+  EXPECT_EQ(job.checkpoint->values, std::vector<float>(4, 2.f));
   EXPECT_EQ(job.status.epoch_samples, (std::vector<std::uint64_t>{1000, 1000, 1000}));
 
   // Held, then stored once the record comes.
   end_epochs(reg, job, *holder->model(), 3, 3);
-  reg.checkpoint(job, 4, std::make_shared<const std::vector<float>>(4, 4.f));
+  reg.checkpoint(job, 4, state_of(4, 4.f));
   EXPECT_EQ(job.checkpoint_epoch, 2u);
   end_epochs(reg, job, *holder->model(), 4, 4);
   EXPECT_EQ(job.checkpoint_epoch, 4u);
   EXPECT_EQ((*store->checkpoint(id))->epoch, 4u);
-  EXPECT_EQ(*job.checkpoint, std::vector<float>(4, 4.f));
+  EXPECT_EQ(job.checkpoint->values, std::vector<float>(4, 4.f));
 }
 
 TEST_F(registry, a_job_in_the_store_ended_after_its_last_checkpoint_is_not_trained_again) {
@@ -321,10 +343,10 @@ TEST_F(registry, a_job_in_the_store_ended_after_its_last_checkpoint_is_not_train
   std::uint64_t id = 0;
   {
     auto reg = make();
-    id = submit(reg, spec_yaml("done", 3, "1", "1"));
+    id = submit(reg, spec_yaml("done", 3, "1", "1"));  // the last epoch's is always stored
     decide(reg);
     end_epochs(reg, *reg.find(id), *holder->model(), 0, 2);
-    reg.checkpoint(*reg.find(id), 2, std::make_shared<const std::vector<float>>(3, 1.f));
+    reg.checkpoint(*reg.find(id), 2, state_of(3, 1.f));
   }
   auto reg = make();
   ASSERT_TRUE(reg.load());
@@ -333,8 +355,10 @@ TEST_F(registry, a_job_in_the_store_ended_after_its_last_checkpoint_is_not_train
   EXPECT_TRUE(decide(reg).empty());
 }
 
-TEST_F(registry, a_lost_node_with_only_workers_costs_them_a_node_with_a_shard_fails_the_job) {
-  nodes(3, 1);  // one part per node: the shard on one, the two workers on the others
+TEST_F(registry, a_lost_node_with_only_workers_costs_them_a_node_with_a_shard_a_recovery) {
+  // One part per node: the shard on one, the two workers on others, one spare; the scheduler's node
+  // runs none (its loss is the scheduler's).
+  nodes(5, 1, 0, 0);
   use("fifo");
   auto reg = make();
   const auto id = submit(reg, spec_yaml("lossy", 50, "{min: 1, max: 2, initial: 2}", "1"));
@@ -345,17 +369,82 @@ TEST_F(registry, a_lost_node_with_only_workers_costs_them_a_node_with_a_shard_fa
   for (const auto& [r, h] : job.alloc.worker_at)
     if (h != 1) worker_host = h, rank = r;
   ASSERT_NE(worker_host, 0u) << "a worker away from the scheduler's node";
+  ASSERT_NE(shard_host, 1u) << "the shard away from the scheduler's node";
   auto loss = reg.lose_node(worker_host);
   ASSERT_EQ(loss.size(), 1u);
   EXPECT_FALSE(loss[0].fails);
+  EXPECT_FALSE(loss[0].recovers);
   EXPECT_EQ(loss[0].ranks, std::vector<std::uint32_t>{rank});
   EXPECT_EQ(job.alloc.workers(), 1);
   EXPECT_EQ(job.status.workers, 1u);
   EXPECT_TRUE(job.status.worker_nodes[rank].ends_with(" (lost)"));
   EXPECT_EQ(store->job(id)->workers, 1);
+
+  // Three epochs, a checkpoint after the third (kept here: a minute has not passed), 12 s more
+  // of training, then the shard's node is lost: the job restarts from the checkpoint.
+  end_epochs(reg, job, *holder->model(), 0, 2);
+  reg.checkpoint(job, 2, state_of(10, 0.25f, 90));
+  EXPECT_FALSE(*store->checkpoint(id)) << "stored only once a minute";
+  wall.advance(seconds(12));
+  const auto before = job.hosts;
   loss = reg.lose_node(shard_host);
   ASSERT_EQ(loss.size(), 1u);
-  EXPECT_TRUE(loss[0].fails);
+  EXPECT_FALSE(loss[0].fails);
+  ASSERT_TRUE(loss[0].recovers);
+  auto left = before;
+  left.erase(shard_host);
+  EXPECT_EQ(loss[0].stop_hosts, left) << "its master and parts on the nodes left are stopped";
+  EXPECT_EQ(job.state, job_state::suspended);
+  EXPECT_FALSE(job.launched);
+  EXPECT_EQ(job.first_epoch, 3u);
+  EXPECT_EQ(job.status.epochs_done, 3u);
+  ASSERT_EQ(job.status.recoveries_lost_s.size(), 1u);
+  EXPECT_DOUBLE_EQ(job.status.recoveries_lost_s[0], 12.0);
+  // The checkpoint is in the store now: a scheduler restart meanwhile resumes from it too.
+  auto stored = store->checkpoint(id);
+  ASSERT_TRUE(stored && *stored);
+  EXPECT_EQ((*stored)->epoch, 2u);
+  EXPECT_EQ((*stored)->state.version, 90);
+  EXPECT_EQ((*stored)->state.state_a, std::vector<float>(10, -0.25f));
+  EXPECT_EQ(store->states(id)->back().message,
+            "node '" + table.name(shard_host) + "' lost; recovering; resumes at epoch 4");
+
+  // Once the nodes left answered their stops, it starts again, away from the lost node.
+  EXPECT_TRUE(reg.decide(*holder, *exec, nullptr).launches.empty());
+  steady.advance(seconds(10));
+  nodes(5, 1, shard_host, 0);  // every node but the lost one heartbeats
+  EXPECT_EQ(table.expire(), std::vector<std::uint32_t>{shard_host});
+  for (auto h : left) reg.stop_answered(job, h);
+  auto o = reg.decide(*holder, *exec, nullptr);
+  ASSERT_EQ(o.launches.size(), 1u);
+  for (auto h : o.launches[0].shards) EXPECT_NE(h, shard_host);
+  for (auto h : o.launches[0].workers) EXPECT_NE(h, shard_host);
+}
+
+TEST_F(registry, the_store_takes_a_checkpoint_every_every_s_and_always_the_last) {
+  nodes(1, 4);
+  use("fifo");
+  auto reg = make();
+  const auto id = submit(reg, spec_yaml("paced", 5, "1", "1", "checkpoint: {every_s: 30}\n"));
+  decide(reg);
+  auto& job = *reg.find(id);
+  end_epochs(reg, job, *holder->model(), 0, 0);
+  wall.advance(seconds(20));
+  reg.checkpoint(job, 0, state_of(4, 1.f));
+  EXPECT_FALSE(*store->checkpoint(id)) << "20 s after the submission";
+  EXPECT_EQ(job.checkpoint_epoch, 0u) << "kept here for a recovery";
+  end_epochs(reg, job, *holder->model(), 1, 1);
+  wall.advance(seconds(15));
+  reg.checkpoint(job, 1, state_of(4, 2.f));
+  ASSERT_TRUE(*store->checkpoint(id));
+  EXPECT_EQ((*store->checkpoint(id))->epoch, 1u) << "35 s after the submission";
+  end_epochs(reg, job, *holder->model(), 2, 3);
+  wall.advance(seconds(10));
+  reg.checkpoint(job, 3, state_of(4, 4.f));
+  EXPECT_EQ((*store->checkpoint(id))->epoch, 1u) << "10 s after the last";
+  end_epochs(reg, job, *holder->model(), 4, 4);
+  reg.checkpoint(job, 4, state_of(4, 5.f));
+  EXPECT_EQ((*store->checkpoint(id))->epoch, 4u) << "the job's last epoch";
 }
 
 TEST_F(registry, a_refused_resize_gives_the_allocation_back) {

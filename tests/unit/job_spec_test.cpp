@@ -964,6 +964,15 @@ TEST(job_spec_outputs, checkpoint_and_output_paths_are_absolute_and_every_s_defa
   ASSERT_TRUE(r) << r.error().to_string();
   EXPECT_EQ(r->checkpoint.path, "/tmp/ck.st");
   EXPECT_EQ(r->checkpoint.every_s, 90.5);
+  EXPECT_EQ(r->checkpoint.store_every_s(), 90.5);
+  // Without every_s a cluster's store takes one every 60 s; every_s alone (no file) sets that.
+  r = parse_job_spec(minimal, "job.yaml");
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(r->checkpoint.store_every_s(), 60.0);
+  r = parse_job_spec(with("checkpoint", "checkpoint: {every_s: 0}"), "job.yaml");
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_FALSE(r->checkpoint.enabled());
+  EXPECT_EQ(r->checkpoint.store_every_s(), 0.0);
 }
 
 TEST(job_spec_outputs, bad_checkpoint_and_output_name_the_field) {
@@ -971,7 +980,7 @@ TEST(job_spec_outputs, bad_checkpoint_and_output_name_the_field) {
     std::string_view replacement, message;
   };
   for (const bad_case& c : {
-           bad_case{"checkpoint: {every_s: 10}", "field 'checkpoint.path' is required"},
+           bad_case{"checkpoint: {}", "field 'checkpoint.path' is required"},
            bad_case{"checkpoint: {path: ''}", "field 'checkpoint.path' must not be empty"},
            bad_case{"checkpoint: {path: a, every_s: -1}",
                     "field 'checkpoint.every_s' must be >= 0, got -1"},

@@ -252,14 +252,48 @@ TEST(job_store, bad_paths_and_foreign_files_are_errors) {
   ASSERT_TRUE(job_store::open(newer));
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(newer.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = '2' WHERE key = 'schema'", nullptr, nullptr,
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = '3' WHERE key = 'schema'", nullptr, nullptr,
                          nullptr),
             SQLITE_OK);
   sqlite3_close(db);
   auto refused = job_store::open(newer);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, errc::unsupported);
-  EXPECT_TRUE(has(refused.error().message, "schema version 2; this build reads 1"));
+  EXPECT_TRUE(has(refused.error().message, "schema version 3; this build reads 2"));
+}
+
+TEST(job_store, a_store_of_schema_1_is_upgraded_and_its_checkpoint_read_without_state) {
+  temp_dir dir;
+  const std::string path = dir.file("old.db");
+  std::uint64_t id = 0;
+  {
+    auto store = job_store::open(path);
+    ASSERT_TRUE(store) << store.error().message;
+    id = *store->add_job(sample_job("a", "m"));
+    ps::training_state s;
+    s.values = {1.f, 2.f, 3.f};
+    ASSERT_TRUE(store->save_checkpoint(id, 4, 10, s));
+  }
+  // What a store of schema 1 held: the values alone.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  for (const char* col : {"version", "updates", "samples_applied", "state_a", "state_b"})
+    ASSERT_EQ(sqlite3_exec(db, ("ALTER TABLE checkpoints DROP COLUMN " + std::string(col)).c_str(),
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = '1' WHERE key = 'schema'", nullptr, nullptr,
+                         nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto store = job_store::open(path);
+  ASSERT_TRUE(store) << store.error().message;
+  EXPECT_EQ(**store->setting("schema"), "2");
+  auto c = store->checkpoint(id);
+  ASSERT_TRUE(c && *c) << (c ? "none" : c.error().message);
+  EXPECT_EQ((*c)->epoch, 4u);
+  EXPECT_EQ((*c)->state.values, (std::vector<float>{1.f, 2.f, 3.f}));
+  EXPECT_EQ((*c)->state.version, 0);
+  EXPECT_TRUE((*c)->state.state_a.empty());
 }
 
 }  // namespace
@@ -280,9 +314,18 @@ TEST(job_store, the_latest_checkpoint_survives_a_reopen_bit_for_bit) {
     ASSERT_TRUE(store) << store.error().message;
     id = *store->add_job(sample_job("a", "m"));
     EXPECT_FALSE(store->checkpoint(id)->has_value());
-    ASSERT_TRUE(store->save_checkpoint(id, 0, 10, std::vector<float>(5, 1.0f)));
-    ASSERT_TRUE(store->save_checkpoint(id, 1, 20, params));  // replaces epoch 0's
-    auto unknown = store->save_checkpoint(99, 0, 1, params);
+    ps::training_state first;
+    first.values.assign(5, 1.0f);
+    ASSERT_TRUE(store->save_checkpoint(id, 0, 10, first));
+    ps::training_state s;
+    s.version = 1234;
+    s.updates = 1200;
+    s.samples_applied = 5'000'000'000ull;
+    s.values = params;
+    s.state_a.assign(params.size(), 0.125f);
+    s.state_b.assign(params.size(), 3.0f);
+    ASSERT_TRUE(store->save_checkpoint(id, 1, 20, s));  // replaces epoch 0's
+    auto unknown = store->save_checkpoint(99, 0, 1, s);
     ASSERT_FALSE(unknown);
     EXPECT_EQ(unknown.error().message, "job store '" + path + "': no job 99");
   }
@@ -293,8 +336,14 @@ TEST(job_store, the_latest_checkpoint_survives_a_reopen_bit_for_bit) {
   ASSERT_TRUE(c->has_value());
   EXPECT_EQ((*c)->epoch, 1u);
   EXPECT_EQ((*c)->at, 20);
-  ASSERT_EQ((*c)->params.size(), params.size());
-  EXPECT_EQ(std::memcmp((*c)->params.data(), params.data(), params.size() * 4), 0);
+  const auto& got = (*c)->state;
+  ASSERT_EQ(got.values.size(), params.size());
+  EXPECT_EQ(std::memcmp(got.values.data(), params.data(), params.size() * 4), 0);
+  EXPECT_EQ(got.version, 1234);
+  EXPECT_EQ(got.updates, 1200);
+  EXPECT_EQ(got.samples_applied, 5'000'000'000ull);
+  EXPECT_EQ(got.state_a, std::vector<float>(params.size(), 0.125f));
+  EXPECT_EQ(got.state_b, std::vector<float>(params.size(), 3.0f));
   EXPECT_FALSE(store->checkpoint(99)->has_value());
 }
 
