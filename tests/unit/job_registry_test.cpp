@@ -356,8 +356,8 @@ TEST_F(registry, a_job_in_the_store_ended_after_its_last_checkpoint_is_not_train
 }
 
 TEST_F(registry, a_lost_node_with_only_workers_costs_them_a_node_with_a_shard_a_recovery) {
-  // One part per node: the shard on one, the two workers on others, one spare; the scheduler's node
-  // runs none (its loss is the scheduler's).
+  // One part per node: the shard on one, the two workers on others, one spare; the scheduler's
+  // node runs none (its loss is the scheduler's).
   nodes(5, 1, 0, 0);
   use("fifo");
   auto reg = make();
