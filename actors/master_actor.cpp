@@ -52,8 +52,6 @@ struct master_state {
   /// The versions wanted whole: epochs' ends and a cancelled job's last (ps/snapshot_assembler).
   std::optional<ps::snapshot_assembler> snapshots;
   std::size_t snapshots_state_per_param = 0;  ///< optimizer floats per key (the shards')
-  /// flag::snapshot (| with_state) for the steps whose version is asked (the last few).
-  std::map<std::int64_t, std::uint8_t> snapshot_flags;
   std::shared_ptr<const std::vector<float>> last_params;
   scheduler::job_result result;
   clock_type::time_point job_start = clock_type::now();
@@ -401,8 +399,8 @@ struct master_state {
 
   /// The flags that ask for a snapshot of version s on step s's grants (and so its pushes).
   std::uint8_t snapshot_flags_of(std::int64_t s) const {
-    auto it = snapshot_flags.find(s);
-    return it == snapshot_flags.end() ? 0 : it->second;
+    if (!snapshots->asked(s)) return 0;
+    return flag::snapshot | (snapshots->wants_state(s) ? flag::with_state : 0);
   }
 
   /// Whether the end of `epoch` is checkpointed (options.checkpoint_due, asked once).
@@ -421,10 +419,6 @@ struct master_state {
   void ask_snapshots(std::int64_t s) {
     for (const auto version : snapshots->to_ask(s)) {
       const bool state = snapshots->wants_state(version);
-      if (version == s) {
-        snapshot_flags[s] = flag::snapshot | (state ? flag::with_state : 0);
-        if (snapshot_flags.size() > 16) snapshot_flags.erase(snapshot_flags.begin());
-      }
       for (auto k : live_shards()) {
         auto m = to(ctx->shard_ep(k), msg_kind::snapshot_request, version);
         if (state) m.hdr.flags = flag::with_state;

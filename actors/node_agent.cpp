@@ -215,42 +215,39 @@ struct agent_state {
     auto& sys = self_system();
     if (sj.start) return start_added(sj, part);
     if (!sj.workers_phase) {
-      std::vector<float> initial;
-      if (sj.initial) {
-        // A job resumed from its checkpoint: its values and optimizer state come with the
-        // message. A vector of another size is another model (or a forged message), state of
-        // another length another optimizer: refused, nothing started.
-        const std::size_t want = ctx->model.num_params();
-        if (sj.initial->values.size() != want)
-          return fail(errc::invalid_argument,
-                      "node '{}': job {}: initial parameters have {} bytes, the model has {} "
-                      "parameters ({} bytes)",
-                      opt.name, sj.job, sj.initial->values.size() * sizeof(float), want,
-                      want * sizeof(float));
-        const auto per = scheduler::shard_optimizer(ctx->spec).state_per_param();
-        if (auto ok = ps::check(*sj.initial, want, per); !ok)
-          return fail(errc::invalid_argument, "node '{}': job {}: initial state: {}", opt.name,
-                      sj.job, ok.error().message);
+      // The job's shards placed here, each started by `start(k)`.
+      auto start_shards = [&](auto start) {
         for (std::uint32_t k = 0; k < ctx->shards.size(); ++k) {
           if (ctx->shards[k].host != opt.host) continue;
-          part.actors.push_back(spawn_shard(sys, ctx, k, *sj.initial));
+          part.actors.push_back(start(k));
           watch(part.actors.back());
           part.bound.push_back(ctx->shards[k]);
         }
-        return {};
-      } else {
-        initial = while_heartbeating([&model = ctx->model, seed = ctx->spec.seed] {
+      };
+      if (!sj.initial) {
+        const auto initial = while_heartbeating([&model = ctx->model, seed = ctx->spec.seed] {
           std::vector<float> p(model.num_params());
           model.init_params(p, seed);
           return p;
         });
+        start_shards([&](std::uint32_t k) { return spawn_shard(sys, ctx, k, initial); });
+        return {};
       }
-      for (std::uint32_t k = 0; k < ctx->shards.size(); ++k) {
-        if (ctx->shards[k].host != opt.host) continue;
-        part.actors.push_back(spawn_shard(sys, ctx, k, initial));
-        watch(part.actors.back());
-        part.bound.push_back(ctx->shards[k]);
-      }
+      // A job resumed from its checkpoint: its values and optimizer state come with the
+      // message. A vector of another size is another model (or a forged message), state of
+      // another length another optimizer: refused, nothing started.
+      const std::size_t want = ctx->model.num_params();
+      if (sj.initial->values.size() != want)
+        return fail(errc::invalid_argument,
+                    "node '{}': job {}: initial parameters have {} bytes, the model has {} "
+                    "parameters ({} bytes)",
+                    opt.name, sj.job, sj.initial->values.size() * sizeof(float), want,
+                    want * sizeof(float));
+      const auto per = scheduler::shard_optimizer(ctx->spec).state_per_param();
+      if (auto ok = ps::check(*sj.initial, want, per); !ok)
+        return fail(errc::invalid_argument, "node '{}': job {}: initial state: {}", opt.name,
+                    sj.job, ok.error().message);
+      start_shards([&](std::uint32_t k) { return spawn_shard(sys, ctx, k, *sj.initial); });
       return {};
     }
     std::vector<std::shared_ptr<kernels::backend>> backends;

@@ -27,6 +27,11 @@ std::vector<std::int64_t> snapshot_assembler::to_ask(std::int64_t step) {
   return out;
 }
 
+bool snapshot_assembler::asked(std::int64_t version) const {
+  auto it = wanted_.find(version);
+  return it != wanted_.end() && it->second.asked;
+}
+
 bool snapshot_assembler::wants_state(std::int64_t version) const {
   auto it = wanted_.find(version);
   return it != wanted_.end() && it->second.with_state;

@@ -47,6 +47,8 @@ class snapshot_assembler {
   /// Whether `version` is wanted with the optimizer state (the shards are asked for their
   /// snapshots, not their values).
   bool wants_state(std::int64_t version) const;
+  /// Whether `version` was asked of the shards and is not whole yet.
+  bool asked(std::int64_t version) const;
   /// Forgets the versions (not final ones) that ended these epochs: their ends moved.
   void reopen(const std::set<std::uint32_t>& epochs);
 

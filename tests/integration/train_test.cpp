@@ -92,7 +92,7 @@ void expect_bsp_run_unchanged_by(fault_plan plan, const char* what) {
   const auto c = faulty->counts();
   // Of about a thousand messages.
   EXPECT_TRUE(plan.reorder == 0 || c.reordered > 20u) << c.reordered;
-  EXPECT_TRUE(plan.delay == 0 || c.delayed > 20u) << c.delayed;
+  EXPECT_TRUE(plan.delay == 0 || c.delayed >= 3u) << c.delayed;
   EXPECT_TRUE(plan.duplicate == 0 || c.duplicated > 20u) << c.duplicated;
   ASSERT_EQ(shaken->epochs.size(), 3u);
   for (const auto& e : shaken->epochs) EXPECT_EQ(e.samples, 1438u) << "epoch " << e.epoch;
@@ -117,6 +117,19 @@ TEST(train_faults, delayed_duplicated_and_reordered_messages_change_no_bit_of_a_
         {.seed = seed, .duplicate = 0.05, .delay = 0.1, .reorder = 0.05, .max_delay = 2ms},
         ("seed " + std::to_string(seed)).c_str());
   }
+}
+
+TEST(train_faults, a_slow_snapshot_request_is_not_overtaken_by_the_next_steps_pushes) {
+  // Every snapshot request held up to 20 ms on its link: without the request riding on the
+  // step's grants and pushes (flag::snapshot), the next steps' pushes took the shards past the
+  // version and epochs went unreported.
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  expect_bsp_run_unchanged_by(
+      {.seed = 3,
+       .delay = 1.0,
+       .max_delay = 20ms,
+       .applies = [](const wire_message& m) { return m.hdr.kind == msg_kind::snapshot_request; }},
+      "slow snapshot requests");
 }
 
 TEST(train_embedded, parameters_are_bitwise_equal_when_shards_answer_in_pieces) {

@@ -15,7 +15,11 @@ TEST(snapshot_assembler, asks_each_version_once_and_assembles_it_from_pieces) {
   a.request(10, 0, false);
   a.request(4, 0, false);
   a.request(20, 1, false);
+  EXPECT_FALSE(a.asked(10)) << "wanted, not asked yet";
   EXPECT_EQ(a.to_ask(12), (std::vector<std::int64_t>{4, 10}));
+  EXPECT_TRUE(a.asked(10));
+  EXPECT_FALSE(a.asked(20));
+  EXPECT_FALSE(a.asked(11)) << "never wanted";
   EXPECT_TRUE(a.to_ask(12).empty()) << "asked once";
   EXPECT_EQ(a.to_ask(20), (std::vector<std::int64_t>{20}));
 
@@ -35,6 +39,7 @@ TEST(snapshot_assembler, asks_each_version_once_and_assembles_it_from_pieces) {
   EXPECT_FALSE((*whole)->final);
   EXPECT_EQ(*(*whole)->values, (std::vector<float>{1, 2, 3, 4, 5, 6}));
   EXPECT_EQ(a.pending(), 2u);
+  EXPECT_FALSE(a.asked(10)) << "whole: no longer asked";
 
   auto late = a.add(10, r2, p2);  // a version no longer wanted
   ASSERT_TRUE(late);
