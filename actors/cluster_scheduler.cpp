@@ -315,6 +315,18 @@ struct scheduler_state {
               loss.job, name, job->first_epoch + 1, job->status.recoveries_lost_s.back()));
           continue;
         }
+        // Backups take over first: the configurations that drop the lost workers then go to
+        // the new primaries.
+        if (!loss.heads.empty() || !loss.cut.empty()) {
+          std::string which;
+          for (std::size_t j = 0; j + 1 < loss.heads.size(); j += 2)
+            which += coach::format("{}shard {}", which.empty() ? "" : ", ", loss.heads[j]);
+          if (!which.empty())
+            note(coach::format("job {}: backups take over {} from '{}'", loss.job, which, name));
+          caf::anon_send(runs[loss.job].master(), take_over_atom::value, std::move(loss.heads),
+                         std::move(loss.cut));
+        }
+        if (loss.ranks.empty()) continue;
         note(coach::format("job {} goes on without the {} worker(s) of '{}'", loss.job,
                            loss.ranks.size(), name));
         caf::anon_send(runs[loss.job].master(), lost_atom::value, std::move(loss.ranks));

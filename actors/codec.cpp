@@ -45,7 +45,10 @@ static_assert(std::uint16_t(msg_kind::transfer) == std::uint16_t(wire::MsgKind::
 static_assert(std::uint16_t(msg_kind::transfer_ack) == std::uint16_t(wire::MsgKind::TRANSFER_ACK));
 static_assert(std::uint16_t(msg_kind::moved) == std::uint16_t(wire::MsgKind::MOVED));
 static_assert(std::uint16_t(msg_kind::state) == std::uint16_t(wire::MsgKind::STATE));
-static_assert(msg_kind_count == 15, "a new msg_kind needs its MsgKind in envelope.capnp");
+static_assert(std::uint16_t(msg_kind::replica_ack) == std::uint16_t(wire::MsgKind::REPLICA_ACK));
+static_assert(std::uint16_t(msg_kind::take_over) == std::uint16_t(wire::MsgKind::TAKE_OVER));
+static_assert(std::uint16_t(msg_kind::replica_lost) == std::uint16_t(wire::MsgKind::REPLICA_LOST));
+static_assert(msg_kind_count == 18, "a new msg_kind needs its MsgKind in envelope.capnp");
 
 constexpr std::uint16_t max_errc =
     std::uint16_t(errc::not_authorized);  // highest code in error.hpp

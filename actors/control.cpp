@@ -159,6 +159,11 @@ void put_start_job(wire::StartJob::Builder b, const start_job& s) {
   b.setMasterHost(s.master_host);
   put_u32s([&](unsigned n) { return b.initShardHosts(n); }, s.shard_hosts);
   put_u32s([&](unsigned n) { return b.initWorkerHosts(n); }, s.worker_hosts);
+  {
+    auto chains = b.initBackupHosts(unsigned(s.backup_hosts.size()));
+    for (unsigned k = 0; k < s.backup_hosts.size(); ++k)
+      put_u32s([&](unsigned n) { return chains.init(k, n); }, s.backup_hosts[k]);
+  }
   auto peers = b.initPeers(static_cast<unsigned>(s.peers.size()));
   for (unsigned i = 0; i < s.peers.size(); ++i) {
     peers[i].setHost(s.peers[i].host);
@@ -279,6 +284,7 @@ void put_job_status(wire::JobStatus::Builder b, const job_status& s) {
   }
   put_text([&](unsigned n) { return b.initModel(n); }, s.model_json, max_model_bytes);
   b.setResumes(s.resumes);
+  b.setFailovers(s.failovers);
   {
     auto lost = b.initRecoveriesLostS(unsigned(s.recoveries_lost_s.size()));
     for (unsigned i = 0; i < s.recoveries_lost_s.size(); ++i) lost.set(i, s.recoveries_lost_s[i]);
@@ -478,6 +484,20 @@ start_job get_start_job(wire::StartJob::Reader r) {
   s.initial_samples_applied = r.getInitialSamplesApplied();
   s.shard_hosts = get_u32s(r.getShardHosts(), "startJob shardHosts");
   s.worker_hosts = get_u32s(r.getWorkerHosts(), "startJob workerHosts");
+  {
+    const auto chains = r.getBackupHosts();
+    check_count(chains, "startJob backupHosts", max_items);
+    if (chains.size() != 0 && chains.size() != s.shard_hosts.size())
+      refuse("startJob backupHosts lists {} shards, shardHosts {}", chains.size(),
+             s.shard_hosts.size());
+    for (unsigned k = 0; k < chains.size(); ++k) {
+      auto hosts = get_u32s(chains[k], "startJob backupHosts", 3);
+      for (auto h : hosts)
+        if (h == s.shard_hosts[k])
+          refuse("startJob backupHosts puts shard {}'s backup beside it", k);
+      s.backup_hosts.push_back(std::move(hosts));
+    }
+  }
   const auto peers = r.getPeers();
   check_count(peers, "startJob peers", max_items);
   s.peers.reserve(peers.size());
@@ -617,6 +637,7 @@ job_status get_job_status(wire::JobStatus::Reader r) {
                          c.getSamplesPerSecondAfter(), c.getPrepareMs(), c.getStepSpreadMs()});
   s.model_json = get_text(r.getModel(), "job status model", max_model_bytes);
   s.resumes = r.getResumes();
+  s.failovers = r.getFailovers();
   const auto lost = r.getRecoveriesLostS();
   check_count(lost, "job status recoveries", max_items);
   for (auto x : lost) s.recoveries_lost_s.push_back(x);

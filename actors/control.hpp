@@ -80,6 +80,8 @@ struct start_job {
   std::uint32_t master_host = 0;
   std::vector<std::uint32_t> shard_hosts;   ///< by shard id
   std::vector<std::uint32_t> worker_hosts;  ///< by rank
+  /// Shard replicas: by shard id, the hosts of its backups in chain order; empty: none.
+  std::vector<std::vector<std::uint32_t>> backup_hosts;
   struct peer {
     std::uint32_t host = 0;
     std::string address;

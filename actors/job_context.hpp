@@ -35,10 +35,23 @@ struct part_directory {
   mutable std::shared_mutex mutex;
   std::map<std::uint32_t, std::uint32_t> shard_hosts;   ///< by shard id
   std::map<std::uint32_t, std::uint32_t> worker_hosts;  ///< by rank
+  std::map<std::uint32_t, endpoint> heads;              ///< shards whose backup took over
 
   void place(bool worker, std::uint32_t id, std::uint32_t host) {
     std::unique_lock lock(mutex);
     (worker ? worker_hosts : shard_hosts)[id] = host;
+  }
+  /// Shard `id`'s primary is now `ep` (one of its backups took over: take_over).
+  void take_over(std::uint32_t id, endpoint ep) {
+    std::unique_lock lock(mutex);
+    heads[id] = ep;
+  }
+  /// Where shard `id`'s primary is, when a backup took over.
+  std::optional<endpoint> head_of(std::uint32_t id) const {
+    std::shared_lock lock(mutex);
+    auto it = heads.find(id);
+    if (it == heads.end()) return std::nullopt;
+    return it->second;
   }
   std::optional<std::uint32_t> host_of(bool worker, std::uint32_t id) const {
     std::shared_lock lock(mutex);
@@ -60,6 +73,9 @@ struct job_context {
   endpoint master;
   std::vector<endpoint> shards;   ///< by shard id, those the job started with
   std::vector<endpoint> workers;  ///< by rank, those the job started with
+  /// Shard replicas (spec.replicas > 1): the hosts of each shard's backups, by shard id, in
+  /// chain order (replica 1, 2, ...); empty: none.
+  std::vector<std::vector<std::uint32_t>> backup_hosts;
 
   /// Set when the spec asks for host reduction: sums the gradients of this process's workers
   /// of the job before one push per shard (worker/host_reducer.hpp).
@@ -82,6 +98,13 @@ struct job_context {
   /// The endpoint of shard `k` or worker `r`, also of one added while the job runs (where the
   /// directory places it; on the master's host when it does not: the embedded cluster).
   endpoint shard_ep(std::uint32_t k) const;
+  /// Replica `i` of shard `k` where the job started it (0: the primary; i >= 1: its backup i,
+  /// on backup_hosts[k][i - 1], with an id of its own).
+  endpoint replica_ep(std::uint32_t k, std::uint32_t i) const;
+  /// The replicas shard k started with (1 + its backups).
+  std::uint32_t replicas_of(std::uint32_t k) const {
+    return 1 + (k < backup_hosts.size() ? std::uint32_t(backup_hosts[k].size()) : 0);
+  }
   endpoint worker_ep(std::uint32_t r) const;
   /// The configuration the job starts with: version 1, ranks 0..workers-1, `map`.
   ps::job_config initial_config() const;

@@ -84,6 +84,8 @@ result<void> job_runner::launch(const runner_env& env, sched::registered_job& jo
   job.batch_size = double(spec->batch_size);
   job.status.samples_epoch = data->train.rows;
   const std::uint32_t gen = env.reg->begin_run(job, o.workers, o.shards, resumed);
+  sj.backup_hosts = job.backups;  // placed by begin_run
+  ctx_->backup_hosts = job.backups;
   for (auto h : job.hosts) {
     const auto* n = env.nodes->find(h);
     sj.peers.push_back(
@@ -166,8 +168,13 @@ void job_runner::stop(const runner_env& env) {
 void job_runner::send_phase(const runner_env& env, const sched::registered_job& job, bool workers) {
   start_.workers_phase = workers;
   const auto& of = workers ? start_.worker_hosts : start_.shard_hosts;
+  auto backup_here = [&](std::uint32_t h) {
+    return !workers &&
+           std::any_of(start_.backup_hosts.begin(), start_.backup_hosts.end(),
+                       [&](const auto& c) { return std::find(c.begin(), c.end(), h) != c.end(); });
+  };
   for (auto h : job.hosts) {
-    if (std::find(of.begin(), of.end(), h) == of.end()) continue;
+    if (std::find(of.begin(), of.end(), h) == of.end() && !backup_here(h)) continue;
     pending_.insert(h);
     env.send(h, start_);
   }
@@ -186,7 +193,8 @@ bool job_runner::has_part(const sched::registered_job& job, std::uint32_t host) 
   };
   return job.hosts.contains(host) &&
          (in(start_.shard_hosts) || in(start_.worker_hosts) || in_added(start_.added_shards) ||
-          in_added(start_.added_workers));
+          in_added(start_.added_workers) ||
+          std::any_of(start_.backup_hosts.begin(), start_.backup_hosts.end(), in));
 }
 
 void job_runner::next_add(const runner_env& env, sched::registered_job& job) {

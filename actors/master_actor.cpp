@@ -356,6 +356,49 @@ struct master_state {
     regrant_parked();
   }
 
+  /// Shard replicas lost with a node (docs/design.md "Shard replicas"). For each pair (k, i)
+  /// of `heads`, backup i of shard k becomes its primary: this process sends to it from now
+  /// on; it is told first, then gets every configuration again (the lost primary may not have
+  /// passed on the newest) and the snapshot requests the lost one may have left unanswered;
+  /// then every worker is told, and sends it what the lost primary left unanswered. For each
+  /// pair of `cut`, replica i of shard k goes on without the replicas after it.
+  void replicas_lost(const std::vector<std::uint32_t>& heads,
+                     const std::vector<std::uint32_t>& cut) {
+    if (done) return;
+    std::set<std::uint32_t> ranks;
+    for (const auto& [from, c] : configs) ranks.insert(c.members.begin(), c.members.end());
+    for (std::size_t j = 0; j + 1 < heads.size(); j += 2) {
+      const std::uint32_t k = heads[j];
+      const endpoint head = ctx->replica_ep(k, heads[j + 1]);
+      ctx->added->take_over(k, head);
+      auto told = to(head, msg_kind::take_over, 0);
+      told.hdr.rank = k;
+      told.hdr.epoch = head.host;
+      told.hdr.chunk_id = head.id;
+      ctx->net->send(wire_message(told));
+      for (const auto& [from, c] : configs)
+        ctx->net->send(make_configure(ctx->master, head, ctx->job, c));
+      const auto owned = cfg().map.ranges_of(k);
+      for (const auto version : snapshots->asked_versions()) {
+        if (!snapshots->lacks(version, owned)) continue;
+        auto m = to(head, msg_kind::snapshot_request, version);
+        if (snapshots->wants_state(version)) m.hdr.flags = flag::with_state;
+        ctx->net->send(std::move(m));
+      }
+      for (auto r : ranks) {
+        told.hdr.dst = ctx->worker_ep(r);
+        ctx->net->send(wire_message(told));
+      }
+      std::fprintf(stderr, "coach: job %llu: shard %u's backup %u takes over\n",
+                   static_cast<unsigned long long>(ctx->job), k, heads[j + 1]);
+    }
+    for (std::size_t j = 0; j + 1 < cut.size(); j += 2) {
+      auto m = to(ctx->replica_ep(cut[j], cut[j + 1]), msg_kind::replica_lost, 0);
+      m.hdr.rank = cut[j];
+      ctx->net->send(std::move(m));
+    }
+  }
+
   /// asp: an empty push of step g for dead worker r to every shard that owns slices at step g,
   /// under the configuration the worker's own would have carried, which completes the step it
   /// was granted (its chunk is trained again by another).
@@ -722,6 +765,9 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
       [self](eval_atom, eval_result& r) { self->state.on_eval(r); },
       [self](watch_atom, std::uint32_t rank, caf::actor& w) { self->state.watch(rank, w); },
       [self](lost_atom, std::vector<std::uint32_t>& ranks) { self->state.workers_lost(ranks); },
+      [self](take_over_atom, std::vector<std::uint32_t>& heads, std::vector<std::uint32_t>& cut) {
+        self->state.replicas_lost(heads, cut);
+      },
       [self](ready_atom, bool worker, std::uint32_t id, std::string& why) {
         self->state.on_ready(worker, id, why);
       },

@@ -32,6 +32,12 @@ std::string_view to_string(msg_kind k) noexcept {
       return "moved";
     case msg_kind::state:
       return "state";
+    case msg_kind::replica_ack:
+      return "replica_ack";
+    case msg_kind::take_over:
+      return "take_over";
+    case msg_kind::replica_lost:
+      return "replica_lost";
   }
   return "unknown";
 }

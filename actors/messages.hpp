@@ -44,9 +44,19 @@ enum class msg_kind : std::uint16_t {
   /// optimizer state and counters of every key the shard owns, laid out as a transfer
   /// (actors/elastic_messages.hpp, make_state)
   state = 14,
+  // Shard replicas (docs/design.md "Shard replicas").
+  /// backup shard -> the replica before it in its shard's chain: every step before version
+  /// `step` is applied here (and, in a longer chain, at every replica after this one)
+  replica_ack = 15,
+  /// master -> a backup shard and every worker of the job: shard `rank`'s primary is now the
+  /// endpoint (host `epoch`, id `chunk_id`): the backup serves from now on, the workers send
+  /// it again what the lost primary left unanswered (flag::resent)
+  take_over = 16,
+  /// master -> a replica: the replicas after it in its chain are gone; it holds its steps alone
+  replica_lost = 17,
 };
 /// One more than the highest msg_kind (arrays indexed by kind number leave index 0 unused).
-inline constexpr std::size_t msg_kind_count = 15;
+inline constexpr std::size_t msg_kind_count = 18;
 std::string_view to_string(msg_kind k) noexcept;
 
 /// Where an actor lives: a host number and an id unique on the cluster.
@@ -68,6 +78,11 @@ inline constexpr std::uint8_t with_state = 4;
 /// pushes are what take a shard past the version, so none of them can overtake it (a
 /// snapshot_request on a slower link could, and the version was gone).
 inline constexpr std::uint8_t snapshot = 8;
+/// push, configure, migrate, transfer: a primary shard's copy of a message it received, sent
+/// on to its backup (the sender and the rest of the header are the original's)
+inline constexpr std::uint8_t replica = 16;
+/// push, pull: sent again to a shard's new primary after a take_over (it may hold it already)
+inline constexpr std::uint8_t resent = 32;
 }  // namespace flag
 
 /// The metadata of a message: small, fixed, encoded as the header frame on the wire.
@@ -148,6 +163,10 @@ using watch_atom = caf::atom_constant<caf::atom("watch")>;
 /// (lost_atom, ranks): workers of the job died (their node stopped heartbeating); the job
 /// master drops them and goes on.
 using lost_atom = caf::atom_constant<caf::atom("lost")>;
+/// (take_over_atom, heads, cut): shard replicas lost with a node (docs/design.md "Shard
+/// replicas"). `heads`: pairs (shard, replica) flattened, the backup that becomes each listed
+/// shard's primary; `cut`: pairs (shard, replica), the replica whose successors are gone.
+using take_over_atom = caf::atom_constant<caf::atom("takeover")>;
 /// (ready_atom, worker?, id, error): a part the job master asked for through its elastic hooks
 /// started elsewhere (error empty) or could not start (error says why).
 using ready_atom = caf::atom_constant<caf::atom("ready")>;

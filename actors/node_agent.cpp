@@ -205,6 +205,7 @@ struct agent_state {
                                    sj.shard_hosts, sj.worker_hosts);
       if (!made) return std::unexpected(made.error());
       part.ctx = std::move(*made);
+      part.ctx->backup_hosts = sj.backup_hosts;
       // A device for each of the job's workers here (among this node's, shared by its jobs),
       // and the sum of their gradients before one push per shard.
       if (!devices && part.ctx->backend == kernels::backend_kind::cuda)
@@ -215,14 +216,16 @@ struct agent_state {
     auto& sys = self_system();
     if (sj.start) return start_added(sj, part);
     if (!sj.workers_phase) {
-      // The job's shards placed here, each started by `start(k)`.
+      // The job's shards placed here, and their backups, each started by `start(k, replica)`.
       auto start_shards = [&](auto start) {
-        for (std::uint32_t k = 0; k < ctx->shards.size(); ++k) {
-          if (ctx->shards[k].host != opt.host) continue;
-          part.actors.push_back(start(k));
-          watch(part.actors.back());
-          part.bound.push_back(ctx->shards[k]);
-        }
+        for (std::uint32_t k = 0; k < ctx->shards.size(); ++k)
+          for (std::uint32_t i = 0; i < ctx->replicas_of(k); ++i) {
+            const auto ep = ctx->replica_ep(k, i);
+            if (ep.host != opt.host) continue;
+            part.actors.push_back(start(k, i));
+            watch(part.actors.back());
+            part.bound.push_back(ep);
+          }
       };
       if (!sj.initial) {
         const auto initial = while_heartbeating([&model = ctx->model, seed = ctx->spec.seed] {
@@ -230,7 +233,8 @@ struct agent_state {
           model.init_params(p, seed);
           return p;
         });
-        start_shards([&](std::uint32_t k) { return spawn_shard(sys, ctx, k, initial); });
+        start_shards(
+            [&](std::uint32_t k, std::uint32_t i) { return spawn_shard(sys, ctx, k, initial, i); });
         return {};
       }
       // A job resumed from its checkpoint: its values and optimizer state come with the
@@ -247,7 +251,9 @@ struct agent_state {
       if (auto ok = ps::check(*sj.initial, want, per); !ok)
         return fail(errc::invalid_argument, "node '{}': job {}: initial state: {}", opt.name,
                     sj.job, ok.error().message);
-      start_shards([&](std::uint32_t k) { return spawn_shard(sys, ctx, k, *sj.initial); });
+      start_shards([&](std::uint32_t k, std::uint32_t i) {
+        return spawn_shard(sys, ctx, k, *sj.initial, i);
+      });
       return {};
     }
     std::vector<std::shared_ptr<kernels::backend>> backends;

@@ -16,13 +16,16 @@
 namespace coach::actors {
 
 /// Spawns shard `id` of the job, owning its ranges of `initial` (the whole initial vector).
+/// `replica`: 0 the primary; i >= 1 its backup i, at ctx->replica_ep(id, i) (a job with
+/// `replicas: R`, docs/design.md "Shard replicas").
 caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
-                       std::uint32_t id, const std::vector<float>& initial);
+                       std::uint32_t id, const std::vector<float>& initial,
+                       std::uint32_t replica = 0);
 /// Spawns shard `id` of a job resumed from a checkpoint: it owns its ranges of `from` (values
 /// and optimizer state) and starts at its version, update count and samples applied.
 /// REQUIRES: ps::check(from, ctx->model.num_params(), the shard optimizer's state) passed.
 caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
-                       std::uint32_t id, const ps::training_state& from);
+                       std::uint32_t id, const ps::training_state& from, std::uint32_t replica = 0);
 
 /// Spawns worker `rank` (a detached actor: its forward and backward run on a thread of its own)
 /// computing on `be`. It starts pulling (version `first_step`: a resumed job's is its

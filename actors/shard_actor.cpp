@@ -9,6 +9,7 @@
 
 #include "actors/elastic_messages.hpp"
 #include "actors/roles.hpp"
+#include "ps/replica_chain.hpp"
 #include "ps/shard.hpp"
 #include "ps/training_state.hpp"
 
@@ -25,9 +26,19 @@ endpoint worker_endpoint(std::uint64_t job, std::uint32_t rank) {
 }
 
 endpoint job_context::shard_ep(std::uint32_t k) const {
+  if (!backup_hosts.empty())
+    if (auto head = added->head_of(k)) return *head;
   if (k < shards.size()) return shards[k];
   auto ep = shard_endpoint(job, k);
   ep.host = added->host_of(false, k).value_or(master.host);
+  return ep;
+}
+
+endpoint job_context::replica_ep(std::uint32_t k, std::uint32_t i) const {
+  if (i == 0) return k < shards.size() ? shards[k] : shard_ep(k);
+  auto ep = shard_endpoint(job, k);
+  ep.id |= std::uint64_t(i) << 28;  // shard ids stay below 0x100000, ranks are small
+  ep.host = backup_hosts.at(k).at(i - 1);
   return ep;
 }
 
@@ -105,6 +116,20 @@ struct shard_state {
   std::set<std::int64_t> snapshots_asked;
   caf::actor_addr self_addr;
   std::uint64_t protocol_errors = 0;
+
+  // Replicas (docs/design.md "Shard replicas"; ps/replica_chain.hpp). Set when the shard has
+  // backups: this replica's place in the chain, and who comes before and after it.
+  std::optional<ps::replica_chain> chain;
+  endpoint prev_ep;  ///< the replica before this one (a backup acknowledges to it)
+  endpoint next_ep;  ///< the replica after it (gets a copy of every message that changes the shard)
+  /// A backup: messages sent to it as to a primary (a worker told of a take-over before this
+  /// replica was), handled once it takes over.
+  std::vector<wire_message> parked;
+  /// The head: a completed step whose answers wait for the chain to hold its version.
+  std::optional<std::int64_t> gated_step;
+  /// A backup: the snapshots the master asked of the versions it passed (flag::snapshot on a
+  /// push's copy), kept in case the primary is lost before its answer left it (the last two).
+  std::map<std::int64_t, std::shared_ptr<const ps::slice_transfer>> retained;
   static inline const char* name = "coach.ps_shard";
 
   void report(const coach::error& e) {
@@ -157,6 +182,8 @@ struct shard_state {
     }
     auto it = waiting.find(v);
     if (it == waiting.end()) return;
+    // A version the whole chain does not hold yet is not answered (a backup answers nothing).
+    if (chain && (!chain->head() || !chain->may_answer(v))) return;
     // Between a boundary and the transfer (or release) it asks of this shard, what it owns is
     // not what the configuration says: wait for that (run_moves serves then).
     if (!core->owns_assigned(v)) return;
@@ -205,6 +232,7 @@ struct shard_state {
   void on_piece(const ps::piece& p) {
     unsent.push_back(p);
     unsent_floats += p.keys.size();
+    if (chain && !chain->may_answer(p.version)) return;  // the step's answers wait for the chain
     if (unsent_floats >= core->options().piece_floats) send_pieces();
   }
 
@@ -313,10 +341,13 @@ struct shard_state {
         report(t.error());
       } else {
         released_for = std::max(released_for, it->config_version);
-        auto shared = std::make_shared<const ps::slice_transfer>(std::move(*t));
-        transfers_waiting.push_back(
-            make_transfer(self_ep, ctx->shard_ep(it->to), ctx->job, shared));
-        send_transfers();  // now, unless the step's answers are still going out
+        // A backup hands over nothing: the destination's primary gets its primary's transfer.
+        if (!chain || chain->head()) {
+          auto shared = std::make_shared<const ps::slice_transfer>(std::move(*t));
+          transfers_waiting.push_back(
+              make_transfer(self_ep, ctx->shard_ep(it->to), ctx->job, shared));
+          send_transfers();  // now, unless the step's answers are still going out
+        }
         completed += resume();
         serve(core->applied_steps());  // pulls that waited for the release
       }
@@ -331,7 +362,8 @@ struct shard_state {
       if (auto ok = core->adopt(std::move(*it)); !ok) {
         report(ok.error());
       } else {
-        ctx->net->send(make_transfer_ack(self_ep, ctx->master, ctx->job, ack));
+        if (!chain || chain->head())
+          ctx->net->send(make_transfer_ack(self_ep, ctx->master, ctx->job, ack));
         serve(core->applied_steps());  // a new shard may have pulls waiting for this version
         completed += resume();
       }
@@ -360,6 +392,7 @@ struct shard_state {
     // by the time it asks: it gets the current one (any version will do for it).
     if (pull && v < core->applied_steps() && core->options().one_push_per_step)
       v = core->applied_steps();
+    if (v < core->applied_steps() && serve_retained(v, who, state)) return;
     if (v < core->applied_steps()) {
       report(
           {errc::protocol_error, coach::format("shard {}: version {} requested but {} is current",
@@ -380,6 +413,14 @@ struct shard_state {
   }
 
   void on_push(wire_message& m) {
+    // Replicas: the copy goes on before the frames are taken into the contribution.
+    if (chain && !chain->head()) {
+      if (chain->has_next()) forward(m);
+    } else if ((m.hdr.flags & flag::resent) && held_before(m)) {
+      return;
+    } else if (chain && chain->has_next()) {
+      forward(m);
+    }
     ps::contribution c;
     c.rank = m.hdr.rank;
     c.samples = m.hdr.samples;
@@ -398,6 +439,7 @@ struct shard_state {
         c.keep_alive = std::make_shared<const std::vector<frame>>(std::move(m.frames));
     }
     const std::int64_t step = m.hdr.step;
+    if (chain && !chain->head()) return on_push_copy(step, m, std::move(c));
     // The master's request for the version before this step, on the path that advances this
     // shard past it (a late push of a step applied already carries nothing wanted).
     if ((m.hdr.flags & flag::snapshot) && step >= core->applied_steps())
@@ -405,34 +447,212 @@ struct shard_state {
     if (core->options().one_push_per_step) return on_push_alone(step, m, std::move(c));
     // A push asks for the next version too: the step's update comes back as its answer, in
     // pieces, each sent while the next one is being updated.
+    // A push sent again (flag::resent) is not answered: its sender pulls what it lacks.
     auto& who = pushers[step];
-    who.push_back(m.hdr.src);
+    const bool answer = !(m.hdr.flags & flag::resent);
+    if (answer) who.push_back(m.hdr.src);
     auto done = core->push(step, m.hdr.map_version, std::move(c),
                            [this](const ps::piece& p) { on_piece(p); });
     if (!done) {
-      who.pop_back();
+      if (answer) who.pop_back();
       if (who.empty()) pushers.erase(step);
       report(done.error());
       return;
     }
     if (*done) {
-      send_pieces();  // the step's last pieces
-      answers_made();
-      pushers.erase(step);
-      // ssp:S: pushes of the next steps held until now may complete them too.
-      resume();
-      answer_applied();
+      if (chain) chain->applied(core->applied_steps());
+      if (chain && !chain->may_answer(core->applied_steps())) {
+        gated_step = step;  // answered once the chain holds the version (release_gated)
+        return;
+      }
+      answer_step(step);
     }
+  }
+
+  /// Sends step `step`'s answers (its last pieces), then answers what waited for its version.
+  void answer_step(std::int64_t step) {
+    send_pieces();  // the step's last pieces
+    answers_made();
+    pushers.erase(step);
+    // ssp:S: pushes of the next steps held until now may complete them too.
+    resume();
+    answer_applied();
+  }
+
+  // --- replicas (ps/replica_chain.hpp) --------------------------------------------------------
+
+  /// A copy of `m` for the next replica of the chain.
+  void forward(const wire_message& m) {
+    wire_message copy;
+    copy.hdr = m.hdr;
+    copy.hdr.dst = next_ep;
+    copy.hdr.flags |= flag::replica;
+    copy.frames = m.frames;
+    ctx->net->send(std::move(copy));
+  }
+
+  /// A backup's copy of a push: applied as the primary applies it, answered to nobody. The
+  /// master's snapshot request on it is kept (`retained`) in case the primary's answer is lost.
+  void on_push_copy(std::int64_t step, const wire_message& m, ps::contribution c) {
+    if ((m.hdr.flags & flag::snapshot) && step == core->applied_steps() &&
+        !retained.contains(step)) {
+      retained[step] = std::make_shared<const ps::slice_transfer>(core->snapshot());
+      if (retained.size() > 2) retained.erase(retained.begin());
+    }
+    if (auto done = core->push(step, m.hdr.map_version, std::move(c)); !done) report(done.error());
+  }
+
+  /// A push sent again to a replica that took over (flag::resent): true when this replica
+  /// has it already (applied: the step held every member's push; or held for the open step,
+  /// its copy came from the lost primary). The sender pulls what it lacks of the next version.
+  bool held_before(const wire_message& m) const {
+    return m.hdr.step < core->applied_steps() || core->holds_push(m.hdr.step, m.hdr.rank);
+  }
+
+  /// Answers a snapshot request for version `v`, passed already, from a retained copy; false
+  /// when none is kept.
+  bool serve_retained(std::int64_t v, const endpoint& who, bool state) {
+    auto it = retained.find(v);
+    if (it == retained.end()) return false;
+    const auto& t = it->second;
+    if (state) {
+      auto m = make_state(self_ep, who, ctx->job, t);
+      m.hdr.map_version = core->config_version();
+      ctx->net->send(std::move(m));
+      return true;
+    }
+    wire_message m = params_to(who, v);
+    const auto values = t->values_span();
+    std::size_t off = 0;
+    for (const auto& r : t->ranges) {
+      m.hdr.ranges.push_back(r);
+      m.frames.push_back(frame::of(t, values.data() + off, r.size()));
+      off += r.size();
+    }
+    ctx->net->send(std::move(m));
+    return true;
+  }
+
+  /// Chain bookkeeping after a message: a backup acknowledges what it holds now; the head
+  /// answers what the chain holds now.
+  void chain_moved() {
+    if (auto v = chain->applied(core->applied_steps())) tell_prev(*v);
+    release_gated();
+  }
+
+  void tell_prev(std::int64_t v) {
+    wire_message m = params_to(prev_ep, v);
+    m.hdr.kind = msg_kind::replica_ack;
+    m.hdr.rank = core->id();
+    ctx->net->send(std::move(m));
+  }
+
+  /// The head: answers the step and the requests the chain now holds.
+  void release_gated() {
+    if (!chain->head()) return;
+    if (gated_step && chain->may_answer(*gated_step + 1)) {
+      const auto step = *gated_step;
+      gated_step.reset();
+      answer_step(step);
+      return;
+    }
+    serve(core->applied_steps());
+  }
+
+  /// Messages of the chain, and where a replicated shard's messages go. Returns true when `m`
+  /// is to be handled as a shard's message here.
+  bool chain_entry(wire_message& m) {
+    switch (m.hdr.kind) {
+      case msg_kind::replica_ack:
+        if (auto v = chain->successor_acked(m.hdr.step)) tell_prev(*v);
+        release_gated();
+        return false;
+      case msg_kind::replica_lost:
+        if (auto v = chain->successor_lost()) tell_prev(*v);
+        release_gated();
+        return false;
+      case msg_kind::take_over:
+        take_over();
+        return false;
+      default:
+        break;
+    }
+    if (chain->head()) {
+      // The head's copies: every message that changes the shard, before it is handled (a push
+      // only once it is taken: on_push).
+      if (chain->has_next() &&
+          (m.hdr.kind == msg_kind::configure || m.hdr.kind == msg_kind::migrate ||
+           m.hdr.kind == msg_kind::transfer))
+        forward(m);
+      return true;
+    }
+    if (!(m.hdr.flags & flag::replica)) {
+      parked.push_back(std::move(m));  // to a primary this replica is not yet
+      return false;
+    }
+    if (chain->has_next() && m.hdr.kind != msg_kind::push) forward(m);
+    return true;
+  }
+
+  /// This backup becomes its shard's primary (the master's take_over): it answers from now on,
+  /// first the messages sent to it as to the primary before it knew.
+  void take_over() {
+    if (chain->head()) return;
+    chain->take_over();
+    std::fprintf(stderr, "coach: job %llu: shard %u: backup takes over at version %lld\n",
+                 static_cast<unsigned long long>(ctx->job), core->id(),
+                 static_cast<long long>(core->applied_steps()));
+    auto waiting_msgs = std::move(parked);
+    parked.clear();
+    for (auto& m : waiting_msgs) {
+      if (chain->has_next() &&
+          (m.hdr.kind == msg_kind::configure || m.hdr.kind == msg_kind::migrate ||
+           m.hdr.kind == msg_kind::transfer))
+        forward(m);
+      handle(m);
+    }
+    serve(core->applied_steps());
+  }
+
+  /// A shard's message (after chain_entry, for a replicated one).
+  void handle(wire_message& m) {
+    switch (m.hdr.kind) {
+      case msg_kind::push:
+        on_push(m);
+        break;
+      case msg_kind::pull:
+        want(m.hdr.step, m.hdr.src, m.hdr.ranges, true);
+        break;
+      case msg_kind::snapshot_request:
+        want(m.hdr.step, m.hdr.src, m.hdr.ranges, false, (m.hdr.flags & flag::with_state) != 0);
+        break;
+      case msg_kind::configure:
+        on_configure(m);
+        break;
+      case msg_kind::migrate:
+        on_migrate(m);
+        break;
+      case msg_kind::transfer:
+        on_transfer(m);
+        break;
+      default:
+        report(
+            {errc::protocol_error, coach::format("shard {}: unexpected message {} from {}",
+                                                 core->id(), to_string(m.hdr.kind), m.hdr.src.id)});
+    }
+    run_moves();
+    if (chain) chain_moved();
   }
 };
 
 caf::behavior shard_actor(caf::stateful_actor<shard_state>* self,
                           std::shared_ptr<const job_context> ctx, std::uint32_t id,
-                          std::vector<ps::key_range> ranges, std::vector<float> initial_owned,
-                          ps::job_config cfg, std::optional<ps::slice_transfer> start_from) {
+                          std::uint32_t replica, std::vector<ps::key_range> ranges,
+                          std::vector<float> initial_owned, ps::job_config cfg,
+                          std::optional<ps::slice_transfer> start_from) {
   auto& st = self->state;
   st.ctx = ctx;
-  st.self_ep = ctx->shard_ep(id);
+  st.self_ep = ctx->replica_ep(id, replica);
   st.self_addr = self->address();
   auto be = kernels::make_backend(kernels::backend_kind::cpu);
   st.be = std::move(*be);
@@ -458,36 +678,17 @@ caf::behavior shard_actor(caf::stateful_actor<shard_state>* self,
   // the checkpoint's values, state, version and counters.
   if (start_from)
     if (auto ok = st.core->adopt(std::move(*start_from)); !ok) st.report(ok.error());
+  if (const auto n = ctx->replicas_of(id); n > 1) {
+    st.chain.emplace(st.core->applied_steps(), replica == 0, replica + 1 < n);
+    if (replica > 0) st.prev_ep = ctx->replica_ep(id, replica - 1);
+    if (replica + 1 < n) st.next_ep = ctx->replica_ep(id, replica + 1);
+  }
   return {
       [self](answers_atom) { self->state.send_transfers(); },
       [self](wire_message& m) {
         auto& s = self->state;
-        switch (m.hdr.kind) {
-          case msg_kind::push:
-            s.on_push(m);
-            break;
-          case msg_kind::pull:
-            s.want(m.hdr.step, m.hdr.src, m.hdr.ranges, true);
-            break;
-          case msg_kind::snapshot_request:
-            s.want(m.hdr.step, m.hdr.src, m.hdr.ranges, false,
-                   (m.hdr.flags & flag::with_state) != 0);
-            break;
-          case msg_kind::configure:
-            s.on_configure(m);
-            break;
-          case msg_kind::migrate:
-            s.on_migrate(m);
-            break;
-          case msg_kind::transfer:
-            s.on_transfer(m);
-            break;
-          default:
-            s.report({errc::protocol_error,
-                      coach::format("shard {}: unexpected message {} from {}", s.core->id(),
-                                    to_string(m.hdr.kind), m.hdr.src.id)});
-        }
-        s.run_moves();
+        if (s.chain && !s.chain_entry(m)) return;
+        s.handle(m);
       },
   };
 }
@@ -495,30 +696,30 @@ caf::behavior shard_actor(caf::stateful_actor<shard_state>* self,
 }  // namespace
 
 caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
-                       std::uint32_t id, const std::vector<float>& initial) {
+                       std::uint32_t id, const std::vector<float>& initial, std::uint32_t replica) {
   std::vector<float> owned;
   for (const auto& r : ctx->map.ranges_of(id))
     owned.insert(owned.end(), initial.begin() + std::ptrdiff_t(r.begin),
                  initial.begin() + std::ptrdiff_t(r.end));
-  auto ep = ctx->shard_ep(id);
+  auto ep = ctx->replica_ep(id, replica);
   auto net = ctx->net;
   auto ranges = ctx->map.ranges_of(id);
   auto cfg = ctx->initial_config();
-  auto a = sys.spawn(shard_actor, std::move(ctx), id, std::move(ranges), std::move(owned),
+  auto a = sys.spawn(shard_actor, std::move(ctx), id, replica, std::move(ranges), std::move(owned),
                      std::move(cfg), std::optional<ps::slice_transfer>{});
   bind_while_alive(net, ep, a, true);
   return a;
 }
 
 caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
-                       std::uint32_t id, const ps::training_state& from) {
-  auto ep = ctx->shard_ep(id);
+                       std::uint32_t id, const ps::training_state& from, std::uint32_t replica) {
+  auto ep = ctx->replica_ep(id, replica);
   auto net = ctx->net;
   auto part = ps::slice_of(from, ctx->map.ranges_of(id), id);
   auto cfg = ctx->initial_config();
-  auto a =
-      sys.spawn(shard_actor, std::move(ctx), id, std::vector<ps::key_range>{}, std::vector<float>{},
-                std::move(cfg), std::optional<ps::slice_transfer>{std::move(part)});
+  auto a = sys.spawn(shard_actor, std::move(ctx), id, replica, std::vector<ps::key_range>{},
+                     std::vector<float>{}, std::move(cfg),
+                     std::optional<ps::slice_transfer>{std::move(part)});
   bind_while_alive(net, ep, a, true);
   return a;
 }
@@ -527,8 +728,9 @@ caf::actor spawn_added_shard(caf::actor_system& sys, std::shared_ptr<const job_c
                              std::uint32_t id, const ps::job_config& c) {
   auto ep = ctx->shard_ep(id);
   auto net = ctx->net;
-  auto a = sys.spawn(shard_actor, std::move(ctx), id, std::vector<ps::key_range>{},
-                     std::vector<float>{}, c, std::optional<ps::slice_transfer>{});
+  auto a =
+      sys.spawn(shard_actor, std::move(ctx), id, std::uint32_t{0}, std::vector<ps::key_range>{},
+                std::vector<float>{}, c, std::optional<ps::slice_transfer>{});
   bind_while_alive(net, ep, a, true);
   return a;
 }

@@ -91,6 +91,9 @@ struct worker_state {
   /// The step's snapshot request (flag::snapshot, with_state), from its grant to its pushes.
   std::uint8_t push_flags = 0;
   std::vector<std::uint32_t> local_members;  ///< host reduction: scratch of push_reduced
+  /// Shard replicas: this worker's pushes of its last step, by shard, until the next step's:
+  /// sent again to a backup that takes over before they were answered (on_take_over).
+  std::vector<std::pair<std::uint32_t, wire_message>> last_pushes;
   static inline const char* name = "coach.worker";
 
   ~worker_state() {
@@ -284,7 +287,32 @@ struct worker_state {
       for (const auto& r : ranges[k])
         m.frames.push_back(frame::of(owner, grad->data() + r.begin, r.size()));
     }
+    if (!ctx->backup_hosts.empty()) last_pushes.emplace_back(k, m);
     ctx->net->send(std::move(m));
+  }
+
+  /// Shard k's backup took over (docs/design.md "Shard replicas"): this process sends to it
+  /// from now on. What the lost primary left unanswered goes to it again: this worker's pushes
+  /// of its last step (the backup takes those it lacks, flag::resent) and a pull of the keys
+  /// of shard k it still lacks at its version (some of the answer may have come before).
+  void on_take_over(const wire_message& m) {
+    const std::uint32_t k = m.hdr.rank;
+    const endpoint head{m.hdr.epoch, m.hdr.chunk_id};
+    ctx->added->take_over(k, head);
+    if (k >= ranges.size() || ranges[k].empty() || received->complete()) return;
+    for (const auto& [shard, p] : last_pushes) {
+      if (shard != k) continue;
+      wire_message again;
+      again.hdr = p.hdr;
+      again.hdr.dst = head;
+      again.hdr.flags |= flag::resent;
+      again.frames = p.frames;
+      ctx->net->send(std::move(again));
+    }
+    auto pull = to(head, msg_kind::pull);
+    pull.hdr.flags = flag::resent;
+    for (const auto& r : ranges[k]) received->missing(r, pull.hdr.ranges);
+    if (!pull.hdr.ranges.empty()) ctx->net->send(std::move(pull));
   }
 
   /// Host reduction (in host memory, or on the devices: worker/device_reducer.hpp): deposits
@@ -430,6 +458,7 @@ struct worker_state {
     // woken for it, and its reply finds this one awake.
     inline_scope scope;
     push_flags = g.hdr.flags & (flag::snapshot | flag::with_state);
+    last_pushes.clear();
     if (ctx->reducer || ctx->device_reducer) {
       if (!push_reduced(indices.size(), std::move(buf))) return;
     } else {
@@ -560,6 +589,9 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
             break;
           case msg_kind::moved:
             s.on_moved(m);
+            break;
+          case msg_kind::take_over:
+            s.on_take_over(m);
             break;
           default:
             std::fprintf(stderr, "coach: worker %u: unexpected message %s\n", s.rank,

@@ -90,8 +90,8 @@ std::string to_json(const actors::job_status& s) {
   std::string lost;
   for (std::size_t i = 0; i < s.recoveries_lost_s.size(); ++i)
     lost += (i ? ", " : "") + json_number(s.recoveries_lost_s[i]);
-  out += coach::format("\"recoveries\": {}, \"recoveries_lost_s\": [{}], ",
-                       s.recoveries_lost_s.size(), lost);
+  out += coach::format("\"recoveries\": {}, \"recoveries_lost_s\": [{}], \"failovers\": {}, ",
+                       s.recoveries_lost_s.size(), lost, s.failovers);
   if (const auto& i = s.invocations)
     out += coach::format(
         "\"invocations\": {{\"started\": {}, \"completed\": {}, \"timed_out\": {}, "
@@ -180,6 +180,9 @@ void print_status_table(const std::vector<actors::job_status>& jobs) {
       std::printf("      recoveries: %zu after lost nodes (work lost: %s)\n",
                   s.recoveries_lost_s.size(), each.c_str());
     }
+    if (s.failovers > 0)
+      std::printf("      failovers: %u shard(s) taken over by their backups, no work lost\n",
+                  s.failovers);
     if (!s.error.empty()) std::printf("      error: %s\n", s.error.c_str());
   }
 }

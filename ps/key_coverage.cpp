@@ -5,6 +5,21 @@
 
 namespace coach::ps {
 
+void key_coverage::missing(const key_range& r, std::vector<key_range>& out) const {
+  std::uint64_t at = r.begin;
+  // The received range that starts at or before `at` may cover it.
+  auto it = by_begin_.upper_bound(at);
+  if (it != by_begin_.begin()) {
+    auto before = std::prev(it);
+    if (before->second > at) at = std::min(before->second, r.end);
+  }
+  for (; it != by_begin_.end() && it->first < r.end && at < r.end; ++it) {
+    if (it->first > at) out.push_back({at, it->first});
+    at = std::max(at, std::min(it->second, r.end));
+  }
+  if (at < r.end) out.push_back({at, r.end});
+}
+
 bool key_coverage::overlaps(const key_range& r) const {
   // The first range that starts at or after r.begin, and the one before it.
   auto next = by_begin_.lower_bound(r.begin);

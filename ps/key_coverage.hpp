@@ -32,6 +32,8 @@ class key_coverage {
   std::uint64_t num_keys() const noexcept { return num_keys_; }
   /// True when every key of [0, num_keys) has arrived.
   bool complete() const noexcept { return covered_ == num_keys_; }
+  /// The keys of `r` not received yet, ascending (appended to `out`).
+  void missing(const key_range& r, std::vector<key_range>& out) const;
   /// Forgets every range: ready for the next version.
   void clear() noexcept {
     by_begin_.clear();

@@ -101,6 +101,12 @@ bool shard::owns_assigned(std::int64_t step) const {
   return !want || *want == ranges_;
 }
 
+bool shard::holds_push(std::int64_t step, std::uint32_t rank) const {
+  if (step == applied_ && pending_.contains(rank)) return true;
+  return std::any_of(held_.begin(), held_.end(),
+                     [&](const held_push& h) { return h.step == step && h.c.rank == rank; });
+}
+
 result<int> shard::resume() {
   return take_held();
 }

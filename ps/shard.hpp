@@ -164,6 +164,10 @@ class shard {
   /// (true where no configuration with a shard map says: set_members, or none yet). False
   /// between a step boundary and the adoption or release that the boundary's change asks of it.
   bool owns_assigned(std::int64_t step) const;
+  /// Whether `rank`'s push of step `step` is here already: taken into the open step, or held.
+  /// A backup that takes over (ps/replica_chain.hpp) gets again the pushes the lost primary
+  /// left unanswered, and the copies it was sent of some of them before.
+  bool holds_push(std::int64_t step, std::uint32_t rank) const;
   /// Takes the held pushes that became takeable (after adopt or release: the shard owns its
   /// configuration's ranges now). Returns the number of steps that completed (answered as a
   /// whole, not piece by piece); protocol_error if a held push turns out invalid (the first).

@@ -27,6 +27,21 @@ std::vector<std::int64_t> snapshot_assembler::to_ask(std::int64_t step) {
   return out;
 }
 
+std::vector<std::int64_t> snapshot_assembler::asked_versions() const {
+  std::vector<std::int64_t> out;
+  for (const auto& [v, a] : wanted_)
+    if (a.asked) out.push_back(v);
+  return out;
+}
+
+bool snapshot_assembler::lacks(std::int64_t version, std::span<const key_range> ranges) const {
+  auto it = wanted_.find(version);
+  if (it == wanted_.end() || !it->second.asked) return false;
+  std::vector<key_range> gaps;
+  for (const auto& r : ranges) it->second.received.missing(r, gaps);
+  return !gaps.empty();
+}
+
 bool snapshot_assembler::asked(std::int64_t version) const {
   auto it = wanted_.find(version);
   return it != wanted_.end() && it->second.asked;

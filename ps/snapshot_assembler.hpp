@@ -49,6 +49,11 @@ class snapshot_assembler {
   bool wants_state(std::int64_t version) const;
   /// Whether `version` was asked of the shards and is not whole yet.
   bool asked(std::int64_t version) const;
+  /// The versions asked of the shards and not whole yet, oldest first.
+  std::vector<std::int64_t> asked_versions() const;
+  /// Whether some key of `ranges` of an asked `version` has not arrived (a shard whose answer
+  /// may have been lost with it is asked again only then).
+  bool lacks(std::int64_t version, std::span<const key_range> ranges) const;
   /// Forgets the versions (not final ones) that ended these epochs: their ends moved.
   void reopen(const std::set<std::uint32_t>& epochs);
 

@@ -144,6 +144,7 @@ registered_job& job_registry::resume(job_record rec) {
   if (auto spec = parse_job_spec(rec.spec_yaml, rec.source_name, rec.base_dir)) {
     job.placement = spec->placement;
     job.store_every_s = spec->checkpoint.store_every_s();
+    job.replicas = spec->replicas;
   }
   job.stored_at = now();
   if (rec.state == job_state::running || rec.state == job_state::suspended) {
@@ -267,6 +268,7 @@ result<registered_job*> job_registry::add(job_record rec, const job_spec& spec,
   registered_job& job = jobs_[*id];
   job.placement = spec.placement;
   job.store_every_s = spec.checkpoint.store_every_s();
+  job.replicas = spec.replicas;
   job.stored_at = now();
   job.state_since = rec.submitted;
   auto& st = job.status;
@@ -502,6 +504,7 @@ std::uint32_t job_registry::begin_run(registered_job& job, std::span<const std::
   job.hosts.insert(workers.begin(), workers.end());
   job.hosts.insert(shards.begin(), shards.end());
   job.shard_hosts = {shards.begin(), shards.end()};
+  place_backups_of(job, shards);
   auto& st = job.status;
   st.state = job_state::queued;  // until every part started
   st.workers = std::uint32_t(workers.size());
@@ -525,6 +528,24 @@ std::uint32_t job_registry::begin_run(registered_job& job, std::span<const std::
                      workers.size(), shards.size(), job.hosts.size(),
                      resumed ? coach::format(", from epoch {}", job.first_epoch + 1) : ""));
   return job.generation;
+}
+
+void job_registry::place_backups_of(registered_job& job, std::span<const std::uint32_t> shards) {
+  job.chains.clear();
+  job.backups.clear();
+  if (job.replicas <= 1) return;
+  std::vector<std::uint32_t> candidates;
+  for (const auto& [host, n] : nodes_.nodes())
+    if (nodes_.usable(host)) candidates.push_back(host);
+  job.backups = place_backups(shards, job.replicas - 1, candidates);
+  for (std::uint32_t k = 0; k < job.backups.size(); ++k) {
+    const auto& b = job.backups[k];
+    job.chains.push_back({0, std::uint32_t(b.size())});
+    job.hosts.insert(b.begin(), b.end());
+    if (b.size() + 1 < job.replicas)
+      log_(coach::format("job {}: shard {} runs with {} of its {} backup(s): {} node(s) usable",
+                         job.status.job, k, b.size(), job.replicas - 1, candidates.size()));
+  }
 }
 
 void job_registry::started(registered_job& job) {
@@ -720,6 +741,44 @@ void job_registry::store_checkpoint(registered_job& job) {
 
 // --- nodes --------------------------------------------------------------------------------------
 
+bool job_registry::fail_over(registered_job& job, std::uint32_t host, node_loss& loss) {
+  // The shards whose primary was on `host` (those added while the job ran have no backups).
+  for (const auto& [k, h] : job.alloc.shard_at)
+    if (h == host && k >= job.chains.size()) return false;
+  std::vector<std::uint32_t> heads, cut;
+  for (std::uint32_t k = 0; k < job.chains.size(); ++k) {
+    auto& c = job.chains[k];
+    auto on_host = [&](std::uint32_t i) {
+      return i == 0 ? job.alloc.shard_at.contains(k) && job.alloc.shard_at.at(k) == host
+                    : job.backups[k][i - 1] == host;
+    };
+    for (std::uint32_t i = c.head; i <= c.tail; ++i) {
+      if (!on_host(i)) continue;
+      if (i == c.head) {
+        if (c.head == c.tail) return false;  // no copy left: recover from the checkpoint
+        ++c.head;
+        heads.insert(heads.end(), {k, c.head});
+      } else {
+        c.tail = i - 1;
+        cut.insert(cut.end(), {k, i - 1});
+      }
+      break;  // a host holds one copy of a shard at most
+    }
+  }
+  loss.heads = std::move(heads);
+  loss.cut = std::move(cut);
+  // Promoted: shard k's primary is its backup's host now.
+  for (std::size_t j = 0; j < loss.heads.size(); j += 2) {
+    const auto k = loss.heads[j];
+    const auto h = job.backups[k][loss.heads[j + 1] - 1];
+    job.alloc.shard_at[k] = h;
+    job.shard_hosts.insert(h);
+    if (k < job.status.shard_nodes.size()) job.status.shard_nodes[k] = nodes_.name(h);
+    ++job.status.failovers;
+  }
+  return true;
+}
+
 std::vector<node_loss> job_registry::lose_node(std::uint32_t host) {
   std::vector<node_loss> out;
   for (auto& [id, job] : jobs_) {
@@ -729,7 +788,7 @@ std::vector<node_loss> job_registry::lose_node(std::uint32_t host) {
     // drops them and re-dispenses their chunks; it fails the job itself when none is left).
     node_loss loss{.job = id};
     loss.fails = host == self_host_;
-    loss.recovers = !loss.fails && (job.shard_hosts.contains(host) || !job.running());
+    loss.recovers = !loss.fails && (!job.running() || !fail_over(job, host, loss));
     if (loss.recovers) {
       // Its shards' state is gone with the node: the job restarts from its checkpoint on the
       // nodes left. The work since the checkpoint (or since this run began from it) is lost.

@@ -93,6 +93,17 @@ struct registered_job {
   allocation alloc;                     ///< its parts now
   std::set<std::uint32_t> hosts;        ///< every host of the run, the master's included, not lost
   std::set<std::uint32_t> shard_hosts;  ///< hosts that ran a shard of the run
+  /// Shard replicas (the spec's `replicas`; docs/design.md "Shard replicas"): the hosts of
+  /// each shard's backups by shard id, in chain order, as the run started them (backup i of
+  /// shard k on backups[k][i - 1]), and which of them still form each shard's chain: replicas
+  /// head..tail (0 the primary it started with).
+  std::uint32_t replicas = 1;
+  std::vector<std::vector<std::uint32_t>> backups;
+  struct chain {
+    std::uint32_t head = 0;
+    std::uint32_t tail = 0;
+  };
+  std::vector<chain> chains;
   /// The job's shape, for the rebalancer (set by begin_run): parameter bytes, optimizer state
   /// per parameter byte moved with a shard, samples per worker and step.
   double model_bytes = 0;
@@ -188,8 +199,14 @@ struct node_loss {
   /// master and its parts on `stop_hosts`.
   bool recovers = false;
   std::set<std::uint32_t> stop_hosts;
-  /// Otherwise the job goes on without the workers `ranks` (already dropped here).
+  /// Otherwise the job goes on without the workers `ranks` (already dropped here), and with
+  /// its shards' replicas that are left: `heads`, pairs (shard, replica) flattened, the backup
+  /// that takes over as each listed shard's primary; `cut`, pairs (shard, replica), the
+  /// replica that goes on without the replicas after it (the caller tells the master:
+  /// take_over_atom).
   std::vector<std::uint32_t> ranks;
+  std::vector<std::uint32_t> heads;
+  std::vector<std::uint32_t> cut;
 };
 
 /// What a submission asks for (coach submit).
@@ -316,6 +333,11 @@ class job_registry {
   void suspend(registered_job& job, resource_pool& pool, const std::string& policy, orders& out);
   /// Stops the run to resume from its checkpoint later: suspended, waiting for the stops of
   /// `stopping`; `why` goes to the store's state history.
+  /// Chooses the hosts of the job's shard backups for a run whose shards are on `shards`.
+  void place_backups_of(registered_job& job, std::span<const std::uint32_t> shards);
+  /// The job's replicas on `host` are lost: fills loss.heads and loss.cut. False when a shard
+  /// had no copy left but there (the job recovers from its checkpoint instead).
+  bool fail_over(registered_job& job, std::uint32_t host, node_loss& loss);
   void stop_to_resume(registered_job& job, std::set<std::uint32_t> stopping,
                       const std::string& why);
   /// Writes the job's checkpoint to the store unless it is there.

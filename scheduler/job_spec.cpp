@@ -27,6 +27,8 @@ namespace {
 constexpr std::size_t max_name_length = 128;
 constexpr std::uintmax_t max_spec_bytes = 1 << 20;  // a job spec is a small text file
 constexpr std::int64_t int_max = std::numeric_limits<int>::max();
+/// Copies of a shard at most (a primary and three backups).
+constexpr std::int64_t max_replicas = 4;
 
 result<void> parse_name(const spec_parser& p, const fields& top, job_spec& spec) {
   const entry* e = top.find("name");
@@ -218,7 +220,7 @@ result<void> parse_training(const spec_parser& p, const fields& top, job_spec& s
   return {};
 }
 
-/// workers, shards, gpus_per_worker, backend, slice_size, host_reduce and placement.
+/// workers, shards, gpus_per_worker, backend, slice_size, host_reduce, placement and replicas.
 result<void> parse_resources(const spec_parser& p, const fields& top, job_spec& spec) {
   const entry* e = nullptr;
   if ((e = top.find("workers"))) {
@@ -263,6 +265,16 @@ result<void> parse_resources(const spec_parser& p, const fields& top, job_spec& 
         "spread, best-fit, random, dltap");
     if (!v) return std::unexpected(std::move(v.error()));
     spec.placement = *v;
+  }
+  if ((e = top.find("replicas"))) {
+    auto v = p.get_int(*e, 1, max_replicas);
+    if (!v) return std::unexpected(std::move(v.error()));
+    // A backup takes over a step in flight from the pushes the workers send it again, which
+    // only the bulk-synchronous step boundary makes exact (docs/design.md "Shard replicas").
+    if (*v > 1 && spec.consistency.kind != consistency_kind::bsp)
+      return p.bad(*e, "must be 1 with consistency {} (backups need bsp), got {}",
+                   to_string(spec.consistency), *v);
+    spec.replicas = std::uint32_t(*v);
   }
   return {};
 }
@@ -309,10 +321,12 @@ result<fields> open_top(const spec_parser& p, const YAML::Node& root) {
     return fail(errc::invalid_argument, "{}:{}: the top level must be a map of fields, got {}",
                 p.source(), spec_parser::line_of(root, 1), describe(root));
   }
-  return p.open_map(root, "", spec_parser::line_of(root, 1),
-                    {"name", "dataset", "model", "optimizer", "batch_size", "epochs", "consistency",
-                     "seed", "workers", "shards", "gpus_per_worker", "backend", "slice_size",
-                     "host_reduce", "placement", "function", "schedule", "checkpoint", "output"});
+  return p.open_map(
+      root, "", spec_parser::line_of(root, 1),
+      {"name",        "dataset",     "model",     "optimizer", "batch_size",      "epochs",
+       "consistency", "seed",        "workers",   "shards",    "gpus_per_worker", "backend",
+       "slice_size",  "host_reduce", "placement", "replicas",  "function",        "schedule",
+       "checkpoint",  "output"});
 }
 
 /// Parses one document into a job_spec, the fields in the order of the spec, so that the

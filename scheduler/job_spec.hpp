@@ -89,6 +89,10 @@
 //   placement: dltap             # spread | best-fit | random | dltap: where a cluster puts the
 //                                # job's parts (scheduler/placement.hpp); default: the
 //                                # scheduler's (coach-node --placement)
+//   replicas: 1                  # copies of each shard in a cluster, in [1, 4]; default 1: no
+//                                # backup. R > 1: R - 1 backups on other nodes take over when
+//                                # the primary's node is lost (docs/design.md "Shard
+//                                # replicas"); needs consistency bsp
 //   function: {deadline_s: 30, memory_mb: 512, chunks_per_invocation: 8}
 //                                # optional: run workers as bounded functions
 //                                (worker/invocation.hpp); # deadline_s and memory_mb >= 0, 0 =
@@ -188,6 +192,7 @@ struct job_spec {
   std::size_t slice_size = 16384;           ///< floats per slice of the parameter vector
   bool host_reduce = false;                 ///< one push per host (worker/host_reducer.hpp)
   std::string placement;                    ///< a placement's name; empty: the scheduler's
+  std::uint32_t replicas = 1;               ///< copies of each shard (1: no backup)
   std::optional<function_limits> function;  ///< set: workers run as bounded functions
   std::vector<schedule_action> schedule;    ///< by at_step, ascending
   /// Checkpoints at epochs' ends (`checkpoint: {path, every_s}`; path absolute); none when the

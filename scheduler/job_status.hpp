@@ -53,6 +53,8 @@ struct job_status {
   /// Each recovery after a lost node (a restart from the checkpoint on the nodes left): the
   /// seconds of training it lost (from the checkpoint, or the run's start, to the loss).
   std::vector<double> recoveries_lost_s;
+  /// Shards whose backup took over after their primary's node was lost (shard replicas).
+  std::uint32_t failovers = 0;
   std::string placement;  ///< the placement that placed its parts; empty before it started
   /// The share of its worker-shard bytes that stay on one host (scheduler/placement.hpp); NaN
   /// when it runs no parts.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
+#include <optional>
 #include <random>
 #include <tuple>
 #include <unordered_map>
@@ -313,6 +315,29 @@ result<std::unique_ptr<placement>> make_placement(std::string_view name, std::ui
   if (name == "dltap") return std::make_unique<dltap>();
   return fail(errc::invalid_argument,
               "unknown placement '{}' (known: spread, best-fit, random, dltap)", name);
+}
+
+std::vector<std::vector<std::uint32_t>> place_backups(std::span<const std::uint32_t> shard_hosts,
+                                                      std::uint32_t backups,
+                                                      std::span<const std::uint32_t> candidates) {
+  std::map<std::uint32_t, std::size_t> copies;
+  for (auto h : shard_hosts) ++copies[h];
+  std::vector<std::vector<std::uint32_t>> out(shard_hosts.size());
+  for (std::size_t k = 0; k < shard_hosts.size(); ++k) {
+    auto& chain = out[k];
+    while (chain.size() < backups) {
+      std::optional<std::uint32_t> best;
+      for (auto h : candidates) {
+        if (h == shard_hosts[k] || std::find(chain.begin(), chain.end(), h) != chain.end())
+          continue;
+        if (!best || copies[h] < copies[*best]) best = h;
+      }
+      if (!best) break;
+      chain.push_back(*best);
+      ++copies[*best];
+    }
+  }
+  return out;
 }
 
 double cross_host_share(std::span<const std::uint32_t> worker_nodes,

@@ -80,6 +80,16 @@ std::span<const std::string_view> placement_names() noexcept;
 /// unknown placement and listing the known ones.
 result<std::unique_ptr<placement>> make_placement(std::string_view name, std::uint64_t seed = 1);
 
+/// Hosts for the backups of each shard of a job with replicas (docs/design.md "Shard
+/// replicas"): for shard k on shard_hosts[k], up to `backups` distinct hosts among
+/// `candidates`, none of them shard_hosts[k], so that no single host holds two copies of a
+/// shard. Each pick is the candidate holding the fewest of the job's shard copies so far
+/// (primaries and backups), ties to the earlier candidate; fewer than `backups` when the
+/// candidates run out (the caller says so). Result by shard id, in chain order.
+std::vector<std::vector<std::uint32_t>> place_backups(std::span<const std::uint32_t> shard_hosts,
+                                                      std::uint32_t backups,
+                                                      std::span<const std::uint32_t> candidates);
+
 /// Bytes of one step of a job that cross hosts, per unit of `shard_bytes`: every worker
 /// exchanges shard k's share with shard k, so a pair on two nodes adds shard_bytes[k] (equal
 /// shares of 1 when `shard_bytes` is short).

@@ -260,6 +260,55 @@ TEST_F(scheduler_cluster, a_job_recovers_from_its_checkpoint_when_a_node_with_a_
   EXPECT_TRUE(has(slurp(nodes_[0].log), "it restarts from its checkpoint at epoch")) << logs();
 }
 
+TEST_F(scheduler_cluster, a_backup_takes_over_a_killed_primary_and_not_a_bit_changes) {
+  start(3, {"--store", ""}, {});
+  if (HasFatalFailure()) return;
+  constexpr int epochs = 100;
+  const auto model = work_dir() / "replica-model.safetensors";
+  const auto clean_model = work_dir() / "replica-clean-model.safetensors";
+  fs::remove(model);
+  fs::remove(clean_model);
+  // Spread: 2 workers and 2 shards on 4 nodes, so that a shard's node holds no worker (killing
+  // a worker changes the membership, and so the sums: not a bit-for-bit comparison any more).
+  const std::string extra = "placement: spread\nreplicas: 2\noutput: ";
+  const auto spec = digits_spec("replica", epochs, "2", "2", extra + model.string() + "\n");
+  const std::string job = submit(spec);
+  auto st = poll(job, [](const std::string& s) { return json_number(s, "epochs_done") >= 5; });
+  ASSERT_GE(json_number(st, "epochs_done"), 5) << st;
+  auto list_of = [&](const std::string& key) {
+    const auto at = st.find("\"" + key + "\": [");
+    return at == std::string::npos ? std::string{} : st.substr(at, st.find(']', at) - at);
+  };
+  const auto shards = list_of("shard_nodes"), workers = list_of("worker_nodes");
+  node_process* victim = nullptr;
+  for (auto& n : nodes_)
+    if (n.name != "node-a" && has(shards, "\"" + n.name + "\"") &&
+        !has(workers, "\"" + n.name + "\""))
+      victim = &n;
+  ASSERT_NE(victim, nullptr) << "no primary alone on a node but the scheduler's: " << st;
+  stop_node(*victim);  // SIGKILL, mid-epoch
+
+  // Its backup takes over: no restart, no sample twice, not a bit different.
+  const auto final_status = wait_for_end(job, 300s);
+  EXPECT_TRUE(has(final_status, "\"state\": \"succeeded\"")) << final_status << logs();
+  EXPECT_TRUE(has(final_status, full_epochs(epochs))) << final_status;
+  EXPECT_EQ(json_number(final_status, "recoveries"), 0) << final_status;
+  EXPECT_EQ(json_number(final_status, "resumes"), 0) << final_status;
+  EXPECT_EQ(json_number(final_status, "failovers"), 1) << final_status;
+  EXPECT_FALSE(has(final_status, "\"" + victim->name + "\"")) << "its shard moved to the backup";
+  auto text = coach("status " + job + " --at " + at_);
+  EXPECT_TRUE(has(text.out, "failovers: 1 shard(s) taken over by their backups")) << text.out;
+  EXPECT_TRUE(has(slurp(nodes_[0].log), "backups take over shard ")) << logs();
+
+  const auto clean = submit(
+      digits_spec("replica-clean", epochs, "2", "2", "output: " + clean_model.string() + "\n"));
+  const auto clean_status = wait_for_end(clean, 300s);
+  ASSERT_TRUE(has(clean_status, "\"state\": \"succeeded\"")) << clean_status;
+  const auto a = tensor_bytes(model), b = tensor_bytes(clean_model);
+  ASSERT_EQ(a.size(), 4810u * 4u) << logs();  // the digits MLP's parameters, f32
+  EXPECT_TRUE(a == b) << "the parameters differ from the uninterrupted run's";
+}
+
 TEST_F(scheduler_cluster, swapping_the_policy_under_a_running_job_loses_and_restarts_nothing) {
   start(2, {"--store", ""}, {});
   if (HasFatalFailure()) return;

@@ -60,6 +60,7 @@ start_job full_start_job() {
   s.master_host = 0x7000'0001;
   s.shard_hosts = {1, 2, 2, 3};
   s.worker_hosts = {3, 1, 0x7fff'ffff};
+  s.backup_hosts = {{2, 3}, {1}, {3, 1}, {}};
   s.peers = {{1, "tcp://10.0.0.1:1", "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID"},
              {2, "tcp://10.0.0.2:2"},
              {3, ""}};
@@ -159,6 +160,7 @@ void expect_same(const start_job& a, const start_job& b) {
   EXPECT_EQ(a.master_host, b.master_host);
   EXPECT_EQ(a.shard_hosts, b.shard_hosts);
   EXPECT_EQ(a.worker_hosts, b.worker_hosts);
+  EXPECT_EQ(a.backup_hosts, b.backup_hosts);
   EXPECT_EQ(a.peers, b.peers);
   EXPECT_EQ(a.added_shards, b.added_shards);
   EXPECT_EQ(a.added_workers, b.added_workers);
@@ -612,6 +614,31 @@ TEST(control_codec, public_keys_that_are_not_z85_keys_are_refused) {
                   "0123456789012345678901234567890123456789\"");
             })),
             "control message refused: startJob peer publicKey is not a 40-character Z85 key");
+}
+
+TEST(control_codec, shard_backups_must_match_the_shards_and_stand_apart_from_them) {
+  EXPECT_EQ(decode_error(raw([](auto root) {
+              auto sj = root.initStartJob();
+              sj.initShardHosts(2);
+              sj.initBackupHosts(1);
+            })),
+            "control message refused: startJob backupHosts lists 1 shards, shardHosts 2");
+  EXPECT_EQ(decode_error(raw([](auto root) {
+              auto sj = root.initStartJob();
+              auto hosts = sj.initShardHosts(2);
+              hosts.set(0, 4);
+              hosts.set(1, 5);
+              auto chains = sj.initBackupHosts(2);
+              chains.init(0, 1).set(0, 6);
+              chains.init(1, 1).set(0, 5);
+            })),
+            "control message refused: startJob backupHosts puts shard 1's backup beside it");
+  EXPECT_EQ(decode_error(raw([](auto root) {
+              auto sj = root.initStartJob();
+              sj.initShardHosts(1);
+              sj.initBackupHosts(1).init(0, 4);
+            })),
+            "control message refused: startJob backupHosts has 4 entries (at most 3)");
 }
 
 TEST(control_codec, out_of_range_values_are_refused) {

@@ -421,6 +421,43 @@ TEST_F(registry, a_lost_node_with_only_workers_costs_them_a_node_with_a_shard_a_
   for (auto h : o.launches[0].workers) EXPECT_NE(h, shard_host);
 }
 
+TEST_F(registry, with_replicas_a_lost_primary_is_taken_over_and_a_lost_last_copy_recovers) {
+  // Five nodes of one CPU besides the scheduler's (host 1, silent here: no part of the job
+  // goes there, so losing any part's node is not losing the scheduler).
+  nodes(6, 1, 1);
+  use("fifo");
+  auto reg = make();
+  const auto id = submit(reg, spec_yaml("twice", 50, "2", "2", "replicas: 2\n"));
+  decide(reg);
+  auto& job = *reg.find(id);
+  ASSERT_EQ(job.backups.size(), 2u);
+  for (std::uint32_t k = 0; k < 2; ++k) {
+    ASSERT_EQ(job.backups[k].size(), 1u) << "one backup each";
+    EXPECT_NE(job.backups[k][0], job.alloc.shard_at.at(k)) << "never beside its primary";
+    EXPECT_TRUE(job.hosts.contains(job.backups[k][0])) << "its node runs a part of the job";
+  }
+  // Shard 0's primary's node is lost: its backup takes over; a backup of shard 1 there, if
+  // any, leaves shard 1's chain.
+  const auto primary = job.alloc.shard_at.at(0), backup = job.backups[0][0];
+  auto loss = reg.lose_node(primary);
+  ASSERT_EQ(loss.size(), 1u);
+  EXPECT_FALSE(loss[0].fails);
+  EXPECT_FALSE(loss[0].recovers);
+  EXPECT_EQ(loss[0].heads, (std::vector<std::uint32_t>{0, 1}));
+  const bool cut = job.backups[1][0] == primary;
+  const auto cut_expected = cut ? std::vector<std::uint32_t>{1, 0} : std::vector<std::uint32_t>{};
+  EXPECT_EQ(loss[0].cut, cut_expected);
+  EXPECT_EQ(job.alloc.shard_at.at(0), backup);
+  EXPECT_EQ(job.status.shard_nodes[0], table.name(backup));
+  EXPECT_EQ(job.status.failovers, 1u);
+  EXPECT_EQ(job.state, job_state::running);
+  // Then the node of its last copy: nothing is left to take over, the job recovers.
+  loss = reg.lose_node(backup);
+  ASSERT_EQ(loss.size(), 1u);
+  EXPECT_TRUE(loss[0].recovers);
+  EXPECT_EQ(job.state, job_state::suspended);
+}
+
 TEST_F(registry, the_store_takes_a_checkpoint_every_every_s_and_always_the_last) {
   nodes(1, 4);
   use("fifo");

@@ -503,6 +503,33 @@ TEST(job_spec, placement_names_one_of_the_four_or_is_left_to_the_scheduler) {
                   "got 'nearest'"));
 }
 
+TEST(job_spec, replicas_are_one_unless_asked_for_and_need_bsp) {
+  auto none = parse_job_spec(full_example, "job.yaml");
+  ASSERT_TRUE(none) << none.error().message;
+  EXPECT_EQ(none->replicas, 1u);
+  auto two = parse_job_spec(std::string(full_example) + "replicas: 2\n", "job.yaml");
+  ASSERT_TRUE(two) << two.error().message;
+  EXPECT_EQ(two->replicas, 2u);
+  for (const auto& [value, message] : std::vector<std::pair<std::string, std::string>>{
+           {"0", "field 'replicas' must be in [1, 4], got 0"},
+           {"5", "field 'replicas' must be in [1, 4], got 5"},
+           {"two", "field 'replicas' must be an integer"},
+       }) {
+    SCOPED_TRACE(value);
+    const error e = parse_error_of(std::string(full_example) + "replicas: " + value + "\n");
+    EXPECT_EQ(e.code, errc::invalid_argument);
+    EXPECT_TRUE(has(e.message, message)) << e.message;
+  }
+  const error ssp = parse_error_of(with("consistency", "consistency: ssp:2") + "replicas: 2\n");
+  EXPECT_TRUE(has(ssp.message,
+                  "field 'replicas' must be 1 with consistency ssp:2 (backups "
+                  "need bsp), got 2"))
+      << ssp.message;
+  auto asp_alone =
+      parse_job_spec(with("consistency", "consistency: asp") + "replicas: 1\n", "job.yaml");
+  EXPECT_TRUE(asp_alone) << "one copy needs nothing";
+}
+
 TEST(job_spec, host_reduce_is_off_unless_asked_for) {
   auto off = parse_job_spec(minimal, "job.yaml");
   ASSERT_TRUE(off) << off.error().to_string();
