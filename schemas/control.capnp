@@ -39,6 +39,8 @@ struct StartJob {
   firstStep @12 :Int64;        # the step the job starts at: its checkpoint's version (0: new)
   initialUpdates @13 :Int64;   # with initial state frames: the checkpoint's update count
   initialSamplesApplied @14 :UInt64;  # ... and its samples applied (ps::training_state)
+  backupHosts @15 :List(List(UInt32));  # shard replicas: by shard id, the hosts of its backups
+                               # in chain order (backup i on element i - 1); empty: none
 
   struct Peer {
     host @0 :UInt32;

@@ -57,6 +57,11 @@ enum MsgKind {
                        # laid out as a transfer (step = version, chunkId = updates, samples =
                        # samples applied, rank = epoch = the shard, ranges = every key it owns;
                        # frames: values, then optimizer state)
+  replicaAck @15;      # backup shard -> the replica before it in the shard's chain: step = version
+                       # held (every step before it applied here and after), rank = the shard
+  takeOver @16;        # master -> a backup shard and every worker: shard `rank`'s primary is now
+                       # host `epoch`, id `chunkId`; mapVersion = the master's configuration
+  replicaLost @17;     # master -> a replica of shard `rank`: the replicas after it are gone
 }
 
 # An error that crosses the network intact: coach::errc's number (docs/errors.md, 1..9) and the

@@ -85,6 +85,7 @@ struct JobStatus {
   functionMode @25 :Bool;      # the job's workers run as bounded invocations
   invocations @26 :InvocationCounts;  # theirs so far (function mode)
   recoveriesLostS @27 :List(Float64);  # per recovery after a lost node: seconds of work lost
+  failovers @28 :UInt32;       # shards whose backup took over after their primary's node was lost
 }
 
 # A function-mode job's invocations (worker::invocation_counts).
