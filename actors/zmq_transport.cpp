@@ -39,6 +39,19 @@ constexpr int handshake_events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDS
                                  ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                                  ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
 
+/// A routing id for the log: as it is when printable (a Coach DEALER's "SRC.DST.NONCE"), else
+/// in hex (ZeroMQ's own ids are a zero byte and four random ones; a hostile one may be anything).
+std::string printable_id(const zmq::message_t& id) {
+  const auto text = id.to_string_view();
+  if (!text.empty() &&
+      std::all_of(text.begin(), text.end(), [](char c) { return c >= 0x20 && c < 0x7f; }))
+    return std::string(text);
+  constexpr char digits[] = "0123456789abcdef";
+  std::string hex = "0x";
+  for (unsigned char c : text) hex += {digits[c >> 4], digits[c & 15]};
+  return hex;
+}
+
 /// Frees a payload frame once ZeroMQ is done with it: drops the heap copy of its owner.
 void release_owner(void*, void* hint) {
   delete static_cast<std::shared_ptr<const void>*>(hint);
@@ -209,18 +222,33 @@ class zmq_transport_impl final : public zmq_transport {
 
   enum class sent { ok, would_block, failed };
 
+  /// At most 5 log lines a second of one kind: a flood of bad frames must not flood the log too.
+  struct log_budget {
+    clock::time_point window{};
+    int lines = 0;
+  };
+
   template <class... Args>
-  void log(std::string_view fmt, const Args&... args) {
-    // At most 5 lines a second: a flood of bad frames must not flood the log too.
+  void log_with(log_budget& budget, std::string_view fmt, const Args&... args) {
     const auto now = clock::now();
     std::lock_guard lock{log_mu_};
-    if (now - log_window_ > std::chrono::seconds(1)) {
-      log_window_ = now;
-      log_lines_ = 0;
+    if (now - budget.window > std::chrono::seconds(1)) {
+      budget.window = now;
+      budget.lines = 0;
     }
-    if (++log_lines_ > 5) return;
+    if (++budget.lines > 5) return;
     std::fprintf(stderr, "coach: transport %s: %s\n", bound_.c_str(),
                  coach::format(fmt, args...).c_str());
+  }
+  template <class... Args>
+  void log(std::string_view fmt, const Args&... args) {
+    log_with(log_, fmt, args...);
+  }
+  /// Messages received and dropped have a budget of their own: a flood of them used up the
+  /// common one, and refused connections went unlogged (still counted).
+  template <class... Args>
+  void log_dropped(std::string_view fmt, const Args&... args) {
+    log_with(dropped_log_, fmt, args...);
   }
 
   void wake() {
@@ -385,7 +413,11 @@ class zmq_transport_impl final : public zmq_transport {
       }
       return sent::failed;
     }
-    counter_.sent(msg.hdr.job, msg.hdr.src.host, msg.hdr.dst.host, msg.hdr.kind, bytes);
+    // All clients are one destination (clients_host): a client names its own host id, random
+    // per `coach` process (or anything, when hostile); counted apart, each added a link for
+    // good, carried by every heartbeat (a decoder refuses one of more than 65536 links).
+    counter_.sent(msg.hdr.job, msg.hdr.src.host, to_client ? clients_host : msg.hdr.dst.host,
+                  msg.hdr.kind, bytes);
     return sent::ok;
   }
 
@@ -437,25 +469,29 @@ class zmq_transport_impl final : public zmq_transport {
   /// routing id; on a DEALER parts[0] is the header. I/O thread.
   void deliver(std::vector<zmq::message_t>& parts, bool routed) {
     const std::size_t head = routed ? 1 : 0;
-    auto bad = [&](const coach::error& e, bool foreign) {
+    enum class why { malformed, frames, foreign };
+    auto bad = [&](const coach::error& e, why w) {
       {
         std::lock_guard lock{recv_mu_};
-        ++(foreign ? recv_.foreign : recv_.malformed);
+        ++(w == why::foreign ? recv_.foreign : recv_.malformed);
+        if (w == why::frames) ++recv_.malformed_frames;
       }
-      log("dropped a message from '{}': {}",
-          routed && !parts.empty() ? parts[0].to_string() : std::string("a peer's ROUTER"),
+      log_dropped(
+          "dropped a message from '{}': {}",
+          routed && !parts.empty() ? printable_id(parts[0]) : std::string("a peer's ROUTER"),
           e.message);
     };
-    if (parts.size() < head + 1) return bad({errc::protocol_error, "no header frame"}, false);
+    if (parts.size() < head + 1)
+      return bad({errc::protocol_error, "no header frame"}, why::malformed);
     const auto& header = parts[head];
     auto hdr = codec::decode_header({static_cast<const std::byte*>(header.data()), header.size()});
     if (!hdr) {
       const bool foreign = hdr.error().message.find("foreign wire version") != std::string::npos;
-      return bad(hdr.error(), foreign);
+      return bad(hdr.error(), foreign ? why::foreign : why::malformed);
     }
     recv_sizes_.clear();
     for (std::size_t i = head + 1; i < parts.size(); ++i) recv_sizes_.push_back(parts[i].size());
-    if (auto ok = codec::check_frames(*hdr, recv_sizes_); !ok) return bad(ok.error(), false);
+    if (auto ok = codec::check_frames(*hdr, recv_sizes_); !ok) return bad(ok.error(), why::frames);
     wire_message msg;
     msg.hdr = std::move(hdr->env);
     // A sender that addressed host 0 meant the node at the other end of its link: this one.
@@ -481,8 +517,8 @@ class zmq_transport_impl final : public zmq_transport {
       }
     }
     if (!dst) {
-      log("no actor {} on host {} (message {})", msg.hdr.dst.id, msg.hdr.dst.host,
-          to_string(msg.hdr.kind));
+      log_dropped("no actor {} on host {} (message {})", msg.hdr.dst.id, msg.hdr.dst.host,
+                  to_string(msg.hdr.kind));
       return;
     }
     if (!unit_) unit_.emplace(&caf::actor_cast<caf::abstract_actor*>(dst)->home_system());
@@ -495,17 +531,22 @@ class zmq_transport_impl final : public zmq_transport {
   }
 
   /// Receives what waits on every socket, in bounded batches taken under the socket lock and
-  /// decoded outside it, until no socket has input. Sends waiting for room are retried between
-  /// batches. I/O thread.
-  void receive_all() {
+  /// decoded outside it, until no socket has input or after `rounds` rounds of batches; true
+  /// when input may still wait then. Sends waiting for room are retried between batches. The
+  /// bound returns a flooded I/O thread to run(), which answers ZAP requests and handshakes:
+  /// without it, a peer sending without pause kept this loop going, and no new connection was
+  /// accepted until the flood ended (`coach nodes` timed out; bench/fuzz_bench). I/O thread.
+  bool receive_all() {
     constexpr std::size_t batch = 64;
-    for (bool more = true; more && !stop_;) {
+    constexpr int rounds = 16;
+    bool more = true;
+    for (int round = 0; more && !stop_ && round < rounds; ++round) {
       more = false;
       incoming_.clear();
       routed_.clear();
       {
         std::lock_guard lock{sock_mu_};
-        if (closed_) return;
+        if (closed_) return false;
         if (take(router_, batch, incoming_) == batch) more = true;
         routed_.assign(incoming_.size(), true);
         for (auto& [host, d] : dealers_)
@@ -517,6 +558,7 @@ class zmq_transport_impl final : public zmq_transport {
       if (unit_) unit_->run_chosen();
       if (more) flush_queues();
     }
+    return more;
   }
 
   /// The descriptors to wait on: the eventfd, then each socket's ZMQ_FD. I/O thread.
@@ -683,12 +725,13 @@ class zmq_transport_impl final : public zmq_transport {
     std::vector<pollfd> fds;
     std::uint64_t seen = 0;
     auto last_prune = clock::now();
-    bool waiting_sends = false;
+    bool waiting_sends = false, input_left = false;
     while (!stop_) {
       refresh_poll_set(fds, seen);
       // Sends waiting for room are retried every few milliseconds; otherwise the sockets'
-      // descriptors and the eventfd wake this thread.
-      const int timeout_ms = waiting_sends ? 2 : 200;
+      // descriptors and the eventfd wake this thread. Input left by receive_all() is taken at
+      // once, after a look at the other sockets.
+      const int timeout_ms = input_left ? 0 : waiting_sends ? 2 : 200;
       if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
         log("poll failed: {}", std::strerror(errno));
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -704,7 +747,7 @@ class zmq_transport_impl final : public zmq_transport {
         handshakes = handshakes || fds[i].revents != 0;
       if (handshakes) serve_security();
       waiting_sends = flush_queues();
-      receive_all();
+      input_left = receive_all();
       waiting_sends = flush_queues() || waiting_sends;
       if (const auto now = clock::now(); now - last_prune >= std::chrono::seconds(1)) {
         last_prune = now;
@@ -776,12 +819,19 @@ class zmq_transport_impl final : public zmq_transport {
   alignas(64) detail::traffic_counter counter_;
   alignas(64) mutable std::mutex recv_mu_;
   receive_stats recv_;
-  std::mutex log_mu_;
-  clock::time_point log_window_{};
-  int log_lines_ = 0;
+  std::mutex log_mu_;  // guards the budgets
+  log_budget log_, dropped_log_;
 };
 
 }  // namespace
+
+std::string to_string(const receive_stats& s) {
+  return coach::format(
+      "messages {}, bytes {}, malformed {}, malformed_frames {}, foreign {}, unknown_dst {}, "
+      "refused_key {}, refused_address {}, refused_mechanism {}, failed_handshakes {}",
+      s.messages, s.bytes, s.malformed, s.malformed_frames, s.foreign, s.unknown_dst, s.refused_key,
+      s.refused_address, s.refused_mechanism, s.failed_handshakes);
+}
 
 result<std::shared_ptr<zmq_transport>> zmq_transport::start(zmq_transport_options opt) {
   auto t = std::make_shared<zmq_transport_impl>(std::move(opt));

@@ -18,7 +18,8 @@
 // to that connection. A routing id is forgotten after `client_idle` without traffic either way,
 // when more than `max_clients` are remembered (least recently used first), or when a send finds
 // the client gone (ROUTER_MANDATORY: EHOSTUNREACH, counted as dropped). Peers take precedence: a
-// host added with add_peer is always reached through its DEALER.
+// host added with add_peer is always reached through its DEALER. What is sent to clients counts in
+// traffic() under one destination host for all of them, clients_host.
 //
 // Host 0: a destination host 0 means "the node at the other end of this link". send() routes
 // it to peer 0 (the address given to --join or --at) or, where no peer 0 was added (the
@@ -71,6 +72,11 @@ namespace coach::actors {
 /// blocks ZeroMQ's next receives take, and the blocks its earlier receives of that size left.
 inline constexpr std::size_t zmq_frame_overhead = 40;
 
+/// The destination host of traffic to clients in traffic(): hosts that are no peer, answered
+/// through the ROUTER (the `coach` CLI), all counted together under this id, not each under its
+/// own (a CLI's host id is random per process: one link more per command, for good).
+inline constexpr std::uint32_t clients_host = 0x80000000u;
+
 /// Options of a zmq_transport.
 struct zmq_transport_options {
   std::uint32_t host = 0;  ///< this node's host id (endpoint::host of its actors)
@@ -101,9 +107,12 @@ struct zmq_transport_options {
 
 /// Counters of what arrived from other hosts.
 struct receive_stats {
-  std::uint64_t messages = 0;     ///< delivered to a local actor
-  std::uint64_t bytes = 0;        ///< of delivered messages, header included
-  std::uint64_t malformed = 0;    ///< undecodable header or frames that disagree with it
+  std::uint64_t messages = 0;   ///< delivered to a local actor
+  std::uint64_t bytes = 0;      ///< of delivered messages, header included
+  std::uint64_t malformed = 0;  ///< undecodable header or frames that disagree with it
+  /// Of `malformed`: a header that decodes, followed by payload frames whose count or sizes
+  /// disagree with it (codec::check_frames).
+  std::uint64_t malformed_frames = 0;
   std::uint64_t foreign = 0;      ///< another wire version
   std::uint64_t unknown_dst = 0;  ///< no local actor at the destination
   // Connections refused, by reason (actors/curve_keys.hpp, refusal_reason).
@@ -115,6 +124,12 @@ struct receive_stats {
     return refused_key + refused_address + refused_mechanism + failed_handshakes;
   }
 };
+
+/// The counts as one line, each as its field's name and value, in the order of the fields:
+/// "messages 12, bytes 3456, malformed 3, malformed_frames 1, foreign 0, unknown_dst 2,
+/// refused_key 0, refused_address 0, refused_mechanism 0, failed_handshakes 0" (coach-node
+/// prints it on stderr, docs/hostile-input.md).
+std::string to_string(const receive_stats& s);
 
 class zmq_transport : public transport {
  public:

@@ -1,0 +1,102 @@
+// Hostile input against a live coach-node (docs/hostile-input.md): a few thousand messages from
+// tests/fuzz/hostile_frames.hpp (random bytes, mutated and truncated headers, wrong versions,
+// frame counts and sizes, unknown endpoints, huge announced sizes, empty messages, thousands of
+// frames, mutated control payloads) over one authenticated DEALER. The node stays up, still
+// answers `coach nodes`, counts every message under the reason the generator predicted, and
+// drains cleanly on SIGTERM. bench/fuzz_bench sends a million, with jobs running beside them.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <array>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <zmq.hpp>
+
+#include "actors/curve_keys.hpp"
+#include "tests/fuzz/hostile_frames.hpp"
+#include "tests/integration/process_harness.hpp"
+
+namespace coach::fuzz {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(hostile_input, a_node_counts_5000_hostile_messages_by_reason_and_keeps_answering) {
+  const std::string at = itest::free_address();
+  std::vector<itest::node_process> nodes{itest::start_node(
+      {"--listen", at, "--scheduler", "--store", "", "--name", "fuzzed", "--stats-interval", "0.1"},
+      "fuzzed")};
+  ASSERT_TRUE(itest::await_nodes_alive(at, 1)) << itest::slurp(nodes[0].log);
+
+  // An authenticated DEALER, as any process of the suite (COACH_KEY).
+  auto security = actors::load_security(itest::suite_key().string(), "", "");
+  ASSERT_TRUE(security) << security.error().to_string();
+  ASSERT_TRUE(security->key) << "the suite's processes have a key";
+  zmq::context_t ctx;
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::sndtimeo, 10000);
+  s.set(zmq::sockopt::curve_serverkey, security->server_key_for(""));
+  s.set(zmq::sockopt::curve_publickey, security->key->public_key);
+  s.set(zmq::sockopt::curve_secretkey, security->key->secret_key);
+  s.connect(at);
+
+  constexpr std::uint64_t total = 5000;
+  hostile_frames gen(17, actors::node_host_id(at));
+  hostile_message m;
+  std::array<std::uint64_t, outcome_count> expected{};
+  std::array<std::uint64_t, hostile_kind_count> kinds{};
+  for (std::uint64_t i = 0; i < total; ++i) {
+    gen.next(m);
+    for (std::size_t k = 0; k < m.parts.size(); ++k) {
+      const auto more = k + 1 < m.parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+      ASSERT_TRUE(s.send(zmq::buffer(m.parts[k].data(), m.parts[k].size()), more))
+          << "the node took no message for 10 s after " << i;
+    }
+    ++expected[std::size_t(m.expected)];
+    ++kinds[std::size_t(m.kind)];
+  }
+  for (std::size_t k = 0; k < hostile_kind_count; ++k)
+    EXPECT_GT(kinds[k], 0u) << "no message of kind " << to_string(hostile_kind(k));
+
+  // Still serving: the job API answers and lists the node alive.
+  auto r = itest::coach("nodes --json --at " + at);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(itest::count(r.out, "\"alive\": true"), 1u) << r.out;
+
+  // The node's counts (a line every 0.1 s) reach the messages sent; then it drains on SIGTERM
+  // and its last line has the final counts.
+  auto all_counted = [&] {
+    auto c = last_receive_stats(itest::slurp(nodes[0].log));
+    return c && c->malformed + c->foreign + c->unknown_dst + c->messages >= total;
+  };
+  for (int i = 0; i < 200 && !all_counted(); ++i) std::this_thread::sleep_for(50ms);
+  const pid_t pid = nodes[0].pid;
+  ::kill(pid, SIGTERM);
+  EXPECT_EQ(itest::wait_exit(pid, 20s), 0) << itest::slurp(nodes[0].log);
+  nodes.clear();
+  const auto log = itest::slurp(itest::work_dir() / "fuzzed.log");
+  const auto c = last_receive_stats(log);
+  ASSERT_TRUE(c) << log;
+  const auto exp = [&](outcome o) { return expected[std::size_t(o)]; };
+  EXPECT_EQ(c->malformed, exp(outcome::malformed) + exp(outcome::malformed_frames));
+  EXPECT_EQ(c->malformed_frames, exp(outcome::malformed_frames));
+  EXPECT_EQ(c->foreign, exp(outcome::foreign));
+  EXPECT_EQ(c->unknown_dst, exp(outcome::unknown_dst));
+  // Delivered: the flood's own, and the requests of `coach nodes` (a few).
+  EXPECT_GE(c->messages, exp(outcome::delivered));
+  EXPECT_LE(c->messages, exp(outcome::delivered) + 200);
+  EXPECT_EQ(c->refused(), 0u);
+  // Every kind of refusal occurred (the mix reaches each reason).
+  EXPECT_GT(exp(outcome::malformed), 0u);
+  EXPECT_GT(exp(outcome::malformed_frames), 0u);
+  EXPECT_GT(exp(outcome::foreign), 0u);
+  EXPECT_GT(exp(outcome::unknown_dst), 0u);
+  EXPECT_GT(exp(outcome::delivered), 0u);
+  EXPECT_NE(log.find("coach-node: 'fuzzed' stopped"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace coach::fuzz
