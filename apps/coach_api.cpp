@@ -286,6 +286,16 @@ int run_submit(const std::string& at, const std::string& spec_path, std::uint32_
   if (!client) return report_error(client.error());
   // Submitting loads the data set on the scheduler: allow it time.
   auto reply = (*client)->call(req, std::chrono::seconds(120));
+  if (!reply && reply.error().code == errc::io_error) {
+    // The request may have reached the scheduler, which stored the job and stopped (killed,
+    // restarted) before its answer left: submitting again would run the job twice.
+    auto e = reply.error();
+    e.message += coach::format(
+        "; the job may have been submitted all the same: `coach status --at {}` lists every "
+        "job (look before submitting again)",
+        at);
+    return report_error(e);
+  }
   if (!reply) return report_error(reply.error());
   if (reply->failure) return report_error(*reply->failure);
   const auto* sub = std::get_if<actors::submit_reply>(&reply->body);
