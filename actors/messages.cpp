@@ -42,6 +42,15 @@ std::string_view to_string(msg_kind k) noexcept {
   return "unknown";
 }
 
+wire_message copy_to(const wire_message& m, const endpoint& dst, std::uint8_t flags) {
+  wire_message out;
+  out.hdr = m.hdr;
+  out.hdr.dst = dst;
+  out.hdr.flags |= flags;
+  out.frames = m.frames;
+  return out;
+}
+
 result<void> accept_params(const wire_message& m, ps::key_coverage& received) {
   if (m.hdr.ranges.size() != m.frames.size())
     return fail(errc::protocol_error, "{} ranges but {} frames", m.hdr.ranges.size(),

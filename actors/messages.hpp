@@ -142,6 +142,9 @@ struct wire_message {
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::actors::wire_message)
 
 namespace coach::actors {
+/// `m` addressed to `dst`, with `flags` added: the same header and the same payload frames
+/// (shared, not copied). A replica's copy of a message, a push sent again to a new primary.
+wire_message copy_to(const wire_message& m, const endpoint& dst, std::uint8_t flags);
 /// Checks a params message as a whole before any of it is used (one frame of floats per range,
 /// every key in range and not received before) and adds its keys to `received`. Errors:
 /// protocol_error naming what disagrees; `received` is unchanged then.

@@ -482,14 +482,7 @@ struct shard_state {
   // --- replicas (ps/replica_chain.hpp) --------------------------------------------------------
 
   /// A copy of `m` for the next replica of the chain.
-  void forward(const wire_message& m) {
-    wire_message copy;
-    copy.hdr = m.hdr;
-    copy.hdr.dst = next_ep;
-    copy.hdr.flags |= flag::replica;
-    copy.frames = m.frames;
-    ctx->net->send(std::move(copy));
-  }
+  void forward(const wire_message& m) { ctx->net->send(copy_to(m, next_ep, flag::replica)); }
 
   /// A backup's copy of a push: applied as the primary applies it, answered to nobody. The
   /// master's snapshot request on it is kept (`retained`) in case the primary's answer is lost.

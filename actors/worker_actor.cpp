@@ -300,15 +300,8 @@ struct worker_state {
     const endpoint head{m.hdr.epoch, m.hdr.chunk_id};
     ctx->added->take_over(k, head);
     if (k >= ranges.size() || ranges[k].empty() || received->complete()) return;
-    for (const auto& [shard, p] : last_pushes) {
-      if (shard != k) continue;
-      wire_message again;
-      again.hdr = p.hdr;
-      again.hdr.dst = head;
-      again.hdr.flags |= flag::resent;
-      again.frames = p.frames;
-      ctx->net->send(std::move(again));
-    }
+    for (const auto& [shard, p] : last_pushes)
+      if (shard == k) ctx->net->send(actors::copy_to(p, head, flag::resent));
     auto pull = to(head, msg_kind::pull);
     pull.hdr.flags = flag::resent;
     for (const auto& r : ranges[k]) received->missing(r, pull.hdr.ranges);
