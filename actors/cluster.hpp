@@ -69,6 +69,9 @@ struct scheduler_options {
   /// dltap jobs: the least time between two live shard moves of one job that the scheduler
   /// starts to raise its aggregation degree (scheduler/rebalance.hpp); 0: never moves.
   std::chrono::milliseconds rebalance_interval{60000};
+  /// The address other nodes reach this one at (coach-node --advertise); empty: the transport's
+  /// bound address. Peer lists name it for parts here before this node's first heartbeat.
+  std::string address;
 };
 
 /// Spawns the cluster scheduler (detached) bound at {host, scheduler_id}: keeps the cluster view
@@ -82,5 +85,7 @@ caf::actor spawn_cluster_scheduler(caf::actor_system& sys, std::shared_ptr<zmq_t
 
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+/// (peer_gone_atom, host): the transport saw that node's process go (zmq_transport::on_peer_gone).
+using peer_gone_atom = caf::atom_constant<caf::atom("peergone")>;
 
 }  // namespace coach::actors

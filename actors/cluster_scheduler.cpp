@@ -53,18 +53,53 @@ struct scheduler_state {
   std::optional<sched::policy_holder> holder;
   std::optional<sched::job_registry> reg;
   std::map<std::uint64_t, job_runner> runs;
+  /// When each job's stops were last sent (stop_on): asked again after a node timeout unanswered.
+  std::map<std::uint64_t, sched::time_point> stops_sent;
   sched::time_point born{}, last_decision{};
   bool decide_queued = false;
   caf::event_based_actor* self = nullptr;
   static inline const char* name = "coach.cluster_scheduler";
 
-  runner_env env() { return {self, net, self_ep, &nodes, &*reg, &*exec}; }
+  runner_env env() {
+    return {self,
+            net,
+            self_ep,
+            &nodes,
+            &*reg,
+            &*exec,
+            opt.address.empty() ? net->bound_address() : opt.address};
+  }
 
   void send(const endpoint& dst, const control_message& m) {
     net->send(make_control(self_ep, dst, m));
   }
   void stop_on(std::uint64_t id, const std::set<std::uint32_t>& hosts) {
     for (auto h : hosts) send({h, node_agent_id}, stop_job{id});
+    if (!hosts.empty()) stops_sent[id] = steady.now();
+  }
+
+  /// A stop unanswered for a node timeout by a live node is asked again (its answer may have been
+  /// lost with a connection; a node answers every stop, running the job or not).
+  void resend_stops() {
+    for (auto it = stops_sent.begin(); it != stops_sent.end();) {
+      auto* job = reg->find(it->first);
+      if (!job || job->stopping.empty()) {
+        it = stops_sent.erase(it);
+        continue;
+      }
+      if (steady.now() - it->second > nodes.timeout()) {
+        for (auto h : job->stopping) {
+          if (const auto* n = nodes.find(h); !n || !n->alive) continue;
+          note(
+              coach::format("job {}: node '{}' has not answered its stop for {:.1f} s; asking "
+                            "again",
+                            it->first, nodes.name(h), (steady.now() - it->second).count()));
+          send({h, node_agent_id}, stop_job{it->first});
+        }
+        it->second = steady.now();
+      }
+      ++it;
+    }
   }
 
   /// Asks the policy at the next turn of the mailbox (many events make one decision).
@@ -226,8 +261,8 @@ struct scheduler_state {
     if (!job) return;
     // A node answers in the order it was told: the answer to a stop of an earlier run comes
     // before any answer about the next one.
-    if (job->stopping.contains(from)) {
-      if (reg->stop_answered(*job, from)) poke();
+    if (r.stopped) {
+      if (job->stopping.contains(from) && reg->stop_answered(*job, from)) poke();
       return;
     }
     if (job->over() || !job->launched) return;
@@ -292,45 +327,55 @@ struct scheduler_state {
     // Nodes of an earlier process's runs that have not come back within the node timeout are
     // taken for dead: their parts died with them.
     if (steady.now() - born > nodes.timeout() && reg->forget_unseen()) poke();
-    for (const auto host : nodes.expire()) {
-      const std::string name = nodes.name(host);
-      note(coach::format("node '{}' stopped heartbeating", name));
-      poke();
-      for (auto& loss : reg->lose_node(host)) {
-        auto* job = reg->find(loss.job);
-        if (loss.fails) {
-          end(*job, job_state::failed,
-              coach::error{errc::resource_exhausted,
-                           coach::format("node '{}' stopped heartbeating", name)});
-          continue;
-        }
-        if (loss.recovers) {
-          // Stopped in the registry: its master here, its parts on the nodes left; it starts
-          // again from its checkpoint once they answered.
-          runs[loss.job].stop(env());
-          stop_on(loss.job, loss.stop_hosts);
-          note(coach::format(
-              "job {} lost its parts on '{}'; it restarts from its checkpoint at "
-              "epoch {} on the nodes left ({:.1f} s of work lost)",
-              loss.job, name, job->first_epoch + 1, job->status.recoveries_lost_s.back()));
-          continue;
-        }
-        // Backups take over first: the configurations that drop the lost workers then go to
-        // the new primaries.
-        if (!loss.heads.empty() || !loss.cut.empty()) {
-          std::string which;
-          for (std::size_t j = 0; j + 1 < loss.heads.size(); j += 2)
-            which += coach::format("{}shard {}", which.empty() ? "" : ", ", loss.heads[j]);
-          if (!which.empty())
-            note(coach::format("job {}: backups take over {} from '{}'", loss.job, which, name));
-          caf::anon_send(runs[loss.job].master(), take_over_atom::value, std::move(loss.heads),
-                         std::move(loss.cut));
-        }
-        if (loss.ranks.empty()) continue;
-        note(coach::format("job {} goes on without the {} worker(s) of '{}'", loss.job,
-                           loss.ranks.size(), name));
-        caf::anon_send(runs[loss.job].master(), lost_atom::value, std::move(loss.ranks));
+    resend_stops();
+    for (const auto host : nodes.expire()) lost(host, "stopped heartbeating");
+  }
+
+  /// A node's process is gone (the transport saw its connection close and its address refuse a
+  /// new one): lost now, not after the node timeout.
+  void on_peer_gone(std::uint32_t host) {
+    if (host != self_ep.host && nodes.lose(host)) lost(host, "closed its connections");
+  }
+
+  /// What a lost node costs its jobs: workers dropped, shards taken over by their backups, or a
+  /// restart from the checkpoint; `how` says how it was noticed.
+  void lost(std::uint32_t host, std::string_view how) {
+    const std::string name = nodes.name(host);
+    note(coach::format("node '{}' {}", name, how));
+    poke();
+    for (auto& loss : reg->lose_node(host)) {
+      auto* job = reg->find(loss.job);
+      if (loss.fails) {
+        end(*job, job_state::failed,
+            coach::error{errc::resource_exhausted, coach::format("node '{}' {}", name, how)});
+        continue;
       }
+      if (loss.recovers) {
+        // Stopped in the registry: its master here, its parts on the nodes left; it starts
+        // again from its checkpoint once they answered.
+        runs[loss.job].stop(env());
+        stop_on(loss.job, loss.stop_hosts);
+        note(coach::format(
+            "job {} lost its parts on '{}'; it restarts from its checkpoint at "
+            "epoch {} on the nodes left ({:.1f} s of work lost)",
+            loss.job, name, job->first_epoch + 1, job->status.recoveries_lost_s.back()));
+        continue;
+      }
+      // Backups take over first: the configurations that drop the lost workers then go to
+      // the new primaries.
+      if (!loss.heads.empty() || !loss.cut.empty()) {
+        std::string which;
+        for (std::size_t j = 0; j + 1 < loss.heads.size(); j += 2)
+          which += coach::format("{}shard {}", which.empty() ? "" : ", ", loss.heads[j]);
+        if (!which.empty())
+          note(coach::format("job {}: backups take over {} from '{}'", loss.job, which, name));
+        caf::anon_send(runs[loss.job].master(), take_over_atom::value, std::move(loss.heads),
+                       std::move(loss.cut));
+      }
+      if (loss.ranks.empty()) continue;
+      note(coach::format("job {} goes on without the {} worker(s) of '{}'", loss.job,
+                         loss.ranks.size(), name));
+      caf::anon_send(runs[loss.job].master(), lost_atom::value, std::move(loss.ranks));
     }
   }
 
@@ -459,16 +504,28 @@ caf::behavior cluster_scheduler(caf::stateful_actor<scheduler_state>* self,
       sched::rebalance_options{std::chrono::duration_cast<sched::seconds>(opt.rebalance_interval)});
   st.open_store(host);
   st.net->bind(st.self_ep, caf::actor_cast<caf::actor>(self));
-  self->attach_functor([net = st.net, ep = st.self_ep] { net->unbind(ep); });
-  self->delayed_send(self, std::chrono::milliseconds(500), tick_atom::value);
+  // A node's process that dies (its host up) closes its connections: lost at once, not after the
+  // node timeout. The handler holds the scheduler weakly: the transport outlives it.
+  st.net->on_peer_gone([addr = self->address()](std::uint32_t h) {
+    if (auto me = caf::actor_cast<caf::actor>(addr)) caf::anon_send(me, peer_gone_atom::value, h);
+  });
+  self->attach_functor([net = st.net, ep = st.self_ep] {
+    net->on_peer_gone(nullptr);
+    net->unbind(ep);
+  });
+  const auto tick_every = [self] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(self->state.nodes.check_every());
+  };
+  self->delayed_send(self, tick_every(), tick_atom::value);
   return {
-      [self](tick_atom) {
+      [self, tick_every](tick_atom) {
         auto& s = self->state;
         s.check_nodes();
         if (s.steady.now() - s.last_decision >= s.opt.decide_every) s.poke();
-        self->delayed_send(self, std::chrono::milliseconds(500), tick_atom::value);
+        self->delayed_send(self, tick_every(), tick_atom::value);
       },
       [self](decide_atom) { self->state.decide(); },
+      [self](peer_gone_atom, std::uint32_t host) { self->state.on_peer_gone(host); },
       [self](wire_message& m) {
         auto& s = self->state;
         auto msg = read_control(m);

@@ -29,6 +29,7 @@
 
 #include "actors/curve_keys.hpp"
 #include "common/format.hpp"
+#include "common/log_limiter.hpp"
 #include "schemas/control.capnp.h"
 
 namespace coach::actors {
@@ -346,6 +347,7 @@ void put_message(wire::ControlMessage::Builder b, const control_message& m) {
         } else if constexpr (std::is_same_v<T, command_reply>) {
           auto c = b.initCommandReply();
           c.setJob(v.job);
+          c.setStopped(v.stopped);
           if (v.failure) put_error(c.initError(), *v.failure);
         } else if constexpr (std::is_same_v<T, api_request>) {
           put_request(b.initRequest(), v);
@@ -733,7 +735,7 @@ control_message get_message(wire::ControlMessage::Reader r) {
     case wire::ControlMessage::COMMAND_REPLY: {
       if (!r.hasCommandReply()) refuse("control message commandReply is null");
       const auto c = r.getCommandReply();
-      command_reply out{.job = c.getJob(), .failure = std::nullopt};
+      command_reply out{.job = c.getJob(), .failure = std::nullopt, .stopped = c.getStopped()};
       if (c.hasError()) out.failure = get_error(c.getError(), "command reply");
       return out;
     }
@@ -893,8 +895,11 @@ std::optional<control_message> read_control(const wire_message& m) {
   if (m.hdr.kind != msg_kind::control || m.frames.empty()) return std::nullopt;
   auto msg = control_codec::decode({m.frames[0].data, m.frames[0].bytes});
   auto drop = [&](const std::string& why) -> std::optional<control_message> {
-    std::fprintf(stderr, "coach-node: dropped a control message from host %u: %s\n", m.hdr.src.host,
-                 why.c_str());
+    // At most 5 lines a second: a flood of bad control messages once logged each of them.
+    static log_limiter limit;
+    if (const auto suffix = limit.allow())
+      std::fprintf(stderr, "coach-node: dropped a control message from host %u: %s%s\n",
+                   m.hdr.src.host, why.c_str(), suffix->c_str());
     return std::nullopt;
   };
   if (!msg) return drop(msg.error().message);

@@ -114,6 +114,7 @@ struct stop_job {
 struct command_reply {
   std::uint64_t job = 0;
   std::optional<coach::error> failure;  ///< empty: done
+  bool stopped = false;                 ///< answers a stop_job
 };
 
 /// One enum for a job's life across the project (scheduler/cluster_view.hpp).

@@ -88,8 +88,12 @@ result<void> job_runner::launch(const runner_env& env, sched::registered_job& jo
   ctx_->backup_hosts = job.backups;
   for (auto h : job.hosts) {
     const auto* n = env.nodes->find(h);
-    sj.peers.push_back(
-        {h, n ? n->last.address : env.net->bound_address(), n ? n->last.public_key : ""});
+    // The scheduler's own node may not have heartbeated yet (just restarted): it is this process.
+    const bool own = !n && h == env.net->host_id();
+    sj.peers.push_back({h, n ? n->last.address : env.own_address,
+                        n     ? n->last.public_key
+                        : own ? env.net->public_key()
+                              : ""});
   }
   spawn(env, id, gen, job.first_epoch, sj.first_step);
   // Phase 1: every shard; phase 2 (on their acknowledgements): every worker.

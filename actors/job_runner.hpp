@@ -48,6 +48,7 @@ struct runner_env {
   const scheduler::node_table* nodes = nullptr;
   scheduler::job_registry* reg = nullptr;
   const scheduler::executor* exec = nullptr;
+  std::string own_address;  ///< where other nodes reach this one
   void send(std::uint32_t host, const control_message& m) const;
 };
 

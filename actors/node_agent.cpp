@@ -406,7 +406,7 @@ caf::behavior node_agent(caf::stateful_actor<agent_state, caf::event_based_actor
           s.send(m.hdr.src, reply);
         } else if (auto* stop = std::get_if<stop_job>(&*msg)) {
           s.stop(stop->job);
-          s.send(m.hdr.src, command_reply{stop->job, std::nullopt});
+          s.send(m.hdr.src, command_reply{stop->job, std::nullopt, true});
         }
       },
   };

@@ -30,6 +30,7 @@
 #include "actors/codec.hpp"
 #include "actors/inline_delivery.hpp"
 #include "actors/route_table.hpp"
+#include "common/log_limiter.hpp"
 
 namespace coach::actors {
 namespace {
@@ -38,6 +39,9 @@ namespace {
 constexpr int handshake_events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
                                  ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                                  ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+/// The monitor events that tell a peer's process is gone: its connection closed, and the next
+/// attempt to connect again was refused (nothing listens at its address any more).
+constexpr int gone_events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED;
 
 /// A routing id for the log: as it is when printable (a Coach DEALER's "SRC.DST.NONCE"), else
 /// in hex (ZeroMQ's own ids are a zero byte and four random ones; a hostile one may be anything).
@@ -174,9 +178,13 @@ class zmq_transport_impl final : public zmq_transport {
     std::lock_guard socks{sock_mu_};
     std::lock_guard lock{mu_};
     auto& p = peers_[host];
+    // A peer list may name a node whose key its sender did not know yet (the scheduler's own
+    // before its first heartbeat): that is no change of key.
+    if (public_key.empty()) public_key = p.key;
     // A node that came back with another key (rotated) is reached over a new connection.
     if ((p.key != public_key || p.address != address) && dealers_.erase(host) > 0) {
       dealer_monitors_.erase(host);
+      closed_peers_.erase(host);
       refusals_.erase(host);  // what the old connection was told
       vague_failures_.erase(host);
       ++sockets_changed_;
@@ -193,6 +201,14 @@ class zmq_transport_impl final : public zmq_transport {
   }
 
   std::uint32_t host_id() const override { return opt_.host; }
+  void on_peer_gone(peer_gone_handler handler) override {
+    std::lock_guard lock{mu_};
+    on_peer_gone_ = std::move(handler);
+  }
+
+  std::string public_key() const override {
+    return opt_.security.key ? opt_.security.key->public_key : std::string();
+  }
 
   bool has_peer(std::uint32_t host) {
     std::lock_guard lock{mu_};
@@ -223,22 +239,12 @@ class zmq_transport_impl final : public zmq_transport {
   enum class sent { ok, would_block, failed };
 
   /// At most 5 log lines a second of one kind: a flood of bad frames must not flood the log too.
-  struct log_budget {
-    clock::time_point window{};
-    int lines = 0;
-  };
-
   template <class... Args>
-  void log_with(log_budget& budget, std::string_view fmt, const Args&... args) {
-    const auto now = clock::now();
-    std::lock_guard lock{log_mu_};
-    if (now - budget.window > std::chrono::seconds(1)) {
-      budget.window = now;
-      budget.lines = 0;
-    }
-    if (++budget.lines > 5) return;
-    std::fprintf(stderr, "coach: transport %s: %s\n", bound_.c_str(),
-                 coach::format(fmt, args...).c_str());
+  void log_with(log_limiter& budget, std::string_view fmt, const Args&... args) {
+    const auto suffix = budget.allow();
+    if (!suffix) return;
+    std::fprintf(stderr, "coach: transport %s: %s%s\n", bound_.c_str(),
+                 coach::format(fmt, args...).c_str(), suffix->c_str());
   }
   template <class... Args>
   void log(std::string_view fmt, const Args&... args) {
@@ -306,7 +312,7 @@ class zmq_transport_impl final : public zmq_transport {
       }
       dealer_monitors_.insert_or_assign(
           host, monitor(s, coach::format("inproc://coach-monitor-{}-{}", host, ++monitors_made_),
-                        handshake_events));
+                        handshake_events | gone_events));
       s.connect(address);
     } catch (const zmq::error_t& e) {
       dealer_monitors_.erase(host);
@@ -607,9 +613,9 @@ class zmq_transport_impl final : public zmq_transport {
       }
       answer_zap(req);
     }
-    std::lock_guard lock{sock_mu_};
     std::uint16_t event = 0;
     std::uint32_t value = 0;
+    std::unique_lock router_lock{sock_mu_};
     while (next_event(router_monitor_, event, value)) {
       const bool mismatch = event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
                             value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH;
@@ -625,8 +631,45 @@ class zmq_transport_impl final : public zmq_transport {
               : "its handshake failed (another server key, or not ZeroMQ)",
           total);
     }
-    for (auto& [host, mon] : dealer_monitors_)
-      while (next_event(mon, event, value)) note_handshake(host, event, value);
+    router_lock.unlock();
+    std::vector<std::uint32_t> gone;
+    {
+      std::lock_guard lock{sock_mu_};
+      for (auto& [host, mon] : dealer_monitors_)
+        while (next_event(mon, event, value))
+          if (note_connection(host, event))
+            gone.push_back(host);
+          else if (event & handshake_events)
+            note_handshake(host, event, value);
+    }
+    if (gone.empty()) return;
+    peer_gone_handler handler;
+    {
+      std::lock_guard lock{mu_};
+      handler = on_peer_gone_;
+    }
+    for (const auto host : gone) {
+      log("the connection to host {} closed and nothing listens at its address: its process is "
+          "gone",
+          host);
+      if (handler) handler(host);
+    }
+  }
+
+  /// Follows a peer's connection: closed (armed), then a reconnection refused (gone: true, once),
+  /// or a handshake that succeeds again (disarmed). REQUIRES: sock_mu_ held.
+  bool note_connection(std::uint32_t host, std::uint16_t event) {
+    if (event == ZMQ_EVENT_DISCONNECTED) {
+      closed_peers_[host] = true;
+    } else if (event == ZMQ_EVENT_CONNECT_RETRIED) {
+      auto it = closed_peers_.find(host);
+      if (it == closed_peers_.end() || !it->second) return false;
+      it->second = false;  // reported; again only after the next closed connection
+      return true;
+    } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      closed_peers_.erase(host);
+    }
+    return false;
   }
 
   /// ZAP (ZeroMQ RFC 27): version, request id, domain, address, routing id, mechanism, then the
@@ -789,6 +832,10 @@ class zmq_transport_impl final : public zmq_transport {
   std::map<std::uint32_t, peer> peers_;
   std::map<std::uint32_t, std::string> refusals_;  ///< by peer host: why its handshake failed
   std::map<std::uint32_t, int> vague_failures_;    ///< by peer host: failures without detail
+  /// By peer host: its connection closed and no reconnection was refused since (true), or was
+  /// (false: reported). Guarded by sock_mu_.
+  std::map<std::uint32_t, bool> closed_peers_;
+  peer_gone_handler on_peer_gone_;  ///< guarded by mu_
   std::unordered_map<std::uint32_t, client> clients_;
 
   // Sockets are used by whichever thread holds sock_mu_: senders send on them directly, the
@@ -819,8 +866,7 @@ class zmq_transport_impl final : public zmq_transport {
   alignas(64) detail::traffic_counter counter_;
   alignas(64) mutable std::mutex recv_mu_;
   receive_stats recv_;
-  std::mutex log_mu_;  // guards the budgets
-  log_budget log_, dropped_log_;
+  log_limiter log_, dropped_log_;
 };
 
 }  // namespace

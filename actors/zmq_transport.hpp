@@ -52,11 +52,14 @@
 // ZAP handler on the I/O thread (peer_authorizer: an authorized key; without a key pair, a
 // loopback address). Refused connections and failed handshakes are counted (receive_stats) and
 // logged; a DEALER's monitor records why its peer refused it (refusal_of), so that a client says
-// "not authorized" at once instead of waiting for an answer that cannot come.
+// "not authorized" at once instead of waiting for an answer that cannot come. The same monitor
+// tells when a peer's process is gone (its connection closed, the reconnection refused):
+// on_peer_gone, the scheduler's fast path to a node loss.
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -139,9 +142,20 @@ class zmq_transport : public transport {
 
   /// Routes messages for endpoints on `host` to the node listening at `address` (through a
   /// DEALER), also when `host` was so far reached as a client. `public_key` (Z85): the peer's
-  /// own, when known (heartbeats carry it); empty: the security's server key. A changed key
-  /// replaces the connection.
+  /// own, when known (heartbeats carry it); empty: the key already known for `host`, else the
+  /// security's server key. A changed key or address replaces the connection (and what its queue
+  /// held is lost): an empty key never counts as a change.
   virtual void add_peer(std::uint32_t host, std::string address, std::string public_key = {}) = 0;
+  /// This node's CURVE public key (Z85); empty without a key.
+  virtual std::string public_key() const = 0;
+
+  /// Called (on the transport's I/O thread: it must only post a message) when a peer's process
+  /// is gone: this transport's connection to it closed and the next attempt to reconnect was
+  /// refused, i.e. its host is up but nothing listens at its address. Once per closed
+  /// connection. A host that vanishes (no FIN, no refusal) is not noticed here: only its silence
+  /// tells. Only peers this transport has sent to have a connection to close.
+  using peer_gone_handler = std::function<void(std::uint32_t host)>;
+  virtual void on_peer_gone(peer_gone_handler handler) = 0;
   /// Why the last handshake with peer `host` failed ("not authorized: ..."), or empty when it
   /// succeeded or none was tried yet.
   virtual std::string refusal_of(std::uint32_t host) const = 0;

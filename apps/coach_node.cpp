@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat", heartbeat_s, "Seconds between heartbeats")
       ->check(CLI::Range(0.05, 60.0));
   app.add_option("--node-timeout", node_timeout_s,
-                 "Seconds without a heartbeat before the scheduler declares a node dead")
+                 "Seconds without a heartbeat before the scheduler declares a node dead (more "
+                 "than twice every node's --heartbeat)")
       ->check(CLI::Range(0.2, 3600.0));
   app.add_option("--drain-timeout", drain_timeout_s,
                  "Seconds a draining node waits for its work before it exits anyway")
@@ -132,6 +133,14 @@ int main(int argc, char** argv) {
   }
   if (is_scheduler == !join.empty()) {
     std::fprintf(stderr, "coach-node: give either --scheduler or --join ADDRESS\n");
+    return 2;
+  }
+  if (is_scheduler && node_timeout_s <= 2 * heartbeat_s) {
+    std::fprintf(stderr,
+                 "coach-node: --node-timeout %g s must be more than twice --heartbeat (%g s), or "
+                 "live nodes are declared dead between two heartbeats; give every node a "
+                 "shorter --heartbeat\n",
+                 node_timeout_s, heartbeat_s);
     return 2;
   }
   const std::string address = advertise.empty() ? listen : advertise;
@@ -209,6 +218,7 @@ int main(int argc, char** argv) {
   if (is_scheduler) {
     so.node_timeout = std::chrono::milliseconds(long(node_timeout_s * 1000));
     so.rebalance_interval = std::chrono::milliseconds(long(rebalance_s * 1000));
+    so.address = address;
     sched = actors::spawn_cluster_scheduler(sys, *net, host, std::move(so));
   }
   actors::node_options no;

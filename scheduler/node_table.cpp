@@ -22,8 +22,10 @@ heard node_table::heartbeat(node_report report) {
 
 std::vector<std::uint32_t> node_table::expire() {
   const auto now = clock_.now();
-  if (last_expire_ && now - *last_expire_ > timeout_ / 2) {
-    const auto deaf = now - *last_expire_;
+  // A call on time comes one check period after the previous; one later than two periods means
+  // the owner was busy, and what lies beyond the period it could not have heard.
+  if (last_expire_ && now - *last_expire_ > 2 * check_every()) {
+    const auto deaf = now - *last_expire_ - check_every();
     for (auto& [host, n] : nodes_)
       if (n.alive) n.seen = std::min(now, n.seen + deaf);
   }
@@ -35,6 +37,13 @@ std::vector<std::uint32_t> node_table::expire() {
     out.push_back(host);
   }
   return out;
+}
+
+bool node_table::lose(std::uint32_t host) {
+  auto it = nodes_.find(host);
+  if (it == nodes_.end() || !it->second.alive) return false;
+  it->second.alive = false;
+  return true;
 }
 
 const node_entry* node_table::find(std::uint32_t host) const {

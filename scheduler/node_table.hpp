@@ -17,6 +17,7 @@
 // Plain logic with an injected clock (scheduler/clock.hpp): tests drive liveness with a
 // manual_clock. Threads: none; the owner (the scheduler actor) calls it from one thread.
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -64,10 +65,16 @@ class node_table {
   /// Records a heartbeat (now, by the clock).
   heard heartbeat(node_report report);
   /// Marks dead the nodes silent for longer than the timeout; returns those newly dead. The owner
-  /// calls it on a timer. Silence the owner could not have heard does not count: when more than
-  /// half the timeout passed since the previous call (the owner was busy, its timer late, and
-  /// heartbeats waited in its mailbox), every live node's silence is shortened by that gap.
+  /// calls it on a timer, every check_every(). Silence the owner could not have heard does not
+  /// count: when more than two periods passed since the previous call (the owner was busy, its
+  /// timer late, and heartbeats waited in its mailbox), every live node's silence is shortened
+  /// by the gap less one period.
   std::vector<std::uint32_t> expire();
+
+  /// Marks a live node dead now, without waiting for the timeout: its process is known to be
+  /// gone (its connections closed). True when it was alive (the owner handles the loss, as for
+  /// one expire() reports); it is back on its next heartbeat.
+  bool lose(std::uint32_t host);
 
   /// The node, or null.
   const node_entry* find(std::uint32_t host) const;
@@ -88,6 +95,9 @@ class node_table {
   seconds timeout() const noexcept { return timeout_; }
   /// REQUIRES: t > 0.
   void set_timeout(seconds t) noexcept { timeout_ = t; }
+  /// How often the owner calls expire(): the scheduler checks at a quarter of the timeout, at
+  /// most every 0.5 s.
+  seconds check_every() const noexcept { return std::min(seconds(0.5), timeout_ / 4); }
 
  private:
   const clock_source& clock_;

@@ -80,6 +80,8 @@ struct StopJob {
 struct CommandReply {
   job @0 :UInt64;
   error @1 :Envelope.Error;    # null when the command was carried out
+  stopped @2 :Bool;            # answers a stopJob (a stop may be asked again; its answers are
+                               # never taken for a start's)
 }
 
 # The one payload frame of a `control` envelope. A message whose union member is null (nothing

@@ -25,6 +25,7 @@ using namespace std::chrono_literals;
 
 TEST(hostile_input, a_node_counts_5000_hostile_messages_by_reason_and_keeps_answering) {
   const std::string at = itest::free_address();
+  const auto t0 = std::chrono::steady_clock::now();
   std::vector<itest::node_process> nodes{itest::start_node(
       {"--listen", at, "--scheduler", "--store", "", "--name", "fuzzed", "--stats-interval", "0.1"},
       "fuzzed")};
@@ -96,6 +97,11 @@ TEST(hostile_input, a_node_counts_5000_hostile_messages_by_reason_and_keeps_answ
   EXPECT_GT(exp(outcome::unknown_dst), 0u);
   EXPECT_GT(exp(outcome::delivered), 0u);
   EXPECT_NE(log.find("coach-node: 'fuzzed' stopped"), std::string::npos) << log;
+  // The log does not grow with the flood: at most 5 lines a second of each kind (read_control's
+  // dropped control messages once logged one line each).
+  const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto dropped_lines = itest::count(log, "dropped a control message");
+  EXPECT_LE(double(dropped_lines), 5 * (seconds + 1)) << seconds << " s";
 }
 
 }  // namespace

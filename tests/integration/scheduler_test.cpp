@@ -258,6 +258,8 @@ TEST_F(scheduler_cluster, a_job_recovers_from_its_checkpoint_when_a_node_with_a_
   auto text = coach("status " + job + " --at " + at_);
   EXPECT_TRUE(has(text.out, "recoveries: 1 after lost nodes (work lost: ")) << text.out;
   EXPECT_TRUE(has(slurp(nodes_[0].log), "it restarts from its checkpoint at epoch")) << logs();
+  EXPECT_TRUE(has(slurp(nodes_[0].log), "node '" + victim->name + "' closed its connections"))
+      << logs();
 }
 
 TEST_F(scheduler_cluster, a_backup_takes_over_a_killed_primary_and_not_a_bit_changes) {
@@ -299,6 +301,9 @@ TEST_F(scheduler_cluster, a_backup_takes_over_a_killed_primary_and_not_a_bit_cha
   auto text = coach("status " + job + " --at " + at_);
   EXPECT_TRUE(has(text.out, "failovers: 1 shard(s) taken over by their backups")) << text.out;
   EXPECT_TRUE(has(slurp(nodes_[0].log), "backups take over shard ")) << logs();
+  // Noticed from its closed connections, not after the node timeout (its host is up).
+  EXPECT_TRUE(has(slurp(nodes_[0].log), "node '" + victim->name + "' closed its connections"))
+      << logs();
 
   const auto clean = submit(
       digits_spec("replica-clean", epochs, "2", "2", "output: " + clean_model.string() + "\n"));

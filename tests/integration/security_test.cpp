@@ -187,6 +187,28 @@ TEST_F(keyed_hosts, keys_rotate_without_a_restart_and_connections_made_stay_up) 
   EXPECT_EQ(b->received().refused_key, 1u);
 }
 
+TEST_F(keyed_hosts, a_peer_named_again_without_its_key_keeps_its_connection) {
+  // A restarted scheduler once listed its own host with an empty key (before its first
+  // heartbeat): nodes took it for a key change, replaced their connection to it and lost the
+  // answers queued on it, and a job waited forever for them.
+  auto b = start(2, "b");
+  auto a = start(1, "a");
+  const auto at = b->bound_address();
+  a->add_peer(2, at, keys["b"].public_key);
+  deliver_to_test(*b);
+  a->send(numbered({1, 1}, on_b, 1, 4));
+  ASSERT_TRUE(await());
+  a->add_peer(2, at, "");  // "key unknown", not "no key": b's key stays
+  for (std::int64_t step = 2; step < 12; ++step) a->send(numbered({1, 1}, on_b, step, 4));
+  for (std::int64_t step = 2; step < 12; ++step) {
+    auto got = await();
+    ASSERT_TRUE(got) << "message " << step << " lost";
+    EXPECT_EQ(got->hdr.step, step);
+  }
+  EXPECT_EQ(a->refusal_of(2), "");
+  EXPECT_EQ(a->public_key(), keys["a"].public_key);
+}
+
 // --- processes ---------------------------------------------------------------------------------
 
 struct keyed_node : ::testing::Test {

@@ -195,6 +195,43 @@ TEST_F(two_hosts, a_restarted_peer_is_reconnected) {
   EXPECT_EQ(got->hdr.step, 42);
 }
 
+TEST_F(two_hosts, a_peer_whose_process_is_gone_is_reported_once_within_a_second) {
+  std::mutex mu;
+  std::vector<std::uint32_t> gone;
+  a->on_peer_gone([&](std::uint32_t h) {
+    std::lock_guard lock{mu};
+    gone.push_back(h);
+  });
+  auto reported = [&] {
+    std::lock_guard lock{mu};
+    return gone;
+  };
+  caf::scoped_actor self{*sys};
+  const std::string addr = b->bound_address();
+  b->bind(on_b, sys->spawn(forwarder, caf::actor_cast<caf::actor>(self)));
+  ASSERT_TRUE(a->send(push_of(on_a, on_b, 8)));
+  ASSERT_TRUE(await(self));
+  EXPECT_FALSE(eventually([&] { return !reported().empty(); }, 300ms)) << "b is alive";
+
+  const auto t0 = std::chrono::steady_clock::now();
+  b.reset();  // its sockets close: nothing listens at addr any more
+  ASSERT_TRUE(eventually([&] { return !reported().empty(); }, 3s));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  EXPECT_EQ(reported(), (std::vector<std::uint32_t>{2}));
+  // Reconnections go on being refused (every 100 ms): reported once all the same.
+  EXPECT_FALSE(eventually([&] { return reported().size() > 1; }, 500ms));
+
+  // Back on the same address: reconnected, and a second loss is reported again.
+  b = start(2, addr);
+  b->bind(on_b, sys->spawn(forwarder, caf::actor_cast<caf::actor>(self)));
+  ASSERT_TRUE(a->send(push_of(on_a, on_b, 8)));
+  ASSERT_TRUE(await(self, 5s));
+  b.reset();
+  ASSERT_TRUE(eventually([&] { return reported().size() == 2; }, 3s));
+  EXPECT_EQ(reported(), (std::vector<std::uint32_t>{2, 2}));
+  a->on_peer_gone(nullptr);
+}
+
 TEST_F(two_hosts, host_0_is_peer_0_or_else_this_node) {
   caf::scoped_actor self{*sys};
   b->bind(on_b, sys->spawn(forwarder, caf::actor_cast<caf::actor>(self)));

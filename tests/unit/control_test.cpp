@@ -274,6 +274,7 @@ void expect_same(const control_message& a, const control_message& b) {
         } else if constexpr (std::is_same_v<T, command_reply>) {
           EXPECT_EQ(x.job, y.job);
           expect_same(x.failure, y.failure);
+          EXPECT_EQ(x.stopped, y.stopped);
         } else {
           expect_same(x, y);
         }
@@ -319,6 +320,7 @@ std::vector<control_message> every_variant() {
   all.push_back(growing_start_job(false));
   all.push_back(stop_job{0xfeedull});
   all.push_back(command_reply{77, std::nullopt});
+  all.push_back(command_reply{79, std::nullopt, true});
   all.push_back(command_reply{78, error{errc::not_found, "no such dataset: mnist/train"}});
   all.push_back(api_request{submit_request{"epochs: 1\n", "a.yaml", "/tmp/w", 4, 2}});
   all.push_back(api_request{status_request{99}});

@@ -68,11 +68,12 @@ TEST(node_table, silence_while_the_owner_was_stalled_does_not_count_against_node
   // that waited behind it in its mailbox. Neither node is blamed for those 8 s.
   clock.advance(seconds(8));
   EXPECT_TRUE(t.expire().empty());
-  EXPECT_DOUBLE_EQ(t.silent_for(1), 0.0);
-  EXPECT_DOUBLE_EQ(t.silent_for(2), 2.0) << "b's silence counts only while the owner listened";
+  EXPECT_DOUBLE_EQ(t.silent_for(1), 0.5);
+  EXPECT_DOUBLE_EQ(t.silent_for(2), 2.5)
+      << "b's silence counts only while the owner listened (and one check period of the 8 s)";
   t.heartbeat(report(1, "a"));
   // b stays silent: dead once it was silent for more than 5 s the owner could hear.
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 5; ++i) {
     clock.advance(500ms);
     EXPECT_TRUE(t.expire().empty()) << "after " << (i + 1) * 0.5 << " s more";
     t.heartbeat(report(1, "a"));
@@ -80,6 +81,29 @@ TEST(node_table, silence_while_the_owner_was_stalled_does_not_count_against_node
   clock.advance(500ms);
   EXPECT_EQ(t.expire(), (std::vector<std::uint32_t>{2}));
   EXPECT_TRUE(t.usable(1));
+}
+
+TEST(node_table, a_short_timeout_expires_a_dead_node_on_time) {
+  // --node-timeout 1 once never expired a dead node: each check 0.5 s late counted as a stall
+  // and pushed every node's last heartbeat forward.
+  manual_clock clock;
+  node_table t(clock, seconds(1));
+  EXPECT_DOUBLE_EQ(t.check_every().count(), 0.25);
+  t.heartbeat(report(1, "a"));
+  t.heartbeat(report(2, "b"));  // b dies now
+  double waited = 0;
+  std::vector<std::uint32_t> dead;
+  while (dead.empty() && waited < 5) {
+    clock.advance(seconds(0.3));  // the owner's timer, a little late each time
+    waited += 0.3;
+    t.heartbeat(report(1, "a"));
+    dead = t.expire();
+  }
+  EXPECT_EQ(dead, (std::vector<std::uint32_t>{2}));
+  EXPECT_NEAR(waited, 1.2, 1e-9) << "dead at the first check after 1 s of silence";
+  EXPECT_TRUE(t.usable(1));
+  node_table slow(clock, seconds(5));
+  EXPECT_DOUBLE_EQ(slow.check_every().count(), 0.5) << "checks at most every 0.5 s";
 }
 
 TEST(node_table, finds_nodes_by_name_and_says_why_one_cannot_take_work) {
