@@ -53,8 +53,6 @@ struct scheduler_state {
   std::optional<sched::policy_holder> holder;
   std::optional<sched::job_registry> reg;
   std::map<std::uint64_t, job_runner> runs;
-  /// When each job's stops were last sent (stop_on): asked again after a node timeout unanswered.
-  std::map<std::uint64_t, sched::time_point> stops_sent;
   sched::time_point born{}, last_decision{};
   bool decide_queued = false;
   caf::event_based_actor* self = nullptr;
@@ -75,31 +73,16 @@ struct scheduler_state {
   }
   void stop_on(std::uint64_t id, const std::set<std::uint32_t>& hosts) {
     for (auto h : hosts) send({h, node_agent_id}, stop_job{id});
-    if (!hosts.empty()) stops_sent[id] = steady.now();
   }
 
-  /// A stop unanswered for a node timeout by a live node is asked again (its answer may have been
-  /// lost with a connection; a node answers every stop, running the job or not).
+  /// A stop unanswered for a node timeout by a live node is asked again.
   void resend_stops() {
-    for (auto it = stops_sent.begin(); it != stops_sent.end();) {
-      auto* job = reg->find(it->first);
-      if (!job || job->stopping.empty()) {
-        it = stops_sent.erase(it);
-        continue;
+    for (const auto& [id, hosts] : reg->stops_overdue(nodes.timeout().count()))
+      for (const auto h : hosts) {
+        note(coach::format("job {}: node '{}' has not answered its stop within {} s; asking again",
+                           id, nodes.name(h), nodes.timeout().count()));
+        send({h, node_agent_id}, stop_job{id});
       }
-      if (steady.now() - it->second > nodes.timeout()) {
-        for (auto h : job->stopping) {
-          if (const auto* n = nodes.find(h); !n || !n->alive) continue;
-          note(
-              coach::format("job {}: node '{}' has not answered its stop for {:.1f} s; asking "
-                            "again",
-                            it->first, nodes.name(h), (steady.now() - it->second).count()));
-          send({h, node_agent_id}, stop_job{it->first});
-        }
-        it->second = steady.now();
-      }
-      ++it;
-    }
   }
 
   /// Asks the policy at the next turn of the mailbox (many events make one decision).

@@ -649,9 +649,10 @@ class zmq_transport_impl final : public zmq_transport {
       handler = on_peer_gone_;
     }
     for (const auto host : gone) {
-      log("the connection to host {} closed and nothing listens at its address: its process is "
-          "gone",
-          host);
+      if (opt_.log_refusals)
+        log("the connection to host {} closed and nothing listens at its address: its process is "
+            "gone",
+            host);
       if (handler) handler(host);
     }
   }

@@ -104,7 +104,8 @@ struct zmq_transport_options {
   std::size_t max_clients = 4096;
   /// Keys (none: plain connections, accepted from loopback addresses only).
   transport_security security;
-  /// Log why a peer refused this transport's connection (a client reports it itself).
+  /// Log why a peer refused this transport's connection, and that a peer's process is gone (a
+  /// client reports what matters itself).
   bool log_refusals = true;
 };
 

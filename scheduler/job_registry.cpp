@@ -164,6 +164,7 @@ registered_job& job_registry::resume(job_record rec) {
     job.stop_unsent.insert(rec.shard_nodes.begin(), rec.shard_nodes.end());
     job.stop_unsent.erase(self_host_);  // its parts here died with the old process
     job.stopping = job.stop_unsent;
+    job.stops_asked_at = now();
     if (job.first_epoch >= std::uint32_t(rec.epochs_total)) {
       // Killed between its last checkpoint and its end: nothing is left to train.
       st.state = job.state = job_state::succeeded;
@@ -435,6 +436,7 @@ void job_registry::stop_to_resume(registered_job& job, std::set<std::uint32_t> s
                                   const std::string& why) {
   store_checkpoint(job);  // a restart of the scheduler while it waits resumes from it too
   job.stopping = std::move(stopping);  // it may start again once every one of them answered
+  job.stops_asked_at = now();
   stop_run(job);
   job.first_epoch = job.checkpoint ? job.checkpoint_epoch + 1 : 0;
   auto& st = job.status;
@@ -834,6 +836,22 @@ bool job_registry::forget_unseen() {
 
 bool job_registry::stop_answered(registered_job& job, std::uint32_t host) {
   return job.stopping.erase(host) && job.stopping.empty();
+}
+
+std::vector<std::pair<std::uint64_t, std::vector<std::uint32_t>>> job_registry::stops_overdue(
+    double after_s) {
+  std::vector<std::pair<std::uint64_t, std::vector<std::uint32_t>>> out;
+  const double t = now();
+  for (auto& [id, job] : jobs_) {
+    if (job.stopping.empty() || t - job.stops_asked_at <= after_s) continue;
+    std::vector<std::uint32_t> hosts;
+    for (const auto h : job.stopping)
+      if (const auto* n = nodes_.find(h); n && n->alive && !job.stop_unsent.contains(h))
+        hosts.push_back(h);
+    job.stops_asked_at = t;
+    if (!hosts.empty()) out.emplace_back(id, std::move(hosts));
+  }
+  return out;
 }
 
 // --- what coach status shows --------------------------------------------------------------------

@@ -128,6 +128,7 @@ struct registered_job {
       held_checkpoint;
   std::set<std::uint32_t> stopping;     ///< hosts whose stop of an earlier run is unanswered
   std::set<std::uint32_t> stop_unsent;  ///< hosts of an earlier process's run not seen yet
+  double stops_asked_at = 0;            ///< when the stops of `stopping` were last sent
 
   // The performance model's record of this job (coach status --json "model").
   std::optional<double> last_predicted;
@@ -314,6 +315,10 @@ class job_registry {
   bool forget_unseen();
   /// A node answered a stop of an earlier run of the job. True when none is left unanswered.
   bool stop_answered(registered_job& job, std::uint32_t host);
+  /// Stops to ask again: per job, the live hosts whose stop has been unanswered for more than
+  /// `after_s` seconds (an answer lost with a connection; a node answers every stop, running
+  /// the job or not). Counted as asked now.
+  std::vector<std::pair<std::uint64_t, std::vector<std::uint32_t>>> stops_overdue(double after_s);
 
   /// What coach status shows of the job now (without traffic; with the model's JSON when
   /// `model` is given).

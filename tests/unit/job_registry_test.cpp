@@ -414,7 +414,22 @@ TEST_F(registry, a_lost_node_with_only_workers_costs_them_a_node_with_a_shard_a_
   steady.advance(seconds(10));
   nodes(5, 1, shard_host, 0);  // every node but the lost one heartbeats
   EXPECT_EQ(table.expire(), std::vector<std::uint32_t>{shard_host});
+  // Stops unanswered for longer than the node timeout are asked again (an answer may have been
+  // lost with a connection), of live nodes only, and not again at once.
+  EXPECT_TRUE(reg.stops_overdue(5).empty()) << "just asked";
+  wall.advance(seconds(6));
+  auto overdue = reg.stops_overdue(5);
+  ASSERT_EQ(overdue.size(), 1u);
+  EXPECT_EQ(overdue[0].first, id);
+  EXPECT_EQ(overdue[0].second, std::vector<std::uint32_t>(left.begin(), left.end()));
+  EXPECT_TRUE(reg.stops_overdue(5).empty()) << "counted as asked";
+  EXPECT_FALSE(reg.stop_answered(job, *left.begin()));
+  wall.advance(seconds(6));
+  overdue = reg.stops_overdue(5);
+  ASSERT_EQ(overdue.size(), 1u);
+  EXPECT_EQ(overdue[0].second, std::vector<std::uint32_t>(std::next(left.begin()), left.end()));
   for (auto h : left) reg.stop_answered(job, h);
+  EXPECT_TRUE(reg.stops_overdue(0).empty()) << "every stop answered";
   auto o = reg.decide(*holder, *exec, nullptr);
   ASSERT_EQ(o.launches.size(), 1u);
   for (auto h : o.launches[0].shards) EXPECT_NE(h, shard_host);
