@@ -44,7 +44,8 @@ api_client::~api_client() {
   if (impl_) impl_->net.reset();
 }
 
-result<api_reply> api_client::call(const api_request& req, std::chrono::milliseconds timeout) {
+result<api_reply> api_client::call(const api_request& req, std::chrono::milliseconds timeout,
+                                   std::chrono::milliseconds resend_every) {
   auto& m = *impl_;
   caf::scoped_actor self{*m.sys};
   // The client's endpoint carries its transport's host id so the reply finds its way back.
@@ -53,7 +54,12 @@ result<api_reply> api_client::call(const api_request& req, std::chrono::millisec
   m.net->send(make_control(from, {0, scheduler_id}, req));
   std::optional<result<api_reply>> out;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto resend_at = std::chrono::steady_clock::now() + resend_every;
   while (!out) {
+    if (resend_every.count() > 0 && std::chrono::steady_clock::now() >= resend_at) {
+      m.net->send(make_control(from, {0, scheduler_id}, req));
+      resend_at = std::chrono::steady_clock::now() + resend_every;
+    }
     // A refused handshake is known within milliseconds; it ends the wait (looked at every
     // 50 ms) instead of the timeout.
     if (auto why = m.net->refusal_of(0); !why.empty()) {

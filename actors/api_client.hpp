@@ -27,8 +27,12 @@ class api_client {
   /// when no reply came in time (nothing listens there, or it is not a scheduler);
   /// not_authorized as soon as the node refuses this client's key or its lack of one. The
   /// scheduler's own refusal comes back as api_reply::failure, not as an error here.
+  /// `resend_every` (0: never): while no reply came, the request is sent again this often (a
+  /// scheduler that restarted meanwhile lost it); only for requests that are safe to repeat
+  /// (status, nodes, a submit with a token).
   result<api_reply> call(const api_request& req,
-                         std::chrono::milliseconds timeout = std::chrono::seconds(10));
+                         std::chrono::milliseconds timeout = std::chrono::seconds(10),
+                         std::chrono::milliseconds resend_every = std::chrono::milliseconds(0));
 
   api_client(const api_client&) = delete;
   api_client& operator=(const api_client&) = delete;

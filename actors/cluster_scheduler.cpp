@@ -219,6 +219,16 @@ struct scheduler_state {
   // --- jobs -----------------------------------------------------------------------------------
 
   result<std::uint64_t> submit(const submit_request& req) {
+    // The same submit again (its answer was lost, or this scheduler restarted before giving it):
+    // the job it stored, not a second one.
+    if (req.token != 0) {
+      auto known = reg->store()->job_by_token(req.token);
+      if (!known) return std::unexpected(known.error());
+      if (*known) {
+        note(coach::format("job {}: its submit came again; answered with its id", **known));
+        return **known;
+      }
+    }
     auto spec = sched::parse_job_spec(req.spec_yaml, req.source_name, req.base_dir);
     if (!spec) return std::unexpected(spec.error());
     auto rec =
@@ -227,7 +237,7 @@ struct scheduler_state {
     // The master and evaluator run here and need the data set (its test half, its size).
     auto data = load_job_data(*spec);
     if (!data) return std::unexpected(data.error());
-    auto job = reg->add(std::move(*rec), *spec, (*data)->train.rows);
+    auto job = reg->add(std::move(*rec), *spec, (*data)->train.rows, req.token);
     if (!job) return std::unexpected(job.error());
     runs[(*job)->status.job].data = std::move(*data);
     poke();

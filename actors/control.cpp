@@ -210,6 +210,7 @@ void put_request(wire::Request::Builder b, const api_request& r) {
           put_text([&](unsigned n) { return s.initBaseDir(n); }, q.base_dir);
           s.setWorkers(q.workers);
           s.setShards(q.shards);
+          s.setToken(q.token);
         } else if constexpr (std::is_same_v<T, status_request>) {
           b.initStatus().setJob(q.job);
         } else if constexpr (std::is_same_v<T, nodes_request>) {
@@ -551,7 +552,8 @@ api_request get_request(wire::Request::Reader r) {
           .source_name = get_text(s.getSourceName(), "submit sourceName"),
           .base_dir = get_text(s.getBaseDir(), "submit baseDir"),
           .workers = s.getWorkers(),
-          .shards = s.getShards()};
+          .shards = s.getShards(),
+          .token = s.getToken()};
     }
     case wire::Request::STATUS:
       if (!r.hasStatus()) refuse("job API request status is null");

@@ -137,6 +137,9 @@ struct submit_request {
   std::string base_dir;
   std::uint32_t workers = 0;  ///< 0: as the spec says
   std::uint32_t shards = 0;
+  /// Random per submit (0: none): a request sent again with the same token is answered with the
+  /// job the first one stored, never a second job (safe retries across a scheduler restart).
+  std::uint64_t token = 0;
 };
 struct status_request {
   std::uint64_t job = 0;  ///< 0: every job

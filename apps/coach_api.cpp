@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -282,13 +283,17 @@ int run_submit(const std::string& at, const std::string& spec_path, std::uint32_
   req.base_dir = std::filesystem::current_path(ec).string();
   req.workers = workers;
   req.shards = shards;
+  // The token makes the request safe to send again: a scheduler that stored the job and
+  // restarted before answering answers the repeat with that job's id.
+  do req.token = std::random_device{}() * 0x100000000ull + std::random_device{}();
+  while (req.token == 0);
   auto client = actors::api_client::open(at, g_security);
   if (!client) return report_error(client.error());
-  // Submitting loads the data set on the scheduler: allow it time.
-  auto reply = (*client)->call(req, std::chrono::seconds(120));
+  // Submitting loads the data set on the scheduler: allow it time. Sent again every 2 s without
+  // an answer (a scheduler restarting drops what comes while it starts).
+  auto reply = (*client)->call(req, std::chrono::seconds(120), std::chrono::seconds(2));
   if (!reply && reply.error().code == errc::io_error) {
-    // The request may have reached the scheduler, which stored the job and stopped (killed,
-    // restarted) before its answer left: submitting again would run the job twice.
+    // A scheduler that never came back within the timeout may still have stored the job.
     auto e = reply.error();
     e.message += coach::format(
         "; the job may have been submitted all the same: `coach status --at {}` lists every "

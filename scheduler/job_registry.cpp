@@ -262,8 +262,8 @@ result<job_record> job_registry::admit(const job_spec& spec, const submission& s
 }
 
 result<registered_job*> job_registry::add(job_record rec, const job_spec& spec,
-                                          std::uint64_t samples_epoch) {
-  auto id = store_->add_job(rec);
+                                          std::uint64_t samples_epoch, std::uint64_t token) {
+  auto id = store_->add_job(rec, token);
   if (!id) return std::unexpected(id.error());
   rec.id = *id;
   registered_job& job = jobs_[*id];

@@ -240,7 +240,8 @@ class job_registry {
   result<job_record> admit(const job_spec& spec, const submission& s) const;
   /// Stores an admitted job of `spec` and queues it. `samples_epoch`: its data set's training
   /// rows.
-  result<registered_job*> add(job_record rec, const job_spec& spec, std::uint64_t samples_epoch);
+  result<registered_job*> add(job_record rec, const job_spec& spec, std::uint64_t samples_epoch,
+                              std::uint64_t token = 0);
 
   registered_job* find(std::uint64_t id);
   /// The job if `generation` is its launched run; else null (a stale report).

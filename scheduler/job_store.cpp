@@ -72,6 +72,9 @@ CREATE TABLE IF NOT EXISTS epochs (
   test_accuracy     REAL,
   predicted_seconds REAL,
   PRIMARY KEY (job, epoch));
+CREATE TABLE IF NOT EXISTS submit_tokens (
+  token INTEGER PRIMARY KEY,
+  job   INTEGER NOT NULL REFERENCES jobs(id));
 CREATE TABLE IF NOT EXISTS checkpoints (
   job             INTEGER PRIMARY KEY REFERENCES jobs(id),
   epoch           INTEGER NOT NULL,
@@ -306,7 +309,16 @@ job_store::~job_store() {
   if (db_) sqlite3_close(db_);
 }
 
-result<std::uint64_t> job_store::add_job(const job_record& job) {
+result<std::optional<std::uint64_t>> job_store::job_by_token(std::uint64_t token) const {
+  statement q(db_, "SELECT job FROM submit_tokens WHERE token = ?");
+  q.bind(1, token);
+  const int rc = q.step();
+  if (rc == SQLITE_DONE) return std::optional<std::uint64_t>{};
+  if (rc != SQLITE_ROW) return sql_error(db_, path_, "cannot look up a submit token");
+  return std::optional<std::uint64_t>{std::uint64_t(q.integer(0))};
+}
+
+result<std::uint64_t> job_store::add_job(const job_record& job, std::uint64_t token) {
   transaction tx(db_);
   if (!tx.ok()) return sql_error(db_, path_, "cannot begin a transaction");
   std::uint64_t id = job.id;
@@ -368,6 +380,12 @@ result<std::uint64_t> job_store::add_job(const job_record& job) {
       .bind(5, std::string_view(encode_nodes(job.worker_nodes)))
       .bind(6, std::string_view(encode_nodes(job.shard_nodes)));
   if (al.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot add an allocation");
+  if (token != 0) {
+    statement tk(db_, "INSERT INTO submit_tokens (token, job) VALUES (?, ?)");
+    tk.bind(1, token).bind(2, id);
+    if (tk.step() != SQLITE_DONE)
+      return sql_error(db_, path_, "cannot keep the submit token (used by another job?)");
+  }
   if (!tx.commit()) return sql_error(db_, path_, "cannot commit");
   return id;
 }

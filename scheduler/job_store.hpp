@@ -114,7 +114,11 @@ class job_store {
   /// its histories). Returns its id: `job.id`, or the next free one when that is 0 (one more
   /// than the largest ever stored, so ids are not reused after a restart). Errors:
   /// invalid_argument when the id is taken.
-  result<std::uint64_t> add_job(const job_record& job);
+  /// `token` (0: none): the submit's token (submit_request::token), kept with the job so that
+  /// the same submit again finds it (job_by_token), also after a restart.
+  result<std::uint64_t> add_job(const job_record& job, std::uint64_t token = 0);
+  /// The job stored with submit token `token` (non-zero), or nullopt.
+  result<std::optional<std::uint64_t>> job_by_token(std::uint64_t token) const;
   /// Changes a job's state and appends it to the history. Errors: not_found for an unknown job.
   result<void> set_state(std::uint64_t job, job_state state, double at,
                          std::string_view message = {});

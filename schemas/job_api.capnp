@@ -32,6 +32,8 @@ struct SubmitRequest {
   shards @3 :UInt32;           # 0 = as the spec/policy says
   wait @4 :Bool;               # reply only when the job ends
   baseDir @5 :Text;            # the submitter's working directory (relative dataset paths)
+  token @6 :UInt64;            # random per `coach submit` (0: none): the same request again
+                               # (re-sent after no answer) gets the job the first one stored
 }
 
 struct SubmitReply {

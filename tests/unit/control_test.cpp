@@ -222,6 +222,7 @@ void expect_same(const api_request& a, const api_request& b) {
     EXPECT_EQ(x->base_dir, y.base_dir);
     EXPECT_EQ(x->workers, y.workers);
     EXPECT_EQ(x->shards, y.shards);
+    EXPECT_EQ(x->token, y.token);
   } else if (const auto* s = std::get_if<status_request>(&a)) {
     EXPECT_EQ(s->job, std::get<status_request>(b).job);
   } else if (const auto* c = std::get_if<cancel_request>(&a)) {
@@ -323,6 +324,8 @@ std::vector<control_message> every_variant() {
   all.push_back(command_reply{79, std::nullopt, true});
   all.push_back(command_reply{78, error{errc::not_found, "no such dataset: mnist/train"}});
   all.push_back(api_request{submit_request{"epochs: 1\n", "a.yaml", "/tmp/w", 4, 2}});
+  all.push_back(
+      api_request{submit_request{"epochs: 1\n", "a.yaml", "/tmp/w", 0, 0, 0xfedcba9876543210ull}});
   all.push_back(api_request{status_request{99}});
   all.push_back(api_request{nodes_request{}});
   all.push_back(api_request{cancel_request{100}});

@@ -164,6 +164,36 @@ TEST(job_store, a_reopened_store_returns_every_job_it_knew) {
   EXPECT_EQ(*d, 4u);
 }
 
+TEST(job_store, a_submit_token_finds_its_job_after_a_reopen_and_is_not_used_twice) {
+  temp_dir dir;
+  const std::string path = dir.file("jobs.db");
+  constexpr std::uint64_t token = 0xfedcba9876543210ull;  // above INT64_MAX: stored signed
+  {
+    auto store = job_store::open(path);
+    ASSERT_TRUE(store) << store.error().message;
+    ASSERT_TRUE(store->add_job(sample_job("plain", "mlp-64")));  // no token
+    auto id = store->add_job(sample_job("tokened", "mlp-64"), token);
+    ASSERT_TRUE(id) << id.error().message;
+    EXPECT_EQ(*id, 2u);
+    auto again = store->add_job(sample_job("twice", "mlp-64"), token);
+    ASSERT_FALSE(again) << "a token names one job";
+    EXPECT_NE(again.error().message.find("submit token"), std::string::npos)
+        << again.error().message;
+  }
+  auto store = job_store::open(path);
+  ASSERT_TRUE(store) << store.error().message;
+  auto found = store->job_by_token(token);
+  ASSERT_TRUE(found) << found.error().message;
+  ASSERT_TRUE(*found);
+  EXPECT_EQ(**found, 2u);
+  auto none = store->job_by_token(12345);
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(*none);
+  auto jobs = store->jobs();
+  ASSERT_TRUE(jobs);
+  EXPECT_EQ(jobs->size(), 2u) << "the refused second add stored nothing";
+}
+
 TEST(job_store, errors_name_the_job_and_keep_the_store_usable) {
   auto store = job_store::open(":memory:");
   ASSERT_TRUE(store) << store.error().message;
