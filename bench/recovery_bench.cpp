@@ -12,7 +12,7 @@
 //                a job, warm-up, left out). Goal: median(replicas 2) / median(replicas 1) <= 1.3.
 //   recovery:    a fresh cluster per run (--node-timeout on the scheduler), a job with
 //                `checkpoint: {every_s: 0}` and `replicas: 2` or 1; after 3 epochs the node of a
-//                primary shard that runs no worker (never node-a) gets SIGKILL. Recovery time:
+//                primary shard that runs no worker (never node-a) is lost (below). Recovery time:
 //                from the kill to the first advance of the job's progress (epochs_done, or
 //                samples_done within the same epoch, or a finished epoch more) that the bench
 //                sees, polling `coach status` every --poll-ms, after the scheduler lists the
@@ -24,10 +24,13 @@
 //                checkpoint (recoveries 1). Also shown: when the scheduler listed the node dead
 //                (`coach nodes`), i.e. the detection part of the stall.
 //
+// The node is lost in one of two ways (--loss): kill (SIGKILL: its host is up, its connections
+// close and its address refuses new ones, which the scheduler's transport notices at once) or
+// freeze (SIGSTOP: as a host that vanishes, its connections stay open and silent; only the node
+// timeout tells). Goals (issue 17): < 1 s after a kill, < node timeout + 1 s after a freeze.
+//
 // A run that sees no progress within node timeout + 30 s fails, and the nodes' relevant log
-// lines are printed. Seen with --node-timeout 1 (any value up to about 1 s): the scheduler never
-// lists the killed node dead, because node_table::expire() credits every node with the time since
-// its previous check when more than timeout / 2 passed, and it checks every 500 ms.
+// lines are printed.
 //
 // Runs alternate: every repetition runs each (replicas, node timeout) once. Every process is
 // stopped at the end, on failure, and on SIGINT/SIGTERM (and the nodes run --exit-with-parent).
@@ -147,6 +150,7 @@ struct node {
   std::string name;
   child proc;
   fs::path log;
+  bool frozen = false;
 };
 
 /// Four coach-node processes and a job API client; stops them when destroyed.
@@ -240,9 +244,17 @@ class cluster {
     forget(n.proc.pid);
     n.proc.pid = -1;
   }
+  /// SIGSTOP to one node: as a host that vanishes, its connections stay open and nothing
+  /// answers on them. Killed by stop_all.
+  void freeze(node& n) {
+    if (n.proc.pid > 0) ::kill(n.proc.pid, SIGSTOP);
+    n.frozen = true;
+  }
 
-  /// SIGTERM to every node still running, SIGKILL after 10 s.
+  /// SIGTERM to every node still running, SIGKILL after 10 s (at once to a frozen one).
   void stop_all() {
+    for (auto& n : nodes_)
+      if (n.frozen && n.proc.pid > 0) kill(n);
     std::vector<child> running;
     for (auto& n : nodes_)
       if (n.proc.pid > 0) running.push_back(n.proc);
@@ -286,15 +298,16 @@ class cluster {
 // --- the job -----------------------------------------------------------------------------
 
 /// scheduler_test's digits job (1438 training samples, 45 batches of 32 an epoch).
-std::string digits_spec(int replicas, int epochs, bool checkpoint_every_epoch) {
+std::string digits_spec(int replicas, int epochs, bool checkpoint_every_epoch,
+                        const std::string& hidden = "64") {
   return coach::format(
       "name: recovery-bench-r{}\n"
       "dataset: {{format: csv, path: {}/data/digits.csv.gz, test_fraction: 0.2}}\n"
-      "model: {{type: mlp, hidden: [64], activation: relu}}\n"
+      "model: {{type: mlp, hidden: [{}], activation: relu}}\n"
       "optimizer: {{type: momentum, learning_rate: 0.05, momentum: 0.9}}\n"
       "batch_size: 32\nepochs: {}\nconsistency: bsp\nseed: 7\nworkers: 2\nshards: 2\n"
       "slice_size: 1024\nbackend: cpu\nplacement: spread\nreplicas: {}\n{}",
-      replicas, COACH_SOURCE_DIR, epochs, replicas,
+      replicas, COACH_SOURCE_DIR, hidden, epochs, replicas,
       checkpoint_every_epoch ? "checkpoint: {every_s: 0}\n" : "");
 }
 
@@ -303,8 +316,12 @@ struct options {
   int epochs = 50;
   int recovery_reps = 0;  ///< 0: reps
   std::vector<double> node_timeouts{5.0, 1.0};
+  /// How the node is lost: "kill" (SIGKILL: its connections close) and/or "freeze" (SIGSTOP:
+  /// a host that vanishes; only its silence tells).
+  std::vector<std::string> losses{"kill", "freeze"};
   std::string bin_dir = std::string(COACH_BINARY_DIR) + "/apps";
   int poll_ms = 10;
+  std::string hidden = "64";  ///< the epoch-time jobs' hidden layers
   bool plain = false;
   bool keep_logs = false;
   bool skip_epochs = false;
@@ -325,7 +342,7 @@ struct epoch_run {
 epoch_run time_epochs(cluster& c, int replicas, const options& o) {
   epoch_run run;
   run.replicas = replicas;
-  auto job = c.submit(digits_spec(replicas, o.epochs, false));
+  auto job = c.submit(digits_spec(replicas, o.epochs, false, o.hidden));
   if (!job) return run.why = job.error().message, run;
   std::uint32_t seen = 0;
   const auto deadline = clock_type::now() + 600s;
@@ -359,6 +376,7 @@ epoch_run time_epochs(cluster& c, int replicas, const options& o) {
 struct recovery_run {
   int replicas = 0;
   double node_timeout = 0;
+  std::string loss;  ///< "kill" or "freeze"
   bool ok = false;
   std::string why;
   std::string victim;
@@ -392,10 +410,11 @@ std::string advanced(const position& a, const position& b) {
 }
 
 recovery_run time_recovery(const fs::path& dir, int replicas, double node_timeout,
-                           const options& o) {
+                           const std::string& loss, const options& o) {
   recovery_run run;
   run.replicas = replicas;
   run.node_timeout = node_timeout;
+  run.loss = loss;
   cluster c;
   auto failed = [&](std::string why) {
     run.why = std::move(why);
@@ -439,7 +458,10 @@ recovery_run time_recovery(const fs::path& dir, int replicas, double node_timeou
   if (!before) return failed(before.error().message);
   position prev = position_of(*before);
   const auto t_kill = clock_type::now();
-  c.kill(*victim);
+  if (loss == "freeze")
+    c.freeze(*victim);
+  else
+    c.kill(*victim);
   constexpr double grace_s = 30;  // past the node timeout: a hang, not a slow recovery
   const auto limit = t_kill + std::chrono::milliseconds(long((node_timeout + grace_s) * 1000));
   std::vector<double> gaps;
@@ -565,42 +587,45 @@ int run(const options& o, const std::string& command) {
     if (!all_ok) std::printf("%s", c.logs().c_str());
   }
 
-  // (b) recovery, every (replicas, node timeout) once per repetition.
+  // (b) recovery, every (loss, node timeout, replicas) once per repetition.
   std::vector<recovery_run> recoveries;
   if (!o.skip_recovery) {
     const int reps = o.recovery_reps > 0 ? o.recovery_reps : o.reps;
     int n = 0;
     for (int rep = 0; rep < reps; ++rep)
-      for (const double timeout : o.node_timeouts)
-        for (const int replicas : {2, 1}) {
-          const auto d = dir / coach::format("recovery-{}", ++n);
-          auto r = time_recovery(d, replicas, timeout, o);
-          if (r.ok)
-            std::printf(
-                "  recovery rep %d  replicas %d  node-timeout %s s: killed %s; listed dead after "
-                "%s s, first progress (%s) after %s s; failovers %u, recoveries %zu\n",
-                rep + 1, replicas, fmt(timeout, 2).c_str(), r.victim.c_str(),
-                fmt(r.detect_s).c_str(), r.field.c_str(), fmt(r.progress_s).c_str(), r.failovers,
-                r.recoveries);
-          else
-            std::printf(
-                "  recovery rep %d  replicas %d  node-timeout %s s: FAILED: %s (killed "
-                "%s; logs in %s)\n%s",
-                rep + 1, replicas, fmt(timeout, 2).c_str(), r.why.c_str(),
-                r.victim.empty() ? "none" : r.victim.c_str(), d.string().c_str(), r.logs.c_str());
-          std::fflush(stdout);
-          all_ok = all_ok && r.ok;
-          recoveries.push_back(std::move(r));
-        }
+      for (const auto& loss : o.losses)
+        for (const double timeout : o.node_timeouts)
+          for (const int replicas : {2, 1}) {
+            const auto d = dir / coach::format("recovery-{}", ++n);
+            auto r = time_recovery(d, replicas, timeout, loss, o);
+            const char* verb = loss == "freeze" ? "froze" : "killed";
+            if (r.ok)
+              std::printf(
+                  "  recovery rep %d  %s  replicas %d  node-timeout %s s: %s %s; listed dead "
+                  "after %s s, first progress (%s) after %s s; failovers %u, recoveries %zu\n",
+                  rep + 1, loss.c_str(), replicas, fmt(timeout, 2).c_str(), verb, r.victim.c_str(),
+                  fmt(r.detect_s).c_str(), r.field.c_str(), fmt(r.progress_s).c_str(), r.failovers,
+                  r.recoveries);
+            else
+              std::printf(
+                  "  recovery rep %d  %s  replicas %d  node-timeout %s s: FAILED: %s (%s %s; "
+                  "logs in %s)\n%s",
+                  rep + 1, loss.c_str(), replicas, fmt(timeout, 2).c_str(), r.why.c_str(), verb,
+                  r.victim.empty() ? "none" : r.victim.c_str(), d.string().c_str(), r.logs.c_str());
+            std::fflush(stdout);
+            all_ok = all_ok && r.ok;
+            recoveries.push_back(std::move(r));
+          }
   }
 
   // The table.
   std::printf("\ncommand: %s\n", command.c_str());
   if (!epochs.empty()) {
     std::printf(
-        "\nepoch time: digits MLP, 2 workers, 2 shards, spread, bsp; %d epochs a job, %d jobs "
-        "each, alternating; epochs 3.. of each job (master's timing, model.last_observed_s)\n",
-        o.epochs, o.reps);
+        "\nepoch time: digits MLP hidden [%s], 2 workers, 2 shards, spread, bsp; %d epochs a job, "
+        "%d jobs each, alternating; epochs 3.. of each job (master's timing, "
+        "model.last_observed_s)\n",
+        o.hidden.c_str(), o.epochs, o.reps);
     std::printf("  %-9s %6s %14s %14s %14s %16s\n", "replicas", "epochs", "median_ms", "min_ms",
                 "max_ms", "job_s (median)");
     double med[3] = {0, 0, 0};
@@ -623,46 +648,52 @@ int run(const options& o, const std::string& command) {
   }
   if (!recoveries.empty()) {
     std::printf(
-        "\nrecovery: SIGKILL of the node of a primary shard that runs no worker, 3+ epochs in; "
+        "\nrecovery: the node of a primary shard that runs no worker lost 3+ epochs in, by "
+        "SIGKILL (kill: its connections close) or SIGSTOP (freeze: a host that vanishes); "
         "heartbeat 0.25 s; status polled every %d ms\n",
         o.poll_ms);
-    std::printf("  %-9s %8s %5s %11s %8s %8s %9s %11s %8s %s\n", "replicas", "timeout", "runs",
-                "progress_s", "min_s", "max_s", "detect_s", "after_det_s", "poll_ms", "goal");
-    for (const double timeout : o.node_timeouts)
-      for (const int replicas : {2, 1}) {
-        std::vector<double> p, d, g, a;
-        int runs = 0, failed = 0;
-        for (const auto& r : recoveries)
-          if (r.replicas == replicas && r.node_timeout == timeout) {
-            ++runs;
-            if (!r.ok) {
-              ++failed;
-              continue;
+    std::printf("  %-6s %-9s %8s %5s %11s %8s %8s %9s %11s %8s %s\n", "loss", "replicas", "timeout",
+                "runs", "progress_s", "min_s", "max_s", "detect_s", "after_det_s", "poll_ms",
+                "goal");
+    for (const auto& loss : o.losses)
+      for (const double timeout : o.node_timeouts)
+        for (const int replicas : {2, 1}) {
+          std::vector<double> p, d, g, a;
+          int runs = 0, failed = 0;
+          for (const auto& r : recoveries)
+            if (r.replicas == replicas && r.node_timeout == timeout && r.loss == loss) {
+              ++runs;
+              if (!r.ok) {
+                ++failed;
+                continue;
+              }
+              p.push_back(r.progress_s), d.push_back(r.detect_s), g.push_back(r.poll_gap_ms);
+              a.push_back(r.progress_s - r.detect_s);
             }
-            p.push_back(r.progress_s), d.push_back(r.detect_s), g.push_back(r.poll_gap_ms);
-            a.push_back(r.progress_s - r.detect_s);
+          if (!runs) continue;
+          std::string goal = "-";
+          {
+            // The issue's goals: < 1 s when the dead process's connections close, < node timeout
+            // + 1 s when they do not.
+            const double bound = loss == "kill" ? 1.0 : timeout + 1;
+            const bool every = failed == 0 && *std::max_element(p.begin(), p.end()) < bound;
+            goal = coach::format("< {} s: {}", fmt(bound, 2),
+                                 every               ? "met (every run)"
+                                 : failed            ? "NOT met (runs failed)"
+                                 : median(p) < bound ? "median only"
+                                                     : "NOT met");
           }
-        if (!runs) continue;
-        std::string goal = "-";
-        if (replicas > 1) {
-          const double bound = timeout + 1;
-          const bool every = failed == 0 && *std::max_element(p.begin(), p.end()) < bound;
-          goal = coach::format("< {} s: {}", fmt(bound, 2),
-                               every               ? "met (every run)"
-                               : failed            ? "NOT met (runs failed)"
-                               : median(p) < bound ? "median only"
-                                                   : "NOT met");
+          std::printf(
+              "  %-6s %-9d %8s %5s %11s %8s %8s %9s %11s %8s %s\n", loss.c_str(), replicas,
+              fmt(timeout, 2).c_str(),
+              (std::to_string(runs - failed) + (failed ? "+" + std::to_string(failed) + "F" : ""))
+                  .c_str(),
+              fmt(median(p)).c_str(),
+              fmt(p.empty() ? -1 : *std::min_element(p.begin(), p.end())).c_str(),
+              fmt(p.empty() ? -1 : *std::max_element(p.begin(), p.end())).c_str(),
+              fmt(median(d)).c_str(), fmt(median(a)).c_str(), fmt(median(g), 1).c_str(),
+              goal.c_str());
         }
-        std::printf(
-            "  %-9d %8s %5s %11s %8s %8s %9s %11s %8s %s\n", replicas, fmt(timeout, 2).c_str(),
-            (std::to_string(runs - failed) + (failed ? "+" + std::to_string(failed) + "F" : ""))
-                .c_str(),
-            fmt(median(p)).c_str(),
-            fmt(p.empty() ? -1 : *std::min_element(p.begin(), p.end())).c_str(),
-            fmt(p.empty() ? -1 : *std::max_element(p.begin(), p.end())).c_str(),
-            fmt(median(d)).c_str(), fmt(median(a)).c_str(), fmt(median(g), 1).c_str(),
-            goal.c_str());
-      }
     std::printf(
         "  progress_s: kill -> first advance of epochs_done / samples_done / a finished epoch in "
         "`coach status` seen after the node was listed dead; detect_s: kill -> listed dead in "
@@ -700,6 +731,20 @@ int main(int argc, char** argv) {
   app.add_option("--poll-ms", o.poll_ms, "Milliseconds between two status reads")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
+  std::string losses = "kill,freeze";
+  app.add_option("--loss", losses,
+                 "How the node is lost, comma-separated: kill (SIGKILL: its connections close), "
+                 "freeze (SIGSTOP: a host that vanishes)")
+      ->capture_default_str();
+  app.add_option("--hidden", o.hidden,
+                 "Hidden layer widths of the epoch-time jobs' MLP, comma-separated (64: 4,810 "
+                 "parameters; 512,512: 300,042)")
+      ->check([](const std::string& v) {
+        return !v.empty() && v.find_first_not_of("0123456789,") == std::string::npos
+                   ? std::string()
+                   : std::string("a list of widths, e.g. 512,512");
+      })
+      ->capture_default_str();
   app.add_flag("--plain", o.plain, "No keys: plain connections on loopback");
   app.add_flag("--keep-logs", o.keep_logs, "Keep the coach-node logs (kept anyway on a failure)");
   app.add_flag("--no-epochs", o.skip_epochs, "Skip the epoch-time comparison");
@@ -724,6 +769,17 @@ int main(int argc, char** argv) {
                    timeouts.c_str());
       return 2;
     }
+    at = comma + 1;
+  }
+  o.losses.clear();
+  for (std::size_t at = 0; at <= losses.size();) {
+    const auto comma = std::min(losses.find(',', at), losses.size());
+    const auto one = losses.substr(at, comma - at);
+    if (one != "kill" && one != "freeze") {
+      std::fprintf(stderr, "recovery_bench: --loss: '%s' is not kill or freeze\n", one.c_str());
+      return 2;
+    }
+    o.losses.push_back(one);
     at = comma + 1;
   }
   std::string command;
