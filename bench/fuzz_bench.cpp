@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "actors/api_client.hpp"
+#include "bench/bench_api.hpp"
 #include "bench/bench_processes.hpp"
 #include "common/format.hpp"
 #include "tests/fuzz/hostile_frames.hpp"
@@ -54,13 +55,6 @@ namespace fs = std::filesystem;
 
 double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 /// The last `bytes` of a file (a flooded node's log may grow large).

@@ -56,6 +56,7 @@
 
 #include "actors/api_client.hpp"
 #include "actors/curve_keys.hpp"
+#include "bench/bench_api.hpp"
 #include "bench/bench_processes.hpp"
 #include "common/format.hpp"
 
@@ -118,13 +119,6 @@ std::optional<double> json_field(const std::string& text, const std::string& key
   const double v = std::strtod(p, &end);
   if (end == p) return std::nullopt;
   return v;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 /// The lines of a node log that say what happened to nodes, shards and jobs.
@@ -196,20 +190,8 @@ class cluster {
                 dir.string());
   }
 
-  result<actors::api_reply> call(const actors::api_request& r) {
-    auto reply = api_->call(r, 30s);
-    if (!reply) return reply;
-    if (reply->failure) return std::unexpected(*reply->failure);
-    return reply;
-  }
-
-  result<actors::job_status> status(std::uint64_t job) {
-    auto r = call(actors::status_request{job});
-    if (!r) return std::unexpected(r.error());
-    const auto& jobs = std::get<actors::status_reply>(r->body).jobs;
-    if (jobs.empty()) return fail(errc::not_found, "no job {}", job);
-    return jobs.front();
-  }
+  result<actors::api_reply> call(const actors::api_request& r) { return api_call(*api_, r); }
+  result<actors::job_status> status(std::uint64_t job) { return job_status_of(*api_, job); }
 
   /// How the scheduler lists `name` (`coach nodes`); not_found when it does not.
   result<actors::node_status> node_listed(const std::string& name) {

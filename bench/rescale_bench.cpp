@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "actors/api_client.hpp"
+#include "bench/bench_api.hpp"
 #include "bench/bench_processes.hpp"
 #include "common/format.hpp"
 #include "common/huge_pages.hpp"
@@ -105,20 +106,8 @@ struct cluster {
   std::unique_ptr<actors::api_client> api;
   fs::path dir;
 
-  result<actors::api_reply> call(const actors::api_request& r) {
-    auto reply = api->call(r, 30s);
-    if (!reply) return reply;
-    if (reply->failure) return std::unexpected(*reply->failure);
-    return reply;
-  }
-
-  result<actors::job_status> status(std::uint64_t job) {
-    auto r = call(actors::status_request{job});
-    if (!r) return std::unexpected(r.error());
-    const auto& jobs = std::get<actors::status_reply>(r->body).jobs;
-    if (jobs.empty()) return fail(errc::not_found, "no job {}", job);
-    return jobs.front();
-  }
+  result<actors::api_reply> call(const actors::api_request& r) { return api_call(*api, r); }
+  result<actors::job_status> status(std::uint64_t job) { return job_status_of(*api, job); }
 
   /// Samples trained so far (every epoch).
   result<std::uint64_t> progress(std::uint64_t job) {

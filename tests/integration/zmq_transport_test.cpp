@@ -195,7 +195,7 @@ TEST_F(two_hosts, a_restarted_peer_is_reconnected) {
   EXPECT_EQ(got->hdr.step, 42);
 }
 
-TEST_F(two_hosts, a_peer_whose_process_is_gone_is_reported_once_within_a_second) {
+TEST_F(two_hosts, a_peer_whose_process_is_gone_is_reported_once) {
   std::mutex mu;
   std::vector<std::uint32_t> gone;
   a->on_peer_gone([&](std::uint32_t h) {
@@ -213,10 +213,9 @@ TEST_F(two_hosts, a_peer_whose_process_is_gone_is_reported_once_within_a_second)
   ASSERT_TRUE(await(self));
   EXPECT_FALSE(eventually([&] { return !reported().empty(); }, 300ms)) << "b is alive";
 
-  const auto t0 = std::chrono::steady_clock::now();
   b.reset();  // its sockets close: nothing listens at addr any more
+  // How soon is recovery_bench's to measure (docs/performance.md); here only that it comes.
   ASSERT_TRUE(eventually([&] { return !reported().empty(); }, 3s));
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
   EXPECT_EQ(reported(), (std::vector<std::uint32_t>{2}));
   // Reconnections go on being refused (every 100 ms): reported once all the same.
   EXPECT_FALSE(eventually([&] { return reported().size() > 1; }, 500ms));
