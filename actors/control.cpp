@@ -175,6 +175,7 @@ void put_start_job(wire::StartJob::Builder b, const start_job& s) {
     for (unsigned i = 0; i < parts.size(); ++i) {
       list[i].setId(parts[i].id);
       list[i].setHost(parts[i].host);
+      put_u32s([&](unsigned n) { return list[i].initBackups(n); }, parts[i].backups);
     }
   };
   put_parts(b.initAddedShards(static_cast<unsigned>(s.added_shards.size())), s.added_shards);
@@ -511,7 +512,12 @@ start_job get_start_job(wire::StartJob::Reader r) {
     check_count(list, what, max_items);
     std::vector<part_host> out;
     out.reserve(list.size());
-    for (const auto p : list) out.push_back({p.getId(), p.getHost()});
+    for (const auto p : list) {
+      part_host h{p.getId(), p.getHost(), get_u32s(p.getBackups(), "startJob added backups", 3)};
+      if (std::find(h.backups.begin(), h.backups.end(), h.host) != h.backups.end())
+        refuse("startJob puts added shard {}'s backup beside it", h.id);
+      out.push_back(std::move(h));
+    }
     return out;
   };
   s.added_shards = get_parts(r.getAddedShards(), "startJob addedShards");

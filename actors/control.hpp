@@ -62,6 +62,8 @@ struct added_part {
 struct part_host {
   std::uint32_t id = 0;  ///< shard id or worker rank
   std::uint32_t host = 0;
+  /// An added shard of a job with replicas: the hosts of its backups, in chain order.
+  std::vector<std::uint32_t> backups;
   friend bool operator==(const part_host&, const part_host&) = default;
 };
 

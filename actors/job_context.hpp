@@ -36,10 +36,20 @@ struct part_directory {
   std::map<std::uint32_t, std::uint32_t> shard_hosts;   ///< by shard id
   std::map<std::uint32_t, std::uint32_t> worker_hosts;  ///< by rank
   std::map<std::uint32_t, endpoint> heads;              ///< shards whose backup took over
+  /// Added shards of a job with replicas: their backups' hosts, in chain order.
+  std::map<std::uint32_t, std::vector<std::uint32_t>> backups;
 
-  void place(bool worker, std::uint32_t id, std::uint32_t host) {
+  void place(bool worker, std::uint32_t id, std::uint32_t host,
+             std::vector<std::uint32_t> backup_hosts = {}) {
     std::unique_lock lock(mutex);
     (worker ? worker_hosts : shard_hosts)[id] = host;
+    if (!worker && !backup_hosts.empty()) backups[id] = std::move(backup_hosts);
+  }
+  /// The backups' hosts of added shard `id` (empty: none).
+  std::vector<std::uint32_t> backups_of(std::uint32_t id) const {
+    std::shared_lock lock(mutex);
+    auto it = backups.find(id);
+    return it == backups.end() ? std::vector<std::uint32_t>{} : it->second;
   }
   /// Shard `id`'s primary is now `ep` (one of its backups took over: take_over).
   void take_over(std::uint32_t id, endpoint ep) {
@@ -101,9 +111,10 @@ struct job_context {
   /// Replica `i` of shard `k` where the job started it (0: the primary; i >= 1: its backup i,
   /// on backup_hosts[k][i - 1], with an id of its own).
   endpoint replica_ep(std::uint32_t k, std::uint32_t i) const;
-  /// The replicas shard k started with (1 + its backups).
+  /// The replicas shard k started with (1 + its backups), also of one added while the job runs.
   std::uint32_t replicas_of(std::uint32_t k) const {
-    return 1 + (k < backup_hosts.size() ? std::uint32_t(backup_hosts[k].size()) : 0);
+    if (k < backup_hosts.size()) return 1 + std::uint32_t(backup_hosts[k].size());
+    return 1 + std::uint32_t(spec.replicas > 1 ? added->backups_of(k).size() : 0);
   }
   endpoint worker_ep(std::uint32_t r) const;
   /// The configuration the job starts with: version 1, ranks 0..workers-1, `map`.

@@ -193,7 +193,10 @@ void job_runner::add(const runner_env& env, sched::registered_job& job, added_pa
 bool job_runner::has_part(const sched::registered_job& job, std::uint32_t host) const {
   auto in = [&](const auto& v) { return std::find(v.begin(), v.end(), host) != v.end(); };
   auto in_added = [&](const std::vector<part_host>& v) {
-    return std::any_of(v.begin(), v.end(), [&](const part_host& p) { return p.host == host; });
+    return std::any_of(v.begin(), v.end(), [&](const part_host& p) {
+      return p.host == host ||
+             std::find(p.backups.begin(), p.backups.end(), host) != p.backups.end();
+    });
   };
   return job.hosts.contains(host) &&
          (in(start_.shard_hosts) || in(start_.worker_hosts) || in_added(start_.added_shards) ||
@@ -214,22 +217,34 @@ void job_runner::next_add(const runner_env& env, sched::registered_job& job) {
     }
     a.host = *host;
     a.sent = true;
-    env.reg->part_placed(job, a.part.worker, a.part.id, a.host);
-    (a.part.worker ? start_.added_workers : start_.added_shards).push_back({a.part.id, a.host});
-    if (std::none_of(start_.peers.begin(), start_.peers.end(),
-                     [&](const auto& p) { return p.host == a.host; }))
-      start_.peers.push_back({a.host, env.nodes->find(a.host)->last.address,
-                              env.nodes->find(a.host)->last.public_key});
-    ctx_->added->place(a.part.worker, a.part.id, a.host);  // the master's view
+    // An added shard of a job with replicas gets its backups (placed here, started with it).
+    auto backups = env.reg->part_placed(job, a.part.worker, a.part.id, a.host);
+    (a.part.worker ? start_.added_workers : start_.added_shards)
+        .push_back({a.part.id, a.host, backups});
+    std::vector<std::uint32_t> hosts = backups;
+    hosts.push_back(a.host);
+    for (auto h : hosts)
+      if (std::none_of(start_.peers.begin(), start_.peers.end(),
+                       [&](const auto& p) { return p.host == h; }))
+        start_.peers.push_back(
+            {h, env.nodes->find(h)->last.address, env.nodes->find(h)->last.public_key});
+    ctx_->added->place(a.part.worker, a.part.id, a.host, backups);  // the master's view
     // Every node that runs a part of the job hears of it (the new one included).
     for (auto h : job.hosts)
       if (has_part(job, h)) a.pending.insert(h);
     start_job msg = start_;
     msg.start = a.part;
     for (auto h : a.pending) env.send(h, msg);
-    std::fprintf(stderr, "coach-node: job %llu: %s %u goes to '%s'\n",
+    std::string where = coach::format("'{}'", env.nodes->name(a.host));
+    for (std::size_t i = 0; i < backups.size(); ++i)
+      where += coach::format("{}'{}'",
+                             i                    ? ", "
+                             : backups.size() > 1 ? ", its backups on "
+                                                  : ", its backup on ",
+                             env.nodes->name(backups[i]));
+    std::fprintf(stderr, "coach-node: job %llu: %s %u goes to %s\n",
                  static_cast<unsigned long long>(job.status.job),
-                 a.part.worker ? "worker" : "shard", a.part.id, env.nodes->name(a.host).c_str());
+                 a.part.worker ? "worker" : "shard", a.part.id, where.c_str());
   }
 }
 

@@ -279,10 +279,18 @@ struct agent_state {
     auto& ctx = part.ctx;
     for (const auto& p : sj.peers)
       if (p.host != opt.host) net->add_peer(p.host, p.address, p.public_key);  // idempotent
-    for (const auto& h : sj.added_shards) ctx->added->place(false, h.id, h.host);
+    for (const auto& h : sj.added_shards) ctx->added->place(false, h.id, h.host, h.backups);
     for (const auto& h : sj.added_workers) ctx->added->place(true, h.id, h.host);
     const auto& a = *sj.start;
-    if (ctx->added->host_of(a.worker, a.id) != opt.host) return {};
+    // The replica of the part that runs here: 0 the part itself, i > 0 an added shard's backup i.
+    std::optional<std::uint32_t> replica;
+    if (ctx->added->host_of(a.worker, a.id) == opt.host) replica = 0;
+    if (!a.worker && !replica) {
+      const auto b = ctx->added->backups_of(a.id);
+      if (auto it = std::find(b.begin(), b.end(), opt.host); it != b.end())
+        replica = std::uint32_t(it - b.begin()) + 1;
+    }
+    if (!replica) return {};
     if (draining)
       return fail(errc::resource_exhausted, "node '{}' is draining and takes no new work",
                   opt.name);
@@ -307,14 +315,15 @@ struct agent_state {
         return fail(errc::invalid_argument,
                     "node '{}': added shard {} expects {} keys, the model has {} parameters",
                     opt.name, a.id, a.expect_keys, ctx->model.num_params());
-      part.actors.push_back(spawn_added_shard(sys, ctx, a.id, c));
-      part.bound.push_back(ctx->shard_ep(a.id));
+      part.actors.push_back(spawn_added_shard(sys, ctx, a.id, c, *replica));
+      part.bound.push_back(ctx->replica_ep(a.id, *replica));
       warm_before_answer =
           warm_blocks_for(a.expect_keys, scheduler::shard_optimizer(ctx->spec).state_per_param());
     }
     watch(part.actors.back());
-    std::fprintf(stderr, "coach-node: job %llu: started %s %u\n",
-                 static_cast<unsigned long long>(sj.job), what, a.id);
+    std::fprintf(stderr, "coach-node: job %llu: started %s %u%s\n",
+                 static_cast<unsigned long long>(sj.job), what, a.id,
+                 *replica ? coach::format(" (backup {})", *replica).c_str() : "");
     return {};
   }
 

@@ -65,9 +65,10 @@ struct elastic_hooks {
 };
 
 /// Spawns shard `id` added to a running job: it owns nothing until a transfer arrives and
-/// starts under configuration `c`.
+/// starts under configuration `c`. `replica`: 0 the shard, i > 0 its backup i (a job with
+/// replicas; the job context places the backups).
 caf::actor spawn_added_shard(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
-                             std::uint32_t id, const ps::job_config& c);
+                             std::uint32_t id, const ps::job_config& c, std::uint32_t replica = 0);
 /// Spawns worker `rank` joining a running job at step `first_step` under configuration `c`.
 caf::actor spawn_added_worker(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
                               std::uint32_t rank, std::shared_ptr<kernels::backend> be,

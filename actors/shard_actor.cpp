@@ -26,7 +26,7 @@ endpoint worker_endpoint(std::uint64_t job, std::uint32_t rank) {
 }
 
 endpoint job_context::shard_ep(std::uint32_t k) const {
-  if (!backup_hosts.empty())
+  if (spec.replicas > 1)
     if (auto head = added->head_of(k)) return *head;
   if (k < shards.size()) return shards[k];
   auto ep = shard_endpoint(job, k);
@@ -38,7 +38,7 @@ endpoint job_context::replica_ep(std::uint32_t k, std::uint32_t i) const {
   if (i == 0) return k < shards.size() ? shards[k] : shard_ep(k);
   auto ep = shard_endpoint(job, k);
   ep.id |= std::uint64_t(i) << 28;  // shard ids stay below 0x100000, ranks are small
-  ep.host = backup_hosts.at(k).at(i - 1);
+  ep.host = k < backup_hosts.size() ? backup_hosts[k].at(i - 1) : added->backups_of(k).at(i - 1);
   return ep;
 }
 
@@ -332,7 +332,9 @@ struct shard_state {
   int run_moves_once() {
     int completed = 0;
     for (auto it = releases.begin(); it != releases.end();) {
-      if (core->applied_steps() != it->at_version) {
+      // A head whose last step waits for its chain keeps the values that step's answers are
+      // made of: it releases once they went out (release_gated).
+      if (core->applied_steps() != it->at_version || gated_step) {
         ++it;
         continue;
       }
@@ -547,6 +549,7 @@ struct shard_state {
       const auto step = *gated_step;
       gated_step.reset();
       answer_step(step);
+      run_moves();  // a release that waited for the step's answers
       return;
     }
     serve(core->applied_steps());
@@ -718,12 +721,11 @@ caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const job_context
 }
 
 caf::actor spawn_added_shard(caf::actor_system& sys, std::shared_ptr<const job_context> ctx,
-                             std::uint32_t id, const ps::job_config& c) {
-  auto ep = ctx->shard_ep(id);
+                             std::uint32_t id, const ps::job_config& c, std::uint32_t replica) {
+  auto ep = ctx->replica_ep(id, replica);
   auto net = ctx->net;
-  auto a =
-      sys.spawn(shard_actor, std::move(ctx), id, std::uint32_t{0}, std::vector<ps::key_range>{},
-                std::vector<float>{}, c, std::optional<ps::slice_transfer>{});
+  auto a = sys.spawn(shard_actor, std::move(ctx), id, replica, std::vector<ps::key_range>{},
+                     std::vector<float>{}, c, std::optional<ps::slice_transfer>{});
   bind_while_alive(net, ep, a, true);
   return a;
 }

@@ -287,7 +287,7 @@ struct worker_state {
       for (const auto& r : ranges[k])
         m.frames.push_back(frame::of(owner, grad->data() + r.begin, r.size()));
     }
-    if (!ctx->backup_hosts.empty()) last_pushes.emplace_back(k, m);
+    if (ctx->spec.replicas > 1) last_pushes.emplace_back(k, m);
     ctx->net->send(std::move(m));
   }
 

@@ -635,14 +635,39 @@ result<std::uint32_t> job_registry::place(registered_job& job, bool worker, cons
   return best->last.host;
 }
 
-void job_registry::part_placed(registered_job& job, bool worker, std::uint32_t id,
-                               std::uint32_t host) {
+std::vector<std::uint32_t> job_registry::part_placed(registered_job& job, bool worker,
+                                                     std::uint32_t id, std::uint32_t host) {
   // A shard it empties is dropped by layout() when the change takes effect.
   (worker ? job.alloc.worker_at : job.alloc.shard_at)[id] = host;
   job.hosts.insert(host);
   if (!worker) job.shard_hosts.insert(host);
   (worker ? job.status.worker_nodes : job.status.shard_nodes).push_back(nodes_.name(host));
   record_allocation(job);
+  return worker ? std::vector<std::uint32_t>{} : place_added_backups(job, id, host);
+}
+
+std::vector<std::uint32_t> job_registry::place_added_backups(registered_job& job, std::uint32_t id,
+                                                             std::uint32_t host) {
+  if (job.replicas <= 1) return {};
+  std::vector<std::uint32_t> candidates, held;
+  for (const auto& [h, n] : nodes_.nodes())
+    if (nodes_.usable(h)) candidates.push_back(h);
+  for (const auto& [k, h] : job.alloc.shard_at)
+    if (k != id) held.push_back(h);
+  for (std::uint32_t k = 0; k < job.chains.size(); ++k)
+    for (auto i = job.chains[k].head + 1; i <= job.chains[k].tail; ++i)  // the head: shard_at
+      held.push_back(job.backups[k][i - 1]);
+  const std::uint32_t primary[] = {host};
+  auto b = std::move(place_backups(primary, job.replicas - 1, candidates, held)[0]);
+  if (job.backups.size() <= id) job.backups.resize(id + 1);
+  if (job.chains.size() <= id) job.chains.resize(id + 1);
+  job.backups[id] = b;
+  job.chains[id] = {0, std::uint32_t(b.size())};
+  job.hosts.insert(b.begin(), b.end());
+  if (b.size() + 1 < job.replicas)
+    log_(coach::format("job {}: shard {} runs with {} of its {} backup(s): {} node(s) usable",
+                       job.status.job, id, b.size(), job.replicas - 1, candidates.size()));
+  return b;
 }
 
 void job_registry::part_failed(registered_job& job, bool worker, std::uint32_t id) {
@@ -653,6 +678,9 @@ void job_registry::part_failed(registered_job& job, bool worker, std::uint32_t i
 bool job_registry::layout(registered_job& job, std::span<const std::uint32_t> members,
                           std::span<const std::uint32_t> live) {
   if (job.alloc.keep(members, live) == 0) return false;
+  // A dropped shard's backups hold nothing the job needs: no longer part of a chain.
+  for (std::uint32_t k = 0; k < job.chains.size(); ++k)
+    if (!job.alloc.shard_at.contains(k)) job.chains[k] = {};
   record_allocation(job);
   return true;
 }
@@ -744,7 +772,7 @@ void job_registry::store_checkpoint(registered_job& job) {
 // --- nodes --------------------------------------------------------------------------------------
 
 bool job_registry::fail_over(registered_job& job, std::uint32_t host, node_loss& loss) {
-  // The shards whose primary was on `host` (those added while the job ran have no backups).
+  // A shard whose primary was on `host` and that has no chain (none was placed) recovers.
   for (const auto& [k, h] : job.alloc.shard_at)
     if (h == host && k >= job.chains.size()) return false;
   std::vector<std::uint32_t> heads, cut;

@@ -287,8 +287,11 @@ class job_registry {
   /// unknown name), resource_exhausted (no usable node).
   result<std::uint32_t> place(registered_job& job, bool worker, const std::string& name,
                               const executor& exec);
-  /// Part `id` (a worker when `worker`) of the job runs on `host` now.
-  void part_placed(registered_job& job, bool worker, std::uint32_t id, std::uint32_t host);
+  /// Part `id` (a worker when `worker`) of the job runs on `host` now. An added shard of a job
+  /// with replicas gets its backups here (never on `host`, fewest of the job's copies first):
+  /// returns their hosts in chain order (fewer than replicas - 1 when too few nodes are usable).
+  std::vector<std::uint32_t> part_placed(registered_job& job, bool worker, std::uint32_t id,
+                                         std::uint32_t host);
   /// Part `id` could not start: it is not counted.
   void part_failed(registered_job& job, bool worker, std::uint32_t id);
   /// A change took effect: the job's members and its shards owning slices. True when parts
@@ -341,6 +344,9 @@ class job_registry {
   /// `stopping`; `why` goes to the store's state history.
   /// Chooses the hosts of the job's shard backups for a run whose shards are on `shards`.
   void place_backups_of(registered_job& job, std::span<const std::uint32_t> shards);
+  /// The same for shard `id` added on `host` while the job runs (part_placed).
+  std::vector<std::uint32_t> place_added_backups(registered_job& job, std::uint32_t id,
+                                                 std::uint32_t host);
   /// The job's replicas on `host` are lost: fills loss.heads and loss.cut. False when a shard
   /// had no copy left but there (the job recovers from its checkpoint instead).
   bool fail_over(registered_job& job, std::uint32_t host, node_loss& loss);

@@ -319,9 +319,11 @@ result<std::unique_ptr<placement>> make_placement(std::string_view name, std::ui
 
 std::vector<std::vector<std::uint32_t>> place_backups(std::span<const std::uint32_t> shard_hosts,
                                                       std::uint32_t backups,
-                                                      std::span<const std::uint32_t> candidates) {
+                                                      std::span<const std::uint32_t> candidates,
+                                                      std::span<const std::uint32_t> held) {
   std::map<std::uint32_t, std::size_t> copies;
   for (auto h : shard_hosts) ++copies[h];
+  for (auto h : held) ++copies[h];
   std::vector<std::vector<std::uint32_t>> out(shard_hosts.size());
   for (std::size_t k = 0; k < shard_hosts.size(); ++k) {
     auto& chain = out[k];

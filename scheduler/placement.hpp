@@ -85,10 +85,13 @@ result<std::unique_ptr<placement>> make_placement(std::string_view name, std::ui
 /// `candidates`, none of them shard_hosts[k], so that no single host holds two copies of a
 /// shard. Each pick is the candidate holding the fewest of the job's shard copies so far
 /// (primaries and backups), ties to the earlier candidate; fewer than `backups` when the
-/// candidates run out (the caller says so). Result by shard id, in chain order.
+/// candidates run out (the caller says so). `held`: hosts of copies the job holds already
+/// (a shard added while it runs: its other shards' primaries and backups), one entry a copy.
+/// Result by shard id, in chain order.
 std::vector<std::vector<std::uint32_t>> place_backups(std::span<const std::uint32_t> shard_hosts,
                                                       std::uint32_t backups,
-                                                      std::span<const std::uint32_t> candidates);
+                                                      std::span<const std::uint32_t> candidates,
+                                                      std::span<const std::uint32_t> held = {});
 
 /// Bytes of one step of a job that cross hosts, per unit of `shard_bytes`: every worker
 /// exchanges shard k's share with shard k, so a pair on two nodes adds shard_bytes[k] (equal

@@ -51,6 +51,7 @@ struct StartJob {
   struct PartHost {
     id @0 :UInt32;             # shard id or worker rank
     host @1 :UInt32;
+    backups @2 :List(UInt32);  # an added shard's backups, in chain order (replicas > 1)
   }
 }
 

@@ -314,6 +314,58 @@ TEST_F(scheduler_cluster, a_backup_takes_over_a_killed_primary_and_not_a_bit_cha
   EXPECT_TRUE(a == b) << "the parameters differ from the uninterrupted run's";
 }
 
+TEST_F(scheduler_cluster, a_migrated_shard_keeps_a_backup_that_takes_over_when_its_node_dies) {
+  start(3, {"--store", ""}, {});
+  if (HasFatalFailure()) return;
+  constexpr int epochs = 100;
+  const auto model = work_dir() / "moved-replica-model.safetensors";
+  const auto clean_model = work_dir() / "moved-replica-clean-model.safetensors";
+  fs::remove(model);
+  fs::remove(clean_model);
+  const std::string extra = "placement: spread\nreplicas: 2\noutput: ";
+  const auto spec = digits_spec("moved-replica", epochs, "2", "{min: 1, max: 2, initial: 1}",
+                                extra + model.string() + "\n");
+  const std::string job = submit(spec);
+  auto st = poll(job, [](const std::string& s) { return json_number(s, "epochs_done") >= 3; });
+  ASSERT_GE(json_number(st, "epochs_done"), 3) << st;
+  auto list_of = [&](const std::string& key) {
+    const auto at = st.find("\"" + key + "\": [");
+    return at == std::string::npos ? std::string{} : st.substr(at, st.find(']', at) - at);
+  };
+  // Shard 0 moves whole to a node that runs no part of the job but maybe a backup (not the
+  // scheduler's): a shard added while the job runs, which gets a backup of its own.
+  const auto shards = list_of("shard_nodes"), workers = list_of("worker_nodes");
+  node_process* target = nullptr;
+  for (auto& n : nodes_)
+    if (n.name != "node-a" && !has(shards, "\"" + n.name + "\"") &&
+        !has(workers, "\"" + n.name + "\""))
+      target = &n;
+  ASSERT_NE(target, nullptr) << "no node free of the job's workers and shard: " << st;
+  auto move = coach("migrate " + job + " --shard 0 --to " + target->name + " --at " + at_);
+  ASSERT_EQ(move.code, 0) << move.err;
+  st = poll(job, [](const std::string& s) { return json_number(s, "changes_done") >= 1; });
+  ASSERT_GE(json_number(st, "changes_done"), 1) << st << logs();
+  EXPECT_TRUE(has(slurp(nodes_[0].log), "shard 1 goes to '" + target->name + "', its backup on"))
+      << logs();
+  stop_node(*target);  // SIGKILL, mid-epoch, with shard 1's primary
+
+  // Shard 1's backup takes over: no restart, no sample twice, not a bit different.
+  const auto final_status = wait_for_end(job, 300s);
+  EXPECT_TRUE(has(final_status, "\"state\": \"succeeded\"")) << final_status << logs();
+  EXPECT_TRUE(has(final_status, full_epochs(epochs))) << final_status;
+  EXPECT_EQ(json_number(final_status, "recoveries"), 0) << final_status;
+  EXPECT_EQ(json_number(final_status, "failovers"), 1) << final_status;
+  EXPECT_TRUE(has(slurp(nodes_[0].log), "backups take over shard 1")) << logs();
+
+  const auto clean = submit(digits_spec("moved-replica-clean", epochs, "2", "1",
+                                        "output: " + clean_model.string() + "\n"));
+  const auto clean_status = wait_for_end(clean, 300s);
+  ASSERT_TRUE(has(clean_status, "\"state\": \"succeeded\"")) << clean_status;
+  const auto a = tensor_bytes(model), b = tensor_bytes(clean_model);
+  ASSERT_EQ(a.size(), 4810u * 4u) << logs();
+  EXPECT_TRUE(a == b) << "the parameters differ from the unmoved, uninterrupted run's";
+}
+
 TEST_F(scheduler_cluster, swapping_the_policy_under_a_running_job_loses_and_restarts_nothing) {
   start(2, {"--store", ""}, {});
   if (HasFatalFailure()) return;

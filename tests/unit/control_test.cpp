@@ -71,7 +71,7 @@ start_job full_start_job() {
 start_job growing_start_job(bool worker) {
   start_job s = full_start_job();
   s.workers_phase = false;
-  s.added_shards = {{4, 2}, {5, 0x7fff'fffe}};
+  s.added_shards = {{4, 2, {3, 1}}, {5, 0x7fff'fffe}};  // shard 4 with two backups
   s.added_workers = {{3, 1}, {9, 3}};
   s.start = added_part{.worker = worker,
                        .id = worker ? 9u : 5u,
@@ -644,6 +644,21 @@ TEST(control_codec, shard_backups_must_match_the_shards_and_stand_apart_from_the
               sj.initBackupHosts(1).init(0, 4);
             })),
             "control message refused: startJob backupHosts has 4 entries (at most 3)");
+  // A shard added while the job runs: its own backups, never beside it either.
+  EXPECT_EQ(decode_error(raw([](auto root) {
+              auto added = root.initStartJob().initAddedShards(1);
+              added[0].setId(2);
+              added[0].setHost(7);
+              auto b = added[0].initBackups(2);
+              b.set(0, 8);
+              b.set(1, 7);
+            })),
+            "control message refused: startJob puts added shard 2's backup beside it");
+  EXPECT_EQ(decode_error(raw([](auto root) {
+              auto added = root.initStartJob().initAddedShards(1);
+              added[0].initBackups(4);
+            })),
+            "control message refused: startJob added backups has 4 entries (at most 3)");
 }
 
 TEST(control_codec, out_of_range_values_are_refused) {

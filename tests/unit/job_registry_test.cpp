@@ -473,6 +473,53 @@ TEST_F(registry, with_replicas_a_lost_primary_is_taken_over_and_a_lost_last_copy
   EXPECT_EQ(job.state, job_state::suspended);
 }
 
+TEST_F(registry, a_shard_added_to_a_replicated_job_gets_a_backup_that_takes_over) {
+  nodes(6, 1, 1);  // as above: five usable nodes, the scheduler's silent
+  use("fifo");
+  auto reg = make();
+  const auto id =
+      submit(reg, spec_yaml("grown", 50, "2", "{min: 1, max: 2, initial: 1}", "replicas: 2\n"));
+  decide(reg);
+  auto& job = *reg.find(id);
+  ASSERT_EQ(job.backups.size(), 1u);
+  // The master asks for shard 1 (a rescale, or a migration of shard 0): it comes with a backup
+  // on another node, away from the copies the job holds already while a node is free of them.
+  auto h = reg.place(job, false, "", *exec);
+  ASSERT_TRUE(h) << h.error().message;
+  const auto backups = reg.part_placed(job, false, 1, *h);
+  ASSERT_EQ(backups.size(), 1u) << log;
+  EXPECT_NE(backups[0], *h) << "never beside its primary";
+  EXPECT_NE(backups[0], job.alloc.shard_at.at(0)) << "a node free of copies was left";
+  EXPECT_NE(backups[0], job.backups[0][0]) << "a node free of copies was left";
+  EXPECT_TRUE(job.hosts.contains(backups[0])) << "its node runs a part of the job";
+  ASSERT_EQ(job.backups.size(), 2u);
+  EXPECT_EQ(job.backups[1], backups);
+
+  // Shard 0 is migrated away whole: the change takes effect with shard 1 alone. Shard 0's
+  // chain is over, so losing its old nodes costs nothing.
+  const std::vector<std::uint32_t> members{0, 1}, live{1};
+  ASSERT_TRUE(reg.layout(job, members, live));
+  const auto old_backup = job.backups[0][0];
+  if (old_backup != *h && old_backup != backups[0]) {
+    auto loss = reg.lose_node(old_backup);
+    if (!loss.empty()) {
+      EXPECT_FALSE(loss[0].recovers);
+      EXPECT_TRUE(loss[0].heads.empty());
+    }
+  }
+  // The added shard's primary is lost: its backup takes over, no recovery.
+  auto loss = reg.lose_node(*h);
+  ASSERT_EQ(loss.size(), 1u);
+  EXPECT_FALSE(loss[0].recovers);
+  EXPECT_EQ(loss[0].heads, (std::vector<std::uint32_t>{1, 1}));
+  EXPECT_EQ(job.alloc.shard_at.at(1), backups[0]);
+  EXPECT_EQ(job.status.failovers, 1u);
+  // And then its last copy: the job recovers from its checkpoint.
+  loss = reg.lose_node(backups[0]);
+  ASSERT_EQ(loss.size(), 1u);
+  EXPECT_TRUE(loss[0].recovers);
+}
+
 TEST_F(registry, the_store_takes_a_checkpoint_every_every_s_and_always_the_last) {
   nodes(1, 4);
   use("fifo");
