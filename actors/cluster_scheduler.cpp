@@ -20,6 +20,7 @@
 #include "actors/cluster.hpp"
 #include "actors/job_runner.hpp"
 #include "actors/roles.hpp"
+#include "common/log.hpp"
 #include "scheduler/checkpoint_file.hpp"
 #include "scheduler/executor.hpp"
 #include "scheduler/job_registry.hpp"
@@ -37,7 +38,7 @@ using job_entry = sched::registered_job;
 using decide_atom = caf::atom_constant<caf::atom("decide")>;
 
 void note(const std::string& line) {
-  std::fprintf(stderr, "coach-node: %s\n", line.c_str());
+  log::info("{}", line);
 }
 
 struct scheduler_state {

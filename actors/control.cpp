@@ -14,6 +14,7 @@
 // thrown (detail::refusal) and caught once at the top, so the readers stay straight-line code.
 
 #include "actors/control.hpp"
+#include "common/log.hpp"
 
 #include <capnp/message.h>
 #include <capnp/serialize.h>
@@ -906,8 +907,7 @@ std::optional<control_message> read_control(const wire_message& m) {
     // At most 5 lines a second: a flood of bad control messages once logged each of them.
     static log_limiter limit;
     if (const auto suffix = limit.allow())
-      std::fprintf(stderr, "coach-node: dropped a control message from host %u: %s%s\n",
-                   m.hdr.src.host, why.c_str(), suffix->c_str());
+      log::warn("dropped a control message from host {}: {}{}", m.hdr.src.host, why, *suffix);
     return std::nullopt;
   };
   if (!msg) return drop(msg.error().message);

@@ -1,4 +1,5 @@
 #include "actors/embedded_cluster.hpp"
+#include "common/log.hpp"
 
 #include <caf/all.hpp>
 
@@ -49,7 +50,7 @@ result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
     if (auto ok = check_checkpoint_path(opt.checkpoint); !ok) return std::unexpected(ok.error());
   auto data = worker::load_dataset(spec.dataset, spec.seed);
   if (!data) return std::unexpected(data.error());
-  for (const auto& w : data->warnings) std::fprintf(stderr, "coach: warning: %s\n", w.c_str());
+  for (const auto& w : data->warnings) log::warn("{}", w);
   auto net = worker::network::for_data(spec.model, data->train);
   if (!net) return fail(net.error().code, "job '{}': {}", spec.name, net.error().message);
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "actors/job_context.hpp"
+#include "common/log.hpp"
 
 namespace coach::actors {
 
@@ -41,8 +42,7 @@ result<std::unique_ptr<kernels::backend>> make_worker_backend(const job_context&
     ctx.devices->release(ctx.job, rank);
     return be;
   }
-  std::fprintf(stderr, "%s: job %llu: worker %u on cuda device %d\n", std::string(who).c_str(),
-               static_cast<unsigned long long>(ctx.job), rank, *d);
+  log::info("{}: job {}: worker {} on cuda device {}", who, ctx.job, rank, *d);
   return be;
 }
 

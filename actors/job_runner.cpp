@@ -1,5 +1,6 @@
 // actors/job_runner.cpp: one job's run as the cluster scheduler drives it (job_runner.hpp).
 #include "actors/job_runner.hpp"
+#include "common/log.hpp"
 
 #include <algorithm>
 
@@ -17,8 +18,7 @@ void runner_env::send(std::uint32_t host, const control_message& m) const {
 result<std::shared_ptr<const worker::dataset_pair>> load_job_data(const sched::job_spec& spec) {
   auto data = worker::load_dataset_shared(spec.dataset, spec.seed);
   if (!data) return std::unexpected(data.error());
-  for (const auto& w : (*data)->warnings)
-    std::fprintf(stderr, "coach: job '%s': warning: %s\n", spec.name.c_str(), w.c_str());
+  for (const auto& w : (*data)->warnings) log::warn("job '{}': {}", spec.name, w);
   if ((*data)->train.rows == 0 || (*data)->test.rows == 0)
     return fail(errc::invalid_argument, "job '{}': the data set is empty", spec.name);
   return data;
@@ -242,9 +242,8 @@ void job_runner::next_add(const runner_env& env, sched::registered_job& job) {
                              : backups.size() > 1 ? ", its backups on "
                                                   : ", its backup on ",
                              env.nodes->name(backups[i]));
-    std::fprintf(stderr, "coach-node: job %llu: %s %u goes to %s\n",
-                 static_cast<unsigned long long>(job.status.job),
-                 a.part.worker ? "worker" : "shard", a.part.id, where.c_str());
+    log::info("job {}: {} {} goes to {}", job.status.job, a.part.worker ? "worker" : "shard",
+              a.part.id, where);
   }
 }
 

@@ -12,6 +12,7 @@
 #include "actors/elastic_messages.hpp"
 #include "actors/roles.hpp"
 #include "common/format.hpp"
+#include "common/log.hpp"
 #include "ps/change_planner.hpp"
 #include "ps/key_coverage.hpp"
 #include "ps/snapshot_assembler.hpp"
@@ -109,13 +110,12 @@ struct master_state {
     ps::change_starters start;
     start.worker = [&](std::uint32_t r, const ps::job_config& next) {
       if (!hooks.add_worker) {
-        std::fprintf(stderr, "coach: job master: this job cannot add workers here\n");
+        log::warn("job master: this job cannot add workers here");
         return false;
       }
       auto ok = hooks.add_worker(r, next, s, std::string{});
       if (!ok) {
-        std::fprintf(stderr, "coach: job master: cannot add worker %u: %s\n", r,
-                     ok.error().message.c_str());
+        log::warn("job master: cannot add worker {}: {}", r, ok.error().message);
         return false;
       }
       if (*ok)
@@ -126,14 +126,13 @@ struct master_state {
     };
     start.shard = [&]() -> std::optional<std::uint32_t> {
       if (!hooks.add_shard) {
-        std::fprintf(stderr, "coach: job master: this job cannot add shards here\n");
+        log::warn("job master: this job cannot add shards here");
         return std::nullopt;
       }
       const std::uint32_t k = next_shard++;
       auto ok = hooks.add_shard(k, cfg(), req.node, 0);
       if (!ok) {
-        std::fprintf(stderr, "coach: job master: cannot add shard %u: %s\n", k,
-                     ok.error().message.c_str());
+        log::warn("job master: cannot add shard {}: {}", k, ok.error().message);
         return std::nullopt;
       }
       if (*ok)
@@ -144,7 +143,7 @@ struct master_state {
     };
     auto plan = ps::plan_change(cfg(), scheduler::to_job_change(req), s, next_rank, start);
     if (!plan.ignored.empty()) {
-      std::fprintf(stderr, "coach: job master: %s\n", plan.ignored.c_str());
+      log::info("job master: {}", plan.ignored);
       return true;
     }
     if (!plan.added.empty()) timer.adds_workers();
@@ -178,8 +177,7 @@ struct master_state {
     if (!worker && changes->is_preparing(id)) {
       auto c = *changes->prepared(id);
       if (!why.empty()) {
-        std::fprintf(stderr, "coach: job %llu: cannot add shard %u: %s; the migration is dropped\n",
-                     static_cast<unsigned long long>(ctx->job), id, why.c_str());
+        log::warn("job {}: cannot add shard {}: {}; the migration is dropped", ctx->job, id, why);
         return;
       }
       c.prepared = timer.now();
@@ -187,23 +185,18 @@ struct master_state {
       return;
     }
     if (!why.empty())
-      std::fprintf(stderr, "coach: job %llu: cannot add %s %u: %s\n",
-                   static_cast<unsigned long long>(ctx->job), worker ? "worker" : "shard", id,
-                   why.c_str());
+      log::warn("job {}: cannot add {} {}: {}", ctx->job, worker ? "worker" : "shard", id, why);
     const auto step = changes->next() ? changes->next()->from_step : 0;
     using news = scheduler::change_sequencer::part_news;
     switch (changes->part_ready(worker, id, why.empty())) {
       case news::unexpected:
-        std::fprintf(stderr, "coach: job master: unexpected news of %s %u\n",
-                     worker ? "worker" : "shard", id);
+        log::warn("job master: unexpected news of {} {}", worker ? "worker" : "shard", id);
         return;
       case news::waiting:
         return;
       case news::dropped:
-        std::fprintf(stderr,
-                     "coach: job %llu: the change at step %lld is dropped; the job goes on "
-                     "as it was\n",
-                     static_cast<unsigned long long>(ctx->job), static_cast<long long>(step));
+        log::info("job {}: the change at step {} is dropped; the job goes on as it was", ctx->job,
+                  step);
         break;
       case news::ready:
         send_orders();  // the step opens now; the transfers go on under it
@@ -218,9 +211,7 @@ struct master_state {
     if (done || cancelled) return "the job is ending";
     if (!c.requested) c.requested = timer.now();
     changes->queue(std::move(c), planner->open_step() + 1);
-    std::fprintf(stderr, "coach: job %llu: change asked for at step %lld\n",
-                 static_cast<unsigned long long>(ctx->job),
-                 static_cast<long long>(planner->open_step() + 1));
+    log::info("job {}: change asked for at step {}", ctx->job, planner->open_step() + 1);
     // Workers waiting at the boundary (a step that could not open) try again.
     regrant_parked();
     return {};
@@ -295,9 +286,8 @@ struct master_state {
       ctx->net->send(make_configure(ctx->master, ctx->shard_ep(k), ctx->job, c));
     for (auto r : c.members)
       ctx->net->send(make_configure(ctx->master, ctx->worker_ep(r), ctx->job, c));
-    std::fprintf(stderr, "coach: job %llu: from step %lld: %zu worker(s), %zu shard(s)\n",
-                 static_cast<unsigned long long>(ctx->job), static_cast<long long>(c.from_step),
-                 c.members.size(), live_shards().size());
+    log::info("job {}: from step {}: {} worker(s), {} shard(s)", ctx->job, c.from_step,
+              c.members.size(), live_shards().size());
   }
 
   void on_ack(const wire_message& m) {
@@ -305,8 +295,7 @@ struct master_state {
     const auto a = read_transfer_ack(m);
     const auto n = a ? changes->acknowledged() : news::unexpected;
     if (n == news::unexpected) {
-      std::fprintf(stderr, "coach: job master: unexpected transfer_ack from %llu\n",
-                   static_cast<unsigned long long>(m.hdr.src.id));
+      log::warn("job master: unexpected transfer_ack from {}", m.hdr.src.id);
       return;
     }
     if (n == news::waiting) return;
@@ -346,8 +335,7 @@ struct master_state {
     // An epoch whose end was announced is not over: its snapshot is taken again at its new end.
     snapshots->reopen(epochs_reopened);
     for (auto r : ranks)
-      std::fprintf(stderr, "coach: job %llu: worker %u is gone; steps from %lld go on without it\n",
-                   static_cast<unsigned long long>(ctx->job), r, static_cast<long long>(from));
+      log::info("job {}: worker {} is gone; steps from {} go on without it", ctx->job, r, from);
     if (cfg().members.empty())
       fail_job({errc::resource_exhausted,
                 last_worker_error.empty()
@@ -389,8 +377,7 @@ struct master_state {
         told.hdr.dst = ctx->worker_ep(r);
         ctx->net->send(wire_message(told));
       }
-      std::fprintf(stderr, "coach: job %llu: shard %u's backup %u takes over\n",
-                   static_cast<unsigned long long>(ctx->job), k, heads[j + 1]);
+      log::info("job {}: shard {}'s backup {} takes over", ctx->job, k, heads[j + 1]);
     }
     for (std::size_t j = 0; j + 1 < cut.size(); j += 2) {
       auto m = to(ctx->replica_ep(cut[j], cut[j + 1]), msg_kind::replica_lost, 0);
@@ -619,8 +606,8 @@ struct master_state {
     answer got = whole_floats ? snapshots->add(m.hdr.step, m.hdr.ranges, pieces)
                               : answer(fail(errc::protocol_error, "a frame is not whole floats"));
     if (!got) {
-      std::fprintf(stderr, "coach: job master: malformed snapshot from shard %llu: %s\n",
-                   static_cast<unsigned long long>(m.hdr.src.id), got.error().message.c_str());
+      log::warn("job master: malformed snapshot from shard {}: {}", m.hdr.src.id,
+                got.error().message);
       return;
     }
     if (*got) on_assembled(std::move(**got));  // else keys missing yet, or not wanted
@@ -633,8 +620,8 @@ struct master_state {
                  : coach::result<std::optional<ps::snapshot_assembler::assembled>>(
                        std::unexpected(t.error()));
     if (!got) {
-      std::fprintf(stderr, "coach: job master: malformed state snapshot from shard %llu: %s\n",
-                   static_cast<unsigned long long>(m.hdr.src.id), got.error().message.c_str());
+      log::warn("job master: malformed state snapshot from shard {}: {}", m.hdr.src.id,
+                got.error().message);
       return;
     }
     if (*got) on_assembled(std::move(**got));
@@ -758,8 +745,7 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
             s.on_ack(m);
             break;
           default:
-            std::fprintf(stderr, "coach: job master: unexpected message %s\n",
-                         std::string(to_string(m.hdr.kind)).c_str());
+            log::warn("job master: unexpected message {}", to_string(m.hdr.kind));
         }
       },
       [self](eval_atom, eval_result& r) { self->state.on_eval(r); },

@@ -11,6 +11,7 @@
 #include "actors/cluster.hpp"
 #include "actors/roles.hpp"
 #include "common/huge_pages.hpp"
+#include "common/log.hpp"
 #include "scheduler/host_probe.hpp"
 #include "worker/dataset_cache.hpp"
 
@@ -143,7 +144,7 @@ struct agent_state {
       last_probe_error.clear();
     } else if (measured.error().message != last_probe_error) {
       last_probe_error = measured.error().message;
-      std::fprintf(stderr, "coach-node: cannot measure this host: %s\n", last_probe_error.c_str());
+      log::warn("cannot measure this host: {}", last_probe_error);
     }
     // Which GPU each of this node's cuda workers holds, among the GPUs the heartbeat lists (a
     // device nvidia-smi does not list, e.g. with no nvidia-smi at all, is not reported).
@@ -181,8 +182,7 @@ struct agent_state {
   void print_warnings(std::uint64_t job, const std::string& job_name,
                       const worker::shared_dataset& data) {
     if (!warned.insert(job).second || !data.loaded_here) return;
-    for (const auto& w : data.data->warnings)
-      std::fprintf(stderr, "coach: job '%s': warning: %s\n", job_name.c_str(), w.c_str());
+    for (const auto& w : data.data->warnings) log::warn("job '{}': {}", job_name, w);
   }
 
   /// Starts this node's shards (phase 1) or workers (phase 2) of a job.
@@ -321,9 +321,8 @@ struct agent_state {
           warm_blocks_for(a.expect_keys, scheduler::shard_optimizer(ctx->spec).state_per_param());
     }
     watch(part.actors.back());
-    std::fprintf(stderr, "coach-node: job %llu: started %s %u%s\n",
-                 static_cast<unsigned long long>(sj.job), what, a.id,
-                 *replica ? coach::format(" (backup {})", *replica).c_str() : "");
+    log::info("job {}: started {} {}{}", sj.job, what, a.id,
+              *replica ? coach::format(" (backup {})", *replica) : std::string());
     return {};
   }
 
@@ -373,8 +372,7 @@ caf::behavior node_agent(caf::stateful_actor<agent_state, caf::event_based_actor
         auto& s = self->state;
         if (s.draining) return;
         s.draining = true;
-        std::fprintf(stderr, "coach-node: draining: %zu job part(s) still running\n",
-                     s.parts.size());
+        log::info("draining: {} job part(s) still running", s.parts.size());
         s.send({0, scheduler_id}, s.heartbeat());  // tell the scheduler at once
       },
       [self](warmed_atom, std::uint64_t n) {

@@ -9,6 +9,7 @@
 
 #include "actors/elastic_messages.hpp"
 #include "actors/roles.hpp"
+#include "common/log.hpp"
 #include "ps/replica_chain.hpp"
 #include "ps/shard.hpp"
 #include "ps/training_state.hpp"
@@ -134,7 +135,7 @@ struct shard_state {
 
   void report(const coach::error& e) {
     ++protocol_errors;
-    std::fprintf(stderr, "coach: %s\n", e.to_string().c_str());
+    log::warn("{}", e.to_string());
   }
 
   wire_message params_to(const endpoint& dst, std::int64_t version) const {
@@ -595,9 +596,8 @@ struct shard_state {
   void take_over() {
     if (chain->head()) return;
     chain->take_over();
-    std::fprintf(stderr, "coach: job %llu: shard %u: backup takes over at version %lld\n",
-                 static_cast<unsigned long long>(ctx->job), core->id(),
-                 static_cast<long long>(core->applied_steps()));
+    log::info("job {}: shard {}: backup takes over at version {}", ctx->job, core->id(),
+              core->applied_steps());
     auto waiting_msgs = std::move(parked);
     parked.clear();
     for (auto& m : waiting_msgs) {

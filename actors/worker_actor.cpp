@@ -15,6 +15,7 @@
 #include "actors/inline_delivery.hpp"
 #include "actors/roles.hpp"
 #include "common/buffer_pool.hpp"
+#include "common/log.hpp"
 #include "ps/key_coverage.hpp"
 #include "worker/function_runner.hpp"
 #include "worker/gradient_clip.hpp"
@@ -159,9 +160,8 @@ struct worker_state {
             m.hdr.ranges.push_back({std::max(own.begin, r.begin), std::min(own.end, r.end)});
       if (m.hdr.ranges.empty()) continue;
       if (disowned) {  // the configurations disagree: asking again would go round in circles
-        std::fprintf(stderr,
-                     "coach: worker %u: shard %u disowns keys configuration %llu gives it\n", rank,
-                     k, static_cast<unsigned long long>(cfg.version));
+        log::info("worker {}: shard {} disowns keys configuration {} gives it", rank, k,
+                  cfg.version);
         continue;
       }
       ctx->net->send(std::move(m));
@@ -172,7 +172,7 @@ struct worker_state {
   void on_configure(const wire_message& m) {
     auto c = read_configure(m, ctx->model.num_params(), ctx->spec.slice_size);
     if (!c) {
-      std::fprintf(stderr, "coach: worker %u: %s\n", rank, c.error().message.c_str());
+      log::warn("worker {}: {}", rank, c.error().message);
       return;
     }
     if (c->version <= cfg.version) return;
@@ -206,8 +206,8 @@ struct worker_state {
     auto& keys =
         whole_had ? *alone : versions.try_emplace(version, ctx->model.num_params()).first->second;
     if (auto ok = accept_params(m, keys); !ok) {
-      std::fprintf(stderr, "coach: worker %u: malformed parameters from shard %llu: %s\n", rank,
-                   static_cast<unsigned long long>(m.hdr.src.id), ok.error().message.c_str());
+      log::warn("worker {}: malformed parameters from shard {}: {}", rank, m.hdr.src.id,
+                ok.error().message);
       return;
     }
     for (std::size_t i = 0; i < m.frames.size(); ++i)
@@ -229,14 +229,13 @@ struct worker_state {
   void on_params(const wire_message& m) {
     if (staleness > 0 || asp) return on_stale_params(m);
     if (m.hdr.step != step) {
-      std::fprintf(stderr, "coach: worker %u: parameters of version %lld while at step %lld\n",
-                   rank, static_cast<long long>(m.hdr.step), static_cast<long long>(step));
+      log::info("worker {}: parameters of version {} while at step {}", rank, m.hdr.step, step);
       return;
     }
     auto ok = accept_params(m, *received);
     if (!ok) {
-      std::fprintf(stderr, "coach: worker %u: malformed parameters from shard %llu: %s\n", rank,
-                   static_cast<unsigned long long>(m.hdr.src.id), ok.error().message.c_str());
+      log::warn("worker {}: malformed parameters from shard {}: {}", rank, m.hdr.src.id,
+                ok.error().message);
       return;
     }
     for (std::size_t i = 0; i < m.frames.size(); ++i) {
@@ -324,7 +323,7 @@ struct worker_state {
             ? ctx->device_reducer->deposit(step, local_members, rank, samples, *be, this->grad)
             : ctx->reducer->deposit(step, local_members, rank, samples, std::move(grad));
     if (!out) {
-      std::fprintf(stderr, "coach: worker %u: %s\n", rank, out.error().message.c_str());
+      log::warn("worker {}: {}", rank, out.error().message);
       return false;
     }
     for (std::uint32_t k = 0; k < ranges.size(); ++k) {
@@ -395,8 +394,7 @@ struct worker_state {
     const std::uint32_t whole_grant[] = {std::uint32_t(indices.size())};
     if (averager && sizes.empty() && !indices.empty()) sizes = whole_grant;
     if (!sizes.empty() && !valid_local_steps(indices, sizes)) {
-      std::fprintf(stderr, "coach: worker %u: malformed grant of step %lld (chunk sizes)\n", rank,
-                   static_cast<long long>(step));
+      log::warn("worker {}: malformed grant of step {} (chunk sizes)", rank, step);
       return;
     }
 
@@ -513,7 +511,7 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
   const bool averaging = ctx->spec.consistency.kind == scheduler::consistency_kind::averaging;
   if (averaging) st.averager = std::make_unique<worker::local_averaging>(*st.be, n, local);
   st.fail = [self](coach::error e) {
-    std::fprintf(stderr, "coach: worker %u: %s\n", self->state.rank, e.message.c_str());
+    log::warn("worker {}: {}", self->state.rank, e.message);
     self->state.ctx->net->unbind(self->state.self_ep);
     self->quit(caf::make_error(caf::sec::runtime_error, e.message));
   };
@@ -587,8 +585,7 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
             s.on_take_over(m);
             break;
           default:
-            std::fprintf(stderr, "coach: worker %u: unexpected message %s\n", s.rank,
-                         std::string(to_string(m.hdr.kind)).c_str());
+            log::warn("worker {}: unexpected message {}", s.rank, to_string(m.hdr.kind));
             return;
         }
         s.try_step();

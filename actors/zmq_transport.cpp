@@ -1,4 +1,5 @@
 #include "actors/zmq_transport.hpp"
+#include "common/log.hpp"
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -240,21 +241,22 @@ class zmq_transport_impl final : public zmq_transport {
 
   /// At most 5 log lines a second of one kind: a flood of bad frames must not flood the log too.
   template <class... Args>
-  void log_with(log_limiter& budget, std::string_view fmt, const Args&... args) {
+  void log_with(coach::log::level l, log_limiter& budget, std::string_view fmt,
+                const Args&... args) {
+    if (!coach::log::enabled(l)) return;
     const auto suffix = budget.allow();
     if (!suffix) return;
-    std::fprintf(stderr, "coach: transport %s: %s%s\n", bound_.c_str(),
-                 coach::format(fmt, args...).c_str(), suffix->c_str());
+    coach::log::at(l, "transport {}: {}{}", bound_, coach::format(fmt, args...), *suffix);
   }
   template <class... Args>
   void log(std::string_view fmt, const Args&... args) {
-    log_with(log_, fmt, args...);
+    log_with(coach::log::level::info, log_, fmt, args...);
   }
   /// Messages received and dropped have a budget of their own: a flood of them used up the
   /// common one, and refused connections went unlogged (still counted).
   template <class... Args>
   void log_dropped(std::string_view fmt, const Args&... args) {
-    log_with(dropped_log_, fmt, args...);
+    log_with(coach::log::level::warn, dropped_log_, fmt, args...);
   }
 
   void wake() {
@@ -523,8 +525,10 @@ class zmq_transport_impl final : public zmq_transport {
       }
     }
     if (!dst) {
-      log_dropped("no actor {} on host {} (message {})", msg.hdr.dst.id, msg.hdr.dst.host,
-                  to_string(msg.hdr.kind));
+      // Routine: an actor that ended (a job stopped, a worker left) still gets what was in
+      // flight to it. Counted (receive_stats::unknown_dst); a debug line only.
+      log_with(coach::log::level::debug, dropped_log_, "no actor {} on host {} (message {})",
+               msg.hdr.dst.id, msg.hdr.dst.host, to_string(msg.hdr.kind));
       return;
     }
     if (!unit_) unit_.emplace(&caf::actor_cast<caf::abstract_actor*>(dst)->home_system());

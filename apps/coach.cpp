@@ -207,6 +207,10 @@ int main(int argc, char** argv) {
       ->required();
   predict->add_flag("--header", header, "The CSV file's first line is a header");
   auto* version = app.add_subcommand("version", "Print the version and the compiled backends");
+  app.set_version_flag("--version",
+                       std::string("coach ") + COACH_VERSION +
+                           " (backends: " + std::string(coach::kernels::compiled_backends()) + ")",
+                       "Print the version and the compiled backends");
   std::string key_dir, key_name = "coach";
   auto* keygen = app.add_subcommand(
       "keygen",
@@ -219,7 +223,8 @@ int main(int argc, char** argv) {
   std::uint64_t job = 0;
   auto add_at = [&](CLI::App* cmd) {
     cmd->add_option("--at", at,
-                    "The scheduler's address, tcp://IP:PORT (default: $COACH_SCHEDULER)");
+                    "The scheduler's address, HOST:PORT or tcp://HOST:PORT (default: "
+                    "$COACH_SCHEDULER)");
     cmd->add_option("--key", key_file,
                     "This client's key pair, a .key file from coach keygen (default: $COACH_KEY; "
                     "none: plain connection, which nodes accept from loopback only)");
@@ -290,13 +295,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   coach::apps::use_security(std::move(*security));
-  const std::string address = coach::apps::resolve_at(at);
+  std::string address = coach::apps::resolve_at(at);
   if (address.empty()) {
     std::fprintf(stderr,
-                 "coach: give --at tcp://IP:PORT (the scheduler's address) or set "
+                 "coach: give --at HOST:PORT (the scheduler's address) or set "
                  "COACH_SCHEDULER\n");
     return 2;
   }
+  // Nothing there (refused, no such name, silence): one line within 2 s, not a long wait.
+  if (const int rc = coach::apps::reach_scheduler(address); rc != 0) return rc;
   if (*submit) return coach::apps::run_submit(address, submit_path, workers, shards, wait, json);
   if (*status) return coach::apps::run_status(address, job, json);
   if (*nodes) return coach::apps::run_nodes(address, json);

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "actors/api_client.hpp"
+#include "actors/tcp_probe.hpp"
 #include "scheduler/job_report.hpp"
 
 namespace coach::apps {
@@ -262,6 +263,14 @@ int wait_for(actors::api_client& client, std::uint64_t job, bool json) {
 
 void use_security(actors::transport_security security) {
   g_security = std::move(security);
+}
+
+int reach_scheduler(std::string& at) {
+  auto address = actors::tcp_address(at);
+  if (!address) return report_error(address.error());
+  if (auto ok = actors::tcp_probe(*address); !ok) return report_error(ok.error());
+  at = std::move(*address);
+  return 0;
 }
 
 std::string resolve_at(const std::string& at) {

@@ -18,6 +18,11 @@ void use_security(actors::transport_security security);
 /// `at`, or the COACH_SCHEDULER environment variable when `at` is empty.
 std::string resolve_at(const std::string& at);
 
+/// Checks `at` ("tcp://HOST:PORT" or "HOST:PORT") and that something answers there within
+/// 2 s (actors::tcp_probe). Returns 0 with `at` in its tcp:// form, or the exit code after one
+/// line on stderr: 2 a malformed address or a name not found, 1 refused or timed out.
+int reach_scheduler(std::string& at);
+
 int run_submit(const std::string& at, const std::string& spec_path, std::uint32_t workers,
                std::uint32_t shards, bool wait, bool json);
 int run_status(const std::string& at, std::uint64_t job, bool json);

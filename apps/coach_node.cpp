@@ -11,7 +11,7 @@
 //
 // What the transport received and refused, by reason (actors::receive_stats: malformed, foreign,
 // unknown_dst, refused connections), is one line on stderr when the node stops, and every
-// --stats-interval seconds while it runs: "coach-node: received: messages 12, bytes 3456,
+// --stats-interval seconds while it runs: "received: messages 12, bytes 3456,
 // malformed 3, ..." (docs/hostile-input.md).
 //
 // Exit codes: 0 after a clean drain; 1 when it cannot start (address in use, ...); 2 bad flags
@@ -30,7 +30,9 @@
 #include <thread>
 
 #include "actors/cluster.hpp"
+#include "actors/tcp_probe.hpp"
 #include "common/huge_pages.hpp"
+#include "common/log.hpp"
 #include "scheduler/host_probe.hpp"
 #include "scheduler/job_store.hpp"
 #include "scheduler/placement.hpp"
@@ -46,7 +48,7 @@ extern "C" void on_signal(int) {
 
 /// One line of what the transport received and refused, by reason.
 void print_received(const coach::actors::zmq_transport& net) {
-  std::fprintf(stderr, "coach-node: received: %s\n", to_string(net.received()).c_str());
+  coach::log::info("received: {}", to_string(net.received()));
 }
 
 bool is_wildcard(const std::string& address) {
@@ -71,7 +73,8 @@ int main(int argc, char** argv) {
   double heartbeat_s = 1.0, node_timeout_s = 5.0, drain_timeout_s = 600.0, rebalance_s = 60.0,
          stats_s = 0.0;
   app.add_option("--listen", listen, "Data-path address to bind, tcp://IP:PORT")->required();
-  app.add_option("--join", join, "The scheduler's address, tcp://IP:PORT (not with --scheduler)");
+  app.add_option("--join", join,
+                 "The scheduler's address, HOST:PORT or tcp://HOST:PORT (not with --scheduler)");
   app.add_flag("--scheduler", is_scheduler, "Run the cluster scheduler and the job API here");
   app.add_option("--name", name, "Name shown by `coach nodes` (default: the address)");
   app.add_option("--advertise", advertise,
@@ -117,10 +120,18 @@ int main(int argc, char** argv) {
   app.add_option("--server-key", server_key_file,
                  "The scheduler node's public key, a .pub file (default: $COACH_SERVER_KEY, else "
                  "this node's own: a cluster-wide key)");
+  std::string log_level = "info", log_file;
+  app.add_option("--log-level", log_level,
+                 "Least level of the lines logged: trace, debug, info, warn, error or off")
+      ->capture_default_str();
+  app.add_option("--log-file", log_file,
+                 "Append the log to this file instead of stderr (its directory must exist)");
   bool exit_with_parent = false;
   app.add_flag("--exit-with-parent", exit_with_parent,
                "Die (SIGKILL) when the process that started this one exits: for tests and "
                "scripts, so that a killed test leaves no node behind");
+  app.set_version_flag("--version", std::string("coach-node ") + COACH_VERSION,
+                       "Print the version");
   const pid_t parent = ::getppid();
   try {
     app.parse(argc, argv);
@@ -130,6 +141,11 @@ int main(int argc, char** argv) {
   if (exit_with_parent) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) return 1;  // the parent was already gone
+  }
+  auto min_level = log::parse_level(log_level);
+  if (!min_level) {
+    std::fprintf(stderr, "coach-node: --log-level: %s\n", min_level.error().message.c_str());
+    return 2;
   }
   if (is_scheduler == !join.empty()) {
     std::fprintf(stderr, "coach-node: give either --scheduler or --join ADDRESS\n");
@@ -143,6 +159,14 @@ int main(int argc, char** argv) {
                  node_timeout_s, heartbeat_s);
     return 2;
   }
+  if (!join.empty()) {
+    auto j = actors::tcp_address(join, "--join");
+    if (!j) {
+      std::fprintf(stderr, "coach-node: %s\n", j.error().message.c_str());
+      return 2;
+    }
+    join = std::move(*j);
+  }
   const std::string address = advertise.empty() ? listen : advertise;
   if (is_wildcard(address)) {
     std::fprintf(stderr,
@@ -153,6 +177,16 @@ int main(int argc, char** argv) {
   }
   if (address.size() > 1 && address.substr(address.rfind(':') + 1) == "0") {
     std::fprintf(stderr, "coach-node: --listen needs a port (other nodes must know it)\n");
+    return 2;
+  }
+  // From here on every line is the daemon's: timestamp, level, node name.
+  if (auto ok = log::init({.program = "coach-node",
+                           .node = name.empty() ? address : name,
+                           .min = *min_level,
+                           .file = log_file,
+                           .daemon = true});
+      !ok) {
+    std::fprintf(stderr, "coach-node: %s\n", ok.error().message.c_str());
     return 2;
   }
   std::optional<std::vector<int>> gpus;
@@ -194,16 +228,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!security->key)
-    std::fprintf(stderr,
-                 "coach-node: warning: no key (--key or COACH_KEY): connections are accepted from "
-                 "loopback addresses only; `coach keygen DIR` makes a key pair "
-                 "(docs/security.md)\n");
+    log::warn(
+        "no key (--key or COACH_KEY): connections are accepted from loopback addresses only; "
+        "`coach keygen DIR` makes a key pair (docs/security.md)");
   const std::string public_key = security->key ? security->key->public_key : "";
   const std::uint32_t host = actors::node_host_id(address);
   auto net = actors::zmq_transport::start(
       {.host = host, .listen = listen, .security = std::move(*security)});
   if (!net) {
-    std::fprintf(stderr, "coach-node: %s\n", net.error().message.c_str());
+    log::error("{}", net.error().message);
+    if (!log_file.empty()) std::fprintf(stderr, "coach-node: %s\n", net.error().message.c_str());
     return 1;
   }
   if (!join.empty()) (*net)->add_peer(0, join);
@@ -228,19 +262,16 @@ int main(int argc, char** argv) {
   no.host = host;
   if (cpus > 0) no.cpus = cpus;
   if (const unsigned have = std::thread::hardware_concurrency(); cpus > have && have > 0)
-    std::fprintf(stderr,
-                 "coach-node: --cpus %u advertises more CPUs than this host has (%u): its parts "
-                 "will share them\n",
-                 cpus, have);
+    log::warn("--cpus {} advertises more CPUs than this host has ({}): its parts will share them",
+              cpus, have);
   no.gpus = gpus;
   no.heartbeat = std::chrono::milliseconds(long(heartbeat_s * 1000));
   auto agent = actors::spawn_node_agent(sys, *net, no);
 
   std::signal(SIGTERM, on_signal);
   std::signal(SIGINT, on_signal);
-  std::fprintf(stderr, "coach-node: '%s' listening on %s (host %u)%s\n", no.name.c_str(),
-               (*net)->bound_address().c_str(), host,
-               is_scheduler ? ", scheduler" : (" joining " + join).c_str());
+  log::info("'{}' listening on {} (host {}){}", no.name, (*net)->bound_address(), host,
+            is_scheduler ? std::string(", scheduler") : " joining " + join);
 
   int rc = 0;
   {
@@ -265,7 +296,7 @@ int main(int argc, char** argv) {
                          std::chrono::milliseconds(long(drain_timeout_s * 1000));
       }
       if (!agent_down && std::chrono::steady_clock::now() > drain_deadline) {
-        std::fprintf(stderr, "coach-node: drain timed out; stopping what still runs\n");
+        log::warn("drain timed out; stopping what still runs");
         rc = 1;
         break;
       }
@@ -274,6 +305,6 @@ int main(int argc, char** argv) {
     if (sched) self->send_exit(sched, caf::exit_reason::user_shutdown);
   }
   print_received(**net);
-  std::fprintf(stderr, "coach-node: '%s' stopped\n", no.name.c_str());
+  log::info("'{}' stopped", no.name);
   return rc;
 }

@@ -167,6 +167,7 @@ int main(int argc, char** argv) {
   CLI::App app{"coach-sim: compare scheduling policies on a job trace (discrete-event)",
                "coach-sim"};
   app.require_subcommand(0, 1);
+  app.set_version_flag("--version", std::string("coach-sim ") + COACH_VERSION, "Print the version");
   std::string trace_path, policy = "all", placement = "dltap", models_path;
   bool json = false;
   sched::sim_options options;

@@ -9,7 +9,7 @@
 // While the flood runs (every --check-every messages) and after it, a check: `coach nodes`
 // must list both nodes alive, and a small digits job (1 worker, 1 shard, 3 epochs) submitted
 // through the job API must succeed. At the end the bench compares node-a's own counts of what
-// it refused, by reason (its "coach-node: received:" line on stderr, actors::receive_stats), with
+// it refused, by reason (its "received:" log line on stderr, actors::receive_stats), with
 // the counts the generator predicted for the messages it sent, and reports whether node-a stayed
 // up, its memory, and each check's result. Exit code 0 when node-a stayed up, every check passed
 // and every refusal count is the predicted one; 1 otherwise; 2 for bad flags.

@@ -18,3 +18,6 @@ target_link_libraries(caf::io INTERFACE caf::core ${CAF_IO_LIBRARY})
 
 # ZeroMQ through cppzmq's config (it links "libzmq", a plain library name on Debian).
 find_package(cppzmq CONFIG REQUIRED)
+
+# Logs: Debian libspdlog-dev (built against Debian's libfmt).
+find_package(spdlog CONFIG REQUIRED)

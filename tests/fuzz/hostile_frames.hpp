@@ -522,7 +522,7 @@ class hostile_frames {
   std::size_t version_at_ = 16;  ///< byte offset of Envelope.version in an encoded header
 };
 
-/// The counts of a line "coach-node: received: messages 12, bytes 3456, ..." (coach-node,
+/// The counts of a log line "... received: messages 12, bytes 3456, ..." (coach-node,
 /// actors::to_string(receive_stats)); nullopt when `line` holds none.
 inline std::optional<actors::receive_stats> parse_receive_stats(std::string_view line) {
   const auto at = line.find("received: messages ");

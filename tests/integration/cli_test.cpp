@@ -1,9 +1,13 @@
 // The `coach` program as a user runs it: exit codes, one-line errors, the JSON report.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +29,63 @@ TEST(cli, version_names_the_backends) {
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.output.find("coach 0."), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("cpu"), std::string::npos) << r.output;
+}
+
+TEST(cli, dash_dash_version_prints_the_version_of_each_program) {
+  auto r = run("--version");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.output.rfind("coach 0.", 0), 0u) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  const std::string node = std::string(COACH_BINARY_DIR) + "/apps/coach-node --version";
+  std::FILE* p = ::popen(node.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char line[256] = {};
+  ASSERT_NE(std::fgets(line, sizeof line, p), nullptr);
+  EXPECT_EQ(::pclose(p), 0);
+  EXPECT_EQ(std::string(line).rfind("coach-node 0.", 0), 0u) << line;
+}
+
+/// A port on 127.0.0.1 where nothing listens (bound, then closed).
+int closed_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST(cli, a_command_to_an_address_where_nothing_answers_fails_within_two_seconds) {
+  const std::string at = "127.0.0.1:" + std::to_string(closed_port());
+  for (const std::string cmd :
+       {"submit examples/digits-mlp.yaml", "status", "nodes", "cancel 1", "policy get"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = run(cmd + " --at " + at);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(r.code, 1) << cmd << ": " << r.output;
+    EXPECT_LE(s, 2.0) << cmd;
+    EXPECT_EQ(r.output, "coach: no answer from tcp://" + at +
+                            ": connection refused (nothing listens there: is the scheduler's "
+                            "coach-node running?)\n")
+        << cmd;
+  }
+  // A name that does not resolve, and addresses that are not HOST:PORT: bad input, exit 2.
+  auto name = run("status --at no-such-host.invalid:7470");
+  EXPECT_EQ(name.code, 2) << name.output;
+  EXPECT_NE(name.output.find("coach: no answer from tcp://no-such-host.invalid:7470: name "
+                             "'no-such-host.invalid' not found"),
+            std::string::npos)
+      << name.output;
+  auto bad = run("status --at 127.0.0.1");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.output, "coach: --at '127.0.0.1': expected HOST:PORT or tcp://HOST:PORT\n");
+  auto port = run("nodes --at tcp://127.0.0.1:99999");
+  EXPECT_EQ(port.code, 2);
+  EXPECT_EQ(port.output,
+            "coach: --at 'tcp://127.0.0.1:99999': the port must be a number in 1..65535\n");
 }
 
 TEST(cli, spec_error_is_one_line_naming_the_field_with_exit_code_2) {

@@ -93,7 +93,7 @@ TEST_F(rebalance_cluster, a_shard_moved_away_from_its_workers_comes_back_once_th
       << beside;
   EXPECT_EQ(json_number(beside, "aggregation_degree"), 1.0) << beside;
   const std::string log = slurp(nodes_[0].log);
-  EXPECT_EQ(count(log, "coach-node: dltap: job " + job + ": shard 1 moves from 'r-b' to 'r-a'"), 1u)
+  EXPECT_EQ(count(log, "dltap: job " + job + ": shard 1 moves from 'r-b' to 'r-a'"), 1u)
       << log;
   // It trains on beside its shard: more epochs, the accuracy of digits; then the user stops it
   // (the job is long so that the moves happen mid-run on any machine).
@@ -113,7 +113,7 @@ TEST_F(rebalance_cluster, a_shard_moved_away_from_its_workers_comes_back_once_th
   auto end = await_status(
       job, [](const std::string& s) { return s.find("\"state\": \"cancelled\"") != s.npos; }, 60s);
   EXPECT_NE(end.find("\"state\": \"cancelled\""), std::string::npos) << end;
-  EXPECT_EQ(count(slurp(nodes_[0].log), "coach-node: dltap: job " + job + ":"), 1u)
+  EXPECT_EQ(count(slurp(nodes_[0].log), "dltap: job " + job + ":"), 1u)
       << "one move: the shard stays beside its worker";
 }
 
