@@ -3,6 +3,7 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <thread>
 
 #include "actors/zmq_transport.hpp"
 
@@ -42,6 +43,27 @@ result<std::unique_ptr<api_client>> api_client::open(const std::string& address,
 
 api_client::~api_client() {
   if (impl_) impl_->net.reset();
+}
+
+result<void> api_client::reach(std::chrono::milliseconds within) {
+  auto& m = *impl_;
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  m.net->connect(0);
+  for (;;) {
+    if (auto why = m.net->refusal_of(0); !why.empty())
+      return std::unexpected(error{errc::not_authorized, std::move(why)});
+    const auto c = m.net->contact_of(0);
+    if (c.connected) return {};
+    if (c.connect_failed)
+      return fail(errc::io_error,
+                  "no answer from {}: connection refused (nothing listens there: is the "
+                  "scheduler's coach-node running?)",
+                  m.address);
+    if (std::chrono::steady_clock::now() >= deadline)
+      return fail(errc::io_error, "no answer from {}: no connection within {} s", m.address,
+                  std::chrono::duration<double>(within).count());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 result<api_reply> api_client::call(const api_request& req, std::chrono::milliseconds timeout,

@@ -23,6 +23,12 @@ class api_client {
                                                   transport_security security = {});
   ~api_client();
 
+  /// Waits until this client's connection to the scheduler's node is made (its handshake
+  /// done), at most `within`. Errors naming the address: io_error when the connection is
+  /// refused (nothing listens there) or none is made in time; not_authorized when the node
+  /// refuses this client's key. For a user's command: the scheduler is not waited for.
+  result<void> reach(std::chrono::milliseconds within = std::chrono::seconds(2));
+
   /// Sends `req` and waits up to `timeout` for the reply. Errors: io_error naming the address
   /// when no reply came in time (nothing listens there, or it is not a scheduler);
   /// not_authorized as soon as the node refuses this client's key or its lack of one. The

@@ -87,5 +87,8 @@ using drain_atom = caf::atom_constant<caf::atom("drain")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 /// (peer_gone_atom, host): the transport saw that node's process go (zmq_transport::on_peer_gone).
 using peer_gone_atom = caf::atom_constant<caf::atom("peergone")>;
+/// (metrics_atom) -> std::string: the node agent's or the scheduler's families of /metrics
+/// (actors/metrics.hpp), in Prometheus' text format.
+using metrics_atom = caf::atom_constant<caf::atom("metrics")>;
 
 }  // namespace coach::actors

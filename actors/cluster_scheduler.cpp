@@ -19,6 +19,7 @@
 
 #include "actors/cluster.hpp"
 #include "actors/job_runner.hpp"
+#include "actors/metrics.hpp"
 #include "actors/roles.hpp"
 #include "common/log.hpp"
 #include "scheduler/checkpoint_file.hpp"
@@ -375,6 +376,16 @@ struct scheduler_state {
 
   // --- the job API ----------------------------------------------------------------------------
 
+  /// The scheduler's families of /metrics: what `coach status --json` and `coach nodes` show.
+  std::string metrics() {
+    std::vector<job_status> jobs;
+    for (const auto& [id, job] : reg->jobs()) jobs.push_back(snapshot(job, true));
+    std::vector<node_status> known;
+    for (const auto& [host, n] : nodes.nodes())
+      known.push_back({heartbeats.at(host), nodes.silent_for(host), n.alive});
+    return scheduler_metrics(jobs, known, holder->name());
+  }
+
   job_status snapshot(const job_entry& job, bool with_model) {
     auto s = reg->snapshot(job, with_model ? holder->model().get() : nullptr, holder->name());
     // Traffic: what every node's transport sent for this job, from their latest heartbeats.
@@ -519,6 +530,7 @@ caf::behavior cluster_scheduler(caf::stateful_actor<scheduler_state>* self,
         self->delayed_send(self, tick_every(), tick_atom::value);
       },
       [self](decide_atom) { self->state.decide(); },
+      [self](metrics_atom) { return self->state.metrics(); },
       [self](peer_gone_atom, std::uint32_t host) { self->state.on_peer_gone(host); },
       [self](wire_message& m) {
         auto& s = self->state;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "actors/cluster.hpp"
+#include "actors/metrics.hpp"
 #include "actors/roles.hpp"
 #include "common/huge_pages.hpp"
 #include "common/log.hpp"
@@ -95,6 +96,7 @@ struct agent_state {
   bool draining = false;
   std::shared_ptr<worker::device_assignment> devices;  ///< this node's, shared by its jobs
   std::string last_probe_error;
+  node_heartbeat last_heartbeat;  ///< what /metrics shows of this node (actors/metrics.hpp)
   /// Set by start(): memory to warm before the answer goes (a shard added ahead of a migration).
   std::vector<std::size_t> warm_before_answer;
   /// Answers held until memory is warm, by number (warmed_atom).
@@ -161,6 +163,7 @@ struct agent_state {
                           .count();
     hb.draining = draining;
     hb.traffic = net->traffic().links;
+    last_heartbeat = hb;
     return hb;
   }
 
@@ -368,6 +371,7 @@ caf::behavior node_agent(caf::stateful_actor<agent_state, caf::event_based_actor
         }
         self->delayed_send(self, s.opt.heartbeat, tick_atom::value);
       },
+      [self](metrics_atom) { return node_metrics(self->state.last_heartbeat); },
       [self](drain_atom) {
         auto& s = self->state;
         if (s.draining) return;

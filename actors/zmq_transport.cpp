@@ -175,6 +175,11 @@ class zmq_transport_impl final : public zmq_transport {
 
   traffic_stats traffic() const override { return counter_.snapshot(); }
 
+  void connect(std::uint32_t host) override {
+    std::lock_guard lock{sock_mu_};
+    if (!closed_) dealer_for(host);
+  }
+
   void add_peer(std::uint32_t host, std::string address, std::string public_key) override {
     std::lock_guard socks{sock_mu_};
     std::lock_guard lock{mu_};
@@ -193,6 +198,12 @@ class zmq_transport_impl final : public zmq_transport {
     p.address = std::move(address);
     p.key = std::move(public_key);
     clients_.erase(host);
+  }
+
+  peer_contact contact_of(std::uint32_t host) const override {
+    std::lock_guard lock{mu_};
+    auto it = contacts_.find(host);
+    return it == contacts_.end() ? peer_contact{} : it->second;
   }
 
   std::string refusal_of(std::uint32_t host) const override {
@@ -641,7 +652,7 @@ class zmq_transport_impl final : public zmq_transport {
       std::lock_guard lock{sock_mu_};
       for (auto& [host, mon] : dealer_monitors_)
         while (next_event(mon, event, value))
-          if (note_connection(host, event))
+          if (note_contact(host, event); note_connection(host, event))
             gone.push_back(host);
           else if (event & handshake_events)
             note_handshake(host, event, value);
@@ -659,6 +670,14 @@ class zmq_transport_impl final : public zmq_transport {
             host);
       if (handler) handler(host);
     }
+  }
+
+  /// Records how connecting to peer `host` went (contact_of). REQUIRES: sock_mu_ held.
+  void note_contact(std::uint32_t host, std::uint16_t event) {
+    std::lock_guard lock{mu_};
+    auto& c = contacts_[host];
+    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) c.connected = true;
+    if (event == ZMQ_EVENT_CONNECT_RETRIED && !c.connected) c.connect_failed = true;
   }
 
   /// Follows a peer's connection: closed (armed), then a reconnection refused (gone: true, once),
@@ -835,8 +854,9 @@ class zmq_transport_impl final : public zmq_transport {
   // guards peers_, clients_ and refusals_; taken after sock_mu_, never before it
   alignas(64) mutable std::mutex mu_;
   std::map<std::uint32_t, peer> peers_;
-  std::map<std::uint32_t, std::string> refusals_;  ///< by peer host: why its handshake failed
-  std::map<std::uint32_t, int> vague_failures_;    ///< by peer host: failures without detail
+  std::map<std::uint32_t, std::string> refusals_;   ///< by peer host: why its handshake failed
+  std::map<std::uint32_t, peer_contact> contacts_;  ///< by peer host: how connecting went
+  std::map<std::uint32_t, int> vague_failures_;     ///< by peer host: failures without detail
   /// By peer host: its connection closed and no reconnection was refused since (true), or was
   /// (false: reported). Guarded by sock_mu_.
   std::map<std::uint32_t, bool> closed_peers_;

@@ -147,6 +147,9 @@ class zmq_transport : public transport {
   /// security's server key. A changed key or address replaces the connection (and what its queue
   /// held is lost): an empty key never counts as a change.
   virtual void add_peer(std::uint32_t host, std::string address, std::string public_key = {}) = 0;
+  /// Connects to peer `host` now (otherwise its first message does), so that contact_of and
+  /// refusal_of tell how it goes before anything is sent.
+  virtual void connect(std::uint32_t host) = 0;
   /// This node's CURVE public key (Z85); empty without a key.
   virtual std::string public_key() const = 0;
 
@@ -157,6 +160,14 @@ class zmq_transport : public transport {
   /// tells. Only peers this transport has sent to have a connection to close.
   using peer_gone_handler = std::function<void(std::uint32_t host)>;
   virtual void on_peer_gone(peer_gone_handler handler) = 0;
+  /// How connecting to peer `host` went so far: a handshake succeeded once (connected), or,
+  /// before any did, an attempt to connect failed (refused: nothing listens at its address,
+  /// or it is unreachable) and ZeroMQ retries.
+  struct peer_contact {
+    bool connected = false;
+    bool connect_failed = false;
+  };
+  virtual peer_contact contact_of(std::uint32_t host) const = 0;
   /// Why the last handshake with peer `host` failed ("not authorized: ..."), or empty when it
   /// succeeded or none was tried yet.
   virtual std::string refusal_of(std::uint32_t host) const = 0;

@@ -14,8 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include "actors/address.hpp"
 #include "actors/api_client.hpp"
-#include "actors/tcp_probe.hpp"
 #include "scheduler/job_report.hpp"
 
 namespace coach::apps {
@@ -268,7 +268,10 @@ void use_security(actors::transport_security security) {
 int reach_scheduler(std::string& at) {
   auto address = actors::tcp_address(at);
   if (!address) return report_error(address.error());
-  if (auto ok = actors::tcp_probe(*address); !ok) return report_error(ok.error());
+  if (auto ok = actors::resolve_address(*address); !ok) return report_error(ok.error());
+  auto client = actors::api_client::open(*address, g_security);
+  if (!client) return report_error(client.error());
+  if (auto ok = (*client)->reach(std::chrono::seconds(2)); !ok) return report_error(ok.error());
   at = std::move(*address);
   return 0;
 }

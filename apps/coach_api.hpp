@@ -18,9 +18,10 @@ void use_security(actors::transport_security security);
 /// `at`, or the COACH_SCHEDULER environment variable when `at` is empty.
 std::string resolve_at(const std::string& at);
 
-/// Checks `at` ("tcp://HOST:PORT" or "HOST:PORT") and that something answers there within
-/// 2 s (actors::tcp_probe). Returns 0 with `at` in its tcp:// form, or the exit code after one
-/// line on stderr: 2 a malformed address or a name not found, 1 refused or timed out.
+/// Checks `at` ("tcp://HOST:PORT" or "HOST:PORT"), that its name resolves and that a node
+/// accepts this client's connection there within 2 s (actors::api_client::reach). Returns 0
+/// with `at` in its tcp:// form, or the exit code after one line on stderr: 2 a malformed
+/// address or a name not found, 1 refused or no connection, 3 not authorized.
 int reach_scheduler(std::string& at);
 
 int run_submit(const std::string& at, const std::string& spec_path, std::uint32_t workers,

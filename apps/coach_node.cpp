@@ -29,8 +29,10 @@
 #include <string>
 #include <thread>
 
+#include "actors/address.hpp"
 #include "actors/cluster.hpp"
-#include "actors/tcp_probe.hpp"
+#include "actors/http_server.hpp"
+#include "actors/metrics.hpp"
 #include "common/huge_pages.hpp"
 #include "common/log.hpp"
 #include "scheduler/host_probe.hpp"
@@ -49,6 +51,13 @@ extern "C" void on_signal(int) {
 /// One line of what the transport received and refused, by reason.
 void print_received(const coach::actors::zmq_transport& net) {
   coach::log::info("received: {}", to_string(net.received()));
+}
+
+/// Stops the actors a coach-node started (a start that failed half-way).
+void self_stop(caf::actor_system& sys, const caf::actor& agent, const caf::actor& sched) {
+  caf::scoped_actor self{sys};
+  self->send_exit(agent, caf::exit_reason::user_shutdown);
+  if (sched) self->send_exit(sched, caf::exit_reason::user_shutdown);
 }
 
 bool is_wildcard(const std::string& address) {
@@ -120,6 +129,10 @@ int main(int argc, char** argv) {
   app.add_option("--server-key", server_key_file,
                  "The scheduler node's public key, a .pub file (default: $COACH_SERVER_KEY, else "
                  "this node's own: a cluster-wide key)");
+  std::string metrics_listen;
+  app.add_option("--metrics-listen", metrics_listen,
+                 "Serve Prometheus metrics over HTTP at http://HOST:PORT/metrics (e.g. "
+                 "127.0.0.1:9470; port 0: any free one, logged; default: none)");
   std::string log_level = "info", log_file;
   app.add_option("--log-level", log_level,
                  "Least level of the lines logged: trace, debug, info, warn, error or off")
@@ -268,6 +281,34 @@ int main(int argc, char** argv) {
   no.heartbeat = std::chrono::milliseconds(long(heartbeat_s * 1000));
   auto agent = actors::spawn_node_agent(sys, *net, no);
 
+  // /metrics: the node agent's families, the transport's, and the scheduler's where it runs.
+  std::unique_ptr<actors::http_server> http;
+  if (!metrics_listen.empty()) {
+    auto scrape = [&sys, agent, sched, net = *net, node = no.name]() -> actors::http_response {
+      caf::scoped_actor self{sys};
+      std::string text;
+      std::string late;
+      auto ask = [&](const caf::actor& a, const char* who) {
+        self->request(a, std::chrono::seconds(2), actors::metrics_atom::value)
+            .receive([&](std::string& part) { text += part; }, [&](caf::error&) { late = who; });
+      };
+      ask(agent, "the node agent");
+      text += actors::transport_metrics(node, net->traffic(), net->received());
+      if (sched && late.empty()) ask(sched, "the scheduler");
+      if (!late.empty()) return {503, "text/plain; charset=utf-8", late + " did not answer\n"};
+      return {200, "text/plain; version=0.0.4; charset=utf-8", std::move(text)};
+    };
+    auto server = actors::http_server::start(metrics_listen, {{"/metrics", scrape}});
+    if (!server) {
+      log::error("--metrics-listen: {}", server.error().message);
+      std::fprintf(stderr, "coach-node: --metrics-listen: %s\n", server.error().message.c_str());
+      self_stop(sys, agent, sched);
+      return 1;
+    }
+    http = std::move(*server);
+    log::info("metrics at {}/metrics", http->url());
+  }
+
   std::signal(SIGTERM, on_signal);
   std::signal(SIGINT, on_signal);
   log::info("'{}' listening on {} (host {}){}", no.name, (*net)->bound_address(), host,
@@ -304,6 +345,7 @@ int main(int argc, char** argv) {
     self->send_exit(agent, caf::exit_reason::user_shutdown);
     if (sched) self->send_exit(sched, caf::exit_reason::user_shutdown);
   }
+  http.reset();  // no scrape asks the actors once they are gone
   print_received(**net);
   log::info("'{}' stopped", no.name);
   return rc;

@@ -9,7 +9,7 @@ build=${BUILD_DIR:-build}
 
 packages=(build-essential cmake pkg-config git zlib1g-dev
   libcaf-dev cppzmq-dev libzmq3-dev capnproto libcapnp-dev libeigen3-dev libsqlite3-dev
-  libyaml-cpp-dev libcli11-dev libsodium-dev nlohmann-json3-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libyaml-cpp-dev libcli11-dev libsodium-dev nlohmann-json3-dev libspdlog-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist)
 missing=()
 for p in "${packages[@]}"; do

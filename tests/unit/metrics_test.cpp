@@ -1,0 +1,143 @@
+// actors::metrics: the Prometheus text a coach-node serves on /metrics, rendered from the
+// records `coach nodes` and `coach status --json` show: each family once with HELP and TYPE,
+// label values escaped, the job's figures (the performance model's included) as they are.
+#include "actors/metrics.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+
+namespace coach::actors {
+namespace {
+
+/// Samples by "name{labels}" and the families named in TYPE lines (each must come once).
+struct parsed {
+  std::map<std::string, std::string> samples;
+  std::map<std::string, std::string> types;
+};
+
+parsed parse(const std::string& text) {
+  parsed p;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("# TYPE ", 0) == 0) {
+      const auto rest = line.substr(7);
+      const auto sp = rest.find(' ');
+      EXPECT_TRUE(p.types.emplace(rest.substr(0, sp), rest.substr(sp + 1)).second)
+          << "family twice: " << line;
+      continue;
+    }
+    if (line.empty() || line[0] == '#') continue;
+    const auto sp = line.rfind(' ');
+    EXPECT_TRUE(p.samples.emplace(line.substr(0, sp), line.substr(sp + 1)).second)
+        << "sample twice: " << line;
+  }
+  return p;
+}
+
+TEST(metrics, node_families_come_from_the_heartbeat) {
+  node_heartbeat hb;
+  hb.name = "node-a";
+  hb.host = 42;
+  hb.address = "tcp://127.0.0.1:7470";
+  hb.resources.cpus_total = 8;
+  hb.resources.cpus_free = 5.5;
+  hb.resources.memory_total = 16ull << 30;
+  hb.resources.memory_free = 3ull << 30;
+  hb.resources.gpus_total = {0, 1};
+  hb.resources.gpus_free = {1};
+  hb.actors_running = 3;
+  const auto p = parse(node_metrics(hb));
+  EXPECT_EQ(p.samples.at("coach_node_cpus{node=\"node-a\"}"), "8");
+  EXPECT_EQ(p.samples.at("coach_node_cpus_free{node=\"node-a\"}"), "5.5");
+  EXPECT_EQ(p.samples.at("coach_node_memory_bytes{node=\"node-a\"}"), "17179869184");
+  EXPECT_EQ(p.samples.at("coach_node_memory_free_bytes{node=\"node-a\"}"), "3221225472");
+  EXPECT_EQ(p.samples.at("coach_node_gpus{node=\"node-a\"}"), "2");
+  EXPECT_EQ(p.samples.at("coach_node_gpus_free{node=\"node-a\"}"), "1");
+  EXPECT_EQ(p.samples.at("coach_node_parts_running{node=\"node-a\"}"), "3");
+  EXPECT_EQ(
+      p.samples.at("coach_node_info{node=\"node-a\",host=\"42\",address=\"tcp://127.0.0.1:7470\"}"),
+      "1");
+  EXPECT_EQ(p.types.at("coach_node_cpus"), "gauge");
+}
+
+TEST(metrics, transport_counts_are_summed_per_peer_and_per_kind) {
+  traffic_stats sent;
+  sent.links = {{1, 10, 20, 5, 500}, {2, 10, 20, 1, 100}, {1, 10, 10, 7, 70}};
+  sent.kind_messages[std::size_t(msg_kind::push)] = 12;
+  sent.kind_bytes[std::size_t(msg_kind::push)] = 600;
+  sent.dropped = 2;
+  receive_stats got;
+  got.messages = 9;
+  got.bytes = 900;
+  got.malformed = 4;
+  got.unknown_dst = 3;
+  got.refused_key = 1;
+  const auto p = parse(transport_metrics("b", sent, got));
+  EXPECT_EQ(p.samples.at("coach_transport_sent_messages_total{node=\"b\",peer=\"20\"}"), "6");
+  EXPECT_EQ(p.samples.at("coach_transport_sent_bytes_total{node=\"b\",peer=\"20\"}"), "600");
+  EXPECT_EQ(p.samples.at("coach_transport_sent_bytes_total{node=\"b\",peer=\"10\"}"), "70");
+  EXPECT_EQ(p.samples.at("coach_transport_sent_kind_bytes_total{node=\"b\",kind=\"push\"}"), "600");
+  EXPECT_EQ(p.samples.count("coach_transport_sent_kind_bytes_total{node=\"b\",kind=\"pull\"}"), 0u)
+      << "kinds never sent are left out";
+  EXPECT_EQ(p.samples.at("coach_transport_dropped_total{node=\"b\",reason=\"malformed\"}"), "4");
+  EXPECT_EQ(p.samples.at("coach_transport_dropped_total{node=\"b\",reason=\"unknown_dst\"}"), "3");
+  EXPECT_EQ(p.samples.at("coach_transport_dropped_total{node=\"b\",reason=\"send_failed\"}"), "2");
+  EXPECT_EQ(p.samples.at("coach_transport_refused_connections_total{node=\"b\",reason=\"key\"}"),
+            "1");
+  EXPECT_EQ(p.types.at("coach_transport_sent_bytes_total"), "counter");
+}
+
+TEST(metrics, jobs_show_what_status_shows_with_the_models_prediction) {
+  scheduler::job_status a;
+  a.job = 3;
+  a.name = "fash\"ion\n";  // escaped in the label
+  a.state = scheduler::job_state::running;
+  a.epochs_done = 2;
+  a.epochs_total = 5;
+  a.test_accuracy = 0.8765;
+  a.samples_per_second = 12345.5;
+  a.loss = 0.25;
+  a.workers = 2;
+  a.shards = 1;
+  a.worker_nodes = {"node-a", "node-b"};
+  a.shard_nodes = {"node-a"};
+  a.placement = "dltap";
+  a.aggregation_degree = 0.5;
+  a.model_json = R"({"predicted_epoch_s": 1.5, "last_predicted_s": 1.25,
+                     "last_observed_s": 1.375, "mean_abs_rel_error": 0.0625})";
+  scheduler::job_status b;
+  b.job = 4;
+  b.name = "queued";
+  b.test_accuracy = std::nan("");
+  std::vector<node_status> nodes(3);
+  nodes[2].alive = false;
+  const auto p = parse(scheduler_metrics({a, b}, nodes, "elastic-fifo"));
+  EXPECT_EQ(p.samples.at("coach_policy_info{policy=\"elastic-fifo\"}"), "1");
+  EXPECT_EQ(p.samples.at("coach_nodes{state=\"alive\"}"), "2");
+  EXPECT_EQ(p.samples.at("coach_nodes{state=\"dead\"}"), "1");
+  EXPECT_EQ(p.samples.at("coach_jobs{state=\"running\"}"), "1");
+  EXPECT_EQ(p.samples.at("coach_jobs{state=\"queued\"}"), "1");
+  EXPECT_EQ(p.samples.at("coach_jobs{state=\"failed\"}"), "0");
+  EXPECT_EQ(p.samples.at("coach_job_info{job=\"3\",name=\"fash\\\"ion\\n\",state=\"running\","
+                         "placement=\"dltap\"}"),
+            "1");
+  EXPECT_EQ(p.samples.at("coach_job_test_accuracy{job=\"3\"}"), "0.8765");
+  EXPECT_EQ(p.samples.at("coach_job_test_accuracy{job=\"4\"}"), "NaN");
+  EXPECT_EQ(p.samples.at("coach_job_samples_per_second{job=\"3\"}"), "12345.5");
+  EXPECT_EQ(p.samples.at("coach_job_epochs_done{job=\"3\"}"), "2");
+  EXPECT_EQ(p.samples.at("coach_job_parts{job=\"3\",node=\"node-a\",kind=\"shard\"}"), "1");
+  EXPECT_EQ(p.samples.at("coach_job_parts{job=\"3\",node=\"node-a\",kind=\"worker\"}"), "1");
+  EXPECT_EQ(p.samples.at("coach_job_predicted_epoch_seconds{job=\"3\"}"), "1.5");
+  EXPECT_EQ(p.samples.at("coach_job_last_observed_epoch_seconds{job=\"3\"}"), "1.375");
+  EXPECT_EQ(p.samples.at("coach_job_model_error_ratio{job=\"3\"}"), "0.0625");
+  EXPECT_EQ(p.samples.count("coach_job_predicted_epoch_seconds{job=\"4\"}"), 0u)
+      << "no model view, no prediction";
+}
+
+}  // namespace
+}  // namespace coach::actors
