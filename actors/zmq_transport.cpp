@@ -43,6 +43,9 @@ constexpr int handshake_events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDS
 /// The monitor events that tell a peer's process is gone: its connection closed, and the next
 /// attempt to connect again was refused (nothing listens at its address any more).
 constexpr int gone_events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED;
+/// The monitor event of a TCP connection made (before its handshake): contact_of tells a refused
+/// connection from a refused handshake by it.
+constexpr int connected_event = ZMQ_EVENT_CONNECTED;
 
 /// A routing id for the log: as it is when printable (a Coach DEALER's "SRC.DST.NONCE"), else
 /// in hex (ZeroMQ's own ids are a zero byte and four random ones; a hostile one may be anything).
@@ -192,6 +195,8 @@ class zmq_transport_impl final : public zmq_transport {
       dealer_monitors_.erase(host);
       closed_peers_.erase(host);
       refusals_.erase(host);  // what the old connection was told
+      contacts_.erase(host);
+      attempt_reached_.erase(host);
       vague_failures_.erase(host);
       ++sockets_changed_;
     }
@@ -200,7 +205,13 @@ class zmq_transport_impl final : public zmq_transport {
     clients_.erase(host);
   }
 
-  peer_contact contact_of(std::uint32_t host) const override {
+  peer_contact contact_of(std::uint32_t host) override {
+    std::vector<std::uint32_t> gone;
+    {
+      std::lock_guard socks{sock_mu_};
+      gone = read_dealer_monitors();
+    }
+    report_gone(gone);
     std::lock_guard lock{mu_};
     auto it = contacts_.find(host);
     return it == contacts_.end() ? peer_contact{} : it->second;
@@ -325,7 +336,7 @@ class zmq_transport_impl final : public zmq_transport {
       }
       dealer_monitors_.insert_or_assign(
           host, monitor(s, coach::format("inproc://coach-monitor-{}-{}", host, ++monitors_made_),
-                        handshake_events | gone_events));
+                        handshake_events | gone_events | connected_event));
       s.connect(address);
     } catch (const zmq::error_t& e) {
       dealer_monitors_.erase(host);
@@ -650,13 +661,29 @@ class zmq_transport_impl final : public zmq_transport {
     std::vector<std::uint32_t> gone;
     {
       std::lock_guard lock{sock_mu_};
-      for (auto& [host, mon] : dealer_monitors_)
-        while (next_event(mon, event, value))
-          if (note_contact(host, event); note_connection(host, event))
-            gone.push_back(host);
-          else if (event & handshake_events)
-            note_handshake(host, event, value);
+      gone = read_dealer_monitors();
     }
+    report_gone(gone);
+  }
+
+  /// Reads what the DEALERs' monitors say: connections made, closed, refused, handshakes.
+  /// Returns the peers found gone. REQUIRES: sock_mu_ held (any thread: the I/O thread, or a
+  /// caller of contact_of, which must not wait for the I/O thread's next wake).
+  std::vector<std::uint32_t> read_dealer_monitors() {
+    std::vector<std::uint32_t> gone;
+    std::uint16_t event = 0;
+    std::uint32_t value = 0;
+    for (auto& [host, mon] : dealer_monitors_)
+      while (next_event(mon, event, value))
+        if (note_contact(host, event); note_connection(host, event))
+          gone.push_back(host);
+        else if (event & handshake_events)
+          note_handshake(host, event, value);
+    return gone;
+  }
+
+  /// Logs and hands on the peers found gone. Without sock_mu_.
+  void report_gone(const std::vector<std::uint32_t>& gone) {
     if (gone.empty()) return;
     peer_gone_handler handler;
     {
@@ -676,8 +703,16 @@ class zmq_transport_impl final : public zmq_transport {
   void note_contact(std::uint32_t host, std::uint16_t event) {
     std::lock_guard lock{mu_};
     auto& c = contacts_[host];
-    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) c.connected = true;
-    if (event == ZMQ_EVENT_CONNECT_RETRIED && !c.connected) c.connect_failed = true;
+    auto& reached = attempt_reached_[host];  // this attempt's TCP connection was made
+    if (event == ZMQ_EVENT_CONNECTED) reached = true;
+    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) c = {true, false};
+    if (event == ZMQ_EVENT_DISCONNECTED) c.connected = false;
+    if (event == ZMQ_EVENT_CONNECT_RETRIED) {
+      // Refused only when not even TCP got through (a handshake that failed is a refusal of
+      // another kind: refusal_of says which).
+      if (!c.connected && !reached) c.connect_failed = true;
+      reached = false;
+    }
   }
 
   /// Follows a peer's connection: closed (armed), then a reconnection refused (gone: true, once),
@@ -856,6 +891,7 @@ class zmq_transport_impl final : public zmq_transport {
   std::map<std::uint32_t, peer> peers_;
   std::map<std::uint32_t, std::string> refusals_;   ///< by peer host: why its handshake failed
   std::map<std::uint32_t, peer_contact> contacts_;  ///< by peer host: how connecting went
+  std::map<std::uint32_t, bool> attempt_reached_;   ///< by peer host: TCP connected this try
   std::map<std::uint32_t, int> vague_failures_;     ///< by peer host: failures without detail
   /// By peer host: its connection closed and no reconnection was refused since (true), or was
   /// (false: reported). Guarded by sock_mu_.

@@ -160,14 +160,15 @@ class zmq_transport : public transport {
   /// tells. Only peers this transport has sent to have a connection to close.
   using peer_gone_handler = std::function<void(std::uint32_t host)>;
   virtual void on_peer_gone(peer_gone_handler handler) = 0;
-  /// How connecting to peer `host` went so far: a handshake succeeded once (connected), or,
-  /// before any did, an attempt to connect failed (refused: nothing listens at its address,
-  /// or it is unreachable) and ZeroMQ retries.
+  /// How the connection to peer `host` stands: connected (its handshake succeeded and it has
+  /// not closed since), or an attempt to connect failed since (refused: nothing listens at its
+  /// address, or it is unreachable) and ZeroMQ retries.
   struct peer_contact {
     bool connected = false;
     bool connect_failed = false;
   };
-  virtual peer_contact contact_of(std::uint32_t host) const = 0;
+  /// Reads the connections' pending events first (from the calling thread).
+  virtual peer_contact contact_of(std::uint32_t host) = 0;
   /// Why the last handshake with peer `host` failed ("not authorized: ..."), or empty when it
   /// succeeded or none was tried yet.
   virtual std::string refusal_of(std::uint32_t host) const = 0;

@@ -10,8 +10,10 @@
 
 #include <unistd.h>
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -53,6 +55,29 @@ struct train_flags {
   std::optional<double> every_s;  ///< --checkpoint-every SECONDS
 };
 
+/// Whether a file can be written at `path` (it exists and is writable, or its directory does
+/// and is): checked before training, so that a run's result is never lost to a typo. The
+/// error names the flag and the reason.
+std::optional<std::string> unwritable(std::string_view flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_directory(p, ec))
+    return coach::format("{} {}: is a directory; give a file name", flag, path);
+  if (fs::exists(p, ec)) {
+    if (::access(path.c_str(), W_OK) != 0)
+      return coach::format("{} {}: cannot write it ({})", flag, path, std::strerror(errno));
+    return std::nullopt;
+  }
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec))
+    return coach::format("{} {}: no directory {}", flag, path, dir.string());
+  if (::access(dir.c_str(), W_OK) != 0)
+    return coach::format("{} {}: cannot write in {} ({})", flag, path, dir.string(),
+                         std::strerror(errno));
+  return std::nullopt;
+}
+
 int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t shards,
               const train_flags& flags) {
   const auto& backend = flags.backend;
@@ -64,6 +89,17 @@ int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t
   }
   // --save and --checkpoint win over the spec's output: and checkpoint:.
   const std::string save_path = flags.save_path.empty() ? spec->output : flags.save_path;
+  // Every file the run will write can be written: said now, not after hours of training.
+  for (const auto& [flag, path] :
+       {std::pair<std::string_view, std::string>{"--report", report_path},
+        {flags.save_path.empty() ? "output:" : "--save", save_path},
+        {flags.checkpoint.empty() ? "checkpoint.path:" : "--checkpoint",
+         flags.checkpoint.empty() ? spec->checkpoint.path : flags.checkpoint}})
+    if (!path.empty())
+      if (auto why = unwritable(flag, path)) {
+        std::fprintf(stderr, "coach: %s\n", why->c_str());
+        return 2;
+      }
   coach::actors::train_options opt;
   opt.workers = workers;
   opt.shards = shards;
@@ -177,9 +213,12 @@ int main(int argc, char** argv) {
       "train", "Train a job with the whole cluster (scheduler, shards, workers) in this process");
   train->add_option("JOB", spec_path, "Job spec (YAML), e.g. examples/fashion-mlp.yaml")
       ->required();
-  train->add_option("--workers", workers, "Workers (default: the spec's workers.initial)");
-  train->add_option("--shards", shards,
-                    "Parameter-server shards (default: the spec's shards.initial)");
+  train->add_option("--workers", workers, "Workers (default: the spec's workers.initial)")
+      ->check(CLI::Range(1u, 1u << 20));
+  train
+      ->add_option("--shards", shards,
+                   "Parameter-server shards (default: the spec's shards.initial)")
+      ->check(CLI::Range(1u, 1u << 20));
   train->add_option("--backend", tf.backend, "auto | cpu | cuda (default: the spec's backend)");
   train->add_option("--report", tf.report_path, "Write a JSON report of the run to this file");
 
@@ -235,8 +274,10 @@ int main(int argc, char** argv) {
   };
   auto* submit = app.add_subcommand("submit", "Submit a job to a cluster of coach-nodes");
   submit->add_option("JOB", submit_path, "Job spec (YAML)")->required();
-  submit->add_option("--workers", workers, "Workers (default: the spec's workers.initial)");
-  submit->add_option("--shards", shards, "Shards (default: the spec's shards.initial)");
+  submit->add_option("--workers", workers, "Workers (default: the spec's workers.initial)")
+      ->check(CLI::Range(1u, 1u << 20));
+  submit->add_option("--shards", shards, "Shards (default: the spec's shards.initial)")
+      ->check(CLI::Range(1u, 1u << 20));
   submit->add_flag("--wait", wait, "Show progress until the job ends; exit 0 only if it succeeds");
   add_at(submit);
   auto* status = app.add_subcommand("status", "Show the jobs of a cluster, or one job");
@@ -250,8 +291,10 @@ int main(int argc, char** argv) {
   auto* rescale = app.add_subcommand(
       "rescale", "Change a running job's workers and/or shards at its next step (no restart)");
   rescale->add_option("JOB", job, "Job id")->required();
-  rescale->add_option("--workers", workers, "The new number of workers");
-  rescale->add_option("--shards", shards, "The new number of shards");
+  rescale->add_option("--workers", workers, "The new number of workers")
+      ->check(CLI::Range(1u, 1u << 20));
+  rescale->add_option("--shards", shards, "The new number of shards")
+      ->check(CLI::Range(1u, 1u << 20));
   add_at(rescale);
   std::uint32_t shard = 0;
   std::string to_node;

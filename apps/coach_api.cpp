@@ -189,8 +189,19 @@ void print_status_table(const std::vector<actors::job_status>& jobs) {
   }
 }
 
+/// The client reach_scheduler connected, kept for the command's request (one connection and
+/// one handshake a command).
+std::unique_ptr<actors::api_client> g_client;
+std::string g_client_at;
+
+/// A client of the scheduler at `at`: the one reach_scheduler opened, else a new one.
+result<std::unique_ptr<actors::api_client>> client_for(const std::string& at) {
+  if (g_client && g_client_at == at) return std::move(g_client);
+  return actors::api_client::open(at, g_security);
+}
+
 result<actors::api_reply> call(const std::string& at, const actors::api_request& req) {
-  auto client = actors::api_client::open(at, g_security);
+  auto client = client_for(at);
   if (!client) return std::unexpected(client.error());
   return (*client)->call(req);
 }
@@ -272,6 +283,8 @@ int reach_scheduler(std::string& at) {
   auto client = actors::api_client::open(*address, g_security);
   if (!client) return report_error(client.error());
   if (auto ok = (*client)->reach(std::chrono::seconds(2)); !ok) return report_error(ok.error());
+  g_client = std::move(*client);
+  g_client_at = *address;
   at = std::move(*address);
   return 0;
 }
@@ -299,7 +312,7 @@ int run_submit(const std::string& at, const std::string& spec_path, std::uint32_
   // restarted before answering answers the repeat with that job's id.
   do req.token = std::random_device{}() * 0x100000000ull + std::random_device{}();
   while (req.token == 0);
-  auto client = actors::api_client::open(at, g_security);
+  auto client = client_for(at);
   if (!client) return report_error(client.error());
   // Submitting loads the data set on the scheduler: allow it time. Sent again every 2 s without
   // an answer (a scheduler restarting drops what comes while it starts).

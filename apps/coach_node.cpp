@@ -32,6 +32,7 @@
 #include "actors/address.hpp"
 #include "actors/cluster.hpp"
 #include "actors/http_server.hpp"
+#include "actors/join_watch.hpp"
 #include "actors/metrics.hpp"
 #include "common/huge_pages.hpp"
 #include "common/log.hpp"
@@ -107,18 +108,22 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--gpus", gpus_text, "GPUs this node may use, e.g. 0,1 (default: all)");
   app.add_option("--heartbeat", heartbeat_s, "Seconds between heartbeats")
-      ->check(CLI::Range(0.05, 60.0));
+      ->check(CLI::Range(0.05, 60.0))
+      ->capture_default_str();
   app.add_option("--node-timeout", node_timeout_s,
                  "Seconds without a heartbeat before the scheduler declares a node dead (more "
                  "than twice every node's --heartbeat)")
-      ->check(CLI::Range(0.2, 3600.0));
+      ->check(CLI::Range(0.2, 3600.0))
+      ->capture_default_str();
   app.add_option("--drain-timeout", drain_timeout_s,
                  "Seconds a draining node waits for its work before it exits anyway")
-      ->check(CLI::Range(0.0, 86400.0));
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   app.add_option("--stats-interval", stats_s,
-                 "Seconds between lines on stderr with what the transport received and refused, "
+                 "Seconds between log lines with what the transport received and refused, "
                  "by reason (0: only when the node stops)")
-      ->check(CLI::Range(0.0, 86400.0));
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   std::string key_file, authorized_dir, server_key_file;
   app.add_option("--key", key_file,
                  "This node's key pair, a .key file from `coach keygen` (default: $COACH_KEY; "
@@ -322,9 +327,18 @@ int main(int argc, char** argv) {
     auto drain_deadline = std::chrono::steady_clock::time_point::max();
     const auto stats_every = std::chrono::milliseconds(long(stats_s * 1000));
     auto next_stats = std::chrono::steady_clock::now() + stats_every;
+    // A joining node says how its way to the scheduler goes (actors/join_watch.hpp).
+    std::optional<actors::join_watch> joining;
+    if (!join.empty()) joining.emplace(join);
     while (!agent_down) {
       self->receive([&](caf::down_msg&) { agent_down = true; },
                     caf::after(std::chrono::milliseconds(100)) >> [] {});
+      if (joining) {
+        const auto c = (*net)->contact_of(0);
+        if (auto l = joining->look(c.connected, c.connect_failed, (*net)->refusal_of(0),
+                                   std::chrono::steady_clock::now()))
+          log::at(l->level, "{}", l->text);
+      }
       if (const auto now = std::chrono::steady_clock::now();
           stats_every.count() > 0 && now >= next_stats) {
         next_stats = now + stats_every;

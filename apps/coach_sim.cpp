@@ -7,8 +7,8 @@
 //             [--nodes N] [--gpus-per-node G] [--models FILE] [--json] [...]
 //   coach-sim generate --jobs N --seed S --out FILE [--models FILE] [--nodes N] [...]
 //
-// Output: a table on stdout, one row per policy and placement. With --json, one JSON object on
-// the last line: for one policy and placement, its figures (sim.hpp: policy, placement, jobs,
+// Output: a table on stdout, one row per policy and placement. With --json, only one JSON object
+// (one line) instead: for one policy and placement, its figures (sim.hpp: policy, placement, jobs,
 // makespan_s, avg_jct_s, p95_jct_s, avg_queue_s, gpu_utilization, wall_s, a few counters,
 // cross_host_bytes); for `all` in either, {"trace", "nodes", "gpus_per_node", "results": [one
 // such object per run]}.
@@ -134,7 +134,7 @@ int run_sim(const std::string& trace_path, const std::string& policy, const std:
       options.placement = where;
       auto r = sched::simulate(*t, *models, name, options);
       if (!r) return report(r.error());
-      if (results.empty()) {  // after the first run, so that bad input prints only its error
+      if (results.empty() && !json) {  // after the first run: bad input prints only its error
         std::printf("coach-sim: %s, %zu jobs, %d nodes x %d GPUs\n", trace_path.c_str(),
                     t->jobs.size(), options.nodes, options.gpus_per_node);
         print_header();
@@ -142,8 +142,10 @@ int run_sim(const std::string& trace_path, const std::string& policy, const std:
       if (r->rejected > 0)
         std::fprintf(stderr, "coach-sim: %s: %zu action(s) refused; the first: %s\n", name.c_str(),
                      r->rejected, r->first_rejection.c_str());
-      print_row(*r);
-      std::fflush(stdout);
+      if (!json) {
+        print_row(*r);
+        std::fflush(stdout);
+      }
       results.push_back(std::move(*r));
     }
   if (json) {
@@ -185,7 +187,7 @@ int main(int argc, char** argv) {
   app.add_option("--cpus-per-node", options.cpus_per_node, "CPUs per node")->capture_default_str();
   app.add_option("--models", models_path,
                  "Model speed curves (CSV); without it every job uses the built-in 'default'");
-  app.add_flag("--json", json, "Also print one JSON object on the last line");
+  app.add_flag("--json", json, "Print one JSON object (one line) instead of the table");
   app.add_option("--rescale-cost", options.rescale_cost_s,
                  "Seconds a job pauses for a resize or a resume")
       ->capture_default_str();

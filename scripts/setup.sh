@@ -3,6 +3,7 @@
 # Idempotent: a second run installs nothing and rebuilds only what changed.
 #   BUILD_DIR   build folder (default: build)
 #   COACH_CMAKE_ARGS  extra arguments for cmake's configure step
+#   --deps-only       install the packages and the data only, build nothing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -32,6 +33,9 @@ if [ ! -s data/digits.csv.gz ]; then
   cp "$(find "$tmp/x" -name digits.csv.gz | head -n 1)" data/digits.csv.gz
   rm -rf "$tmp"
 fi
+
+# --deps-only: the packages and data, no build (scripts/package.sh builds its own).
+[ "${1:-}" = "--deps-only" ] && exit 0
 
 jobs=$(nproc)
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release ${COACH_CMAKE_ARGS:-} >/dev/null

@@ -88,6 +88,30 @@ TEST(cli, a_command_to_an_address_where_nothing_answers_fails_within_two_seconds
             "coach: --at 'tcp://127.0.0.1:99999': the port must be a number in 1..65535\n");
 }
 
+TEST(cli, zero_workers_and_files_that_cannot_be_written_are_refused_before_training) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto zero = run("train examples/digits-mlp.yaml --workers 0");
+  EXPECT_EQ(zero.code, 2) << zero.output;
+  EXPECT_NE(zero.output.find("--workers: Value 0 not in range 1 to 1048576"), std::string::npos)
+      << zero.output;
+  auto shards = run("submit examples/digits-mlp.yaml --shards 0 --at 127.0.0.1:1");
+  EXPECT_EQ(shards.code, 2) << shards.output;
+  EXPECT_NE(shards.output.find("--shards: Value 0 not in range"), std::string::npos)
+      << shards.output;
+  auto report = run("train examples/digits-mlp.yaml --report /nonexistent-dir/r.json");
+  EXPECT_EQ(report.code, 2);
+  EXPECT_EQ(report.output,
+            "coach: --report /nonexistent-dir/r.json: no directory /nonexistent-dir\n");
+  const auto dir = temp_file("a-dir.json", "").parent_path() / "a-dir";
+  std::filesystem::create_directories(dir);
+  auto save = run("train examples/digits-mlp.yaml --save " + dir.string());
+  EXPECT_EQ(save.code, 2);
+  EXPECT_EQ(save.output, "coach: --save " + dir.string() + ": is a directory; give a file name\n");
+  // Said at once: nothing trained (an epoch of digits would print a line).
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_EQ(report.output.find("epoch"), std::string::npos);
+}
+
 TEST(cli, spec_error_is_one_line_naming_the_field_with_exit_code_2) {
   auto path =
       temp_file("bad.yaml",

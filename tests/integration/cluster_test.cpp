@@ -374,7 +374,7 @@ TEST_F(cluster, a_function_mode_job_completes_across_nodes_while_its_invocations
     std::ifstream in(std::string(COACH_SOURCE_DIR) + "/examples/digits-mlp.yaml");
     std::ofstream out(spec);
     for (std::string line; std::getline(in, line);) {
-      if (line.starts_with("epochs:")) line = "epochs: 60";
+      if (line.starts_with("epochs:")) line = "epochs: 120";
       if (line.starts_with("consistency:")) line = "consistency: averaging:2";
       out << line << "\n";
     }
@@ -410,12 +410,12 @@ TEST_F(cluster, a_function_mode_job_completes_across_nodes_while_its_invocations
   std::fprintf(stderr, "killed %d invocations while the job ran\n", killed);
   EXPECT_GE(killed, 5) << "the job ended before it could be hurt: " << st;
   EXPECT_NE(st.find("\"state\": \"succeeded\""), std::string::npos) << st;
-  EXPECT_EQ(json_number(st, "epochs_done"), 60) << st;
+  EXPECT_EQ(json_number(st, "epochs_done"), 120) << st;
   EXPECT_GE(json_number(st, "test_accuracy"), 0.95) << st;
   EXPECT_EQ(json_number(st, "samples_per_epoch"), 1438) << st;
   const std::string all_full = "\"epoch_samples\": [1438" + [] {
     std::string more;
-    for (int e = 1; e < 60; ++e) more += ", 1438";
+    for (int e = 1; e < 120; ++e) more += ", 1438";
     return more;
   }() + "]";
   EXPECT_NE(st.find(all_full), std::string::npos) << "every epoch trained every sample: " << st;

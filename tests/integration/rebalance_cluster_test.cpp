@@ -65,7 +65,7 @@ class rebalance_cluster : public ::testing::Test {
 TEST_F(rebalance_cluster, a_shard_moved_away_from_its_workers_comes_back_once_there_is_room) {
   const auto spec = work_dir() / "digits-rebalance.yaml";
   std::string text = slurp("examples/digits-mlp.yaml");
-  text = std::regex_replace(text, std::regex("epochs: 20"), "epochs: 1000");
+  text = std::regex_replace(text, std::regex("epochs: 20"), "epochs: 100000");
   std::ofstream(spec) << text << "placement: dltap\n";
   auto r = coach("submit " + spec.string() + " --workers 1 --shards 1 --json --at " + addr_);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
@@ -93,8 +93,7 @@ TEST_F(rebalance_cluster, a_shard_moved_away_from_its_workers_comes_back_once_th
       << beside;
   EXPECT_EQ(json_number(beside, "aggregation_degree"), 1.0) << beside;
   const std::string log = slurp(nodes_[0].log);
-  EXPECT_EQ(count(log, "dltap: job " + job + ": shard 1 moves from 'r-b' to 'r-a'"), 1u)
-      << log;
+  EXPECT_EQ(count(log, "dltap: job " + job + ": shard 1 moves from 'r-b' to 'r-a'"), 1u) << log;
   // It trains on beside its shard: more epochs, the accuracy of digits; then the user stops it
   // (the job is long so that the moves happen mid-run on any machine).
   const double epochs_then = json_number(beside, "epochs_done");

@@ -36,15 +36,14 @@ std::vector<std::string> lines_of(const fs::path& p) {
 
 TEST(log, a_daemon_line_has_a_timestamp_the_level_and_the_node) {
   const auto file = scratch("daemon.log");
-  ASSERT_TRUE(coach::log::init({.node = "node-a", .min = level::info, .file = file.string(),
-                                .daemon = true}));
+  ASSERT_TRUE(coach::log::init(
+      {.node = "node-a", .min = level::info, .file = file.string(), .daemon = true}));
   coach::log::info("node '{}' joined (host {})", "node-b", 42);
   coach::log::debug("no actor {} on host {}", 7, 42);  // below info: not written
   coach::log::warn("a key file is world-readable");
   const auto lines = lines_of(file);
   ASSERT_EQ(lines.size(), 2u);
-  const std::regex shape(
-      R"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \[(info|warning)\] node-a: .*)");
+  const std::regex shape(R"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \[(info|warning)\] node-a: .*)");
   EXPECT_TRUE(std::regex_match(lines[0], shape)) << lines[0];
   EXPECT_NE(lines[0].find("[info] node-a: node 'node-b' joined (host 42)"), std::string::npos)
       << lines[0];
@@ -55,8 +54,8 @@ TEST(log, a_daemon_line_has_a_timestamp_the_level_and_the_node) {
 TEST(log, debug_lines_appear_at_the_debug_level_and_a_file_is_appended_to) {
   const auto file = scratch("debug.log");
   std::ofstream(file) << "an earlier run's line\n";
-  ASSERT_TRUE(coach::log::init({.node = "n", .min = level::debug, .file = file.string(),
-                                .daemon = true}));
+  ASSERT_TRUE(
+      coach::log::init({.node = "n", .min = level::debug, .file = file.string(), .daemon = true}));
   EXPECT_TRUE(coach::log::enabled(level::debug));
   EXPECT_FALSE(coach::log::enabled(level::trace));
   coach::log::debug("no actor {} on host {} (message {})", 7, 42, "params");
@@ -99,8 +98,8 @@ TEST(log, a_log_file_that_cannot_be_opened_is_an_error_naming_it) {
   auto r = coach::log::init({.file = missing.string(), .daemon = true});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, coach::errc::io_error);
-  EXPECT_EQ(r.error().message, "--log-file " + missing.string() + ": no directory " +
-                                   missing.parent_path().string());
+  EXPECT_EQ(r.error().message,
+            "--log-file " + missing.string() + ": no directory " + missing.parent_path().string());
   EXPECT_FALSE(fs::exists(missing.parent_path())) << "no directory made";
   const auto dir = scratch("a-directory");
   fs::create_directories(dir);
