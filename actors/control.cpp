@@ -289,6 +289,7 @@ void put_job_status(wire::JobStatus::Builder b, const job_status& s) {
   put_text([&](unsigned n) { return b.initModel(n); }, s.model_json, max_model_bytes);
   b.setResumes(s.resumes);
   b.setFailovers(s.failovers);
+  put_text([&](unsigned n) { return b.initWaiting(n); }, s.waiting, max_text_bytes);
   {
     auto lost = b.initRecoveriesLostS(unsigned(s.recoveries_lost_s.size()));
     for (unsigned i = 0; i < s.recoveries_lost_s.size(); ++i) lost.set(i, s.recoveries_lost_s[i]);
@@ -649,6 +650,7 @@ job_status get_job_status(wire::JobStatus::Reader r) {
   s.model_json = get_text(r.getModel(), "job status model", max_model_bytes);
   s.resumes = r.getResumes();
   s.failovers = r.getFailovers();
+  s.waiting = get_text(r.getWaiting(), "job status waiting");
   const auto lost = r.getRecoveriesLostS();
   check_count(lost, "job status recoveries", max_items);
   for (auto x : lost) s.recoveries_lost_s.push_back(x);

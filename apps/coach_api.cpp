@@ -102,6 +102,7 @@ std::string to_json(const actors::job_status& s) {
         i->peak_memory_bytes);
   // The scheduler's JSON as it is (it sends it for one job's status).
   if (!s.model_json.empty()) out += coach::format("\"model\": {}, ", s.model_json);
+  out += coach::format("\"waiting\": {}, ", json_string(s.waiting));
   out += coach::format("\"cross_host_bytes\": {}, \"traffic\": [", cross_host_bytes(s));
   for (std::size_t i = 0; i < s.traffic.size(); ++i) {
     const auto& l = s.traffic[i];
@@ -182,6 +183,7 @@ void print_status_table(const std::vector<actors::job_status>& jobs) {
       std::printf("      recoveries: %zu after lost nodes (work lost: %s)\n",
                   s.recoveries_lost_s.size(), each.c_str());
     }
+    if (!s.waiting.empty()) std::printf("      waiting: %s\n", s.waiting.c_str());
     if (s.failovers > 0)
       std::printf("      failovers: %u shard(s) taken over by their backups, no work lost\n",
                   s.failovers);

@@ -895,6 +895,7 @@ job_status job_registry::snapshot(const registered_job& job, perf_model* model,
                                   std::string_view policy) const {
   job_status s = job.status;
   if (job.running()) s.seconds = now() - job.started;
+  s.waiting = why_waiting(job);
   if (model) s.model_json = model_json(job, *model, policy);
   if (job.launched && !job.over()) {
     const auto w = job.alloc.worker_hosts();
@@ -902,6 +903,40 @@ job_status job_registry::snapshot(const registered_job& job, perf_model* model,
     if (!w.empty() && !sh.empty()) s.aggregation_degree = aggregation_degree(w, sh);
   }
   return s;
+}
+
+std::string job_registry::why_waiting(const registered_job& job) const {
+  if (!job.waiting()) return {};
+  if (job.cancel_requested) return "being cancelled";
+  if (!job.stopping.empty() || !job.stop_unsent.empty())
+    return coach::format("its parts of the last run are still stopping on {} node(s)",
+                         job.stopping.size() + job.stop_unsent.size());
+  const auto& r = job.rec;
+  const auto view = cluster();
+  if (view.nodes.empty()) return "no live node to run on";
+  double free_cpus = 0;
+  for (const auto& n : view.nodes) free_cpus += n.free.cpus;
+  free_cpus = std::floor(free_cpus * 10 + 1e-6) / 10;
+  const int free_gpus = view.free_gpus();
+  // The least it can start with (an elastic policy may start it so), then what it asks for.
+  for (const bool least : {true, false}) {
+    const int w = std::max(1, least ? r.min_workers : r.requested_workers);
+    const int p = std::max(1, least ? r.min_shards : r.requested_shards);
+    const double cpus = w * worker_cost(r).cpus + p * shard_cost(r).cpus;
+    const int gpus = w * r.gpus_per_worker;
+    const auto parts =
+        coach::format("{} worker(s) and {} shard(s){}", w, p, least ? " at least" : "");
+    const char* verb = least ? "needs" : "asks for";
+    if (gpus > free_gpus)
+      return coach::format("{} {} GPUs ({}), {} free", verb, gpus, parts, free_gpus);
+    if (cpus > free_cpus + 1e-9)
+      return coach::format("{} {} CPUs ({}), {} free", verb, cpus, parts, free_cpus);
+  }
+  // It fits: an earlier job waits first (FIFO order), or the next decision starts it.
+  for (const auto& [id, other] : jobs_)
+    if (id < job.status.job && other.waiting() && !other.cancel_requested)
+      return coach::format("behind job {} in the queue", id);
+  return "starts at the scheduler's next decision";
 }
 
 std::string model_json(const registered_job& job, perf_model& model, std::string_view policy) {

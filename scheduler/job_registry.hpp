@@ -327,6 +327,10 @@ class job_registry {
   /// What coach status shows of the job now (without traffic; with the model's JSON when
   /// `model` is given).
   job_status snapshot(const registered_job& job, perf_model* model, std::string_view policy) const;
+  /// Why a queued or suspended job does not run yet, for `coach status`: the least it needs
+  /// against what is free ("needs 4 CPUs (2 workers and 2 shards at least), 2 free"), or the
+  /// earlier job it waits behind; empty for a job that is not waiting.
+  std::string why_waiting(const registered_job& job) const;
   const std::shared_ptr<job_store>& store() const noexcept { return store_; }
   /// Writes the job's allocation to the store.
   void record_allocation(const registered_job& job);

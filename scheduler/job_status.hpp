@@ -62,6 +62,9 @@ struct job_status {
   /// Changes of workers or shards in effect so far (their first step applied), as of the last
   /// progress report.
   std::uint32_t changes_done = 0;
+  /// A queued or suspended job: why it does not start yet ("needs 4 CPUs (2 workers and 2
+  /// shards at least), 2 free"); empty for the others.
+  std::string waiting;
   /// Function mode: the workers' invocations so far, as of the last progress report.
   std::optional<worker::invocation_counts> invocations;
 };

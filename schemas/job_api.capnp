@@ -88,6 +88,7 @@ struct JobStatus {
   invocations @26 :InvocationCounts;  # theirs so far (function mode)
   recoveriesLostS @27 :List(Float64);  # per recovery after a lost node: seconds of work lost
   failovers @28 :UInt32;       # shards whose backup took over after their primary's node was lost
+  waiting @29 :Text;           # a queued job: why it does not start yet; empty otherwise
 }
 
 # A function-mode job's invocations (worker::invocation_counts).

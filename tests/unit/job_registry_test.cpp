@@ -115,6 +115,20 @@ TEST_F(registry, under_fifo_a_second_job_waits_for_the_cpus_of_the_first) {
   EXPECT_TRUE(o.empty());
   EXPECT_EQ(reg.find(b)->status.state, job_state::queued);
   EXPECT_EQ(reg.find(a)->status.state, job_state::running);
+  // coach status says why it waits; a third job that would fit waits behind it.
+  EXPECT_EQ(reg.why_waiting(*reg.find(b)), "asks for 4 CPUs (3 worker(s) and 1 shard(s)), 2 free");
+  EXPECT_EQ(reg.snapshot(*reg.find(b), nullptr, "fifo").waiting,
+            "asks for 4 CPUs (3 worker(s) and 1 shard(s)), 2 free");
+  EXPECT_EQ(reg.why_waiting(*reg.find(a)), "") << "running";
+  const auto c = submit(reg, spec_yaml("third", 60, "1", "1"));
+  EXPECT_EQ(reg.why_waiting(*reg.find(c)), coach::format("behind job {} in the queue", b));
+  const auto big = submit(reg, spec_yaml("big", 60, "{min: 2, max: 3, initial: 3}", "1"));
+  EXPECT_EQ(reg.why_waiting(*reg.find(big)),
+            "needs 3 CPUs (2 worker(s) and 1 shard(s) at least), 2 free");
+  ASSERT_TRUE(reg.cancel(c));
+  ASSERT_TRUE(reg.cancel(big));
+  reg.end(*reg.find(c), job_state::cancelled, std::nullopt);
+  reg.end(*reg.find(big), job_state::cancelled, std::nullopt);
   EXPECT_EQ(reg.reserved().size(), 1u) << "the first job's worker and shard share a node";
 
   // When the first ends, the second gets all it asked for.

@@ -1,0 +1,92 @@
+// What an operator sees: coach-node --join logs its way to the scheduler (a node started before
+// its scheduler says at once that it cannot reach it and keeps retrying; once the scheduler is
+// up it says it got through, and it is listed alive); coach status says why a queued job waits.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include <string>
+#include <vector>
+
+#include "tests/integration/process_harness.hpp"
+
+namespace {
+
+using namespace itest;
+
+/// Waits (up to 30 s) until `what` appears in the node's log.
+bool await_log(const node_process& n, const std::string& what) {
+  for (int i = 0; i < 300; ++i) {
+    if (slurp(n.log).find(what) != std::string::npos) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return false;
+}
+
+TEST(node_join, a_node_started_before_its_scheduler_logs_its_retries_then_joins) {
+  const std::string at = free_address();
+  std::vector<node_process> nodes;
+  nodes.push_back(start_node(
+      {"--listen", free_address(), "--join", at, "--name", "early", "--heartbeat", "0.25"}, "early",
+      "join-early"));
+  EXPECT_TRUE(await_log(
+      nodes[0], "[warning] early: cannot reach the scheduler at " + at + ": connection refused"))
+      << slurp(nodes[0].log);
+  nodes.push_back(start_node(
+      {"--listen", at, "--scheduler", "--store", "", "--name", "sched", "--heartbeat", "0.25"},
+      "sched", "join-sched"));
+  EXPECT_TRUE(await_log(nodes[0], "[info] early: reached the scheduler at " + at + " after "))
+      << slurp(nodes[0].log);
+  EXPECT_TRUE(await_nodes_alive(at, 2)) << slurp(nodes[1].log);
+  stop_nodes(nodes);
+}
+
+TEST(queue, coach_status_says_why_a_queued_job_waits) {
+  const std::string at = free_address();
+  std::vector<node_process> nodes;
+  nodes.push_back(start_node({"--listen", at, "--scheduler", "--store", "", "--name", "solo",
+                              "--cpus", "3", "--heartbeat", "0.25"},
+                             "solo", "queue-solo"));
+  ASSERT_TRUE(await_nodes_alive(at, 1)) << slurp(nodes[0].log);
+  auto spec = [](const std::string& name, int epochs, const std::string& workers) {
+    const auto path = work_dir() / (name + ".yaml");
+    std::ofstream(path)
+        << "name: " << name
+        << "\ndataset: {format: csv, path: data/digits.csv.gz, test_fraction: 0.2}\n"
+           "model: {type: mlp, hidden: [16], activation: relu}\n"
+           "optimizer: {type: sgd, learning_rate: 0.1}\nbatch_size: 32\nepochs: "
+        << epochs << "\nworkers: " << workers << "\nshards: 1\nbackend: cpu\n";
+    return path.string();
+  };
+  // The first takes two of the three CPUs (a worker and a shard) for a long while; the second
+  // needs three.
+  auto a = coach("submit " + spec("holder", 100000, "1") + " --json --at " + at);
+  ASSERT_EQ(a.code, 0) << a.err;
+  auto b = coach("submit " + spec("waiter", 2, "2") + " --json --at " + at);
+  ASSERT_EQ(b.code, 0) << b.err;
+  const auto waiter = nlohmann::json::parse(b.out).at("job").get<int>();
+  // Once the first holds its CPUs (until then the second waits behind it).
+  run_result st;
+  nlohmann::json job;
+  for (int i = 0; i < 300; ++i) {
+    st = coach("status " + std::to_string(waiter) + " --json --at " + at);
+    ASSERT_EQ(st.code, 0) << st.err;
+    job = nlohmann::json::parse(st.out).at("jobs").at(0);
+    if (job.at("waiting").get<std::string>().rfind("needs", 0) == 0) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(job.at("state"), "queued") << st.out;
+  EXPECT_EQ(job.at("waiting").get<std::string>().rfind(
+                "needs 3 CPUs (2 worker(s) and 1 shard(s) at least), ", 0),
+            0u)
+      << st.out;
+  auto text = coach("status --at " + at);
+  EXPECT_NE(text.out.find("      waiting: needs 3 CPUs (2 worker(s) and 1 shard(s) at least), "),
+            std::string::npos)
+      << text.out;
+  stop_nodes(nodes);
+}
+
+}  // namespace
