@@ -11,12 +11,15 @@
 #include <unistd.h>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include "actors/curve_keys.hpp"
@@ -25,6 +28,8 @@
 #include "coach_model.hpp"
 #include "kernels/backend.hpp"
 #include "scheduler/job_spec.hpp"
+#include "scheduler/report_plot.hpp"
+#include "scheduler/train_events.hpp"
 
 namespace {
 
@@ -51,6 +56,7 @@ void draw_progress(const coach::scheduler::progress_event& p, bool tty) {
 struct train_flags {
   std::string backend, report_path, save_path;
   std::string resume;             ///< --resume FILE
+  std::string events;             ///< --events FILE
   std::string checkpoint;         ///< --checkpoint FILE
   std::optional<double> every_s;  ///< --checkpoint-every SECONDS
 };
@@ -92,6 +98,7 @@ int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t
   // Every file the run will write can be written: said now, not after hours of training.
   for (const auto& [flag, path] :
        {std::pair<std::string_view, std::string>{"--report", report_path},
+        {"--events", flags.events},
         {flags.save_path.empty() ? "output:" : "--save", save_path},
         {flags.checkpoint.empty() ? "checkpoint.path:" : "--checkpoint",
          flags.checkpoint.empty() ? spec->checkpoint.path : flags.checkpoint}})
@@ -136,9 +143,33 @@ int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t
     }
     opt.backend = *kind;
   }
+  // --events: one JSON line per epoch and change while it runs (scheduler/train_events.hpp).
+  std::optional<coach::scheduler::train_events> events;
+  std::mutex events_mu;  // the callbacks come from the job's actors
+  if (!flags.events.empty()) {
+    auto e = coach::scheduler::train_events::open(flags.events);
+    if (!e) {
+      std::fprintf(stderr, "coach: %s\n", e.error().message.c_str());
+      return 2;
+    }
+    events.emplace(std::move(*e));
+    events->start(spec->name, std::uint32_t(spec->epochs),
+                  workers ? workers : std::uint32_t(spec->workers.initial),
+                  shards ? shards : std::uint32_t(spec->shards.initial));
+  }
   const bool tty = isatty(STDERR_FILENO);
-  opt.on_progress = [tty](const auto& p) { draw_progress(p, tty); };
-  opt.on_epoch = [tty, &spec](const coach::scheduler::epoch_report& e) {
+  opt.on_progress = [tty, &events, &events_mu](const auto& p) {
+    draw_progress(p, tty);
+    if (events) {
+      std::lock_guard lock{events_mu};
+      events->progress(p);
+    }
+  };
+  opt.on_epoch = [tty, &spec, &events, &events_mu](const coach::scheduler::epoch_report& e) {
+    if (events) {
+      std::lock_guard lock{events_mu};
+      events->epoch(e);
+    }
     if (tty) std::fprintf(stderr, "\r\033[K");
     std::fprintf(stderr,
                  "epoch %u/%d  train loss %.4f  test loss %.4f  test accuracy %.4f  %.2f s  "
@@ -156,6 +187,7 @@ int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t
   if (tty) std::fprintf(stderr, "\r\033[K");
   if (!result) {
     const auto code = result.error().code;
+    if (events) events->end("failed", std::nan(""), 0, 0);
     std::fprintf(stderr, "coach: %s\n", result.error().message.c_str());
     return code == coach::errc::invalid_argument || code == coach::errc::not_found ||
                    code == coach::errc::parse_error
@@ -168,6 +200,9 @@ int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t
                result->cancelled ? "stopped" : "done", result->epochs.size(), result->test_accuracy,
                result->seconds, result->workers, result->shards, result->backend.c_str(),
                static_cast<unsigned long long>(result->num_params));
+  if (events)
+    events->end(result->cancelled ? "cancelled" : "succeeded", result->test_accuracy,
+                result->seconds, result->epochs.size());
   if (!save_path.empty() && !result->params.empty()) {
     if (const int rc = coach::apps::save_model(save_path, *spec, *result); rc != 0) return rc;
   }
@@ -180,6 +215,34 @@ int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t
     }
   }
   return result->cancelled ? 130 : 0;
+}
+
+int run_plot(const std::string& report, const std::string& out) {
+  std::ifstream in(report);
+  if (!in) {
+    std::fprintf(stderr, "coach: %s: report not found\n", report.c_str());
+    return 2;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  auto data = coach::scheduler::read_report(text.str(), report);
+  if (!data) {
+    std::fprintf(stderr, "coach: %s\n", data.error().message.c_str());
+    return 2;
+  }
+  if (auto why = unwritable("-o", out)) {
+    std::fprintf(stderr, "coach: %s\n", why->c_str());
+    return 2;
+  }
+  std::ofstream svg(out);
+  svg << coach::scheduler::plot_svg(*data);
+  if (!svg.flush()) {
+    std::fprintf(stderr, "coach: -o %s: cannot write it\n", out.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "coach: %zu epoch(s), %zu change(s) drawn to %s\n", data->epochs.size(),
+               data->changes.size(), out.c_str());
+  return 0;
 }
 
 int run_keygen(const std::string& dir, const std::string& name) {
@@ -221,6 +284,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 1u << 20));
   train->add_option("--backend", tf.backend, "auto | cpu | cuda (default: the spec's backend)");
   train->add_option("--report", tf.report_path, "Write a JSON report of the run to this file");
+  train->add_option("--events", tf.events,
+                    "Write one JSON line per epoch and per change to this file while it runs");
 
   train->add_option("--save", tf.save_path,
                     "Write the final parameters to this .safetensors file (loads in PyTorch)");
@@ -245,6 +310,11 @@ int main(int argc, char** argv) {
                    "A CSV file of feature rows, or an IDX image file (plain or gzipped)")
       ->required();
   predict->add_flag("--header", header, "The CSV file's first line is a header");
+  std::string plot_report, plot_out;
+  auto* plot = app.add_subcommand(
+      "plot", "Draw a report's loss and accuracy by epoch, with its changes, as an SVG image");
+  plot->add_option("REPORT", plot_report, "A report of coach train --report")->required();
+  plot->add_option("-o,--output", plot_out, "The SVG file to write")->required();
   auto* version = app.add_subcommand("version", "Print the version and the compiled backends");
   app.set_version_flag("--version",
                        std::string("coach ") + COACH_VERSION +
@@ -332,6 +402,7 @@ int main(int argc, char** argv) {
   if (*eval) return coach::apps::run_eval(model_path, data_spec, json);
   if (*predict) return coach::apps::run_predict(model_path, predict_input, header);
   if (*keygen) return run_keygen(key_dir, key_name);
+  if (*plot) return run_plot(plot_report, plot_out);
   auto security = coach::actors::load_security(key_file, "", server_key_file);
   if (!security) {
     std::fprintf(stderr, "coach: %s\n", security.error().message.c_str());

@@ -14,6 +14,10 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include <vector>
+
 #include "tests/helpers/run_coach.hpp"
 
 namespace {
@@ -110,6 +114,51 @@ TEST(cli, zero_workers_and_files_that_cannot_be_written_are_refused_before_train
   // Said at once: nothing trained (an epoch of digits would print a line).
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   EXPECT_EQ(report.output.find("epoch"), std::string::npos);
+}
+
+TEST(cli, train_writes_events_as_it_runs_and_plot_draws_the_report) {
+  const auto report = temp_file("elastic-report.json", "");
+  const auto events = temp_file("elastic-events.jsonl", "");
+  const auto svg = report.parent_path() / "elastic-curves.svg";
+  std::filesystem::remove(svg);
+  auto r = run("train examples/elastic.yaml --report " + report.string() + " --events " +
+               events.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(events);
+  std::vector<nlohmann::json> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(nlohmann::json::parse(l));
+  ASSERT_GE(lines.size(), 22u);
+  EXPECT_EQ(lines.front()["event"], "start");
+  EXPECT_EQ(lines.back()["event"], "end");
+  EXPECT_EQ(lines.back()["state"], "succeeded");
+  int epochs = 0, changes = 0;
+  for (const auto& l : lines) {
+    epochs += l["event"] == "epoch";
+    changes += l["event"] == "change";
+  }
+  EXPECT_EQ(epochs, 20);
+  EXPECT_GE(changes, 1) << "the example's schedule changes workers and shards";
+  auto p = run("plot " + report.string() + " -o " + svg.string());
+  ASSERT_EQ(p.code, 0) << p.output;
+  const auto changed = nlohmann::json::parse(std::ifstream(report))["changes"].size();
+  EXPECT_EQ(p.output, "coach: 20 epoch(s), " + std::to_string(changed) + " change(s) drawn to " +
+                          svg.string() + "\n");
+  std::stringstream drawn;
+  drawn << std::ifstream(svg).rdbuf();
+  const auto text = drawn.str();
+  EXPECT_EQ(text.rfind("<svg", 0), 0u);
+  std::size_t polylines = 0, marks = 0;
+  for (auto at = text.find("<polyline"); at != std::string::npos;
+       at = text.find("<polyline", at + 1))
+    ++polylines;
+  for (auto at = text.find("class='change'"); at != std::string::npos;
+       at = text.find("class='change'", at + 1))
+    ++marks;
+  EXPECT_EQ(polylines, 3u);
+  EXPECT_EQ(marks, 2 * changed);
+  auto bad = run("plot " + events.string() + " -o " + svg.string());
+  EXPECT_EQ(bad.code, 2) << "an events file is not a report";
+  EXPECT_NE(bad.output.find("not a JSON object"), std::string::npos) << bad.output;
 }
 
 TEST(cli, spec_error_is_one_line_naming_the_field_with_exit_code_2) {
