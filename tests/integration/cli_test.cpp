@@ -47,6 +47,12 @@ TEST(cli, dash_dash_version_prints_the_version_of_each_program) {
   ASSERT_NE(std::fgets(line, sizeof line, p), nullptr);
   EXPECT_EQ(::pclose(p), 0);
   EXPECT_EQ(std::string(line).rfind("coach-node 0.", 0), 0u) << line;
+  const std::string sim = std::string(COACH_BINARY_DIR) + "/apps/coach-sim --version";
+  p = ::popen(sim.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  ASSERT_NE(std::fgets(line, sizeof line, p), nullptr);
+  EXPECT_EQ(::pclose(p), 0);
+  EXPECT_EQ(std::string(line).rfind("coach-sim 0.", 0), 0u) << line;
 }
 
 /// A port on 127.0.0.1 where nothing listens (bound, then closed).
