@@ -43,6 +43,14 @@ void note(const std::string& line) {
 }
 
 struct scheduler_state {
+  /// A line about job `id`: logged, and kept in its history (coach logs) while it is known.
+  void note_job(std::uint64_t id, std::string line) {
+    if (auto* job = reg ? reg->find(id) : nullptr)
+      reg->note(*job, std::move(line));
+    else
+      note(line);
+  }
+
   std::shared_ptr<zmq_transport> net;
   scheduler_options opt;
   endpoint self_ep;
@@ -81,8 +89,9 @@ struct scheduler_state {
   void resend_stops() {
     for (const auto& [id, hosts] : reg->stops_overdue(nodes.timeout().count()))
       for (const auto h : hosts) {
-        note(coach::format("job {}: node '{}' has not answered its stop within {} s; asking again",
-                           id, nodes.name(h), nodes.timeout().count()));
+        note_job(id, coach::format(
+                         "job {}: node '{}' has not answered its stop within {} s; asking again",
+                         id, nodes.name(h), nodes.timeout().count()));
         send({h, node_agent_id}, stop_job{id});
       }
   }
@@ -185,7 +194,7 @@ struct scheduler_state {
         .then(
             [this, z](std::string& why) {
               if (why.empty()) return;
-              note(coach::format("job {}: the resize is refused: {}", z.job, why));
+              note_job(z.job, coach::format("job {}: the resize is refused: {}", z.job, why));
               reg->restore(z.job, z.generation, z.before);
             },
             [](caf::error&) {});
@@ -201,7 +210,8 @@ struct scheduler_state {
               // Refused (another change in flight, the job ending): not a move; the next
               // decision may propose it again.
               rebal->forget(m.job);
-              note(coach::format("dltap: job {}: shard {} stays: {}", m.job, m.shard, why));
+              note_job(m.job,
+                       coach::format("dltap: job {}: shard {} stays: {}", m.job, m.shard, why));
             },
             [this, id = m.job](caf::error&) { rebal->forget(id); });
   }
@@ -227,7 +237,8 @@ struct scheduler_state {
       auto known = reg->store()->job_by_token(req.token);
       if (!known) return std::unexpected(known.error());
       if (*known) {
-        note(coach::format("job {}: its submit came again; answered with its id", **known));
+        note_job(**known,
+                 coach::format("job {}: its submit came again; answered with its id", **known));
         return **known;
       }
     }
@@ -307,7 +318,8 @@ struct scheduler_state {
                   "job {}: training finished (test accuracy {:.4f}) but its model "
                   "could not be written: {}",
                   job.status.job, r.test_accuracy, ok.error().message);
-    note(coach::format("job {}: model saved to {}", job.status.job, spec->output));
+    note_job(job.status.job,
+             coach::format("job {}: model saved to {}", job.status.job, spec->output));
     return {};
   }
 
@@ -350,10 +362,11 @@ struct scheduler_state {
         // again from its checkpoint once they answered.
         runs[loss.job].stop(env());
         stop_on(loss.job, loss.stop_hosts);
-        note(coach::format(
-            "job {} lost its parts on '{}'; it restarts from its checkpoint at "
-            "epoch {} on the nodes left ({:.1f} s of work lost)",
-            loss.job, name, job->first_epoch + 1, job->status.recoveries_lost_s.back()));
+        note_job(loss.job,
+                 coach::format("job {} lost its parts on '{}'; it restarts from its checkpoint at "
+                               "epoch {} on the nodes left ({:.1f} s of work lost)",
+                               loss.job, name, job->first_epoch + 1,
+                               job->status.recoveries_lost_s.back()));
         continue;
       }
       // Backups take over first: the configurations that drop the lost workers then go to
@@ -363,13 +376,14 @@ struct scheduler_state {
         for (std::size_t j = 0; j + 1 < loss.heads.size(); j += 2)
           which += coach::format("{}shard {}", which.empty() ? "" : ", ", loss.heads[j]);
         if (!which.empty())
-          note(coach::format("job {}: backups take over {} from '{}'", loss.job, which, name));
+          note_job(loss.job,
+                   coach::format("job {}: backups take over {} from '{}'", loss.job, which, name));
         caf::anon_send(runs[loss.job].master(), take_over_atom::value, std::move(loss.heads),
                        std::move(loss.cut));
       }
       if (loss.ranks.empty()) continue;
-      note(coach::format("job {} goes on without the {} worker(s) of '{}'", loss.job,
-                         loss.ranks.size(), name));
+      note_job(loss.job, coach::format("job {} goes on without the {} worker(s) of '{}'", loss.job,
+                                       loss.ranks.size(), name));
       caf::anon_send(runs[loss.job].master(), lost_atom::value, std::move(loss.ranks));
     }
   }
@@ -489,6 +503,10 @@ struct scheduler_state {
         poke();
       }
       reply.body = policy_reply{holder->name()};
+    } else if (auto* l = std::get_if<logs_request>(&req)) {
+      auto* job = reg->find(l->job);
+      if (!job) return failed({errc::not_found, coach::format("no job {}", l->job)});
+      reply.body = logs_reply{reg->events(*job, l->after), job->over()};
     }
     return reply;
   }

@@ -229,6 +229,10 @@ void put_request(wire::Request::Builder b, const api_request& r) {
           m.setJob(q.job);
           m.setShard(q.shard);
           put_text([&](unsigned n) { return m.initToNode(n); }, q.to_node);
+        } else if constexpr (std::is_same_v<T, logs_request>) {
+          auto l = b.initLogs();
+          l.setJob(q.job);
+          l.setAfter(q.after);
         } else {
           static_assert(std::is_same_v<T, policy_request>);
           auto p = b.initPolicy();
@@ -324,6 +328,15 @@ void put_reply(wire::Reply::Builder b, const api_reply& r) {
           for (unsigned i = 0; i < body.jobs.size(); ++i) put_job_status(jobs[i], body.jobs[i]);
         } else if constexpr (std::is_same_v<T, policy_reply>) {
           put_text([&](unsigned n) { return b.initPolicy().initActive(n); }, body.active);
+        } else if constexpr (std::is_same_v<T, logs_reply>) {
+          auto l = b.initLogs();
+          l.setOver(body.over);
+          auto es = l.initEvents(static_cast<unsigned>(body.events.size()));
+          for (unsigned i = 0; i < body.events.size(); ++i) {
+            es[i].setSeq(body.events[i].seq);
+            es[i].setTime(body.events[i].time);
+            put_text([&](unsigned n) { return es[i].initText(n); }, body.events[i].text);
+          }
         } else {
           static_assert(std::is_same_v<T, nodes_reply>);
           auto nodes = b.initNodes().initStatuses(static_cast<unsigned>(body.nodes.size()));
@@ -590,6 +603,11 @@ api_request get_request(wire::Request::Reader r) {
         return policy_request{get_text(p.getSet(), "policy set")};
       refuse("policy request has unknown member {}", std::uint16_t(p.which()));
     }
+    case wire::Request::LOGS: {
+      if (!r.hasLogs()) refuse("job API request logs is null");
+      const auto q = r.getLogs();
+      return logs_request{q.getJob(), q.getAfter()};
+    }
   }
   refuse("unknown job API request {}", std::uint16_t(r.which()));
 }
@@ -719,6 +737,18 @@ api_reply get_reply(wire::Reply::Reader r) {
       const auto p = r.getPolicy();
       out.body = policy_reply{get_text(p.getActive(), "policy reply active")};
       if (!r.hasError() && p.hasError()) body_error = get_error(p.getError(), "policy reply");
+      break;
+    }
+    case wire::Reply::LOGS: {
+      if (!r.hasLogs()) refuse("job API reply logs is null");
+      const auto l = r.getLogs();
+      const auto es = l.getEvents();
+      check_count(es, "logs reply events", max_items);
+      logs_reply body;
+      body.over = l.getOver();
+      for (const auto e : es)
+        body.events.push_back({e.getSeq(), e.getTime(), get_text(e.getText(), "logs event")});
+      out.body = std::move(body);
       break;
     }
     default:

@@ -166,8 +166,13 @@ struct migrate_request {
 struct policy_request {
   std::optional<std::string> set;  ///< empty: get
 };
+/// coach logs JOB [-f]: the job's history after event `after` (0: all kept).
+struct logs_request {
+  std::uint64_t job = 0;
+  std::uint64_t after = 0;
+};
 using api_request = std::variant<submit_request, status_request, nodes_request, cancel_request,
-                                 rescale_request, migrate_request, policy_request>;
+                                 rescale_request, migrate_request, policy_request, logs_request>;
 
 struct submit_reply {
   std::uint64_t job = 0;
@@ -182,10 +187,14 @@ struct ack_reply {};
 struct policy_reply {
   std::string active;  ///< the policy in force after the request
 };
+struct logs_reply {
+  std::vector<scheduler::job_event> events;  ///< oldest first
+  bool over = false;                         ///< the job ended: nothing more will come
+};
 /// A reply is either what was asked for or the error that prevented it.
 struct api_reply {
   std::optional<coach::error> failure;
-  std::variant<ack_reply, submit_reply, status_reply, nodes_reply, policy_reply> body;
+  std::variant<ack_reply, submit_reply, status_reply, nodes_reply, policy_reply, logs_reply> body;
 };
 
 /// Everything that travels as msg_kind::control.

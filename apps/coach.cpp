@@ -374,6 +374,12 @@ int main(int argc, char** argv) {
   migrate->add_option("--shard", shard, "The shard id (coach status JOB lists them)")->required();
   migrate->add_option("--to", to_node, "The node's name (coach nodes lists them)")->required();
   add_at(migrate);
+  bool follow = false;
+  auto* logs = app.add_subcommand(
+      "logs", "Show a job's history: placements, changes, epochs, node losses, its end");
+  logs->add_option("JOB", job, "Job id")->required();
+  logs->add_flag("-f,--follow", follow, "Keep showing new lines until the job ends");
+  add_at(logs);
   std::string policy_name;
   auto* policy = app.add_subcommand(
       "policy", "Show or change the scheduler's policy (at once; running jobs keep running)");
@@ -423,6 +429,7 @@ int main(int argc, char** argv) {
   if (*nodes) return coach::apps::run_nodes(address, json);
   if (*rescale) return coach::apps::run_rescale(address, job, workers, shards, json);
   if (*migrate) return coach::apps::run_migrate(address, job, shard, to_node, json);
+  if (*logs) return coach::apps::run_logs(address, job, follow, json);
   if (*policy) {
     if (*policy_set && policy_name.empty()) {
       std::fprintf(stderr,

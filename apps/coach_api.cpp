@@ -8,6 +8,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -430,6 +431,49 @@ int run_migrate(const std::string& at, std::uint64_t job, std::uint32_t shard,
     std::fprintf(stderr, "coach: job %llu: shard %u moves to node '%s' at the next step\n",
                  static_cast<unsigned long long>(job), shard, node.c_str());
   return 0;
+}
+
+int run_logs(const std::string& at, std::uint64_t job, bool follow, bool json) {
+  auto client = client_for(at);
+  if (!client) return report_error(client.error());
+  std::signal(SIGINT, on_wait_signal);
+  std::signal(SIGTERM, on_wait_signal);
+  std::uint64_t after = 0;
+  int misses = 0;
+  for (;;) {
+    auto reply = (*client)->call(actors::logs_request{job, after}, std::chrono::seconds(5));
+    if (!reply) {
+      // The scheduler may be restarting: a follower tries a few times.
+      if (!follow || reply.error().code == errc::not_authorized || ++misses >= 6)
+        return report_error(reply.error());
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      continue;
+    }
+    misses = 0;
+    if (reply->failure) return report_error(*reply->failure);
+    const auto* l = std::get_if<actors::logs_reply>(&reply->body);
+    if (!l) return report_error({errc::protocol_error, "the scheduler's reply is not a log"});
+    for (const auto& e : l->events) {
+      if (json) {
+        std::printf("{\"seq\": %llu, \"time\": %s, \"text\": %s}\n",
+                    static_cast<unsigned long long>(e.seq), json_number(e.time).c_str(),
+                    json_string(e.text).c_str());
+      } else {
+        const std::time_t t = std::time_t(e.time);
+        std::tm local{};
+        localtime_r(&t, &local);
+        char when[32];
+        std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &local);
+        std::printf("%s  %s\n", when, e.text.c_str());
+      }
+      after = e.seq;
+    }
+    std::fflush(stdout);
+    if (!follow || l->over) return 0;
+    for (int i = 0; i < 10 && !g_stop_wait.load(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (g_stop_wait.load()) return 130;
+  }
 }
 
 int run_policy(const std::string& at, const std::string& set, bool json) {

@@ -35,6 +35,9 @@ int run_rescale(const std::string& at, std::uint64_t job, std::uint32_t workers,
 /// Asks to move every slice of shard `shard` to a new shard on node `node`.
 int run_migrate(const std::string& at, std::uint64_t job, std::uint32_t shard,
                 const std::string& node, bool json);
+/// coach logs JOB [-f]: the job's history (what the scheduler said of it, its epochs); with
+/// `follow`, new lines as they come until the job ends (Ctrl-C: 130).
+int run_logs(const std::string& at, std::uint64_t job, bool follow, bool json);
 /// coach policy get (name empty) | coach policy set NAME: prints the policy in force.
 int run_policy(const std::string& at, const std::string& set, bool json);
 

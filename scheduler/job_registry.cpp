@@ -178,8 +178,8 @@ registered_job& job_registry::resume(job_record rec) {
                                                job.first_epoch + 1)),
                "cannot record a state");
       }
-      log_(coach::format("job {} '{}' resumes at epoch {} of {}", id, st.name, job.first_epoch + 1,
-                         st.epochs_total));
+      note(job, coach::format("job {} '{}' resumes at epoch {} of {}", id, st.name,
+                              job.first_epoch + 1, st.epochs_total));
     }
   }
   job.rec = std::move(rec);
@@ -279,8 +279,8 @@ result<registered_job*> job_registry::add(job_record rec, const job_spec& spec,
   st.epochs_total = std::uint32_t(rec.epochs_total);
   st.test_accuracy = std::nan("");
   st.samples_epoch = samples_epoch;
-  log_(coach::format("job {} '{}' submitted ({} worker(s), {} shard(s) asked)", *id, rec.name,
-                     rec.requested_workers, rec.requested_shards));
+  note(job, coach::format("job {} '{}' submitted ({} worker(s), {} shard(s) asked)", *id, rec.name,
+                          rec.requested_workers, rec.requested_shards));
   job.rec = std::move(rec);
   return &job;
 }
@@ -394,7 +394,8 @@ void job_registry::start(registered_job& job, const job_view& v, const action& a
   launch_order o{job.status.job, {}, {}};
   auto used = exec.apply(pool, v, a, job.placement, o.workers, o.shards);
   if (!used) {
-    log_(coach::format("job {} does not fit any more; it waits ({})", o.job, used.error().message));
+    note(job,
+         coach::format("job {} does not fit any more; it waits ({})", o.job, used.error().message));
     return;
   }
   job.status.placement = std::string(*used);
@@ -485,8 +486,8 @@ void job_registry::rebalance(resource_pool& pool, rebalancer& rebal,
                   "saves %.1f MB/s between hosts, %.1f MB over the %.0f s left, for %.3f MB moved",
                   m->saved_bytes_per_s / 1e6, m->saved_bytes / 1e6, r.seconds_left,
                   m->moved_bytes / 1e6);
-    log_(coach::format("dltap: job {}: shard {} moves from '{}' to '{}' ({})", id, shard,
-                       nodes_.name(m->from), nodes_.name(m->to), gain));
+    note(job, coach::format("dltap: job {}: shard {} moves from '{}' to '{}' ({})", id, shard,
+                            nodes_.name(m->from), nodes_.name(m->to), gain));
     rebal.moved(id);
     pool.give(m->from, r.per_shard);
     pool.take_on(m->to, r.per_shard);
@@ -526,9 +527,9 @@ std::uint32_t job_registry::begin_run(registered_job& job, std::span<const std::
              resumed ? coach::format("resumed at epoch {}", job.first_epoch + 1) : std::string{}),
          "cannot record a state");
   record_allocation(job);
-  log_(coach::format("job {} '{}': {} worker(s), {} shard(s) over {} host(s){}", id, st.name,
-                     workers.size(), shards.size(), job.hosts.size(),
-                     resumed ? coach::format(", from epoch {}", job.first_epoch + 1) : ""));
+  note(job, coach::format("job {} '{}': {} worker(s), {} shard(s) over {} host(s){}", id, st.name,
+                          workers.size(), shards.size(), job.hosts.size(),
+                          resumed ? coach::format(", from epoch {}", job.first_epoch + 1) : ""));
   return job.generation;
 }
 
@@ -545,7 +546,8 @@ void job_registry::place_backups_of(registered_job& job, std::span<const std::ui
     job.chains.push_back({0, std::uint32_t(b.size())});
     job.hosts.insert(b.begin(), b.end());
     if (b.size() + 1 < job.replicas)
-      log_(coach::format("job {}: shard {} runs with {} of its {} backup(s): {} node(s) usable",
+      note(job,
+           coach::format("job {}: shard {} runs with {} of its {} backup(s): {} node(s) usable",
                          job.status.job, k, b.size(), job.replicas - 1, candidates.size()));
   }
 }
@@ -592,8 +594,8 @@ std::set<std::uint32_t> job_registry::end(registered_job& job, job_state state,
   logged(store_->set_state(st.job, state, job.state_since, why ? why->message : ""),
          "cannot record a state");
   record_allocation(job);
-  log_(coach::format("job {} '{}' {}{}{}", st.job, st.name, to_string(state), why ? ": " : "",
-                     why ? why->message : ""));
+  note(job, coach::format("job {} '{}' {}{}{}", st.job, st.name, to_string(state), why ? ": " : "",
+                          why ? why->message : ""));
   return hosts;
 }
 
@@ -643,6 +645,10 @@ std::vector<std::uint32_t> job_registry::part_placed(registered_job& job, bool w
   if (!worker) job.shard_hosts.insert(host);
   (worker ? job.status.worker_nodes : job.status.shard_nodes).push_back(nodes_.name(host));
   record_allocation(job);
+  note(job,
+       coach::format("job {}: {} {} placed on '{}'", job.status.job, worker ? "worker" : "shard",
+                     id, nodes_.name(host)),
+       false);
   return worker ? std::vector<std::uint32_t>{} : place_added_backups(job, id, host);
 }
 
@@ -665,8 +671,8 @@ std::vector<std::uint32_t> job_registry::place_added_backups(registered_job& job
   job.chains[id] = {0, std::uint32_t(b.size())};
   job.hosts.insert(b.begin(), b.end());
   if (b.size() + 1 < job.replicas)
-    log_(coach::format("job {}: shard {} runs with {} of its {} backup(s): {} node(s) usable",
-                       job.status.job, id, b.size(), job.replicas - 1, candidates.size()));
+    note(job, coach::format("job {}: shard {} runs with {} of its {} backup(s): {} node(s) usable",
+                            job.status.job, id, b.size(), job.replicas - 1, candidates.size()));
   return b;
 }
 
@@ -677,6 +683,10 @@ void job_registry::part_failed(registered_job& job, bool worker, std::uint32_t i
 
 bool job_registry::layout(registered_job& job, std::span<const std::uint32_t> members,
                           std::span<const std::uint32_t> live) {
+  note(job,
+       coach::format("job {}: a change is in effect: {} worker(s), {} shard(s)", job.status.job,
+                     members.size(), live.size()),
+       false);
   if (job.alloc.keep(members, live) == 0) return false;
   // A dropped shard's backups hold nothing the job needs: no longer part of a chain.
   for (std::uint32_t k = 0; k < job.chains.size(); ++k)
@@ -711,6 +721,12 @@ void job_registry::epoch(registered_job& job, const epoch_report& e, perf_model&
   // event would otherwise end showing the allocation before it.
   st.workers = e.workers;
   st.shards = e.shards;
+  note(job,
+       coach::format("job {}: epoch {}/{}: train loss {:.4f}, test accuracy {:.4f}, {:.2f} s, {} "
+                     "worker(s), {} shard(s)",
+                     id, e.epoch + 1, st.epochs_total, e.train_loss, e.test_accuracy, e.seconds,
+                     e.workers, e.shards),
+       false);  // a line an epoch: the history's, not the log's
   const int w = int(e.workers), p = int(e.shards);
   std::optional<double> predicted;
   if (w >= 1 && p >= 1) {
@@ -903,6 +919,19 @@ job_status job_registry::snapshot(const registered_job& job, perf_model* model,
     if (!w.empty() && !sh.empty()) s.aggregation_degree = aggregation_degree(w, sh);
   }
   return s;
+}
+
+void job_registry::note(registered_job& job, std::string line, bool log) {
+  if (log) log_(line);
+  job.events.push_back({++job.events_made, now(), std::move(line)});
+  while (job.events.size() > max_events) job.events.pop_front();
+}
+
+std::vector<job_event> job_registry::events(const registered_job& job, std::uint64_t after) const {
+  std::vector<job_event> out;
+  for (const auto& e : job.events)
+    if (e.seq > after) out.push_back(e);
+  return out;
 }
 
 std::string job_registry::why_waiting(const registered_job& job) const {

@@ -134,6 +134,9 @@ struct registered_job {
   std::optional<double> last_predicted;
   double last_observed = 0;
   std::size_t predictions = 0;
+  /// Its history for `coach logs` (job_registry::note): the latest job_registry::max_events.
+  std::deque<job_event> events;
+  std::uint64_t events_made = 0;
   double abs_rel_error = 0;
 
   bool over() const noexcept {
@@ -331,6 +334,13 @@ class job_registry {
   /// against what is free ("needs 4 CPUs (2 workers and 2 shards at least), 2 free"), or the
   /// earlier job it waits behind; empty for a job that is not waiting.
   std::string why_waiting(const registered_job& job) const;
+
+  /// Keeps `line` in the job's history and logs it (unless `log` is false: lines that come in
+  /// volume, one an epoch).
+  void note(registered_job& job, std::string line, bool log = true);
+  /// The job's history after event `after` (0: all it keeps), oldest first.
+  std::vector<job_event> events(const registered_job& job, std::uint64_t after) const;
+  static constexpr std::size_t max_events = 2000;
   const std::shared_ptr<job_store>& store() const noexcept { return store_; }
   /// Writes the job's allocation to the store.
   void record_allocation(const registered_job& job);

@@ -23,6 +23,14 @@ struct link_traffic {
   friend bool operator==(const link_traffic&, const link_traffic&) = default;
 };
 
+/// One line of a job's history (`coach logs JOB`): what the scheduler said of it, in order.
+struct job_event {
+  std::uint64_t seq = 0;  ///< 1, 2, ... per job; a follower asks for those after the last it has
+  double time = 0;        ///< wall seconds (Unix)
+  std::string text;
+  friend bool operator==(const job_event&, const job_event&) = default;
+};
+
 /// What `coach status` shows of one job.
 struct job_status {
   std::uint64_t job = 0;

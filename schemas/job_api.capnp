@@ -178,6 +178,23 @@ struct Ack {
   error @0 :Envelope.Error;    # null when the request was carried out
 }
 
+# coach logs JOB [-f]: the job's history after event `after` (0: all the scheduler keeps).
+struct LogsRequest {
+  job @0 :UInt64;
+  after @1 :UInt64;
+}
+
+struct JobEvent {
+  seq @0 :UInt64;              # 1, 2, ... per job
+  time @1 :Float64;            # Unix seconds
+  text @2 :Text;
+}
+
+struct LogsReply {
+  events @0 :List(JobEvent);   # oldest first
+  over @1 :Bool;               # the job ended: nothing more will come
+}
+
 # One request from the CLI to the scheduler, and its reply, as the job API frames them.
 struct Request {
   sequence @0 :UInt64;         # echoed in the reply
@@ -189,6 +206,7 @@ struct Request {
     rescale @5 :RescaleRequest;
     migrate @6 :MigrateRequest;
     policy @7 :PolicyRequest;
+    logs @8 :LogsRequest;
   }
 }
 
@@ -203,6 +221,7 @@ struct Reply {
     nodes @3 :NodesReply;
     ack @4 :Ack;
     policy @5 :PolicyReply;
+    logs @7 :LogsReply;
   }
   error @6 :Envelope.Error;    # why the request failed, for every kind of reply; null = it worked
 }

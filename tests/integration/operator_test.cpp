@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <sstream>
 
 #include <string>
 #include <vector>
@@ -86,6 +87,50 @@ TEST(queue, coach_status_says_why_a_queued_job_waits) {
   EXPECT_NE(text.out.find("      waiting: needs 3 CPUs (2 worker(s) and 1 shard(s) at least), "),
             std::string::npos)
       << text.out;
+  stop_nodes(nodes);
+}
+
+TEST(queue, coach_logs_shows_a_jobs_history_and_follows_it_to_its_end) {
+  const std::string at = free_address();
+  std::vector<node_process> nodes;
+  nodes.push_back(start_node(
+      {"--listen", at, "--scheduler", "--store", "", "--name", "solo", "--heartbeat", "0.25"},
+      "solo", "logs-solo"));
+  ASSERT_TRUE(await_nodes_alive(at, 1)) << slurp(nodes[0].log);
+  const auto spec = work_dir() / "logged.yaml";
+  std::ofstream(spec) << "name: logged\n"
+                         "dataset: {format: csv, path: data/digits.csv.gz, test_fraction: 0.2}\n"
+                         "model: {type: mlp, hidden: [16], activation: relu}\n"
+                         "optimizer: {type: sgd, learning_rate: 0.1}\nbatch_size: 32\n"
+                         "epochs: 40\nworkers: 1\nshards: 1\nbackend: cpu\n";
+  auto sub = coach("submit " + spec.string() + " --json --at " + at);
+  ASSERT_EQ(sub.code, 0) << sub.err;
+  const auto job = std::to_string(nlohmann::json::parse(sub.out).at("job").get<int>());
+  // Followed from the start: every line until the end, then exit 0.
+  auto followed = coach("logs " + job + " -f --at " + at);
+  EXPECT_EQ(followed.code, 0) << followed.err;
+  const auto& out = followed.out;
+  EXPECT_NE(out.find("job " + job + " 'logged' submitted (1 worker(s), 1 shard(s) asked)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("job " + job + ": epoch 1/40: train loss "), std::string::npos) << out;
+  EXPECT_NE(out.find("job " + job + ": epoch 40/40: train loss "), std::string::npos) << out;
+  EXPECT_NE(out.find("job " + job + " 'logged' succeeded"), std::string::npos) << out;
+  EXPECT_LT(out.find("submitted"), out.find("epoch 1/40")) << "oldest first";
+  // --json: one object a line, numbered from 1.
+  auto js = coach("logs " + job + " --json --at " + at);
+  ASSERT_EQ(js.code, 0) << js.err;
+  std::istringstream lines(js.out);
+  std::uint64_t expect = 1;
+  for (std::string l; std::getline(lines, l); ++expect) {
+    const auto e = nlohmann::json::parse(l);
+    EXPECT_EQ(e.at("seq").get<std::uint64_t>(), expect);
+    EXPECT_GT(e.at("time").get<double>(), 1.7e9);
+  }
+  EXPECT_GT(expect, 42u) << "submitted, started, placed, 40 epochs, the end";
+  auto none = coach("logs 999 --at " + at);
+  EXPECT_EQ(none.code, 2);
+  EXPECT_EQ(none.err, "coach: no job 999\n");
   stop_nodes(nodes);
 }
 

@@ -239,6 +239,9 @@ void expect_same(const api_request& a, const api_request& b) {
     EXPECT_EQ(m->to_node, y.to_node);
   } else if (const auto* p = std::get_if<policy_request>(&a)) {
     EXPECT_EQ(p->set, std::get<policy_request>(b).set);
+  } else if (const auto* l = std::get_if<logs_request>(&a)) {
+    EXPECT_EQ(l->job, std::get<logs_request>(b).job);
+    EXPECT_EQ(l->after, std::get<logs_request>(b).after);
   }
 }
 
@@ -261,6 +264,9 @@ void expect_same(const api_reply& a, const api_reply& b) {
     }
   } else if (const auto* p = std::get_if<policy_reply>(&a.body)) {
     EXPECT_EQ(p->active, std::get<policy_reply>(b.body).active);
+  } else if (const auto* l = std::get_if<logs_reply>(&a.body)) {
+    EXPECT_EQ(l->events, std::get<logs_reply>(b.body).events);
+    EXPECT_EQ(l->over, std::get<logs_reply>(b.body).over);
   }
 }
 
@@ -333,6 +339,8 @@ std::vector<control_message> every_variant() {
   all.push_back(api_request{migrate_request{102, 4, "node-b"}});
   all.push_back(api_request{policy_request{}});
   all.push_back(api_request{policy_request{"elastic-fifo"}});
+  all.push_back(api_request{logs_request{103, 0}});
+  all.push_back(api_request{logs_request{104, 1u << 40}});
   const error why{errc::invalid_argument, "field 'workers' must be > 0"};
   for (const bool failed : {false, true}) {
     const auto failure = failed ? std::optional<error>(why) : std::nullopt;
@@ -342,6 +350,9 @@ std::vector<control_message> every_variant() {
     all.push_back(
         api_reply{failure, nodes_reply{{full_node_status(true), full_node_status(false)}}});
     all.push_back(api_reply{failure, policy_reply{"round-robin"}});
+    all.push_back(api_reply{failure, logs_reply{{{1, 1764100000.25, "job 3 'x' submitted"},
+                                                 {2, 1764100001.5, "job 3: epoch 1/2: ..."}},
+                                                true}});
   }
   return all;
 }
