@@ -90,5 +90,9 @@ using peer_gone_atom = caf::atom_constant<caf::atom("peergone")>;
 /// (metrics_atom) -> std::string: the node agent's or the scheduler's families of /metrics
 /// (actors/metrics.hpp), in Prometheus' text format.
 using metrics_atom = caf::atom_constant<caf::atom("metrics")>;
+/// (dashboard_atom, bool admin) -> std::string: the scheduler's /api/state (actors/dashboard.hpp);
+/// (dashboard_atom, action, argument) -> std::string: "policy NAME" or "cancel JOB" from the
+/// dashboard (its server allows them with --dashboard-admin only); empty when done, else why not.
+using dashboard_atom = caf::atom_constant<caf::atom("dashboard")>;
 
 }  // namespace coach::actors

@@ -10,6 +10,7 @@
 #include <caf/all.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include <set>
 
 #include "actors/cluster.hpp"
+#include "actors/dashboard.hpp"
 #include "actors/job_runner.hpp"
 #include "actors/metrics.hpp"
 #include "actors/roles.hpp"
@@ -400,6 +402,34 @@ struct scheduler_state {
     return scheduler_metrics(jobs, known, holder->name());
   }
 
+  /// The dashboard's state: every job with its curve and history, the nodes, the policy.
+  std::string dashboard(bool admin) {
+    std::vector<dashboard_job> jobs;
+    for (const auto& [id, job] : reg->jobs())
+      jobs.push_back({snapshot(job, false), job.curve, reg->events(job, 0)});
+    std::vector<node_status> known;
+    for (const auto& [host, n] : nodes.nodes())
+      known.push_back({heartbeats.at(host), nodes.silent_for(host), n.alive});
+    return dashboard_state(jobs, known, holder->name(), admin);
+  }
+
+  /// An action from the dashboard (its server checked --dashboard-admin): as the CLI's.
+  std::string dashboard_action(const std::string& action, const std::string& arg) {
+    api_reply r;
+    if (action == "policy") {
+      r = answer(policy_request{arg});
+    } else if (action == "cancel") {
+      std::uint64_t id = 0;
+      const auto [end, ec] = std::from_chars(arg.data(), arg.data() + arg.size(), id);
+      if (ec != std::errc{} || end != arg.data() + arg.size())
+        return coach::format("'{}' is no job id", arg);
+      r = answer(cancel_request{id});
+    } else {
+      return coach::format("unknown action '{}'", action);
+    }
+    return r.failure ? r.failure->message : std::string{};
+  }
+
   job_status snapshot(const job_entry& job, bool with_model) {
     auto s = reg->snapshot(job, with_model ? holder->model().get() : nullptr, holder->name());
     // Traffic: what every node's transport sent for this job, from their latest heartbeats.
@@ -549,6 +579,10 @@ caf::behavior cluster_scheduler(caf::stateful_actor<scheduler_state>* self,
       },
       [self](decide_atom) { self->state.decide(); },
       [self](metrics_atom) { return self->state.metrics(); },
+      [self](dashboard_atom, bool admin) { return self->state.dashboard(admin); },
+      [self](dashboard_atom, std::string& action, std::string& arg) -> std::string {
+        return self->state.dashboard_action(action, arg);
+      },
       [self](peer_gone_atom, std::uint32_t host) { self->state.on_peer_gone(host); },
       [self](wire_message& m) {
         auto& s = self->state;

@@ -27,7 +27,8 @@ const std::string& http_server::url() const noexcept {
 }
 
 result<std::unique_ptr<http_server>> http_server::start(const std::string& address,
-                                                        std::map<std::string, handler> routes) {
+                                                        std::map<std::string, handler> routes,
+                                                        std::map<std::string, post_handler> posts) {
   std::string_view rest = address;
   if (rest.starts_with("http://")) rest.remove_prefix(7);
   const auto colon = rest.rfind(':');
@@ -55,6 +56,17 @@ result<std::unique_ptr<http_server>> http_server::start(const std::string& addre
       http_response r;
       try {
         r = h();
+      } catch (const std::exception& e) {
+        r = {500, "text/plain; charset=utf-8", std::string("internal error: ") + e.what() + "\n"};
+      }
+      res.status = r.status;
+      res.set_content(std::move(r.body), r.content_type.c_str());
+    });
+  for (auto& [path, h] : posts)
+    m.server.Post(path, [h = std::move(h)](const httplib::Request& req, httplib::Response& res) {
+      http_response r;
+      try {
+        r = h(req.body);
       } catch (const std::exception& e) {
         r = {500, "text/plain; charset=utf-8", std::string("internal error: ") + e.what() + "\n"};
       }

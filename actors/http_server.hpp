@@ -24,11 +24,15 @@ struct http_response {
 class http_server {
  public:
   using handler = std::function<http_response()>;
+  /// A POST route: the request's body in, the response out.
+  using post_handler = std::function<http_response(const std::string& body)>;
 
-  /// Serves `routes` (path -> handler) on `address` ("HOST:PORT" or "http://HOST:PORT"; port 0
-  /// picks a free one). Errors: invalid_argument (a malformed address), io_error (cannot bind).
+  /// Serves `routes` (GET, path -> handler) and `posts` (POST) on `address` ("HOST:PORT" or
+  /// "http://HOST:PORT"; port 0 picks a free one). Errors: invalid_argument (a malformed
+  /// address), io_error (cannot bind).
   static result<std::unique_ptr<http_server>> start(const std::string& address,
-                                                    std::map<std::string, handler> routes);
+                                                    std::map<std::string, handler> routes,
+                                                    std::map<std::string, post_handler> posts = {});
   ~http_server();
 
   /// "http://HOST:PORT" with the port bound.

@@ -26,11 +26,13 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <thread>
 
 #include "actors/address.hpp"
 #include "actors/cluster.hpp"
+#include "actors/dashboard.hpp"
 #include "actors/http_server.hpp"
 #include "actors/join_watch.hpp"
 #include "actors/metrics.hpp"
@@ -138,6 +140,10 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-listen", metrics_listen,
                  "Serve Prometheus metrics over HTTP at http://HOST:PORT/metrics (e.g. "
                  "127.0.0.1:9470; port 0: any free one, logged; default: none)");
+  bool dashboard_admin = false;
+  app.add_flag("--dashboard-admin", dashboard_admin,
+               "With --scheduler and --metrics-listen: the dashboard may change the policy and "
+               "cancel jobs (default: read-only)");
   std::string log_level = "info", log_file;
   app.add_option("--log-level", log_level,
                  "Least level of the lines logged: trace, debug, info, warn, error or off")
@@ -303,7 +309,54 @@ int main(int argc, char** argv) {
       if (!late.empty()) return {503, "text/plain; charset=utf-8", late + " did not answer\n"};
       return {200, "text/plain; version=0.0.4; charset=utf-8", std::move(text)};
     };
-    auto server = actors::http_server::start(metrics_listen, {{"/metrics", scrape}});
+    std::map<std::string, actors::http_server::handler> routes{{"/metrics", scrape}};
+    std::map<std::string, actors::http_server::post_handler> posts;
+    if (sched) {
+      // The dashboard: the page (compiled in) and the scheduler's state, read-only unless
+      // --dashboard-admin (docs/operations.md, "Dashboard").
+      for (const char* name : {"index.html", "app.js", "style.css"}) {
+        auto serve = [name]() -> actors::http_response {
+          const auto [type, bytes] = actors::dashboard_asset(name);
+          return {200, std::string(type), std::string(bytes)};
+        };
+        routes[std::string("/") + name] = serve;
+        if (std::string_view(name) == "index.html") routes["/"] = serve;
+      }
+      routes["/api/state"] = [&sys, sched, dashboard_admin]() -> actors::http_response {
+        caf::scoped_actor self{sys};
+        actors::http_response r{503, "text/plain; charset=utf-8", "the scheduler did not answer\n"};
+        self->request(sched, std::chrono::seconds(2), actors::dashboard_atom::value,
+                      dashboard_admin)
+            .receive(
+                [&](std::string& state) {
+                  r = {200, "application/json", std::move(state)};
+                },
+                [&](caf::error&) {});
+        return r;
+      };
+      for (const char* action : {"policy", "cancel"})
+        posts[std::string("/api/") + action] = [&sys, sched, dashboard_admin,
+                                                action](const std::string& body) {
+          if (!dashboard_admin)
+            return actors::http_response{
+                403, "text/plain; charset=utf-8",
+                "read-only: start the scheduler's coach-node with --dashboard-admin\n"};
+          caf::scoped_actor self{sys};
+          actors::http_response r{503, "text/plain; charset=utf-8",
+                                  "the scheduler did not answer\n"};
+          self->request(sched, std::chrono::seconds(5), actors::dashboard_atom::value,
+                        std::string(action), body)
+              .receive(
+                  [&](std::string& why) {
+                    r = why.empty()
+                            ? actors::http_response{200, "text/plain; charset=utf-8", "done\n"}
+                            : actors::http_response{400, "text/plain; charset=utf-8", why + "\n"};
+                  },
+                  [&](caf::error&) {});
+          return r;
+        };
+    }
+    auto server = actors::http_server::start(metrics_listen, std::move(routes), std::move(posts));
     if (!server) {
       log::error("--metrics-listen: {}", server.error().message);
       std::fprintf(stderr, "coach-node: --metrics-listen: %s\n", server.error().message.c_str());
@@ -312,6 +365,9 @@ int main(int argc, char** argv) {
     }
     http = std::move(*server);
     log::info("metrics at {}/metrics", http->url());
+    if (sched)
+      log::info("dashboard at {}/ ({})", http->url(),
+                dashboard_admin ? "may change the policy and cancel jobs" : "read-only");
   }
 
   std::signal(SIGTERM, on_signal);

@@ -721,6 +721,8 @@ void job_registry::epoch(registered_job& job, const epoch_report& e, perf_model&
   // event would otherwise end showing the allocation before it.
   st.workers = e.workers;
   st.shards = e.shards;
+  job.curve.resize(std::min<std::size_t>(job.curve.size(), e.epoch));  // a rerun replaces
+  job.curve.push_back(e);
   note(job,
        coach::format("job {}: epoch {}/{}: train loss {:.4f}, test accuracy {:.4f}, {:.2f} s, {} "
                      "worker(s), {} shard(s)",

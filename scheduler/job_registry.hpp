@@ -136,6 +136,9 @@ struct registered_job {
   std::size_t predictions = 0;
   /// Its history for `coach logs` (job_registry::note): the latest job_registry::max_events.
   std::deque<job_event> events;
+  /// Its finished epochs' figures in order (the dashboard's curves), this run and the ones
+  /// before it since the scheduler started.
+  std::vector<epoch_report> curve;
   std::uint64_t events_made = 0;
   double abs_rel_error = 0;
 

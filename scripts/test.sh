@@ -4,18 +4,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-# For the tests only: promtool (Debian's prometheus) checks what /metrics serves. Its service is
-# not started (the package's own start may fail where there is no init system: harmless here).
-if ! command -v promtool >/dev/null 2>&1; then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "test: installing prometheus (promtool)"
-  install() {
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
-      prometheus >/dev/null 2>&1
-  }
-  install || { $sudo apt-get update -qq && install; } ||
-    echo "test: prometheus not installed; the metrics test checks without promtool"
-fi
+# For the tests only: promtool (Debian's prometheus) checks what /metrics serves; headless
+# Chromium (Debian's chromium) loads the dashboard. Services are not started (a package's own
+# start may fail where there is no init system: harmless here). Without them those checks skip.
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+install() {
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" \
+    >/dev/null 2>&1
+}
+for tool in promtool:prometheus chromium:chromium; do
+  command -v "${tool%%:*}" >/dev/null 2>&1 && continue
+  echo "test: installing ${tool#*:} (${tool%%:*})"
+  install "${tool#*:}" || { $sudo apt-get update -qq && install "${tool#*:}"; } ||
+    echo "test: ${tool#*:} not installed; the tests that need it skip"
+done
 build=${BUILD_DIR:-build}
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" "$@"

@@ -1,0 +1,148 @@
+// The dashboard in a browser: headless Chromium (Debian's chromium) loads the page the
+// scheduler's coach-node serves while a 3-node cluster trains a job, and what the page shows
+// after its script ran is checked (the nodes, the running job and its figures, its curves, the
+// policy, read-only); a screenshot is kept as the test's artifact. Skipped where Chromium is
+// not installed.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/integration/process_harness.hpp"
+
+namespace {
+
+using namespace itest;
+
+std::string browser() {
+  for (const char* b : {"chromium", "chromium-browser", "google-chrome"})
+    if (std::system((std::string("command -v ") + b + " >/dev/null 2>&1").c_str()) == 0) return b;
+  return {};
+}
+
+int free_port() {
+  const auto a = free_address();
+  return std::stoi(a.substr(a.rfind(':') + 1));
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+  return itest::count(text, what);
+}
+
+TEST(dashboard, chromium_shows_the_nodes_the_running_job_and_its_curves) {
+  const auto chromium = browser();
+  if (chromium.empty()) GTEST_SKIP() << "no Chromium here (Debian package chromium)";
+  const std::string at = free_address();
+  const int port = free_port();
+  std::vector<node_process> nodes;
+  nodes.push_back(
+      start_node({"--listen", at, "--scheduler", "--store", "", "--name", "node-a", "--heartbeat",
+                  "0.25", "--metrics-listen", "127.0.0.1:" + std::to_string(port)},
+                 "node-a", "dash-node-a"));
+  for (const char* n : {"node-b", "node-c"})
+    nodes.push_back(
+        start_node({"--listen", free_address(), "--join", at, "--name", n, "--heartbeat", "0.25"},
+                   n, std::string("dash-") + n));
+  ASSERT_TRUE(await_nodes_alive(at, 3));
+  const auto spec = work_dir() / "dash.yaml";
+  std::ofstream(spec) << "name: dash-digits\n"
+                         "dataset: {format: csv, path: data/digits.csv.gz, test_fraction: 0.2}\n"
+                         "model: {type: mlp, hidden: [64], activation: relu}\n"
+                         "optimizer: {type: momentum, learning_rate: 0.05, momentum: 0.9}\n"
+                         "batch_size: 32\nepochs: 100000\nworkers: 2\nshards: 2\n"
+                         "placement: spread\nbackend: cpu\n";
+  auto sub = coach("submit " + spec.string() + " --json --at " + at);
+  ASSERT_EQ(sub.code, 0) << sub.err;
+  const auto job = std::to_string(nlohmann::json::parse(sub.out).at("job").get<int>());
+  // A few epochs in (curves to draw).
+  bool going = false;
+  for (int i = 0; i < 300 && !going; ++i) {
+    auto st = coach("status " + job + " --json --at " + at);
+    going = st.code == 0 &&
+            nlohmann::json::parse(st.out).at("jobs").at(0).at("epochs_done").get<int>() >= 5;
+    if (!going) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(going);
+
+  const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/";
+  const std::string flags =
+      " --headless --no-sandbox --disable-gpu --no-first-run "
+      "--user-data-dir=" +
+      (work_dir() / "chromium").string() + " --window-size=1400,1000 --virtual-time-budget=5000 ";
+  const auto dom_file = work_dir() / "dashboard-dom.html";
+  ASSERT_EQ(std::system((chromium + flags + "--dump-dom " + url + " > " + dom_file.string() +
+                         " 2>/dev/null")
+                            .c_str()),
+            0);
+  const auto dom = slurp(dom_file);
+  for (const char* n : {"node-a", "node-b", "node-c"})
+    EXPECT_NE(dom.find(std::string("data-name=\"") + n + "\""), std::string::npos) << n << dom;
+  EXPECT_NE(dom.find("data-job=\"" + job + "\""), std::string::npos) << dom;
+  EXPECT_NE(dom.find("dash-digits"), std::string::npos);
+  EXPECT_NE(dom.find("<span class=\"state-running\">running</span>"), std::string::npos) << dom;
+  EXPECT_NE(dom.find("<b id=\"policy\">fifo</b>"), std::string::npos);
+  EXPECT_NE(dom.find("read-only"), std::string::npos);
+  // Both panels drawn, with the curves in them (loss: training and test; accuracy).
+  EXPECT_NE(dom.find("class=\"curve loss\""), std::string::npos);
+  EXPECT_NE(dom.find("class=\"curve accuracy\""), std::string::npos);
+  EXPECT_EQ(count(dom, "<polyline"), 3u) << dom;
+  // Its history: its start and where its parts went.
+  EXPECT_NE(dom.find("job " + job + " 'dash-digits': 2 worker(s), 2 shard(s) over 3 host(s)"),
+            std::string::npos)
+      << dom;
+
+  const auto shot = work_dir() / "dashboard.png";
+  std::filesystem::remove(shot);
+  ASSERT_EQ(std::system((chromium + flags + "--screenshot=" + shot.string() + " " + url +
+                         " >/dev/null 2>&1")
+                            .c_str()),
+            0);
+  EXPECT_GT(std::filesystem::file_size(shot), 10000u);
+  std::printf("dashboard_test: screenshot kept at %s\n", shot.string().c_str());
+
+  // Read-only: the page's actions are refused.
+  httplib::Client c("127.0.0.1", port);
+  auto r = c.Post("/api/cancel", job, "text/plain");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  EXPECT_EQ(r->body, "read-only: start the scheduler's coach-node with --dashboard-admin\n");
+  auto cancel = coach("cancel " + job + " --at " + at);
+  EXPECT_EQ(cancel.code, 0) << cancel.err;
+  stop_nodes(nodes);
+}
+
+TEST(dashboard, with_dashboard_admin_the_page_may_set_the_policy_and_cancel_a_job) {
+  const std::string at = free_address();
+  const int port = free_port();
+  std::vector<node_process> nodes;
+  nodes.push_back(start_node(
+      {"--listen", at, "--scheduler", "--store", "", "--name", "admin", "--heartbeat", "0.25",
+       "--dashboard-admin", "--metrics-listen", "127.0.0.1:" + std::to_string(port)},
+      "admin", "dash-admin"));
+  ASSERT_TRUE(await_nodes_alive(at, 1));
+  httplib::Client c("127.0.0.1", port);
+  auto state = c.Get("/api/state");
+  ASSERT_TRUE(state);
+  ASSERT_EQ(state->status, 200);
+  EXPECT_TRUE(nlohmann::json::parse(state->body).at("admin").get<bool>());
+  auto set = c.Post("/api/policy", "elastic-fifo", "text/plain");
+  ASSERT_TRUE(set);
+  EXPECT_EQ(set->status, 200) << set->body;
+  EXPECT_EQ(coach("policy get --at " + at).out, "elastic-fifo\n");
+  auto bad = c.Post("/api/policy", "lottery", "text/plain");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("unknown policy 'lottery'"), std::string::npos) << bad->body;
+  auto none = c.Post("/api/cancel", "999", "text/plain");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 400);
+  EXPECT_EQ(none->body, "no job 999\n");
+  stop_nodes(nodes);
+}
+
+}  // namespace
