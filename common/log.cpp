@@ -15,16 +15,23 @@
 namespace coach::log {
 namespace {
 
-constexpr std::array<std::string_view, 6> names = {"trace", "debug", "info", "warn", "error", "off"};
+constexpr std::array<std::string_view, 6> names = {"trace", "debug", "info",
+                                                   "warn",  "error", "off"};
 
 spdlog::level::level_enum to_spdlog(level l) {
   switch (l) {
-    case level::trace: return spdlog::level::trace;
-    case level::debug: return spdlog::level::debug;
-    case level::info: return spdlog::level::info;
-    case level::warn: return spdlog::level::warn;
-    case level::error: return spdlog::level::err;
-    case level::off: break;
+    case level::trace:
+      return spdlog::level::trace;
+    case level::debug:
+      return spdlog::level::debug;
+    case level::info:
+      return spdlog::level::info;
+    case level::warn:
+      return spdlog::level::warn;
+    case level::error:
+      return spdlog::level::err;
+    case level::off:
+      break;
   }
   return spdlog::level::off;
 }

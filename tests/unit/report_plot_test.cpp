@@ -98,7 +98,7 @@ TEST(train_events, one_json_object_a_line_and_each_change_once) {
     ev->progress(p);  // the same change again: no second line
     auto r = three_epochs();
     r.epochs[0].test_accuracy = std::nan("");  // written as null
-    r.epochs[0].workers = 3;  // as the change left it: no second change line
+    r.epochs[0].workers = 3;                   // as the change left it: no second change line
     r.epochs[0].shards = 1;
     ev->epoch(r.epochs[0]);
     ev->end("succeeded", 0.9, 12.5, 3);
