@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "actors/address.hpp"
 #include "actors/zmq_transport.hpp"
 
 namespace coach::actors {
@@ -19,12 +20,12 @@ struct api_client::impl {
 
 result<std::unique_ptr<api_client>> api_client::open(const std::string& address,
                                                      transport_security security) {
-  if (address.rfind("tcp://", 0) != 0 || address.find(':', 6) == std::string::npos)
-    return fail(errc::invalid_argument, "--at '{}': expected tcp://IP:PORT", address);
+  auto normal = tcp_address(address);
+  if (!normal) return std::unexpected(normal.error());
   std::unique_ptr<api_client> c(new api_client());
   c->impl_ = std::make_unique<impl>();
   auto& m = *c->impl_;
-  m.address = address;
+  m.address = *normal;
   // The reply comes back over this client's own connection; the listening socket is never used
   // by peers, so loopback with any port will do.
   auto net = zmq_transport::start({.host = client_host_id(),
@@ -33,7 +34,7 @@ result<std::unique_ptr<api_client>> api_client::open(const std::string& address,
                                    .log_refusals = false});
   if (!net) return std::unexpected(net.error());
   m.net = std::move(*net);
-  m.net->add_peer(0, address);
+  m.net->add_peer(0, m.address);
   m.cfg.set("logger.console", caf::atom("none"));
   m.cfg.set("scheduler.max-threads", std::size_t(1));
   m.cfg.set("scheduler.policy", caf::atom("sharing"));

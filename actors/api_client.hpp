@@ -17,8 +17,9 @@ namespace coach::actors {
 
 class api_client {
  public:
-  /// Prepares a client of the scheduler at `address` ("tcp://IP:PORT"), authenticated with
-  /// `security`'s key when it has one. Errors: a malformed address (invalid_argument).
+  /// Prepares a client of the scheduler at `address` ("tcp://HOST:PORT" or "HOST:PORT",
+  /// actors/address.hpp), authenticated with `security`'s key when it has one. Errors: a
+  /// malformed address (invalid_argument).
   static result<std::unique_ptr<api_client>> open(const std::string& address,
                                                   transport_security security = {});
   ~api_client();

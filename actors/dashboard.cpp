@@ -56,8 +56,14 @@ std::string dashboard_state(const std::vector<dashboard_job>& jobs,
                      {"error", s.error}};
     j["curve"] = nlohmann::json::array();
     j["changes_at"] = nlohmann::json::array();
+    // At most about max_curve_points a curve (the page polls every 2 s): every stride-th epoch,
+    // the last always; a change is marked wherever it falls.
+    const std::size_t stride = d.curve.size() / max_curve_points + 1;
     for (std::size_t i = 0; i < d.curve.size(); ++i) {
       const auto& e = d.curve[i];
+      if (i > 0 && (e.workers != d.curve[i - 1].workers || e.shards != d.curve[i - 1].shards))
+        j["changes_at"].push_back(double(e.epoch) + 0.5);
+      if (i % stride != 0 && i + 1 != d.curve.size()) continue;
       j["curve"].push_back({{"epoch", e.epoch + 1},
                             {"train_loss", num(e.train_loss)},
                             {"test_loss", num(e.test_loss)},
@@ -65,9 +71,6 @@ std::string dashboard_state(const std::vector<dashboard_job>& jobs,
                             {"seconds", num(e.seconds)},
                             {"workers", e.workers},
                             {"shards", e.shards}});
-      // A change of workers or shards: marked within the epoch that first ran with it.
-      if (i > 0 && (e.workers != d.curve[i - 1].workers || e.shards != d.curve[i - 1].shards))
-        j["changes_at"].push_back(double(e.epoch) + 0.5);
     }
     j["events"] = nlohmann::json::array();
     for (const auto& e : d.events)

@@ -23,7 +23,11 @@ struct dashboard_job {
   std::vector<scheduler::job_event> events;
 };
 
-/// The state /api/state serves. `admin`: the page may change the policy and cancel jobs.
+/// Points of a curve /api/state sends at most (about: the last epoch always comes too).
+inline constexpr std::size_t max_curve_points = 500;
+
+/// The state /api/state serves. `admin`: the page may change the policy and cancel jobs. A
+/// curve longer than max_curve_points is thinned evenly.
 std::string dashboard_state(const std::vector<dashboard_job>& jobs,
                             const std::vector<node_status>& nodes, std::string_view policy,
                             bool admin);

@@ -723,12 +723,10 @@ void job_registry::epoch(registered_job& job, const epoch_report& e, perf_model&
   st.shards = e.shards;
   job.curve.resize(std::min<std::size_t>(job.curve.size(), e.epoch));  // a rerun replaces
   job.curve.push_back(e);
-  note(job,
-       coach::format("job {}: epoch {}/{}: train loss {:.4f}, test accuracy {:.4f}, {:.2f} s, {} "
-                     "worker(s), {} shard(s)",
-                     id, e.epoch + 1, st.epochs_total, e.train_loss, e.test_accuracy, e.seconds,
-                     e.workers, e.shards),
-       false);  // a line an epoch: the history's, not the log's
+  note_epoch(job, coach::format("job {}: epoch {}/{}: train loss {:.4f}, test accuracy {:.4f}, "
+                                "{:.2f} s, {} worker(s), {} shard(s)",
+                                id, e.epoch + 1, st.epochs_total, e.train_loss, e.test_accuracy,
+                                e.seconds, e.workers, e.shards));
   const int w = int(e.workers), p = int(e.shards);
   std::optional<double> predicted;
   if (w >= 1 && p >= 1) {
@@ -929,10 +927,17 @@ void job_registry::note(registered_job& job, std::string line, bool log) {
   while (job.events.size() > max_events) job.events.pop_front();
 }
 
+void job_registry::note_epoch(registered_job& job, std::string line) {
+  job.epoch_events.push_back({++job.events_made, now(), std::move(line)});
+  while (job.epoch_events.size() > max_epoch_events) job.epoch_events.pop_front();
+}
+
 std::vector<job_event> job_registry::events(const registered_job& job, std::uint64_t after) const {
   std::vector<job_event> out;
-  for (const auto& e : job.events)
-    if (e.seq > after) out.push_back(e);
+  std::merge(job.events.begin(), job.events.end(), job.epoch_events.begin(), job.epoch_events.end(),
+             std::back_inserter(out),
+             [](const job_event& x, const job_event& y) { return x.seq < y.seq; });
+  std::erase_if(out, [after](const job_event& e) { return e.seq <= after; });
   return out;
 }
 

@@ -134,8 +134,11 @@ struct registered_job {
   std::optional<double> last_predicted;
   double last_observed = 0;
   std::size_t predictions = 0;
-  /// Its history for `coach logs` (job_registry::note): the latest job_registry::max_events.
+  /// Its history for `coach logs` (job_registry::note): the latest job_registry::max_events,
+  /// and apart from them its epochs' lines, the latest max_epoch_events (a long job's epochs
+  /// must not push its start, placements and changes out).
   std::deque<job_event> events;
+  std::deque<job_event> epoch_events;
   /// Its finished epochs' figures in order (the dashboard's curves), this run and the ones
   /// before it since the scheduler started.
   std::vector<epoch_report> curve;
@@ -338,12 +341,14 @@ class job_registry {
   /// earlier job it waits behind; empty for a job that is not waiting.
   std::string why_waiting(const registered_job& job) const;
 
-  /// Keeps `line` in the job's history and logs it (unless `log` is false: lines that come in
-  /// volume, one an epoch).
+  /// Keeps `line` in the job's history and logs it (unless `log` is false: the history's only).
   void note(registered_job& job, std::string line, bool log = true);
   /// The job's history after event `after` (0: all it keeps), oldest first.
   std::vector<job_event> events(const registered_job& job, std::uint64_t after) const;
   static constexpr std::size_t max_events = 2000;
+  static constexpr std::size_t max_epoch_events = 200;
+  /// An epoch's line: in the history, not the log (one an epoch).
+  void note_epoch(registered_job& job, std::string line);
   const std::shared_ptr<job_store>& store() const noexcept { return store_; }
   /// Writes the job's allocation to the store.
   void record_allocation(const registered_job& job);

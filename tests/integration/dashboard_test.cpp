@@ -25,15 +25,6 @@ std::string browser() {
   return {};
 }
 
-int free_port() {
-  const auto a = free_address();
-  return std::stoi(a.substr(a.rfind(':') + 1));
-}
-
-std::size_t count(const std::string& text, const std::string& what) {
-  return itest::count(text, what);
-}
-
 TEST(dashboard, chromium_shows_the_nodes_the_running_job_and_its_curves) {
   const auto chromium = browser();
   if (chromium.empty()) GTEST_SKIP() << "no Chromium here (Debian package chromium)";

@@ -22,12 +22,6 @@ namespace {
 
 using namespace itest;
 
-/// The port of a free loopback address.
-int free_port() {
-  const auto a = free_address();
-  return std::stoi(a.substr(a.rfind(':') + 1));
-}
-
 /// Samples of a Prometheus text by "name{labels}".
 std::map<std::string, double> samples_of(const std::string& text) {
   std::map<std::string, double> out;

@@ -93,6 +93,12 @@ inline std::string free_address() {
   return s.get(zmq::sockopt::last_endpoint);
 }
 
+/// A free port on 127.0.0.1 (of free_address()), for a server other than a coach-node's data path.
+inline int free_port() {
+  const auto a = free_address();
+  return std::stoi(a.substr(a.rfind(':') + 1));
+}
+
 /// The number after "KEY": in a JSON text (first occurrence), or -1.
 inline double json_number(const std::string& text, const std::string& key, std::size_t from = 0) {
   const auto at = text.find("\"" + key + "\": ", from);

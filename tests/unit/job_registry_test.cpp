@@ -664,3 +664,33 @@ TEST_F(registry, cancel_and_running_job_say_why_not) {
 
 }  // namespace
 }  // namespace coach::scheduler
+
+namespace coach::scheduler {
+namespace {
+
+TEST_F(registry, a_long_jobs_epochs_do_not_push_its_start_out_of_its_history) {
+  nodes(1, 4);
+  use("fifo");
+  auto reg = make();
+  const auto id = submit(reg, spec_yaml("long", 5000, "1", "1"));
+  decide(reg);
+  auto& job = *reg.find(id);
+  end_epochs(reg, job, *holder->model(), 0, 2999);
+  const auto all = reg.events(job, 0);
+  ASSERT_FALSE(all.empty());
+  EXPECT_EQ(all.front().text,
+            coach::format("job {} 'long' submitted (1 worker(s), 1 shard(s) asked)", id));
+  std::size_t epochs = 0;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    epochs += all[i].text.find(": epoch ") != std::string::npos;
+    if (i > 0) EXPECT_LT(all[i - 1].seq, all[i].seq) << "in order";
+  }
+  EXPECT_EQ(epochs, job_registry::max_epoch_events) << "the latest epochs only";
+  EXPECT_NE(all.back().text.find(": epoch 3000/5000: "), std::string::npos) << all.back().text;
+  // A follower asking after the last one it has gets nothing new.
+  EXPECT_TRUE(reg.events(job, all.back().seq).empty());
+  EXPECT_EQ(reg.events(job, all[all.size() - 2].seq).size(), 1u);
+}
+
+}  // namespace
+}  // namespace coach::scheduler

@@ -2,8 +2,10 @@
 // records `coach nodes` and `coach status --json` show: each family once with HELP and TYPE,
 // label values escaped, the job's figures (the performance model's included) as they are.
 #include "actors/metrics.hpp"
+#include "actors/dashboard.hpp"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <map>
@@ -137,6 +139,28 @@ TEST(metrics, jobs_show_what_status_shows_with_the_models_prediction) {
   EXPECT_EQ(p.samples.at("coach_job_model_error_ratio{job=\"3\"}"), "0.0625");
   EXPECT_EQ(p.samples.count("coach_job_predicted_epoch_seconds{job=\"4\"}"), 0u)
       << "no model view, no prediction";
+}
+
+TEST(dashboard_state, a_long_curve_is_thinned_keeping_its_last_epoch_and_every_change) {
+  dashboard_job d;
+  d.status.job = 7;
+  d.status.name = "long";
+  for (std::uint32_t e = 0; e < 2000; ++e) {
+    scheduler::epoch_report r;
+    r.epoch = e;
+    r.train_loss = 1.0 / (e + 1);
+    r.workers = e < 1001 ? 2 : 3;  // one change, in an epoch the thinning skips
+    r.shards = 1;
+    d.curve.push_back(r);
+  }
+  const auto s = nlohmann::json::parse(dashboard_state({d}, {}, "fifo", false));
+  const auto& job = s.at("jobs").at(0);
+  EXPECT_LE(job.at("curve").size(), max_curve_points + 1);
+  EXPECT_GE(job.at("curve").size(), max_curve_points / 2);
+  EXPECT_EQ(job.at("curve").back().at("epoch"), 2000) << "the last epoch always";
+  ASSERT_EQ(job.at("changes_at").size(), 1u);
+  EXPECT_DOUBLE_EQ(job.at("changes_at").at(0).get<double>(), 1001.5);
+  EXPECT_FALSE(s.at("admin").get<bool>());
 }
 
 }  // namespace
