@@ -17,14 +17,13 @@
 
 #include "actors/address.hpp"
 #include "actors/api_client.hpp"
+#include "common/json.hpp"
 #include "scheduler/job_report.hpp"
 
 namespace coach::apps {
 namespace {
 
 using actors::job_state;
-using scheduler::json_number;
-using scheduler::json_string;
 
 std::atomic<bool> g_stop_wait{false};
 /// The CLI's key, if any (use_security): one per process, set before any command runs.
@@ -60,87 +59,81 @@ std::uint64_t cross_host_bytes(const actors::job_status& s) {
   return n;
 }
 
-std::string to_json(const actors::job_status& s) {
-  std::string out = "{";
-  out += coach::format("\"job\": {}, \"name\": {}, \"state\": {}, ", s.job, json_string(s.name),
-                       json_string(std::string(to_string(s.state))));
-  out += coach::format("\"epochs_done\": {}, \"epochs_total\": {}, \"test_accuracy\": {}, ",
-                       s.epochs_done, s.epochs_total, json_number(s.test_accuracy));
-  out += coach::format("\"samples_per_s\": {}, \"loss\": {}, \"samples_done\": {}, ",
-                       json_number(s.samples_per_second), json_number(s.loss), s.samples_done);
-  out += coach::format("\"samples_per_epoch\": {}, \"workers\": {}, \"shards\": {}, ",
-                       s.samples_epoch, s.workers, s.shards);
-  auto names = [](const std::vector<std::string>& v) {
-    std::string o = "[";
-    for (std::size_t i = 0; i < v.size(); ++i) o += (i ? ", " : "") + json_string(v[i]);
-    return o + "]";
-  };
-  out += coach::format("\"worker_nodes\": {}, \"shard_nodes\": {}, ", names(s.worker_nodes),
-                       names(s.shard_nodes));
-  std::string epochs = "[";
-  for (std::size_t i = 0; i < s.epoch_samples.size(); ++i)
-    epochs += coach::format("{}{}", i ? ", " : "", s.epoch_samples[i]);
-  out += coach::format("\"epoch_samples\": {}], ", epochs);
-  std::string changes;
-  for (std::size_t i = 0; i < s.changes.size(); ++i)
-    changes += (i ? ", " : "") + scheduler::to_json(s.changes[i]);
-  out += coach::format("\"changes\": [{}], ", changes);
-  out += coach::format("\"seconds\": {}, \"error\": {}, \"error_code\": {}, ",
-                       json_number(s.seconds), json_string(s.error), s.error_code);
-  out += coach::format(
-      "\"resumes\": {}, \"changes_done\": {}, \"placement\": {}, \"aggregation_degree\": {}, ",
-      s.resumes, s.changes_done, json_string(s.placement), json_number(s.aggregation_degree));
-  std::string lost;
-  for (std::size_t i = 0; i < s.recoveries_lost_s.size(); ++i)
-    lost += (i ? ", " : "") + json_number(s.recoveries_lost_s[i]);
-  out += coach::format("\"recoveries\": {}, \"recoveries_lost_s\": [{}], \"failovers\": {}, ",
-                       s.recoveries_lost_s.size(), lost, s.failovers);
-  if (const auto& i = s.invocations)
-    out += coach::format(
-        "\"invocations\": {{\"started\": {}, \"completed\": {}, \"timed_out\": {}, "
-        "\"out_of_memory\": {}, \"failed\": {}, \"tasks\": {}, \"peak_memory_bytes\": {}}}, ",
-        i->started, i->completed, i->timed_out, i->out_of_memory, i->failed, i->tasks,
-        i->peak_memory_bytes);
-  // The scheduler's JSON as it is (it sends it for one job's status).
-  if (!s.model_json.empty()) out += coach::format("\"model\": {}, ", s.model_json);
-  out += coach::format("\"waiting\": {}, ", json_string(s.waiting));
-  out += coach::format("\"cross_host_bytes\": {}, \"traffic\": [", cross_host_bytes(s));
-  for (std::size_t i = 0; i < s.traffic.size(); ++i) {
-    const auto& l = s.traffic[i];
-    out += coach::format("{}{\"src_host\": {}, \"dst_host\": {}, \"messages\": {}, \"bytes\": {}}",
-                         i ? ", " : "", l.src_host, l.dst_host, l.messages, l.bytes);
+json to_json(const actors::job_status& s) {
+  json out{{"job", s.job},
+           {"name", s.name},
+           {"state", to_string(s.state)},
+           {"epochs_done", s.epochs_done},
+           {"epochs_total", s.epochs_total},
+           {"test_accuracy", json_figure(s.test_accuracy)},
+           {"samples_per_s", json_figure(s.samples_per_second)},
+           {"loss", json_figure(s.loss)},
+           {"samples_done", s.samples_done},
+           {"samples_per_epoch", s.samples_epoch},
+           {"workers", s.workers},
+           {"shards", s.shards},
+           {"worker_nodes", s.worker_nodes},
+           {"shard_nodes", s.shard_nodes},
+           {"epoch_samples", s.epoch_samples}};
+  json changes = json::array();
+  for (const auto& c : s.changes) changes.push_back(scheduler::to_json_value(c));
+  out["changes"] = std::move(changes);
+  out["seconds"] = json_figure(s.seconds);
+  out["error"] = s.error;
+  out["error_code"] = s.error_code;
+  out["resumes"] = s.resumes;
+  out["changes_done"] = s.changes_done;
+  out["placement"] = s.placement;
+  out["aggregation_degree"] = json_figure(s.aggregation_degree);
+  out["recoveries"] = s.recoveries_lost_s.size();
+  json lost = json::array();
+  for (double x : s.recoveries_lost_s) lost.push_back(json_figure(x));
+  out["recoveries_lost_s"] = std::move(lost);
+  out["failovers"] = s.failovers;
+  if (s.invocations) out["invocations"] = scheduler::to_json_value(*s.invocations);
+  // The scheduler sends its model's figures for one job's status as JSON text.
+  if (!s.model_json.empty()) {
+    auto model = json::parse(s.model_json, nullptr, false);
+    if (!model.is_discarded()) out["model"] = std::move(model);
   }
-  return out + "]}";
+  out["waiting"] = s.waiting;
+  out["cross_host_bytes"] = cross_host_bytes(s);
+  json traffic = json::array();
+  for (const auto& l : s.traffic)
+    traffic.push_back(json{{"src_host", l.src_host},
+                           {"dst_host", l.dst_host},
+                           {"messages", l.messages},
+                           {"bytes", l.bytes}});
+  out["traffic"] = std::move(traffic);
+  return out;
 }
 
-std::string to_json(const actors::node_status& n) {
+json to_json(const actors::node_status& n) {
   const auto& hb = n.last;
   const auto& r = hb.resources;
-  auto ints = [](const std::vector<int>& v) {
-    std::string o = "[";
-    for (std::size_t i = 0; i < v.size(); ++i) o += coach::format("{}{}", i ? ", " : "", v[i]);
-    return o + "]";
-  };
-  std::string out = "{";
-  out += coach::format("\"name\": {}, \"host\": {}, \"address\": {}, \"alive\": {}, ",
-                       json_string(hb.name), hb.host, json_string(hb.address),
-                       n.alive ? "true" : "false");
-  out += coach::format("\"draining\": {}, \"seconds_since_heartbeat\": {}, ",
-                       hb.draining ? "true" : "false", json_number(n.seconds_since));
-  out += coach::format("\"cpus_total\": {}, \"cpus_free\": {}, \"memory_total\": {}, ",
-                       r.cpus_total, json_number(r.cpus_free), r.memory_total);
-  out += coach::format("\"memory_free\": {}, \"gpus_total\": {}, \"gpus_free\": {}, ",
-                       r.memory_free, ints(r.gpus_total), ints(r.gpus_free));
-  out += "\"gpus_held\": [";
-  for (std::size_t i = 0; i < r.gpus_held.size(); ++i) {
-    const auto& g = r.gpus_held[i];
-    out += coach::format("{}{{\"job\": {}, \"rank\": {}, \"gpu\": {}, \"own\": {}}}", i ? ", " : "",
-                         g.job, g.rank, g.device, g.own ? "true" : "false");
-  }
-  out += "], ";
-  out += coach::format("\"load1\": {}, \"actors_running\": {}}", json_number(r.load1),
-                       hb.actors_running);
-  return out;
+  json held = json::array();
+  for (const auto& g : r.gpus_held)
+    held.push_back(json{{"job", g.job}, {"rank", g.rank}, {"gpu", g.device}, {"own", g.own}});
+  return json{{"name", hb.name},
+              {"host", hb.host},
+              {"address", hb.address},
+              {"alive", n.alive},
+              {"draining", hb.draining},
+              {"seconds_since_heartbeat", json_figure(n.seconds_since)},
+              {"cpus_total", r.cpus_total},
+              {"cpus_free", json_figure(r.cpus_free)},
+              {"memory_total", r.memory_total},
+              {"memory_free", r.memory_free},
+              {"gpus_total", r.gpus_total},
+              {"gpus_free", r.gpus_free},
+              {"gpus_held", std::move(held)},
+              {"load1", json_figure(r.load1)},
+              {"actors_running", hb.actors_running}};
+}
+
+/// One JSON document on its own line of stdout.
+void print_json(const json& j) {
+  std::printf("%s\n", j.dump().c_str());
 }
 
 std::string human_bytes(std::uint64_t b) {
@@ -161,7 +154,7 @@ void print_status_table(const std::vector<actors::job_status>& jobs) {
               "EPOCH", "ACCURACY", "SAMPLES/S", "WORKERS", "SHARDS", "PLACEMENT", "CROSS-HOST");
   for (const auto& s : jobs) {
     const std::string acc =
-        std::isnan(s.test_accuracy) ? "-" : coach::format("{}", json_number(s.test_accuracy));
+        std::isnan(s.test_accuracy) ? "-" : coach::format("{:.4f}", s.test_accuracy);
     std::printf("%-5llu %-20s %-10s %3u/%-3u %-9s %-11.0f %-8u %-7u %-10s %s\n",
                 static_cast<unsigned long long>(s.job), s.name.c_str(),
                 std::string(to_string(s.state)).c_str(), s.epochs_done, s.epochs_total, acc.c_str(),
@@ -248,7 +241,7 @@ int wait_for(actors::api_client& client, std::uint64_t job, bool json) {
     }
     if (terminal(s.state)) {
       if (tty) std::fprintf(stderr, "\r\033[K");
-      if (json) std::printf("%s\n", to_json(s).c_str());
+      if (json) print_json(to_json(s));
       if (s.state == job_state::succeeded) {
         std::fprintf(stderr,
                      "coach: job %llu '%s' succeeded: test accuracy %.4f after %u epoch(s) in "
@@ -335,7 +328,7 @@ int run_submit(const std::string& at, const std::string& spec_path, std::uint32_
   if (!sub) return report_error({errc::protocol_error, "the scheduler's reply has no job id"});
   if (!wait) {
     if (json)
-      std::printf("{\"job\": %llu}\n", static_cast<unsigned long long>(sub->job));
+      print_json({{"job", sub->job}});
     else
       std::printf("%llu\n", static_cast<unsigned long long>(sub->job));
     return 0;
@@ -352,9 +345,9 @@ int run_status(const std::string& at, std::uint64_t job, bool json) {
   const auto* st = std::get_if<actors::status_reply>(&reply->body);
   if (!st) return report_error({errc::protocol_error, "the scheduler's reply is not a status"});
   if (json) {
-    std::string out = "{\"jobs\": [";
-    for (std::size_t i = 0; i < st->jobs.size(); ++i) out += (i ? ", " : "") + to_json(st->jobs[i]);
-    std::printf("%s]}\n", out.c_str());
+    coach::json jobs = coach::json::array();
+    for (const auto& s : st->jobs) jobs.push_back(to_json(s));
+    print_json({{"jobs", std::move(jobs)}});
   } else {
     print_status_table(st->jobs);
   }
@@ -368,10 +361,9 @@ int run_nodes(const std::string& at, bool json) {
   const auto* nodes = std::get_if<actors::nodes_reply>(&reply->body);
   if (!nodes) return report_error({errc::protocol_error, "the scheduler's reply is not a list"});
   if (json) {
-    std::string out = "{\"nodes\": [";
-    for (std::size_t i = 0; i < nodes->nodes.size(); ++i)
-      out += (i ? ", " : "") + to_json(nodes->nodes[i]);
-    std::printf("%s]}\n", out.c_str());
+    coach::json all = coach::json::array();
+    for (const auto& n : nodes->nodes) all.push_back(to_json(n));
+    print_json({{"nodes", std::move(all)}});
     return 0;
   }
   std::printf("%-16s %-26s %-9s %-11s %-19s %-6s %-7s %s\n", "NAME", "ADDRESS", "STATE",
@@ -392,7 +384,7 @@ int run_cancel(const std::string& at, std::uint64_t job, bool json) {
   if (!reply) return report_error(reply.error());
   if (reply->failure) return report_error(*reply->failure);
   if (json)
-    std::printf("{\"job\": %llu, \"cancelling\": true}\n", static_cast<unsigned long long>(job));
+    print_json({{"job", job}, {"cancelling", true}});
   else
     std::fprintf(stderr, "coach: job %llu is being cancelled\n",
                  static_cast<unsigned long long>(job));
@@ -407,8 +399,7 @@ int run_rescale(const std::string& at, std::uint64_t job, std::uint32_t workers,
   if (!reply) return report_error(reply.error());
   if (reply->failure) return report_error(*reply->failure);
   if (json) {
-    std::printf("{\"job\": %llu, \"workers\": %u, \"shards\": %u, \"accepted\": true}\n",
-                static_cast<unsigned long long>(job), workers, shards);
+    print_json({{"job", job}, {"workers", workers}, {"shards", shards}, {"accepted", true}});
   } else {
     std::string what;
     if (workers) what += coach::format("{} worker(s)", workers);
@@ -425,8 +416,7 @@ int run_migrate(const std::string& at, std::uint64_t job, std::uint32_t shard,
   if (!reply) return report_error(reply.error());
   if (reply->failure) return report_error(*reply->failure);
   if (json)
-    std::printf("{\"job\": %llu, \"shard\": %u, \"to\": %s, \"accepted\": true}\n",
-                static_cast<unsigned long long>(job), shard, json_string(node).c_str());
+    print_json({{"job", job}, {"shard", shard}, {"to", node}, {"accepted", true}});
   else
     std::fprintf(stderr, "coach: job %llu: shard %u moves to node '%s' at the next step\n",
                  static_cast<unsigned long long>(job), shard, node.c_str());
@@ -455,9 +445,8 @@ int run_logs(const std::string& at, std::uint64_t job, bool follow, bool json) {
     if (!l) return report_error({errc::protocol_error, "the scheduler's reply is not a log"});
     for (const auto& e : l->events) {
       if (json) {
-        std::printf("{\"seq\": %llu, \"time\": %s, \"text\": %s}\n",
-                    static_cast<unsigned long long>(e.seq), json_number(e.time).c_str(),
-                    json_string(e.text).c_str());
+        // The time in full: Unix seconds need more than a figure's 6 digits.
+        print_json({{"seq", e.seq}, {"time", e.time}, {"text", e.text}});
       } else {
         const std::time_t t = std::time_t(e.time);
         std::tm local{};
@@ -485,7 +474,7 @@ int run_policy(const std::string& at, const std::string& set, bool json) {
   const auto* p = std::get_if<actors::policy_reply>(&reply->body);
   if (!p) return report_error({errc::protocol_error, "the scheduler's reply is not a policy"});
   if (json)
-    std::printf("{\"policy\": %s}\n", json_string(p->active).c_str());
+    print_json({{"policy", p->active}});
   else
     std::printf("%s\n", p->active.c_str());
   if (!set.empty() && !json)

@@ -152,12 +152,12 @@ int run_sim(const std::string& trace_path, const std::string& policy, const std:
     if (results.size() == 1) {
       std::printf("%s\n", sched::to_json(results.front()).c_str());
     } else {
-      std::string line =
-          coach::format("{\"trace\": {}, \"nodes\": {}, \"gpus_per_node\": {}, \"results\": [",
-                        sched::json_string(trace_path), options.nodes, options.gpus_per_node);
-      for (std::size_t i = 0; i < results.size(); ++i)
-        line += (i ? ", " : "") + sched::to_json(results[i]);
-      std::printf("%s]}\n", line.c_str());
+      coach::json all{{"trace", trace_path},
+                      {"nodes", options.nodes},
+                      {"gpus_per_node", options.gpus_per_node},
+                      {"results", coach::json::array()}};
+      for (const auto& r : results) all["results"].push_back(sched::to_json_value(r));
+      std::printf("%s\n", all.dump().c_str());
     }
   }
   return 0;

@@ -28,6 +28,7 @@
 
 #include "actors/embedded_cluster.hpp"
 #include "common/format.hpp"
+#include "common/json.hpp"
 #include "scheduler/job_report.hpp"
 
 namespace {
@@ -175,19 +176,18 @@ int main(int argc, char** argv) {
                  o.accuracy);
   }
   if (json) {
-    std::string s = "{\"runs\": [";
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      const auto& o = results[i];
-      s += coach::format(
-          "{}{{\"straggler\": \"{}\", \"mode\": \"{}\", \"samples_per_s\": {}, \"vs_bsp\": {}, "
-          "\"wall_s\": {}, \"epochs_to_target\": {}, \"accuracy_in_budget\": {}, "
-          "\"accuracy\": {}, \"error\": \"{}\"}}",
-          i ? ", " : "", o.straggler, o.mode, scheduler::json_number(o.samples_per_s),
-          scheduler::json_number(o.ratio), scheduler::json_number(o.wall_s), o.epochs_to_target,
-          scheduler::json_number(o.accuracy_in_budget), scheduler::json_number(o.accuracy),
-          o.error);
-    }
-    std::printf("%s]}\n", s.c_str());
+    coach::json runs = coach::json::array();
+    for (const auto& o : results)
+      runs.push_back(coach::json{{"straggler", o.straggler},
+                                 {"mode", o.mode},
+                                 {"samples_per_s", coach::json_figure(o.samples_per_s)},
+                                 {"vs_bsp", coach::json_figure(o.ratio)},
+                                 {"wall_s", coach::json_figure(o.wall_s)},
+                                 {"epochs_to_target", o.epochs_to_target},
+                                 {"accuracy_in_budget", coach::json_figure(o.accuracy_in_budget)},
+                                 {"accuracy", coach::json_figure(o.accuracy)},
+                                 {"error", o.error}});
+    std::printf("%s\n", coach::json{{"runs", std::move(runs)}}.dump().c_str());
   }
   return 0;
 }

@@ -24,6 +24,7 @@
 
 #include "actors/embedded_cluster.hpp"
 #include "common/format.hpp"
+#include "common/json.hpp"
 #include "worker/chunk_dispenser.hpp"
 #include "worker/function_runner.hpp"
 
@@ -215,16 +216,15 @@ int main(int argc, char** argv) {
                  o.wall_s, double(o.peak_bytes) / (1024.0 * 1024.0),
                  static_cast<unsigned long long>(o.invocations), o.accuracy);
   if (json) {
-    std::string s = "{\"modes\": [";
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      const auto& o = results[i];
-      s += coach::format(
-          "{}{{\"mode\": \"{}\", \"result\": \"{}\", \"wall_s\": {}, "
-          "\"peak_memory_bytes\": {}, \"invocations\": {}, \"accuracy\": {}}}",
-          i ? ", " : "", o.mode, o.result, scheduler::json_number(o.wall_s), o.peak_bytes,
-          o.invocations, scheduler::json_number(o.accuracy));
-    }
-    std::printf("%s]}\n", s.c_str());
+    coach::json modes = coach::json::array();
+    for (const auto& o : results)
+      modes.push_back(coach::json{{"mode", o.mode},
+                                  {"result", o.result},
+                                  {"wall_s", coach::json_figure(o.wall_s)},
+                                  {"peak_memory_bytes", o.peak_bytes},
+                                  {"invocations", o.invocations},
+                                  {"accuracy", coach::json_figure(o.accuracy)}});
+    std::printf("%s\n", coach::json{{"modes", std::move(modes)}}.dump().c_str());
   }
   return 0;
 }

@@ -43,6 +43,7 @@
 #include "bench/bench_api.hpp"
 #include "bench/bench_processes.hpp"
 #include "common/format.hpp"
+#include "common/json.hpp"
 #include "tests/fuzz/hostile_frames.hpp"
 
 namespace {
@@ -121,6 +122,23 @@ struct bench {
 
   fs::path log_a() const { return dir / "node-a.log"; }
 
+  /// The nodes alive in the output of `coach nodes --json` ({"nodes": [{..., "alive": true,
+  /// ...}]} on a line of its own; stderr, beside it in `out`, may hold other lines).
+  static std::size_t alive_nodes(const std::string& out) {
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      const auto doc = coach::json::parse(line, nullptr, false);
+      if (doc.is_discarded() || !doc.is_object() || !doc.contains("nodes") ||
+          !doc["nodes"].is_array())
+        continue;
+      std::size_t alive = 0;
+      for (const auto& n : doc["nodes"])
+        if (n.is_object() && n.value("alive", false)) ++alive;
+      return alive;
+    }
+    return 0;
+  }
+
   std::string coach_nodes(int& code, const std::string& when) {
     const auto out = dir / ("coach-nodes-" + when + ".out");
     const std::string cmd = std::string(COACH_BINARY_DIR) + "/apps/coach nodes --json --at " + at +
@@ -151,10 +169,7 @@ struct bench {
     std::replace(tag.begin(), tag.end(), ' ', '-');
     const auto out = coach_nodes(code, tag);
     r.nodes_seconds = seconds_since(t0);
-    std::size_t alive = 0;
-    for (auto at = out.find("\"alive\": true"); at != std::string::npos;
-         at = out.find("\"alive\": true", at + 1))
-      ++alive;
+    const std::size_t alive = alive_nodes(out);
     r.nodes_ok = code == 0 && alive == 2;
     // The links node-a's heartbeat carries (its transport's traffic, actors::traffic_stats).
     if (auto n = api->call(actors::nodes_request{}, 30s); n && !n->failure)

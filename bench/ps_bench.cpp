@@ -39,6 +39,7 @@
 #include "actors/roles.hpp"
 #include "actors/zmq_transport.hpp"
 #include "bench/bench_processes.hpp"
+#include "common/json.hpp"
 #include "ps/key_coverage.hpp"
 
 namespace {
@@ -47,6 +48,14 @@ using namespace coach;
 using namespace coach::bench;
 using namespace coach::actors;
 using clock_type = std::chrono::steady_clock;
+
+/// v with `decimals` digits after the point (what the figure can claim); NaN and infinities stay
+/// as they are (JSON null).
+double rounded(double v, int decimals) {
+  if (!std::isfinite(v)) return v;
+  const double scale = std::pow(10.0, decimals);
+  return std::round(v * scale) / scale;
+}
 
 std::vector<std::size_t> parse_list(const std::string& text) {
   std::vector<std::size_t> out;
@@ -377,7 +386,7 @@ int main(int argc, char** argv) {
   std::printf("%10s %6s %10s %10s %8s %11s %8s %10s %10s%s\n", "bytes", "shards", "GB/s",
               "zmq GB/s", "ratio", "fan-out GB/s", "ratio", "p50 us", "p99 us",
               curve ? "  curve GB/s  /plain  zmq curve  /zmq-c  curve p50" : "");
-  std::string results;
+  coach::json results = coach::json::array();
   for (std::size_t bytes : sizes) {
     const std::size_t floats = std::max<std::size_t>(bytes / sizeof(float), 1);
     echo_rounds echo(floats * sizeof(float), 1);
@@ -470,27 +479,28 @@ int main(int argc, char** argv) {
       std::printf("%10zu %6zu %10.3f %10.3f %8.2f %11.3f %8.2f %10.1f %10.1f", floats * 4, m,
                   r.gbps, ref.gbps, r.gbps / ref.gbps, fan.gbps, r.gbps / fan.gbps, r.p50_us,
                   r.p99_us);
-      char item[480];
-      int n = std::snprintf(
-          item, sizeof item,
-          "%s{\"size_bytes\": %zu, \"shards\": %zu, \"gbps\": %.4f, \"zmq_gbps\": %.4f, "
-          "\"ratio_to_zmq\": %.4f, \"zmq_fanout_gbps\": %.4f, \"ratio_to_fanout\": %.4f, "
-          "\"p50_us\": %.1f, \"p99_us\": %.1f",
-          results.empty() ? "" : ", ", floats * 4, m, r.gbps, ref.gbps, r.gbps / ref.gbps, fan.gbps,
-          r.gbps / fan.gbps, r.p50_us, r.p99_us);
+      coach::json item{{"size_bytes", floats * 4},
+                       {"shards", m},
+                       {"gbps", rounded(r.gbps, 4)},
+                       {"zmq_gbps", rounded(ref.gbps, 4)},
+                       {"ratio_to_zmq", rounded(r.gbps / ref.gbps, 4)},
+                       {"zmq_fanout_gbps", rounded(fan.gbps, 4)},
+                       {"ratio_to_fanout", rounded(r.gbps / fan.gbps, 4)},
+                       {"p50_us", rounded(r.p50_us, 1)},
+                       {"p99_us", rounded(r.p99_us, 1)}};
       if (curve) {
         const auto& c = got.back();
         const auto& raw = got[got.size() - 2];
         std::printf(" %10.3f %8.2f %10.3f %8.2f %10.1f", c.gbps, c.gbps / r.gbps, raw.gbps,
                     c.gbps / raw.gbps, c.p50_us);
-        std::snprintf(item + n, sizeof item - std::size_t(n),
-                      ", \"curve_gbps\": %.4f, \"curve_ratio\": %.4f, \"zmq_curve_gbps\": %.4f, "
-                      "\"curve_ratio_to_zmq_curve\": %.4f, \"curve_p50_us\": %.1f",
-                      c.gbps, c.gbps / r.gbps, raw.gbps, c.gbps / raw.gbps, c.p50_us);
+        item["curve_gbps"] = rounded(c.gbps, 4);
+        item["curve_ratio"] = rounded(c.gbps / r.gbps, 4);
+        item["zmq_curve_gbps"] = rounded(raw.gbps, 4);
+        item["curve_ratio_to_zmq_curve"] = rounded(c.gbps / raw.gbps, 4);
+        item["curve_p50_us"] = rounded(c.p50_us, 1);
       }
       std::printf("\n");
-      results += item;
-      results += "}";
+      results.push_back(std::move(item));
     }
     // Co-located: the shard in this process, no socket.
     auto local = make_inproc_transport();
@@ -507,13 +517,13 @@ int main(int argc, char** argv) {
     caf::anon_send_exit(shard, caf::exit_reason::user_shutdown);
     std::printf("%10zu %6s %10.3f %10s %8s %11s %8s %10.1f %10.1f\n", floats * 4, "local", r.gbps,
                 "-", "-", "-", "-", r.p50_us, r.p99_us);
-    char item[200];
-    std::snprintf(item, sizeof item,
-                  "%s{\"size_bytes\": %zu, \"shards\": 0, \"colocated\": true, \"gbps\": %.4f, "
-                  "\"p50_us\": %.1f, \"p99_us\": %.1f}",
-                  results.empty() ? "" : ", ", floats * 4, r.gbps, r.p50_us, r.p99_us);
-    results += item;
+    results.push_back(coach::json{{"size_bytes", floats * 4},
+                                  {"shards", 0},
+                                  {"colocated", true},
+                                  {"gbps", rounded(r.gbps, 4)},
+                                  {"p50_us", rounded(r.p50_us, 1)},
+                                  {"p99_us", rounded(r.p99_us, 1)}});
   }
-  if (json) std::printf("{\"results\": [%s]}\n", results.c_str());
+  if (json) std::printf("%s\n", coach::json{{"results", std::move(results)}}.dump().c_str());
   return 0;
 }

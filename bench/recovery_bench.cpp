@@ -59,6 +59,7 @@
 #include "bench/bench_api.hpp"
 #include "bench/bench_processes.hpp"
 #include "common/format.hpp"
+#include "common/json.hpp"
 
 namespace {
 
@@ -110,15 +111,14 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/// The number after "KEY": in a JSON text, or nullopt (absent, or null).
+/// The number at KEY of the JSON object in `text`, or nullopt (not an object, KEY absent, or not
+/// a number: null).
 std::optional<double> json_field(const std::string& text, const std::string& key) {
-  const auto at = text.find("\"" + key + "\": ");
-  if (at == std::string::npos) return std::nullopt;
-  const char* p = text.c_str() + at + key.size() + 4;
-  char* end = nullptr;
-  const double v = std::strtod(p, &end);
-  if (end == p) return std::nullopt;
-  return v;
+  const auto doc = coach::json::parse(text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object()) return std::nullopt;
+  const auto at = doc.find(key);
+  if (at == doc.end() || !at->is_number()) return std::nullopt;
+  return at->get<double>();
 }
 
 /// The lines of a node log that say what happened to nodes, shards and jobs.

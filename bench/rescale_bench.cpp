@@ -57,6 +57,7 @@
 #include "bench/bench_processes.hpp"
 #include "common/format.hpp"
 #include "common/huge_pages.hpp"
+#include "common/json.hpp"
 #include "scheduler/job_report.hpp"
 
 namespace {
@@ -217,8 +218,8 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-std::string num(double v) {
-  return scheduler::json_number(v);
+coach::json num(double v) {
+  return coach::json_figure(v);
 }
 
 struct migration {
@@ -343,46 +344,51 @@ int run(const std::vector<std::size_t>& sizes_mib, int joins, int repeat, bool j
   std::fprintf(table, "every move within transfer + 20 ms: %s (%zu of %zu)\n",
                ok == moves ? "yes" : "no", ok, moves);
   if (!json) return 0;
-  std::string out = coach::format("{{\"join_ms\": {}, \"joins_ms\": [", num(join));
-  for (std::size_t i = 0; i < joins_ms.size(); ++i) out += (i ? ", " : "") + num(joins_ms[i]);
-  out += "], \"migrations\": [";
-  for (std::size_t i = 0; i < migrations.size(); ++i) {
-    const auto& m = migrations[i];
-    out += coach::format(
-        "{}{{\"size_bytes\": {}, \"pause_ms\": {}, \"transfer_ms\": {}, \"handover_ms\": {}, "
-        "\"gap_ms\": {}, \"step_ms\": {}, \"link_gbps\": {}, \"pauses_ms\": [",
-        i ? ", " : "", m.size_bytes, num(m.rep.pause_ms), num(m.transfer_ms),
-        num(m.rep.transfer_ms), num(m.rep.gap_ms), num(m.rep.step_ms), num(m.link_gbps));
-    for (std::size_t k = 0; k < m.reps.size(); ++k)
-      out += (k ? ", " : "") + num(m.reps[k].pause_ms);
-    out += "]}";
+  coach::json joins_out = coach::json::array();
+  for (const auto v : joins_ms) joins_out.push_back(num(v));
+  coach::json migrations_out = coach::json::array();
+  for (const auto& m : migrations) {
+    coach::json pauses = coach::json::array();
+    for (const auto& rep : m.reps) pauses.push_back(num(rep.pause_ms));
+    migrations_out.push_back(coach::json{{"size_bytes", m.size_bytes},
+                                         {"pause_ms", num(m.rep.pause_ms)},
+                                         {"transfer_ms", num(m.transfer_ms)},
+                                         {"handover_ms", num(m.rep.transfer_ms)},
+                                         {"gap_ms", num(m.rep.gap_ms)},
+                                         {"step_ms", num(m.rep.step_ms)},
+                                         {"link_gbps", num(m.link_gbps)},
+                                         {"pauses_ms", std::move(pauses)}});
   }
-  out += "], \"moves\": [";
-  bool first_move = true;
+  coach::json moves_out = coach::json::array();
   for (const auto& m : migrations)
     for (std::size_t k = 0; k < m.reps.size(); ++k) {
       const auto& rep = m.reps[k];
-      out += coach::format(
-          "{}{{\"size_bytes\": {}, \"move\": {}, \"pause_ms\": {}, \"transfer_ms\": {}, "
-          "\"bound_ms\": {}, \"ok\": {}, \"gap_ms\": {}, \"step_ms\": {}, \"step_spread_ms\": {}, "
-          "\"handover_ms\": {}, \"prepare_ms\": {}}}",
-          first_move ? "" : ", ", m.size_bytes, k + 1, num(rep.pause_ms), num(m.transfer_ms),
-          num(bound_ms(m)), within(m, rep) ? "true" : "false", num(rep.gap_ms), num(rep.step_ms),
-          num(rep.step_spread_ms), num(rep.transfer_ms), num(rep.prepare_ms));
-      first_move = false;
+      moves_out.push_back(coach::json{{"size_bytes", m.size_bytes},
+                                      {"move", k + 1},
+                                      {"pause_ms", num(rep.pause_ms)},
+                                      {"transfer_ms", num(m.transfer_ms)},
+                                      {"bound_ms", num(bound_ms(m))},
+                                      {"ok", within(m, rep)},
+                                      {"gap_ms", num(rep.gap_ms)},
+                                      {"step_ms", num(rep.step_ms)},
+                                      {"step_spread_ms", num(rep.step_spread_ms)},
+                                      {"handover_ms", num(rep.transfer_ms)},
+                                      {"prepare_ms", num(rep.prepare_ms)}});
     }
-  out += coach::format("], \"every_move_ok\": {}", ok == moves ? "true" : "false");
-  out += ", \"throughput\": {";
-  bool first = true;
+  coach::json throughput = coach::json::object();
   auto add = [&](const std::string& key, const scheduler::change_report& r) {
-    out += coach::format("{}\"{}\": {{\"before\": {}, \"after\": {}}}", first ? "" : ", ", key,
-                         num(r.samples_per_s_before), num(r.samples_per_s_after));
-    first = false;
+    throughput[key] =
+        coach::json{{"before", num(r.samples_per_s_before)}, {"after", num(r.samples_per_s_after)}};
   };
   for (const auto& r : join_reports) add(r.what, r);
   for (const auto& m : migrations) add(coach::format("migrate {} bytes", m.size_bytes), m.rep);
-  out += "}}";
-  std::printf("%s\n", out.c_str());
+  const coach::json out{{"join_ms", num(join)},
+                        {"joins_ms", std::move(joins_out)},
+                        {"migrations", std::move(migrations_out)},
+                        {"moves", std::move(moves_out)},
+                        {"every_move_ok", ok == moves},
+                        {"throughput", std::move(throughput)}};
+  std::printf("%s\n", out.dump().c_str());
   return 0;
 }
 

@@ -124,12 +124,22 @@ start_scheduler() {
   sched_pid=$!
 }
 
+# How many nodes the output of `coach nodes --json` on stdin lists alive (0 if it is not that).
+alive_in() {
+  python3 -c '
+import json, sys
+try:
+    print(sum(n["alive"] is True for n in json.load(sys.stdin)["nodes"]))
+except (ValueError, LookupError, TypeError):
+    print(0)'
+}
+
 # Waits until `coach nodes` lists N nodes alive (60 s at most).
 await_alive() {
   local n=$1 out=""
   for _ in $(seq 300); do
     out=$(coach nodes --json --at "$at" 2>/dev/null || true)
-    [ "$(grep -o '"alive": true' <<<"$out" | wc -l)" -eq "$n" ] && return 0
+    [ "$(alive_in <<<"$out")" -eq "$n" ] && return 0
     sleep 0.2
   done
   say "$n node(s) not alive after 60 s: $out"

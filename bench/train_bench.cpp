@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <sstream>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "actors/embedded_cluster.hpp"
+#include "common/json.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cpu/cpu_gemm.hpp"
@@ -34,6 +36,14 @@
 namespace {
 
 using namespace coach;
+
+/// v with `decimals` digits after the point (what the figure can claim); NaN and infinities stay
+/// as they are (JSON null).
+double rounded(double v, int decimals) {
+  if (!std::isfinite(v)) return v;
+  const double scale = std::pow(10.0, decimals);
+  return std::round(v * scale) / scale;
+}
 
 /// One epoch's samples/s, and the share of its wall time x workers spent in forward/backward
 /// (on the cpu backend; with cuda the plain loop's share counts kernel launches only, since it
@@ -323,7 +333,7 @@ int main(int argc, char** argv) {
               "(range)", "compute");
   std::printf("%-8s %-7s %10.0f %9s %13s %8.2f\n", "plain", "-", plain.samples_per_s, "1.00", "",
               plain.compute_share);
-  std::string results;
+  coach::json results = coach::json::array();
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const auto& c = configs[i];
     const auto& m = best[i];
@@ -334,21 +344,22 @@ int main(int argc, char** argv) {
     std::snprintf(range, sizeof range, "(%.2f-%.2f)", *lo, *hi);
     std::printf("%-8s %-7u %10.0f %9.2f %13s %8.2f\n", w.c_str(), c.shards, m.samples_per_s, ratio,
                 range, m.compute_share);
-    char item[320];
-    std::snprintf(item, sizeof item,
-                  "%s{\"workers\": %u, \"shards\": %u, \"host_reduce\": %s, "
-                  "\"samples_per_s\": %.1f, \"ratio_to_plain\": %.4f, \"ratio_min\": %.4f, "
-                  "\"ratio_max\": %.4f, \"compute_share\": %.4f}",
-                  results.empty() ? "" : ", ", c.workers, c.shards,
-                  c.host_reduce ? "true" : "false", m.samples_per_s, ratio, *lo, *hi,
-                  m.compute_share);
-    results += item;
+    results.push_back(coach::json{{"workers", c.workers},
+                                  {"shards", c.shards},
+                                  {"host_reduce", c.host_reduce},
+                                  {"samples_per_s", rounded(m.samples_per_s, 1)},
+                                  {"ratio_to_plain", rounded(ratio, 4)},
+                                  {"ratio_min", rounded(*lo, 4)},
+                                  {"ratio_max", rounded(*hi, 4)},
+                                  {"compute_share", rounded(m.compute_share, 4)}});
   }
   if (layer_batches > 0) layer_breakdowns(*spec, data->train, *kind, layer_batches, compare_gemm);
   if (json)
-    std::printf(
-        "{\"backend\": \"%s\", \"plain_loop_samples_per_s\": %.1f, "
-        "\"plain_loop_compute_share\": %.4f, \"results\": [%s]}\n",
-        backend.c_str(), plain.samples_per_s, plain.compute_share, results.c_str());
+    std::printf("%s\n", coach::json{{"backend", backend},
+                                    {"plain_loop_samples_per_s", rounded(plain.samples_per_s, 1)},
+                                    {"plain_loop_compute_share", rounded(plain.compute_share, 4)},
+                                    {"results", std::move(results)}}
+                            .dump()
+                            .c_str());
   return 0;
 }

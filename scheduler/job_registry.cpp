@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "common/format.hpp"
+#include "common/json.hpp"
 #include "scheduler/placement.hpp"
 #include "scheduler/resource_pool.hpp"
 
@@ -977,30 +978,29 @@ std::string job_registry::why_waiting(const registered_job& job) const {
 
 std::string model_json(const registered_job& job, perf_model& model, std::string_view policy) {
   const std::uint64_t id = job.status.job;
-  std::string out = "{";
-  out += coach::format("\"model\": {}, ", json_string(job.rec.model));
-  std::string t = "null";
-  if (auto theta = model.job_theta(id, job.rec.model)) {
-    t = "[";
-    for (std::size_t i = 0; i < theta->size(); ++i) t += (i ? ", " : "") + json_number((*theta)[i]);
-    t += "]";
+  json theta = nullptr;
+  if (auto t = model.job_theta(id, job.rec.model)) {
+    theta = json::array();
+    for (double x : *t) theta.push_back(json_figure(x));
   }
-  out += coach::format("\"theta\": {}, ", t);
   const int w = int(job.status.workers), p = int(job.status.shards);
-  std::string predicted = "null";
+  json predicted = nullptr;
   if (w >= 1 && p >= 1)
-    if (auto x = model.predict(id, job.rec.model, w, p)) predicted = json_number(*x);
-  out += coach::format("\"workers\": {}, \"shards\": {}, \"predicted_epoch_s\": {}, ", w, p,
-                       predicted);
-  out += coach::format("\"last_predicted_s\": {}, \"last_observed_s\": {}, ",
-                       job.last_predicted ? json_number(*job.last_predicted) : "null",
-                       json_number(job.last_observed));
-  out += coach::format(
-      "\"predictions\": {}, \"mean_abs_rel_error\": {}, ", job.predictions,
-      job.predictions ? json_number(job.abs_rel_error / double(job.predictions)) : "null");
-  out += coach::format("\"policy\": {}, \"perf_model\": {}}", json_string(std::string(policy)),
-                       model.to_json());
-  return out;
+    if (auto x = model.predict(id, job.rec.model, w, p)) predicted = json_figure(*x);
+  return json{
+      {"model", job.rec.model},
+      {"theta", std::move(theta)},
+      {"workers", w},
+      {"shards", p},
+      {"predicted_epoch_s", std::move(predicted)},
+      {"last_predicted_s", job.last_predicted ? json_figure(*job.last_predicted) : json(nullptr)},
+      {"last_observed_s", json_figure(job.last_observed)},
+      {"predictions", job.predictions},
+      {"mean_abs_rel_error",
+       job.predictions ? json_figure(job.abs_rel_error / double(job.predictions)) : json(nullptr)},
+      {"policy", policy},
+      {"perf_model", model.to_json()}}
+      .dump();
 }
 
 }  // namespace coach::scheduler

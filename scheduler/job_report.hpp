@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/json.hpp"
 #include "worker/dataset.hpp"
 #include "worker/invocation_counts.hpp"
 
@@ -93,14 +94,11 @@ struct job_result {
   int classes = 0;
 };
 
-/// A JSON number (6 significant digits); null for NaN and infinities.
-std::string json_number(double v);
-/// A JSON string literal, quotes included, with control characters escaped.
-std::string json_string(const std::string& s);
-
-/// One change as a JSON object (no newline).
-std::string to_json(const change_report& c);
-/// The report as one JSON object (docs/report.md lists the fields).
+/// One change as a JSON object (docs/report.md lists the fields).
+json to_json_value(const change_report& c);
+/// A function-mode job's invocation counts as a JSON object.
+json to_json_value(const worker::invocation_counts& i);
+/// The report as one JSON text, indented, with a final newline (docs/report.md lists the fields).
 std::string to_json(const job_result& r);
 
 }  // namespace coach::scheduler

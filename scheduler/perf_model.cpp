@@ -335,36 +335,33 @@ std::vector<prediction_record> perf_model::recent() const {
   return {recent_.begin(), recent_.end()};
 }
 
-std::string perf_model::to_json() {
-  std::string out = "{\"models\": [";
-  bool first = true;
+json perf_model::to_json() {
+  json models = json::array();
   for (const auto& s : summary()) {
-    std::string theta = "null";
+    json theta = nullptr;
     if (s.theta) {
-      theta = "[";
-      for (std::size_t k = 0; k < perf_terms; ++k)
-        theta += (k ? ", " : "") + json_number((*s.theta)[k]);
-      theta += "]";
+      theta = json::array();
+      for (std::size_t k = 0; k < perf_terms; ++k) theta.push_back(json_figure((*s.theta)[k]));
     }
-    out += coach::format(
-        "{}{{\"model\": {}, \"samples\": {}, \"jobs\": {}, \"theta\": {}, \"predictions\": {}, "
-        "\"mean_abs_rel_error\": {}}}",
-        first ? "" : ", ", json_string(s.model), s.samples, s.jobs, theta, s.predictions,
-        json_number(s.mean_abs_rel_error));
-    first = false;
+    models.push_back(json{{"model", s.model},
+                          {"samples", s.samples},
+                          {"jobs", s.jobs},
+                          {"theta", std::move(theta)},
+                          {"predictions", s.predictions},
+                          {"mean_abs_rel_error", json_figure(s.mean_abs_rel_error)}});
   }
-  out += coach::format("], \"predictions\": {}, \"mean_abs_rel_error\": {}, \"recent\": [",
-                       predictions_, json_number(mean_abs_rel_error()));
-  first = true;
-  for (const auto& r : recent_) {
-    out += coach::format(
-        "{}{{\"job\": {}, \"model\": {}, \"workers\": {}, \"shards\": {}, \"predicted_s\": {}, "
-        "\"observed_s\": {}}}",
-        first ? "" : ", ", r.job, json_string(r.model), r.workers, r.shards,
-        json_number(r.predicted_s), json_number(r.observed_s));
-    first = false;
-  }
-  return out + "]}";
+  json recent = json::array();
+  for (const auto& r : recent_)
+    recent.push_back(json{{"job", r.job},
+                          {"model", r.model},
+                          {"workers", r.workers},
+                          {"shards", r.shards},
+                          {"predicted_s", json_figure(r.predicted_s)},
+                          {"observed_s", json_figure(r.observed_s)}});
+  return json{{"models", std::move(models)},
+              {"predictions", predictions_},
+              {"mean_abs_rel_error", json_figure(mean_abs_rel_error())},
+              {"recent", std::move(recent)}};
 }
 
 }  // namespace coach::scheduler

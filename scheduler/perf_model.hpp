@@ -49,6 +49,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/json.hpp"
+
 namespace coach::scheduler {
 
 /// The number of terms of the model.
@@ -180,7 +182,7 @@ class perf_model {
   /// {"models": [{"model", "samples", "jobs", "theta": [5 numbers] | null, "predictions",
   ///  "mean_abs_rel_error"}], "predictions", "mean_abs_rel_error",
   ///  "recent": [{"job", "model", "workers", "shards", "predicted_s", "observed_s"}]}
-  std::string to_json();
+  json to_json();
 
   const perf_model_options& options() const noexcept { return options_; }
 

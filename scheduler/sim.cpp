@@ -500,18 +500,29 @@ result<sim_result> simulate(const trace& t, const model_table& models, std::stri
   return sim.run(policy);
 }
 
+json to_json_value(const sim_result& r) {
+  return json{{"policy", r.policy},
+              {"placement", r.placement},
+              {"jobs", r.jobs},
+              {"makespan_s", json_figure(r.makespan_s)},
+              {"avg_jct_s", json_figure(r.avg_jct_s)},
+              {"p95_jct_s", json_figure(r.p95_jct_s)},
+              {"avg_queue_s", json_figure(r.avg_queue_s)},
+              {"gpu_utilization", json_figure(r.gpu_utilization)},
+              {"wall_s", json_figure(r.wall_s)},
+              {"decisions", r.decisions},
+              {"actions", r.actions},
+              {"resizes", r.resizes},
+              {"suspensions", r.suspensions},
+              {"rejected", r.rejected},
+              {"predictions", r.predictions},
+              {"model_error", json_figure(r.model_error)},
+              {"cross_host_bytes", json_figure(r.cross_host_bytes)},
+              {"network_s", json_figure(r.network_s)}};
+}
+
 std::string to_json(const sim_result& r) {
-  return coach::format(
-      "{\"policy\": {}, \"placement\": {}, \"jobs\": {}, \"makespan_s\": {}, \"avg_jct_s\": {}, "
-      "\"p95_jct_s\": {}, \"avg_queue_s\": {}, \"gpu_utilization\": {}, \"wall_s\": {}, "
-      "\"decisions\": {}, \"actions\": {}, \"resizes\": {}, \"suspensions\": {}, "
-      "\"rejected\": {}, \"predictions\": {}, \"model_error\": {}, \"cross_host_bytes\": {}, "
-      "\"network_s\": {}}",
-      json_string(r.policy), json_string(r.placement), r.jobs, json_number(r.makespan_s),
-      json_number(r.avg_jct_s), json_number(r.p95_jct_s), json_number(r.avg_queue_s),
-      json_number(r.gpu_utilization), json_number(r.wall_s), r.decisions, r.actions, r.resizes,
-      r.suspensions, r.rejected, r.predictions, json_number(r.model_error),
-      json_number(r.cross_host_bytes), json_number(r.network_s));
+  return to_json_value(r).dump();
 }
 
 }  // namespace coach::scheduler

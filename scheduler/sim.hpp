@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/json.hpp"
 #include "scheduler/policy.hpp"
 #include "scheduler/trace.hpp"
 
@@ -123,6 +124,8 @@ result<sim_result> simulate(const trace& t, const model_table& models, std::stri
 /// The figures as one JSON object on one line: policy, placement, jobs, makespan_s, avg_jct_s,
 /// p95_jct_s, avg_queue_s, gpu_utilization, wall_s, then decisions, actions, resizes,
 /// suspensions, rejected, predictions, model_error, cross_host_bytes, network_s.
+json to_json_value(const sim_result& r);
+/// to_json_value as one line of JSON.
 std::string to_json(const sim_result& r);
 
 }  // namespace coach::scheduler

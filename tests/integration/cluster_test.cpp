@@ -34,6 +34,12 @@ using namespace itest;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
+/// How many of a job's worker_nodes or shard_nodes name a node of this suite ("node-...").
+std::size_t node_entries(const std::vector<std::string>& list) {
+  return std::size_t(
+      std::ranges::count_if(list, [](const std::string& n) { return n.starts_with("node-"); }));
+}
+
 class cluster : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -62,11 +68,13 @@ class cluster : public ::testing::Test {
 TEST_F(cluster, three_nodes_join_and_are_listed_with_their_resources) {
   auto r = coach("nodes --json --at " + sched_addr_);
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(count(r.out, "\"alive\": true"), 3u) << r.out;
-  for (const char* name : {"node-a", "node-b", "node-c"})
-    EXPECT_NE(r.out.find(std::string("\"name\": \"") + name + "\""), std::string::npos) << r.out;
-  EXPECT_GT(json_number(r.out, "cpus_total"), 0) << r.out;
-  EXPECT_GT(json_number(r.out, "memory_total"), 0) << r.out;
+  EXPECT_EQ(alive_nodes(r.out), 3u) << r.out;
+  const auto names = node_names(r.out);
+  for (const char* name : {"node-a", "node-b", "node-c"}) EXPECT_TRUE(holds(names, name)) << r.out;
+  for (const auto& node : nodes_of(r.out)) {
+    EXPECT_GT(number_field(node, "cpus_total"), 0) << r.out;
+    EXPECT_GT(number_field(node, "memory_total"), 0) << r.out;
+  }
   auto table = coach("nodes --at " + sched_addr_);
   ASSERT_EQ(table.code, 0) << table.err;
   EXPECT_NE(table.out.find("node-b"), std::string::npos) << table.out;
@@ -76,21 +84,22 @@ TEST_F(cluster, fashion_mnist_over_three_nodes_reaches_the_accuracy_of_coach_tra
   auto r = coach("submit examples/fashion-mlp.yaml --workers 3 --shards 2 --wait --json --at " +
                  sched_addr_);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("\"state\": \"succeeded\""), std::string::npos) << r.out;
-  EXPECT_GE(json_number(r.out, "test_accuracy"), 0.87) << r.out;
-  EXPECT_EQ(json_number(r.out, "epochs_done"), 5) << r.out;
+  EXPECT_EQ(state_of(r.out), "succeeded") << r.out;
+  EXPECT_GE(job_number(r.out, "test_accuracy"), 0.87) << r.out;
+  EXPECT_EQ(job_number(r.out, "epochs_done"), 5) << r.out;
 
   const double job = json_number(r.out, "job");
   auto st = coach("status " + std::to_string(long(job)) + " --json --at " + sched_addr_);
   ASSERT_EQ(st.code, 0) << st.err;
-  EXPECT_NE(st.out.find("\"state\": \"succeeded\""), std::string::npos) << st.out;
-  EXPECT_GT(json_number(st.out, "cross_host_bytes"), 1e6) << st.out;
+  EXPECT_EQ(state_of(st.out), "succeeded") << st.out;
+  EXPECT_GT(job_number(st.out, "cross_host_bytes"), 1e6) << st.out;
   // Spread: the three workers on three different nodes.
   for (const char* name : {"node-a", "node-b", "node-c"})
-    EXPECT_NE(st.out.find(std::string("\"") + name + "\""), std::string::npos) << st.out;
+    EXPECT_TRUE(runs_on(st.out, name)) << st.out;
   auto all = coach("status --json --at " + sched_addr_);
   ASSERT_EQ(all.code, 0) << all.err;
-  EXPECT_NE(all.out.find("\"jobs\": [{"), std::string::npos) << all.out;
+  const auto jobs = json_field(parse_json(all.out), "jobs");
+  EXPECT_TRUE(jobs.is_array() && !jobs.empty() && jobs[0].is_object()) << all.out;
 }
 
 TEST_F(cluster, a_spec_error_reaches_the_submitter_as_one_line) {
@@ -115,18 +124,15 @@ TEST_F(cluster, host_reduction_sums_the_workers_of_each_node_before_pushing) {
   const std::string job = std::to_string(long(json_number(r.out, "job")));
   auto st = coach("status " + job + " --json --at " + sched_addr_);
   ASSERT_EQ(st.code, 0) << st.err;
-  EXPECT_NE(st.out.find("\"state\": \"succeeded\""), std::string::npos) << st.out;
-  EXPECT_GE(json_number(st.out, "test_accuracy"), 0.95) << st.out;
-  std::string per_epoch = "\"epoch_samples\": [1438";
-  for (int e = 1; e < 20; ++e) per_epoch += ", 1438";
-  EXPECT_NE(st.out.find(per_epoch + "]"), std::string::npos) << st.out;
-  const auto workers_at = st.out.find("\"worker_nodes\": [");
-  ASSERT_NE(workers_at, std::string::npos) << st.out;
-  const auto list = st.out.substr(workers_at, st.out.find(']', workers_at) - workers_at);
-  EXPECT_EQ(count(list, "\"node-"), 4u) << st.out;
+  EXPECT_EQ(state_of(st.out), "succeeded") << st.out;
+  EXPECT_GE(job_number(st.out, "test_accuracy"), 0.95) << st.out;
+  EXPECT_EQ(job_numbers(st.out, "epoch_samples"), std::vector<double>(20, 1438)) << st.out;
+  ASSERT_TRUE(job_json(st.out).contains("worker_nodes")) << st.out;
+  const auto list = job_strings(st.out, "worker_nodes");
+  EXPECT_EQ(node_entries(list), 4u) << st.out;
   std::size_t most = 0;
-  for (const char* n : {"\"node-a\"", "\"node-b\"", "\"node-c\""})
-    most = std::max(most, count(list, n));
+  for (const char* n : {"node-a", "node-b", "node-c"})
+    most = std::max(most, std::size_t(std::ranges::count(list, std::string(n))));
   EXPECT_GE(most, 2u) << "no node ran two workers: " << st.out;
 }
 
@@ -134,8 +140,7 @@ TEST_F(cluster, host_reduction_sums_the_workers_of_each_node_before_pushing) {
 std::string wait_for_end(const std::string& job, const std::string& at) {
   for (int i = 0; i < 1800; ++i) {
     auto st = coach("status " + job + " --json --at " + at);
-    if (st.code == 0 && st.out.find("\"state\": \"running\"") == std::string::npos &&
-        st.out.find("\"state\": \"queued\"") == std::string::npos)
+    if (st.code == 0 && state_of(st.out) != "running" && state_of(st.out) != "queued")
       return st.out;
     std::this_thread::sleep_for(100ms);
   }
@@ -157,26 +162,24 @@ TEST_F(cluster, an_elastic_schedule_runs_over_nodes_with_the_math_of_coach_train
   const std::string job = std::to_string(long(json_number(r.out, "job")));
   auto st = coach("status " + job + " --json --at " + sched_addr_);
   ASSERT_EQ(st.code, 0) << st.err;
-  EXPECT_NE(st.out.find("\"state\": \"succeeded\""), std::string::npos) << st.out;
-  EXPECT_DOUBLE_EQ(json_number(st.out, "test_accuracy"), expected) << st.out;
+  EXPECT_EQ(state_of(st.out), "succeeded") << st.out;
+  EXPECT_DOUBLE_EQ(job_number(st.out, "test_accuracy"), expected) << st.out;
   // Every sample of every epoch trained once, across all the changes.
-  std::string per_epoch = "\"epoch_samples\": [1438";
-  for (int e = 1; e < 20; ++e) per_epoch += ", 1438";
-  EXPECT_NE(st.out.find(per_epoch + "]"), std::string::npos) << st.out;
+  EXPECT_EQ(job_numbers(st.out, "epoch_samples"), std::vector<double>(20, 1438)) << st.out;
   // Four worker ranks and four shards ran, on more than one node; two of each are left.
-  const auto workers_at = st.out.find("\"worker_nodes\": [");
-  const auto shards_at = st.out.find("\"shard_nodes\": [");
-  ASSERT_NE(workers_at, std::string::npos) << st.out;
-  ASSERT_NE(shards_at, std::string::npos) << st.out;
-  const auto list = [&](std::size_t at) { return st.out.substr(at, st.out.find(']', at) - at); };
-  EXPECT_EQ(count(list(workers_at), "\"node-"), 4u) << st.out;
-  EXPECT_EQ(count(list(shards_at), "\"node-"), 4u) << st.out;
+  const auto parts = job_json(st.out);
+  ASSERT_TRUE(parts.contains("worker_nodes")) << st.out;
+  ASSERT_TRUE(parts.contains("shard_nodes")) << st.out;
+  const auto shards = strings_field(parts, "shard_nodes");
+  EXPECT_EQ(node_entries(strings_field(parts, "worker_nodes")), 4u) << st.out;
+  EXPECT_EQ(node_entries(shards), 4u) << st.out;
   std::set<std::string> used;
   for (const char* n : {"node-a", "node-b", "node-c"})
-    if (list(shards_at).find(n) != std::string::npos) used.insert(n);
+    for (const auto& s : shards)
+      if (s.find(n) != std::string::npos) used.insert(n);
   EXPECT_GE(used.size(), 2u) << st.out;
-  EXPECT_EQ(json_number(st.out, "workers"), 2) << st.out;
-  EXPECT_EQ(json_number(st.out, "shards"), 2) << st.out;
+  EXPECT_EQ(number_field(parts, "workers"), 2) << st.out;
+  EXPECT_EQ(number_field(parts, "shards"), 2) << st.out;
 }
 
 TEST_F(cluster, rescale_and_migrate_change_a_running_job_from_the_command_line) {
@@ -194,7 +197,7 @@ TEST_F(cluster, rescale_and_migrate_change_a_running_job_from_the_command_line) 
   bool training = false;
   for (int i = 0; i < 300 && !training; ++i) {
     auto st = coach("status " + job + " --json --at " + sched_addr_);
-    training = json_number(st.out, "samples_done") > 3000;
+    training = job_number(st.out, "samples_done") > 3000;
     if (!training) std::this_thread::sleep_for(100ms);
   }
   ASSERT_TRUE(training);
@@ -223,22 +226,21 @@ TEST_F(cluster, rescale_and_migrate_change_a_running_job_from_the_command_line) 
   EXPECT_NE(grow.err.find("goes to 3 worker(s) and 2 shard(s)"), std::string::npos) << grow.err;
   auto move = coach("migrate " + job + " --shard 0 --to node-b --json --at " + sched_addr_);
   ASSERT_EQ(move.code, 0) << move.err;
-  EXPECT_NE(move.out.find("\"accepted\": true"), std::string::npos) << move.out;
+  EXPECT_EQ(json_field(parse_json(move.out), "accepted"), true) << move.out;
 
   const std::string final_status = wait_for_end(job, sched_addr_);
-  EXPECT_NE(final_status.find("\"state\": \"succeeded\""), std::string::npos) << final_status;
-  EXPECT_GE(json_number(final_status, "test_accuracy"), 0.83) << final_status;
-  EXPECT_NE(final_status.find("\"epoch_samples\": [60000, 60000]"), std::string::npos)
+  EXPECT_EQ(state_of(final_status), "succeeded") << final_status;
+  EXPECT_GE(job_number(final_status, "test_accuracy"), 0.83) << final_status;
+  EXPECT_EQ(job_numbers(final_status, "epoch_samples"), (std::vector<double>{60000, 60000}))
       << final_status;
-  EXPECT_EQ(json_number(final_status, "workers"), 3) << final_status;
-  EXPECT_EQ(json_number(final_status, "shards"), 2) << final_status;
+  EXPECT_EQ(job_number(final_status, "workers"), 3) << final_status;
+  EXPECT_EQ(job_number(final_status, "shards"), 2) << final_status;
   // Shards 0 (start), 1 (rescale), 2 (migrate: on node b).
-  const auto shards_at = final_status.find("\"shard_nodes\": [");
-  ASSERT_NE(shards_at, std::string::npos) << final_status;
-  const auto shards = final_status.substr(shards_at, final_status.find(']', shards_at) - shards_at);
-  EXPECT_EQ(count(shards, "\"node-"), 3u) << final_status;
-  EXPECT_NE(shards.rfind("\"node-b\""), std::string::npos) << final_status;
-  EXPECT_EQ(shards.rfind("\"node-b\""), shards.size() - 8) << final_status;
+  ASSERT_TRUE(job_json(final_status).contains("shard_nodes")) << final_status;
+  const auto shards = job_strings(final_status, "shard_nodes");
+  EXPECT_EQ(node_entries(shards), 3u) << final_status;
+  ASSERT_FALSE(shards.empty()) << final_status;
+  EXPECT_EQ(shards.back(), "node-b") << final_status;
   // A finished job cannot change.
   auto late = coach("rescale " + job + " --workers 2 --at " + sched_addr_);
   EXPECT_EQ(late.code, 2) << late.err;
@@ -267,7 +269,7 @@ TEST_F(cluster, a_cancelled_job_ends_cancelled) {
   // Cancelled once it trains (its parts started), the case that needs the master to stop it.
   for (int i = 0; i < 300; ++i) {
     auto st = coach("status " + std::to_string(job) + " --json --at " + sched_addr_);
-    if (st.out.find("\"state\": \"running\"") != std::string::npos) break;
+    if (state_of(st.out) == "running") break;
     std::this_thread::sleep_for(100ms);
   }
   auto c = coach("cancel " + std::to_string(job) + " --at " + sched_addr_);
@@ -275,7 +277,7 @@ TEST_F(cluster, a_cancelled_job_ends_cancelled) {
   std::string state;
   for (int i = 0; i < 150 && state != "cancelled"; ++i) {
     auto st = coach("status " + std::to_string(job) + " --json --at " + sched_addr_);
-    if (st.out.find("\"state\": \"cancelled\"") != std::string::npos) state = "cancelled";
+    if (state_of(st.out) == "cancelled") state = "cancelled";
     std::this_thread::sleep_for(200ms);
   }
   EXPECT_EQ(state, "cancelled");
@@ -289,7 +291,7 @@ TEST_F(cluster, a_job_outlives_a_killed_node_that_ran_only_a_worker) {
   ASSERT_GT(d.pid, 0);
   bool up = false;
   for (int i = 0; i < 100 && !up; ++i) {
-    up = count(coach("nodes --json --at " + sched_addr_).out, "\"alive\": true") == 4;
+    up = alive_nodes(coach("nodes --json --at " + sched_addr_).out) == 4;
     if (!up) std::this_thread::sleep_for(100ms);
   }
   ASSERT_TRUE(up) << slurp(d.log);
@@ -308,7 +310,7 @@ TEST_F(cluster, a_job_outlives_a_killed_node_that_ran_only_a_worker) {
   bool training = false;
   for (int i = 0; i < 300 && !training; ++i) {
     auto st = coach("status " + job + " --json --at " + sched_addr_);
-    training = json_number(st.out, "epochs_done") >= 3;
+    training = job_number(st.out, "epochs_done") >= 3;
     if (!training) std::this_thread::sleep_for(100ms);
   }
   ASSERT_TRUE(training);
@@ -317,30 +319,24 @@ TEST_F(cluster, a_job_outlives_a_killed_node_that_ran_only_a_worker) {
   std::string final_status;
   for (int i = 0; i < 1200; ++i) {
     auto st = coach("status " + job + " --json --at " + sched_addr_);
-    if (st.out.find("\"state\": \"running\"") == std::string::npos &&
-        st.out.find("\"state\": \"queued\"") == std::string::npos) {
+    if (state_of(st.out) != "running" && state_of(st.out) != "queued") {
       final_status = st.out;
       break;
     }
     std::this_thread::sleep_for(100ms);
   }
-  EXPECT_NE(final_status.find("\"state\": \"succeeded\""), std::string::npos) << final_status;
-  EXPECT_NE(final_status.find("node-d (lost)"), std::string::npos) << final_status;
-  EXPECT_EQ(json_number(final_status, "epochs_done"), 150) << final_status;
-  EXPECT_GE(json_number(final_status, "test_accuracy"), 0.95) << final_status;
+  EXPECT_EQ(state_of(final_status), "succeeded") << final_status;
+  EXPECT_TRUE(holds(job_strings(final_status, "worker_nodes"), "node-d (lost)")) << final_status;
+  EXPECT_EQ(job_number(final_status, "epochs_done"), 150) << final_status;
+  EXPECT_GE(job_number(final_status, "test_accuracy"), 0.95) << final_status;
   // Worker 3's chunks went back to the queue: every epoch trained every sample exactly once.
-  const double per_epoch = json_number(final_status, "samples_per_epoch");
+  const double per_epoch = job_number(final_status, "samples_per_epoch");
   ASSERT_GT(per_epoch, 1000) << final_status;
-  const auto at = final_status.find("\"epoch_samples\": [");
-  ASSERT_NE(at, std::string::npos) << final_status;
-  std::istringstream list(final_status.substr(at + 18));
-  int epochs = 0;
-  for (double n = 0; list >> n; ++epochs) {
-    EXPECT_EQ(n, per_epoch) << "epoch " << epochs + 1;
-    if (list.peek() == ']') break;
-    list.ignore(1);
-  }
-  EXPECT_EQ(epochs + 1, 150) << final_status;
+  ASSERT_TRUE(job_json(final_status).contains("epoch_samples")) << final_status;
+  const auto epochs = job_numbers(final_status, "epoch_samples");
+  for (std::size_t e = 0; e < epochs.size(); ++e)
+    EXPECT_EQ(epochs[e], per_epoch) << "epoch " << e + 1;
+  EXPECT_EQ(epochs.size(), 150u) << final_status;
 }
 
 /// Pids of the coach-invocation processes whose parent is one of `parents`.
@@ -391,10 +387,8 @@ TEST_F(cluster, a_function_mode_job_completes_across_nodes_while_its_invocations
   std::string st;
   for (int i = 0; i < 3000; ++i) {
     st = coach("status " + job + " --json --at " + sched_addr_).out;
-    if (st.find("\"state\": \"running\"") == std::string::npos &&
-        st.find("\"state\": \"queued\"") == std::string::npos)
-      break;
-    const double epoch = json_number(st, "epochs_done");
+    if (state_of(st) != "running" && state_of(st) != "queued") break;
+    const double epoch = job_number(st, "epochs_done");
     if (killed < 12 && epoch > last_epoch) {
       auto pids = invocations_of(nodes_);
       if (!pids.empty()) {
@@ -409,33 +403,29 @@ TEST_F(cluster, a_function_mode_job_completes_across_nodes_while_its_invocations
   }
   std::fprintf(stderr, "killed %d invocations while the job ran\n", killed);
   EXPECT_GE(killed, 5) << "the job ended before it could be hurt: " << st;
-  EXPECT_NE(st.find("\"state\": \"succeeded\""), std::string::npos) << st;
-  EXPECT_EQ(json_number(st, "epochs_done"), 120) << st;
-  EXPECT_GE(json_number(st, "test_accuracy"), 0.95) << st;
-  EXPECT_EQ(json_number(st, "samples_per_epoch"), 1438) << st;
-  const std::string all_full = "\"epoch_samples\": [1438" + [] {
-    std::string more;
-    for (int e = 1; e < 120; ++e) more += ", 1438";
-    return more;
-  }() + "]";
-  EXPECT_NE(st.find(all_full), std::string::npos) << "every epoch trained every sample: " << st;
+  EXPECT_EQ(state_of(st), "succeeded") << st;
+  EXPECT_EQ(job_number(st, "epochs_done"), 120) << st;
+  EXPECT_GE(job_number(st, "test_accuracy"), 0.95) << st;
+  EXPECT_EQ(job_number(st, "samples_per_epoch"), 1438) << st;
+  EXPECT_EQ(job_numbers(st, "epoch_samples"), std::vector<double>(120, 1438))
+      << "every epoch trained every sample: " << st;
   // coach status counts the invocations: the killed ones among those that ended otherwise.
-  const auto inv = st.find("\"invocations\": {");
-  ASSERT_NE(inv, std::string::npos) << st;
-  const std::string counts = st.substr(inv);
+  const auto counts = json_field(job_json(st), "invocations");
+  ASSERT_TRUE(counts.is_object()) << st;
   // A kill can land on an invocation that is exiting after its last task (it then ends
   // completed), so not every kill counts; none ended otherwise.
-  const double failed = json_number(counts, "failed");
+  const double failed = number_field(counts, "failed");
   EXPECT_GE(failed, 1) << counts;
   EXPECT_LE(failed, killed) << counts;
-  EXPECT_EQ(json_number(counts, "timed_out"), 0) << counts;
-  EXPECT_EQ(json_number(counts, "out_of_memory"), 0) << counts;
+  EXPECT_EQ(number_field(counts, "timed_out"), 0) << counts;
+  EXPECT_EQ(number_field(counts, "out_of_memory"), 0) << counts;
   // Every invocation started ended completed or failed, but for at most one per worker still
   // running at the last progress report.
-  const double running = json_number(counts, "started") - json_number(counts, "completed") - failed;
+  const double running =
+      number_field(counts, "started") - number_field(counts, "completed") - failed;
   EXPECT_GE(running, 0) << counts;
   EXPECT_LE(running, 3) << counts;
-  EXPECT_GT(json_number(counts, "peak_memory_bytes"), 1 << 20) << counts;
+  EXPECT_GT(number_field(counts, "peak_memory_bytes"), 1 << 20) << counts;
   const auto table = coach("status --at " + sched_addr_);
   EXPECT_NE(table.out.find("invocations: "), std::string::npos) << table.out;
 }
@@ -451,7 +441,7 @@ TEST_F(cluster, sigterm_drains_a_node_which_exits_cleanly) {
   bool dead = false;
   for (int i = 0; i < 60 && !dead; ++i) {
     auto r = coach("nodes --json --at " + sched_addr_);
-    dead = count(r.out, "\"alive\": true") == 2;
+    dead = alive_nodes(r.out) == 2;
     if (!dead) std::this_thread::sleep_for(250ms);
   }
   EXPECT_TRUE(dead);

@@ -59,7 +59,7 @@ class placement_cluster : public ::testing::Test {
     for (int i = 0; i < 100 && same < 3; ++i) {
       auto st = coach("status " + job + " --json --at " + sched_addr_);
       if (st.code != 0) return "status failed: " + st.err;
-      const double now = json_number(st.out, "cross_host_bytes");
+      const double now = job_number(st.out, "cross_host_bytes");
       same = now == bytes ? same + 1 : 0;
       bytes = now;
       last = st.out;
@@ -76,28 +76,28 @@ TEST_F(placement_cluster, dltap_moves_at_most_six_tenths_of_the_bytes_of_spread)
   const std::string spread = run("spread");
   const std::string dltap = run("dltap");
   for (const auto* st : {&spread, &dltap}) {
-    EXPECT_NE(st->find("\"state\": \"succeeded\""), std::string::npos) << *st;
-    EXPECT_GE(json_number(*st, "test_accuracy"), 0.95) << *st;
+    EXPECT_EQ(state_of(*st), "succeeded") << *st;
+    EXPECT_GE(job_number(*st, "test_accuracy"), 0.95) << *st;
   }
-  EXPECT_NE(spread.find("\"placement\": \"spread\""), std::string::npos) << spread;
-  EXPECT_NE(dltap.find("\"placement\": \"dltap\""), std::string::npos) << dltap;
+  EXPECT_EQ(job_string(spread, "placement"), "spread") << spread;
+  EXPECT_EQ(job_string(dltap, "placement"), "dltap") << dltap;
   // The same math wherever the parts run (BSP, fixed seed).
-  EXPECT_EQ(json_number(spread, "test_accuracy"), json_number(dltap, "test_accuracy"));
-  const double s = json_number(spread, "cross_host_bytes");
-  const double d = json_number(dltap, "cross_host_bytes");
+  EXPECT_EQ(job_number(spread, "test_accuracy"), job_number(dltap, "test_accuracy"));
+  const double s = job_number(spread, "cross_host_bytes");
+  const double d = job_number(dltap, "cross_host_bytes");
   std::fprintf(stderr, "cross-host bytes: spread %.0f, dltap %.0f (ratio %.3f)\n", s, d,
                s > 0 ? d / s : 0.0);
   EXPECT_GT(s, 1e6) << spread;
   EXPECT_LE(d, 0.6 * s) << dltap;
   // Spread put the 4 parts on 4 nodes.
   for (const char* name : {"node-a", "node-b", "node-c", "node-d"})
-    EXPECT_NE(spread.find(std::string("\"") + name + "\""), std::string::npos) << spread;
+    EXPECT_TRUE(runs_on(spread, name)) << spread;
 }
 
 TEST_F(placement_cluster, a_job_without_placement_gets_the_schedulers_and_status_shows_it) {
   const std::string st = run("");
-  EXPECT_NE(st.find("\"state\": \"succeeded\""), std::string::npos) << st;
-  EXPECT_NE(st.find("\"placement\": \"dltap\""), std::string::npos) << st;
+  EXPECT_EQ(state_of(st), "succeeded") << st;
+  EXPECT_EQ(job_string(st, "placement"), "dltap") << st;
   auto table = coach("status --at " + sched_addr_);
   ASSERT_EQ(table.code, 0) << table.err;
   EXPECT_NE(table.out.find("PLACEMENT"), std::string::npos) << table.out;

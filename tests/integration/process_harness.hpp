@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -22,6 +23,8 @@
 #include <thread>
 #include <vector>
 #include <zmq.hpp>
+
+#include <nlohmann/json.hpp>
 
 extern char** environ;
 
@@ -99,11 +102,129 @@ inline int free_port() {
   return std::stoi(a.substr(a.rfind(':') + 1));
 }
 
-/// The number after "KEY": in a JSON text (first occurrence), or -1.
-inline double json_number(const std::string& text, const std::string& key, std::size_t from = 0) {
-  const auto at = text.find("\"" + key + "\": ", from);
-  if (at == std::string::npos) return -1;
-  return std::strtod(text.c_str() + at + key.size() + 4, nullptr);
+/// TEXT parsed as JSON: a discarded value (is_discarded()) where TEXT is not JSON, so that a
+/// check on it fails (with the text streamed beside it) rather than throws.
+inline nlohmann::json parse_json(const std::string& text) {
+  return nlohmann::json::parse(text, nullptr, false);
+}
+
+/// J's member KEY where J is an object that has it; null otherwise (never throws, never adds).
+inline nlohmann::json json_field(const nlohmann::json& j, const std::string& key) {
+  if (!j.is_object()) return nullptr;
+  const auto it = j.find(key);
+  return it == j.end() ? nlohmann::json() : *it;
+}
+
+/// J's member KEY where it is a number; -1 where J has no number there.
+inline double number_field(const nlohmann::json& j, const std::string& key) {
+  const auto v = json_field(j, key);
+  return v.is_number() ? v.get<double>() : -1;
+}
+
+/// J's member KEY where it is a string; "" where J has no string there.
+inline std::string string_field(const nlohmann::json& j, const std::string& key) {
+  const auto v = json_field(j, key);
+  return v.is_string() ? v.get<std::string>() : std::string();
+}
+
+/// The strings of J's array KEY (other elements skipped); empty where J has no array there.
+inline std::vector<std::string> strings_field(const nlohmann::json& j, const std::string& key) {
+  std::vector<std::string> out;
+  const auto list = json_field(j, key);
+  if (list.is_array())
+    for (const auto& v : list)
+      if (v.is_string()) out.push_back(v.get<std::string>());
+  return out;
+}
+
+/// The numbers of J's array KEY (other elements skipped); empty where J has no array there.
+inline std::vector<double> numbers_field(const nlohmann::json& j, const std::string& key) {
+  std::vector<double> out;
+  const auto list = json_field(j, key);
+  if (list.is_array())
+    for (const auto& v : list)
+      if (v.is_number()) out.push_back(v.get<double>());
+  return out;
+}
+
+/// The number at the top-level key KEY of the JSON object TEXT (`coach submit --json`'s "job", a
+/// `coach train --report`'s "test_accuracy"); -1 where it has none or TEXT is not JSON.
+inline double json_number(const std::string& text, const std::string& key) {
+  return number_field(parse_json(text), key);
+}
+
+/// The one job in TEXT: `coach status JOB --json` prints {"jobs": [JOB]}, `coach submit --wait
+/// --json` prints JOB itself (and `coach submit --json` {"job": ID}). Null where TEXT is not JSON
+/// or holds not exactly one job.
+inline nlohmann::json job_json(const std::string& text) {
+  const auto j = parse_json(text);
+  if (!j.is_object()) return nullptr;
+  if (const auto jobs = json_field(j, "jobs"); jobs.is_array())
+    return jobs.size() == 1 ? jobs[0] : nlohmann::json();
+  return j.contains("job") ? j : nlohmann::json();
+}
+
+/// The number KEY of the one job in TEXT (job_json); -1 where it has none.
+inline double job_number(const std::string& text, const std::string& key) {
+  return number_field(job_json(text), key);
+}
+
+/// The string KEY of the one job in TEXT (job_json); "" where it has none.
+inline std::string job_string(const std::string& text, const std::string& key) {
+  return string_field(job_json(text), key);
+}
+
+/// The state of the one job in TEXT ("running", "succeeded", ...); "" where there is none.
+inline std::string state_of(const std::string& text) {
+  return job_string(text, "state");
+}
+
+/// The strings of the array KEY of the one job in TEXT (worker_nodes, shard_nodes).
+inline std::vector<std::string> job_strings(const std::string& text, const std::string& key) {
+  return strings_field(job_json(text), key);
+}
+
+/// The numbers of the array KEY of the one job in TEXT (epoch_samples).
+inline std::vector<double> job_numbers(const std::string& text, const std::string& key) {
+  return numbers_field(job_json(text), key);
+}
+
+/// Whether `list` holds `what`.
+inline bool holds(const std::vector<std::string>& list, const std::string& what) {
+  return std::find(list.begin(), list.end(), what) != list.end();
+}
+
+/// Whether the one job in TEXT lists NODE among its worker_nodes or shard_nodes.
+inline bool runs_on(const std::string& text, const std::string& node) {
+  const auto job = job_json(text);
+  return holds(strings_field(job, "worker_nodes"), node) ||
+         holds(strings_field(job, "shard_nodes"), node);
+}
+
+/// The nodes of a `coach nodes --json` reply ({"nodes": [NODE, ...]}); empty where TEXT is not one.
+inline std::vector<nlohmann::json> nodes_of(const std::string& text) {
+  std::vector<nlohmann::json> out;
+  const auto list = json_field(parse_json(text), "nodes");
+  if (list.is_array())
+    for (const auto& n : list)
+      if (n.is_object()) out.push_back(n);
+  return out;
+}
+
+/// How many nodes a `coach nodes --json` reply lists alive ("alive": true); 0 where TEXT is not
+/// such a reply.
+inline std::size_t alive_nodes(const std::string& text) {
+  std::size_t n = 0;
+  for (const auto& node : nodes_of(text))
+    if (json_field(node, "alive") == true) ++n;
+  return n;
+}
+
+/// The names of the nodes a `coach nodes --json` reply lists, alive or not.
+inline std::vector<std::string> node_names(const std::string& text) {
+  std::vector<std::string> out;
+  for (const auto& node : nodes_of(text)) out.push_back(string_field(node, "name"));
+  return out;
 }
 
 inline std::size_t count(const std::string& text, const std::string& what) {
@@ -171,7 +292,7 @@ inline void stop_nodes(std::vector<node_process>& nodes) {
 inline bool await_nodes_alive(const std::string& at, std::size_t alive) {
   for (int i = 0; i < 100; ++i) {
     auto r = coach("nodes --json --at " + at);
-    if (r.code == 0 && count(r.out, "\"alive\": true") == alive) return true;
+    if (r.code == 0 && alive_nodes(r.out) == alive) return true;
     std::this_thread::sleep_for(200ms);
   }
   return false;

@@ -71,47 +71,46 @@ TEST_F(rebalance_cluster, a_shard_moved_away_from_its_workers_comes_back_once_th
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   const std::string job = std::to_string(long(json_number(r.out, "job")));
   auto running = await_status(
-      job, [](const std::string& s) { return s.find("\"state\": \"running\"") != s.npos; }, 60s);
-  ASSERT_NE(running.find("\"state\": \"running\""), std::string::npos) << running;
-  EXPECT_NE(running.find("\"shard_nodes\": [\"r-a\"]"), std::string::npos)
+      job, [](const std::string& s) { return state_of(s) == "running"; }, 60s);
+  ASSERT_EQ(state_of(running), "running") << running;
+  EXPECT_EQ(job_strings(running, "shard_nodes"), std::vector<std::string>{"r-a"})
       << "dltap puts the whole job on the node that holds it: " << running;
-  EXPECT_EQ(json_number(running, "aggregation_degree"), 1.0) << running;
+  EXPECT_EQ(job_number(running, "aggregation_degree"), 1.0) << running;
 
   auto m = coach("migrate " + job + " --shard 0 --to r-b --at " + addr_);
   ASSERT_EQ(m.code, 0) << m.out << m.err;
   // The user's move, then the scheduler's own: shard 1 on r-b, then shard 2 on r-a, beside the
   // worker again.
+  const std::vector<std::string> moved_back{"r-a", "r-b", "r-a"};
   auto beside = await_status(
       job,
-      [](const std::string& s) {
-        return (s.find("\"shard_nodes\": [\"r-a\", \"r-b\", \"r-a\"]") != s.npos &&
-                json_number(s, "aggregation_degree") == 1.0) ||
-               s.find("\"state\": \"running\"") == s.npos;
+      [&](const std::string& s) {
+        return (job_strings(s, "shard_nodes") == moved_back &&
+                job_number(s, "aggregation_degree") == 1.0) ||
+               state_of(s) != "running";
       },
       120s);
-  EXPECT_NE(beside.find("\"shard_nodes\": [\"r-a\", \"r-b\", \"r-a\"]"), std::string::npos)
-      << beside;
-  EXPECT_EQ(json_number(beside, "aggregation_degree"), 1.0) << beside;
+  EXPECT_EQ(job_strings(beside, "shard_nodes"), moved_back) << beside;
+  EXPECT_EQ(job_number(beside, "aggregation_degree"), 1.0) << beside;
   const std::string log = slurp(nodes_[0].log);
   EXPECT_EQ(count(log, "dltap: job " + job + ": shard 1 moves from 'r-b' to 'r-a'"), 1u) << log;
   // It trains on beside its shard: more epochs, the accuracy of digits; then the user stops it
   // (the job is long so that the moves happen mid-run on any machine).
-  const double epochs_then = json_number(beside, "epochs_done");
+  const double epochs_then = job_number(beside, "epochs_done");
   auto later = await_status(
       job,
       [&](const std::string& s) {
-        return json_number(s, "epochs_done") >= epochs_then + 3 ||
-               s.find("\"state\": \"running\"") == s.npos;
+        return job_number(s, "epochs_done") >= epochs_then + 3 || state_of(s) != "running";
       },
       120s);
-  EXPECT_GE(json_number(later, "epochs_done"), epochs_then + 3) << later;
-  EXPECT_GE(json_number(later, "test_accuracy"), 0.95) << later;
-  EXPECT_EQ(json_number(later, "aggregation_degree"), 1.0) << later;
+  EXPECT_GE(job_number(later, "epochs_done"), epochs_then + 3) << later;
+  EXPECT_GE(job_number(later, "test_accuracy"), 0.95) << later;
+  EXPECT_EQ(job_number(later, "aggregation_degree"), 1.0) << later;
   auto c = coach("cancel " + job + " --at " + addr_);
   ASSERT_EQ(c.code, 0) << c.out << c.err;
   auto end = await_status(
-      job, [](const std::string& s) { return s.find("\"state\": \"cancelled\"") != s.npos; }, 60s);
-  EXPECT_NE(end.find("\"state\": \"cancelled\""), std::string::npos) << end;
+      job, [](const std::string& s) { return state_of(s) == "cancelled"; }, 60s);
+  EXPECT_EQ(state_of(end), "cancelled") << end;
   EXPECT_EQ(count(slurp(nodes_[0].log), "dltap: job " + job + ":"), 1u)
       << "one move: the shard stays beside its worker";
 }

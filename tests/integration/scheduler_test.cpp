@@ -95,7 +95,7 @@ class scheduler_cluster : public ::testing::Test {
     const auto deadline = std::chrono::steady_clock::now() + 60s;
     while (std::chrono::steady_clock::now() < deadline) {
       auto r = coach("nodes --json --at " + at_);
-      if (r.code == 0 && count(r.out, "\"alive\": true") == std::size_t(n)) return true;
+      if (r.code == 0 && alive_nodes(r.out) == std::size_t(n)) return true;
       std::this_thread::sleep_for(100ms);
     }
     return false;
@@ -128,8 +128,8 @@ class scheduler_cluster : public ::testing::Test {
     return poll(
         job,
         [](const std::string& s) {
-          return has(s, "\"state\": \"succeeded\"") || has(s, "\"state\": \"failed\"") ||
-                 has(s, "\"state\": \"cancelled\"");
+          const auto state = state_of(s);
+          return state == "succeeded" || state == "failed" || state == "cancelled";
         },
         limit);
   }
@@ -156,11 +156,10 @@ class scheduler_cluster : public ::testing::Test {
   std::vector<node_process> nodes_;
 };
 
-/// Every epoch of a finished digits job trained its 1438 samples exactly once.
-std::string full_epochs(int epochs) {
-  std::string s = "\"epoch_samples\": [1438";
-  for (int e = 1; e < epochs; ++e) s += ", 1438";
-  return s + "]";
+/// Every epoch of a finished digits job trained its 1438 samples exactly once: its
+/// epoch_samples.
+std::vector<double> full_epochs(int epochs) {
+  return std::vector<double>(std::size_t(epochs), 1438);
 }
 
 TEST_F(scheduler_cluster, a_job_survives_a_killed_and_restarted_scheduler_and_succeeds) {
@@ -185,9 +184,9 @@ TEST_F(scheduler_cluster, a_job_survives_a_killed_and_restarted_scheduler_and_su
   ASSERT_EQ(set.code, 0) << set.err;
   // A few epochs in (so there is a checkpoint), the scheduler's process dies at once: the
   // master, the evaluator and the parts on node-a with it; node-b and node-c keep theirs.
-  auto before = poll(job, [](const std::string& s) { return json_number(s, "epochs_done") >= 5; });
-  ASSERT_GE(json_number(before, "epochs_done"), 5) << before;
-  ASSERT_TRUE(has(before, "\"state\": \"running\"")) << before;
+  auto before = poll(job, [](const std::string& s) { return job_number(s, "epochs_done") >= 5; });
+  ASSERT_GE(job_number(before, "epochs_done"), 5) << before;
+  ASSERT_EQ(state_of(before), "running") << before;
   stop_node(nodes_[0]);
   nodes_[0] = start_node(scheduler_args_, "node-a", test_name() + "-node-a-again");
   ASSERT_TRUE(all_alive(3)) << logs();
@@ -195,14 +194,14 @@ TEST_F(scheduler_cluster, a_job_survives_a_killed_and_restarted_scheduler_and_su
   // The restarted scheduler knows the job, tells node-b and node-c to stop its old parts and
   // starts it again from its last checkpoint, under the same id.
   const auto known = status(job);
-  EXPECT_TRUE(has(known, "\"name\": \"restart\"")) << known;
+  EXPECT_EQ(job_string(known, "name"), "restart") << known;
   // 120 epochs of digits: seconds on 2 idle cores, more beside the suite's other tests.
   const auto final_status = wait_for_end(job, 300s);
-  EXPECT_TRUE(has(final_status, "\"state\": \"succeeded\"")) << final_status;
-  EXPECT_EQ(json_number(final_status, "epochs_done"), epochs) << final_status;
-  EXPECT_EQ(json_number(final_status, "resumes"), 1) << final_status;
-  EXPECT_TRUE(has(final_status, full_epochs(epochs))) << final_status;
-  EXPECT_GE(json_number(final_status, "test_accuracy"), 0.95) << final_status;
+  EXPECT_EQ(state_of(final_status), "succeeded") << final_status;
+  EXPECT_EQ(job_number(final_status, "epochs_done"), epochs) << final_status;
+  EXPECT_EQ(job_number(final_status, "resumes"), 1) << final_status;
+  EXPECT_EQ(job_numbers(final_status, "epoch_samples"), full_epochs(epochs)) << final_status;
+  EXPECT_GE(job_number(final_status, "test_accuracy"), 0.95) << final_status;
   // It resumed after the epochs its checkpoint held, not from the start.
   const auto log = slurp(nodes_[0].log);
   const auto at = log.find("resumes at epoch ");
@@ -211,7 +210,7 @@ TEST_F(scheduler_cluster, a_job_survives_a_killed_and_restarted_scheduler_and_su
   // The policy outlived the restart, in the store.
   auto get = coach("policy get --json --at " + at_);
   EXPECT_EQ(get.code, 0) << get.err;
-  EXPECT_TRUE(has(get.out, "{\"policy\": \"round-robin\"}")) << get.out;
+  EXPECT_EQ(parse_json(get.out), nlohmann::json::object({{"policy", "round-robin"}})) << get.out;
 
   // It resumed with its optimizer state (momentum) and counters: its final parameters are
   // bitwise those of the same job run without the restart.
@@ -219,8 +218,8 @@ TEST_F(scheduler_cluster, a_job_survives_a_killed_and_restarted_scheduler_and_su
       submit(digits_spec("restart-clean", epochs, "{min: 1, max: 4, initial: 3}",
                          "{min: 1, max: 2, initial: 2}", extra + clean_model.string() + "\n"));
   const auto clean_status = wait_for_end(clean, 300s);
-  ASSERT_TRUE(has(clean_status, "\"state\": \"succeeded\"")) << clean_status;
-  EXPECT_EQ(json_number(clean_status, "workers"), json_number(final_status, "workers"));
+  ASSERT_EQ(state_of(clean_status), "succeeded") << clean_status;
+  EXPECT_EQ(job_number(clean_status, "workers"), job_number(final_status, "workers"));
   const auto a = tensor_bytes(model), b = tensor_bytes(clean_model);
   ASSERT_EQ(a.size(), 4810u * 4u) << logs();  // the digits MLP's parameters, f32
   EXPECT_TRUE(a == b) << "the parameters differ from the uninterrupted run's";
@@ -234,26 +233,25 @@ TEST_F(scheduler_cluster, a_job_recovers_from_its_checkpoint_when_a_node_with_a_
                                 "{min: 1, max: 2, initial: 2}", "checkpoint: {every_s: 0}\n");
   const std::string job = submit(spec);
   // A few epochs in, a node that holds a shard (not the scheduler's) dies without a word.
-  auto st = poll(job, [](const std::string& s) { return json_number(s, "epochs_done") >= 5; });
-  ASSERT_GE(json_number(st, "epochs_done"), 5) << st;
+  auto st = poll(job, [](const std::string& s) { return job_number(s, "epochs_done") >= 5; });
+  ASSERT_GE(job_number(st, "epochs_done"), 5) << st;
   node_process* victim = nullptr;
-  const auto at = st.find("\"shard_nodes\": [");
-  ASSERT_NE(at, std::string::npos) << st;
-  const auto list = st.substr(at, st.find(']', at) - at);
+  ASSERT_TRUE(job_json(st).contains("shard_nodes")) << st;
+  const auto list = job_strings(st, "shard_nodes");
   for (auto& n : nodes_)
-    if (n.name != "node-a" && has(list, "\"" + n.name + "\"")) victim = &n;
+    if (n.name != "node-a" && holds(list, n.name)) victim = &n;
   ASSERT_NE(victim, nullptr) << "no shard away from the scheduler's node: " << st;
   stop_node(*victim);  // SIGKILL
 
   // The job is not failed: it restarts from its last checkpoint on the nodes left and ends
   // with every epoch trained once and the accuracy of a run that lost nothing.
   const auto final_status = wait_for_end(job, 300s);
-  EXPECT_TRUE(has(final_status, "\"state\": \"succeeded\"")) << final_status;
-  EXPECT_EQ(json_number(final_status, "epochs_done"), epochs) << final_status;
-  EXPECT_TRUE(has(final_status, full_epochs(epochs))) << final_status;
-  EXPECT_GE(json_number(final_status, "test_accuracy"), 0.95) << final_status;
-  EXPECT_EQ(json_number(final_status, "recoveries"), 1) << final_status;
-  EXPECT_FALSE(has(final_status, "\"" + victim->name + "\"")) << "restarted away from it";
+  EXPECT_EQ(state_of(final_status), "succeeded") << final_status;
+  EXPECT_EQ(job_number(final_status, "epochs_done"), epochs) << final_status;
+  EXPECT_EQ(job_numbers(final_status, "epoch_samples"), full_epochs(epochs)) << final_status;
+  EXPECT_GE(job_number(final_status, "test_accuracy"), 0.95) << final_status;
+  EXPECT_EQ(job_number(final_status, "recoveries"), 1) << final_status;
+  EXPECT_FALSE(runs_on(final_status, victim->name)) << "restarted away from it: " << final_status;
   // coach status says what the recovery cost.
   auto text = coach("status " + job + " --at " + at_);
   EXPECT_TRUE(has(text.out, "recoveries: 1 after lost nodes (work lost: ")) << text.out;
@@ -275,29 +273,24 @@ TEST_F(scheduler_cluster, a_backup_takes_over_a_killed_primary_and_not_a_bit_cha
   const std::string extra = "placement: spread\nreplicas: 2\noutput: ";
   const auto spec = digits_spec("replica", epochs, "2", "2", extra + model.string() + "\n");
   const std::string job = submit(spec);
-  auto st = poll(job, [](const std::string& s) { return json_number(s, "epochs_done") >= 5; });
-  ASSERT_GE(json_number(st, "epochs_done"), 5) << st;
-  auto list_of = [&](const std::string& key) {
-    const auto at = st.find("\"" + key + "\": [");
-    return at == std::string::npos ? std::string{} : st.substr(at, st.find(']', at) - at);
-  };
-  const auto shards = list_of("shard_nodes"), workers = list_of("worker_nodes");
+  auto st = poll(job, [](const std::string& s) { return job_number(s, "epochs_done") >= 5; });
+  ASSERT_GE(job_number(st, "epochs_done"), 5) << st;
+  const auto shards = job_strings(st, "shard_nodes"), workers = job_strings(st, "worker_nodes");
   node_process* victim = nullptr;
   for (auto& n : nodes_)
-    if (n.name != "node-a" && has(shards, "\"" + n.name + "\"") &&
-        !has(workers, "\"" + n.name + "\""))
-      victim = &n;
+    if (n.name != "node-a" && holds(shards, n.name) && !holds(workers, n.name)) victim = &n;
   ASSERT_NE(victim, nullptr) << "no primary alone on a node but the scheduler's: " << st;
   stop_node(*victim);  // SIGKILL, mid-epoch
 
   // Its backup takes over: no restart, no sample twice, not a bit different.
   const auto final_status = wait_for_end(job, 300s);
-  EXPECT_TRUE(has(final_status, "\"state\": \"succeeded\"")) << final_status << logs();
-  EXPECT_TRUE(has(final_status, full_epochs(epochs))) << final_status;
-  EXPECT_EQ(json_number(final_status, "recoveries"), 0) << final_status;
-  EXPECT_EQ(json_number(final_status, "resumes"), 0) << final_status;
-  EXPECT_EQ(json_number(final_status, "failovers"), 1) << final_status;
-  EXPECT_FALSE(has(final_status, "\"" + victim->name + "\"")) << "its shard moved to the backup";
+  EXPECT_EQ(state_of(final_status), "succeeded") << final_status << logs();
+  EXPECT_EQ(job_numbers(final_status, "epoch_samples"), full_epochs(epochs)) << final_status;
+  EXPECT_EQ(job_number(final_status, "recoveries"), 0) << final_status;
+  EXPECT_EQ(job_number(final_status, "resumes"), 0) << final_status;
+  EXPECT_EQ(job_number(final_status, "failovers"), 1) << final_status;
+  EXPECT_FALSE(runs_on(final_status, victim->name))
+      << "its shard moved to the backup: " << final_status;
   auto text = coach("status " + job + " --at " + at_);
   EXPECT_TRUE(has(text.out, "failovers: 1 shard(s) taken over by their backups")) << text.out;
   EXPECT_TRUE(has(slurp(nodes_[0].log), "backups take over shard ")) << logs();
@@ -308,7 +301,7 @@ TEST_F(scheduler_cluster, a_backup_takes_over_a_killed_primary_and_not_a_bit_cha
   const auto clean = submit(
       digits_spec("replica-clean", epochs, "2", "2", "output: " + clean_model.string() + "\n"));
   const auto clean_status = wait_for_end(clean, 300s);
-  ASSERT_TRUE(has(clean_status, "\"state\": \"succeeded\"")) << clean_status;
+  ASSERT_EQ(state_of(clean_status), "succeeded") << clean_status;
   const auto a = tensor_bytes(model), b = tensor_bytes(clean_model);
   ASSERT_EQ(a.size(), 4810u * 4u) << logs();  // the digits MLP's parameters, f32
   EXPECT_TRUE(a == b) << "the parameters differ from the uninterrupted run's";
@@ -326,41 +319,34 @@ TEST_F(scheduler_cluster, a_migrated_shard_keeps_a_backup_that_takes_over_when_i
   const auto spec = digits_spec("moved-replica", epochs, "2", "{min: 1, max: 2, initial: 1}",
                                 extra + model.string() + "\n");
   const std::string job = submit(spec);
-  auto st = poll(job, [](const std::string& s) { return json_number(s, "epochs_done") >= 3; });
-  ASSERT_GE(json_number(st, "epochs_done"), 3) << st;
-  auto list_of = [&](const std::string& key) {
-    const auto at = st.find("\"" + key + "\": [");
-    return at == std::string::npos ? std::string{} : st.substr(at, st.find(']', at) - at);
-  };
+  auto st = poll(job, [](const std::string& s) { return job_number(s, "epochs_done") >= 3; });
+  ASSERT_GE(job_number(st, "epochs_done"), 3) << st;
   // Shard 0 moves whole to a node that runs no part of the job but maybe a backup (not the
   // scheduler's): a shard added while the job runs, which gets a backup of its own.
-  const auto shards = list_of("shard_nodes"), workers = list_of("worker_nodes");
   node_process* target = nullptr;
   for (auto& n : nodes_)
-    if (n.name != "node-a" && !has(shards, "\"" + n.name + "\"") &&
-        !has(workers, "\"" + n.name + "\""))
-      target = &n;
+    if (n.name != "node-a" && !runs_on(st, n.name)) target = &n;
   ASSERT_NE(target, nullptr) << "no node free of the job's workers and shard: " << st;
   auto move = coach("migrate " + job + " --shard 0 --to " + target->name + " --at " + at_);
   ASSERT_EQ(move.code, 0) << move.err;
-  st = poll(job, [](const std::string& s) { return json_number(s, "changes_done") >= 1; });
-  ASSERT_GE(json_number(st, "changes_done"), 1) << st << logs();
+  st = poll(job, [](const std::string& s) { return job_number(s, "changes_done") >= 1; });
+  ASSERT_GE(job_number(st, "changes_done"), 1) << st << logs();
   EXPECT_TRUE(has(slurp(nodes_[0].log), "shard 1 goes to '" + target->name + "', its backup on"))
       << logs();
   stop_node(*target);  // SIGKILL, mid-epoch, with shard 1's primary
 
   // Shard 1's backup takes over: no restart, no sample twice, not a bit different.
   const auto final_status = wait_for_end(job, 300s);
-  EXPECT_TRUE(has(final_status, "\"state\": \"succeeded\"")) << final_status << logs();
-  EXPECT_TRUE(has(final_status, full_epochs(epochs))) << final_status;
-  EXPECT_EQ(json_number(final_status, "recoveries"), 0) << final_status;
-  EXPECT_EQ(json_number(final_status, "failovers"), 1) << final_status;
+  EXPECT_EQ(state_of(final_status), "succeeded") << final_status << logs();
+  EXPECT_EQ(job_numbers(final_status, "epoch_samples"), full_epochs(epochs)) << final_status;
+  EXPECT_EQ(job_number(final_status, "recoveries"), 0) << final_status;
+  EXPECT_EQ(job_number(final_status, "failovers"), 1) << final_status;
   EXPECT_TRUE(has(slurp(nodes_[0].log), "backups take over shard 1")) << logs();
 
   const auto clean = submit(digits_spec("moved-replica-clean", epochs, "2", "1",
                                         "output: " + clean_model.string() + "\n"));
   const auto clean_status = wait_for_end(clean, 300s);
-  ASSERT_TRUE(has(clean_status, "\"state\": \"succeeded\"")) << clean_status;
+  ASSERT_EQ(state_of(clean_status), "succeeded") << clean_status;
   const auto a = tensor_bytes(model), b = tensor_bytes(clean_model);
   ASSERT_EQ(a.size(), 4810u * 4u) << logs();
   EXPECT_TRUE(a == b) << "the parameters differ from the unmoved, uninterrupted run's";
@@ -375,9 +361,9 @@ TEST_F(scheduler_cluster, swapping_the_policy_under_a_running_job_loses_and_rest
   const std::string job = submit(spec);
   auto get = coach("policy get --at " + at_);
   EXPECT_EQ(get.out, "fifo\n") << get.err;
-  auto running = poll(job, [](const std::string& s) { return json_number(s, "epochs_done") >= 3; });
-  ASSERT_GE(json_number(running, "epochs_done"), 3) << running;
-  EXPECT_EQ(json_number(running, "workers"), 2) << running;
+  auto running = poll(job, [](const std::string& s) { return job_number(s, "epochs_done") >= 3; });
+  ASSERT_GE(job_number(running, "epochs_done"), 3) << running;
+  EXPECT_EQ(job_number(running, "workers"), 2) << running;
 
   // Bad names change nothing.
   auto bad = coach("policy set lottery --at " + at_);
@@ -390,29 +376,31 @@ TEST_F(scheduler_cluster, swapping_the_policy_under_a_running_job_loses_and_rest
   ASSERT_EQ(set.code, 0) << set.err;
   EXPECT_EQ(set.out, "elastic-fifo\n");
   auto grown = poll(
-      job, [](const std::string& s) { return json_number(s, "workers") == 4; }, 20s);
-  EXPECT_EQ(json_number(grown, "workers"), 4) << grown;
-  EXPECT_TRUE(has(grown, "\"state\": \"running\"")) << grown;
+      job, [](const std::string& s) { return job_number(s, "workers") == 4; }, 20s);
+  EXPECT_EQ(job_number(grown, "workers"), 4) << grown;
+  EXPECT_EQ(state_of(grown), "running") << grown;
   for (const char* p : {"round-robin", "coach", "fifo"}) {
     auto r = coach(std::string("policy set ") + p + " --json --at " + at_);
     EXPECT_EQ(r.code, 0) << r.err;
-    EXPECT_EQ(r.out, std::string("{\"policy\": \"") + p + "\"}\n");
+    EXPECT_EQ(parse_json(r.out), nlohmann::json::object({{"policy", p}})) << r.out;
   }
   const auto after = status(job);  // every swap happened while it ran
-  EXPECT_TRUE(has(after, "\"state\": \"running\"")) << after;
-  EXPECT_LT(json_number(after, "epochs_done"), epochs) << after;
+  EXPECT_EQ(state_of(after), "running") << after;
+  EXPECT_LT(job_number(after, "epochs_done"), epochs) << after;
   // 800 epochs of digits: about a minute on 2 idle cores, more beside the suite's other tests.
   const auto final_status = wait_for_end(job, 300s);
-  EXPECT_TRUE(has(final_status, "\"state\": \"succeeded\"")) << final_status;
-  EXPECT_EQ(json_number(final_status, "resumes"), 0) << final_status;
-  EXPECT_TRUE(has(final_status, full_epochs(epochs))) << final_status;
-  EXPECT_GE(json_number(final_status, "test_accuracy"), 0.95) << final_status;
+  EXPECT_EQ(state_of(final_status), "succeeded") << final_status;
+  EXPECT_EQ(job_number(final_status, "resumes"), 0) << final_status;
+  EXPECT_EQ(job_numbers(final_status, "epoch_samples"), full_epochs(epochs)) << final_status;
+  EXPECT_GE(job_number(final_status, "test_accuracy"), 0.95) << final_status;
   auto all = coach("status --json --at " + at_);
-  EXPECT_EQ(count(all.out, "\"job\": "), 1u) << all.out;
+  EXPECT_EQ(json_field(parse_json(all.out), "jobs").size(), 1u) << all.out;
   // The performance model saw every epoch and predicted those after the first.
-  EXPECT_TRUE(has(final_status, "\"model\": {\"model\": \"swap\", \"theta\": [")) << final_status;
-  EXPECT_GE(json_number(final_status, "predictions"), epochs - 1) << final_status;
-  EXPECT_GE(json_number(final_status, "mean_abs_rel_error"), 0) << final_status;
+  const auto model = json_field(job_json(final_status), "model");
+  EXPECT_EQ(string_field(model, "model"), "swap") << final_status;
+  EXPECT_TRUE(json_field(model, "theta").is_array()) << final_status;
+  EXPECT_GE(number_field(model, "predictions"), epochs - 1) << final_status;
+  EXPECT_GE(number_field(model, "mean_abs_rel_error"), 0) << final_status;
 }
 
 TEST_F(scheduler_cluster, what_a_schedule_migrates_away_or_shrinks_is_free_for_the_next_job) {
@@ -430,20 +418,20 @@ TEST_F(scheduler_cluster, what_a_schedule_migrates_away_or_shrinks_is_free_for_t
       digits_spec("second", 5, "{min: 1, max: 1, initial: 1}", "{min: 1, max: 1, initial: 1}");
   const std::string a = submit(first);
   const auto shrunk = poll(a, [](const std::string& s) {
-    return has(s, "\"state\": \"running\"") && json_number(s, "workers") == 1 &&
-           json_number(s, "epochs_done") >= 2;
+    return state_of(s) == "running" && job_number(s, "workers") == 1 &&
+           job_number(s, "epochs_done") >= 2;
   });
-  ASSERT_EQ(json_number(shrunk, "workers"), 1) << shrunk;
+  ASSERT_EQ(job_number(shrunk, "workers"), 1) << shrunk;
   const std::string b = submit(second);
   const auto sb = wait_for_end(b);
-  EXPECT_TRUE(has(sb, "\"state\": \"succeeded\"")) << sb;
-  EXPECT_TRUE(has(sb, full_epochs(5))) << sb;
+  EXPECT_EQ(state_of(sb), "succeeded") << sb;
+  EXPECT_EQ(job_numbers(sb, "epoch_samples"), full_epochs(5)) << sb;
   const auto sa = status(a);
-  EXPECT_TRUE(has(sa, "\"state\": \"running\""))
+  EXPECT_EQ(state_of(sa), "running")
       << "the second job waited for the first: " << sa.substr(0, 300);
   EXPECT_EQ(coach("cancel " + a + " --at " + at_).code, 0);
   const auto ea = wait_for_end(a);
-  EXPECT_TRUE(has(ea, "\"state\": \"cancelled\"")) << ea;
+  EXPECT_EQ(state_of(ea), "cancelled") << ea;
 }
 
 TEST_F(scheduler_cluster, a_specs_output_is_the_final_model_and_an_unwritable_one_fails_the_job) {
@@ -456,14 +444,14 @@ TEST_F(scheduler_cluster, a_specs_output_is_the_final_model_and_an_unwritable_on
   std::ofstream(spec, std::ios::app) << "output: " << model.string() << "\n";
   const std::string job = submit(spec);
   const auto st = wait_for_end(job);
-  ASSERT_TRUE(has(st, "\"state\": \"succeeded\"")) << st;
+  ASSERT_EQ(state_of(st), "succeeded") << st;
   ASSERT_TRUE(fs::exists(model)) << logs();
   // The file is the run's model: coach eval on the job's own test split gives its accuracy.
   auto eval = coach("eval " + model.string() + " --data " + spec.string());
   ASSERT_EQ(eval.code, 0) << eval.err;
   const auto at = eval.out.find("test accuracy ");
   ASSERT_NE(at, std::string::npos) << eval.out;
-  EXPECT_NEAR(std::strtod(eval.out.c_str() + at + 14, nullptr), json_number(st, "test_accuracy"),
+  EXPECT_NEAR(std::strtod(eval.out.c_str() + at + 14, nullptr), job_number(st, "test_accuracy"),
               1e-4)
       << eval.out << "\n"
       << st.substr(0, 400);
@@ -474,8 +462,8 @@ TEST_F(scheduler_cluster, a_specs_output_is_the_final_model_and_an_unwritable_on
       << "output: " << (work_dir() / "no-such-dir" / "m.st").string() << "\n";
   const std::string b = submit(bad);
   const auto sb = wait_for_end(b);
-  EXPECT_TRUE(has(sb, "\"state\": \"failed\"")) << sb;
-  EXPECT_TRUE(has(sb, "could not be written")) << sb;
+  EXPECT_EQ(state_of(sb), "failed") << sb;
+  EXPECT_TRUE(has(job_string(sb, "error"), "could not be written")) << sb;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "scheduler/job_registry.hpp"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 
@@ -630,8 +631,12 @@ TEST_F(registry, status_shows_placement_aggregation_and_the_models_view) {
   EXPECT_DOUBLE_EQ(s.seconds, 3.0);
   EXPECT_EQ(s.epochs_done, 1u);
   EXPECT_EQ(s.epoch_samples, std::vector<std::uint64_t>{1000});
-  EXPECT_TRUE(s.model_json.starts_with("{\"model\": \"all-here\", \"theta\": ")) << s.model_json;
-  EXPECT_NE(s.model_json.find("\"policy\": \"coach\""), std::string::npos) << s.model_json;
+  const auto model = nlohmann::json::parse(s.model_json, nullptr, false);
+  ASSERT_TRUE(model.is_object()) << s.model_json;
+  EXPECT_EQ(model["model"], "all-here") << s.model_json;
+  EXPECT_TRUE(model.contains("theta")) << s.model_json;
+  EXPECT_EQ(model["policy"], "coach") << s.model_json;
+  EXPECT_EQ(model["workers"], s.workers) << s.model_json;
   auto epochs = store->epochs(id);
   ASSERT_TRUE(epochs);
   ASSERT_EQ(epochs->size(), 1u);

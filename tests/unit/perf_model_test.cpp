@@ -15,11 +15,6 @@
 namespace coach::scheduler {
 namespace {
 
-::testing::AssertionResult has(const std::string& text, std::string_view part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
-}
-
 /// Normal equations of a dense least-squares problem A·x ≈ b (A row-major, m×n).
 void normal_equations(const std::vector<double>& a, const std::vector<double>& b, std::size_t n,
                       std::vector<double>& g, std::vector<double>& h) {
@@ -270,11 +265,16 @@ TEST(perf_model, keeps_predicted_against_observed) {
   EXPECT_EQ(summary[0].jobs, 1u);
   EXPECT_EQ(summary[0].predictions, 4u);
   EXPECT_NEAR(summary[0].mean_abs_rel_error, sum / 4, 1e-12);
-  const std::string json = m.to_json();
-  EXPECT_TRUE(has(json, "\"model\": \"resnet\""));
-  EXPECT_TRUE(has(json, "\"samples\": 5"));
-  EXPECT_TRUE(has(json, "\"theta\": ["));
-  EXPECT_TRUE(has(json, "\"recent\": [{\"job\": 1, \"model\": \"resnet\", \"workers\": 2"));
+  const auto json = m.to_json();
+  ASSERT_EQ(json["models"].size(), 1u) << json.dump();
+  EXPECT_EQ(json["models"][0]["model"], "resnet");
+  EXPECT_EQ(json["models"][0]["samples"], 5);
+  EXPECT_EQ(json["models"][0]["theta"].size(), coach::scheduler::perf_terms) << json.dump();
+  EXPECT_EQ(json["predictions"], 4);
+  ASSERT_EQ(json["recent"].size(), 4u) << json.dump();
+  EXPECT_EQ(json["recent"][0]["job"], 1);
+  EXPECT_EQ(json["recent"][0]["model"], "resnet");
+  EXPECT_EQ(json["recent"][0]["workers"], 2);
 }
 
 TEST(perf_model, history_keeps_the_latest_records) {
