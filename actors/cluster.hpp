@@ -43,6 +43,10 @@ struct node_options {
   std::optional<std::vector<int>> gpus;  ///< --gpus: the GPUs this node may use
   std::chrono::milliseconds heartbeat{1000};
   std::string proc_root = "/proc";  ///< for tests
+  /// --cpu-accounting: true (measured) reports the CPUs other programs keep busy, which the
+  /// scheduler takes off what it may give; false (reserved) reports none, so only what Coach
+  /// reserved counts (a host given to Coach alone, or tests that share a machine).
+  bool external_cpus = true;
 };
 
 /// Spawns the node agent (a detached actor: it loads data sets and samples the host). It binds

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -120,6 +121,7 @@ void put_heartbeat(wire::Heartbeat::Builder b, const node_heartbeat& h) {
   const auto& r = h.resources;
   b.setCpusTotal(r.cpus_total);
   b.setCpusFree(r.cpus_free);
+  b.setCpusExternal(r.cpus_external);
   put_gpus([&](unsigned n) { return b.initGpusTotal(n); }, r.gpus_total);
   put_gpus([&](unsigned n) { return b.initGpusFree(n); }, r.gpus_free);
   b.setMemoryTotal(r.memory_total);
@@ -475,6 +477,9 @@ node_heartbeat get_heartbeat(wire::Heartbeat::Reader r) {
   auto& res = h.resources;
   res.cpus_total = r.getCpusTotal();
   res.cpus_free = r.getCpusFree();
+  // A value outside [0, cpusTotal] (a hostile or broken peer) is bounded, NaN read as 0.
+  res.cpus_external = std::clamp(r.getCpusExternal(), 0.0, double(res.cpus_total));
+  if (std::isnan(res.cpus_external)) res.cpus_external = 0;
   res.gpus_total = get_gpus(r.getGpusTotal(), "heartbeat gpusTotal");
   res.gpus_free = get_gpus(r.getGpusFree(), "heartbeat gpusFree");
   res.memory_total = r.getMemoryTotal();

@@ -101,6 +101,9 @@ std::string node_metrics(const node_heartbeat& hb) {
   one("coach_node_cpus", "CPUs this node advertises (--cpus, else the host's).", r.cpus_total);
   one("coach_node_cpus_free", "CPUs not busy over the last heartbeat interval, measured.",
       r.cpus_free);
+  one("coach_node_cpus_external",
+      "CPUs programs other than Coach kept busy (0 under --cpu-accounting reserved).",
+      r.cpus_external);
   one("coach_node_memory_bytes", "Memory of the host (MemTotal).", double(r.memory_total));
   one("coach_node_memory_free_bytes", "Memory available (MemAvailable).", double(r.memory_free));
   one("coach_node_gpus", "GPUs this node may use.", double(r.gpus_total.size()));

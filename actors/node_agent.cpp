@@ -143,6 +143,7 @@ struct agent_state {
     auto measured = probe->sample();
     if (measured) {
       hb.resources = scheduler::apply_limits(std::move(*measured), opt.cpus, opt.gpus);
+      if (!opt.external_cpus) hb.resources.cpus_external = 0;
       last_probe_error.clear();
     } else if (measured.error().message != last_probe_error) {
       last_probe_error = measured.error().message;

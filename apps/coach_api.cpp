@@ -122,6 +122,7 @@ json to_json(const actors::node_status& n) {
               {"seconds_since_heartbeat", json_figure(n.seconds_since)},
               {"cpus_total", r.cpus_total},
               {"cpus_free", json_figure(r.cpus_free)},
+              {"cpus_external", json_figure(r.cpus_external)},
               {"memory_total", r.memory_total},
               {"memory_free", r.memory_free},
               {"gpus_total", r.gpus_total},
@@ -366,15 +367,16 @@ int run_nodes(const std::string& at, bool json) {
     print_json({{"nodes", std::move(all)}});
     return 0;
   }
-  std::printf("%-16s %-26s %-9s %-11s %-19s %-6s %-7s %s\n", "NAME", "ADDRESS", "STATE",
-              "CPUS FREE", "MEMORY FREE", "GPUS", "ACTORS", "SEEN");
+  std::printf("%-16s %-26s %-9s %-11s %-7s %-19s %-6s %-7s %s\n", "NAME", "ADDRESS", "STATE",
+              "CPUS FREE", "OTHERS", "MEMORY FREE", "GPUS", "ACTORS", "SEEN");
   for (const auto& n : nodes->nodes) {
     const auto& r = n.last.resources;
     const char* state = !n.alive ? "dead" : n.last.draining ? "draining" : "alive";
-    std::printf("%-16s %-26s %-9s %4.1f/%-6u %8s/%-10s %zu/%-4zu %-7u %.1f s ago\n",
+    std::printf("%-16s %-26s %-9s %4.1f/%-6u %-7.1f %8s/%-10s %zu/%-4zu %-7u %.1f s ago\n",
                 n.last.name.c_str(), n.last.address.c_str(), state, r.cpus_free, r.cpus_total,
-                human_bytes(r.memory_free).c_str(), human_bytes(r.memory_total).c_str(),
-                r.gpus_free.size(), r.gpus_total.size(), n.last.actors_running, n.seconds_since);
+                r.cpus_external, human_bytes(r.memory_free).c_str(),
+                human_bytes(r.memory_total).c_str(), r.gpus_free.size(), r.gpus_total.size(),
+                n.last.actors_running, n.seconds_since);
   }
   return 0;
 }

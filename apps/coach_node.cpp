@@ -78,8 +78,8 @@ int main(int argc, char** argv) {
   use_huge_pages(argv);  // large buffers on huge pages (common/huge_pages.hpp)
   keep_freed_memory();   // and what it frees stays mapped (before any thread starts)
   CLI::App app{"coach-node: the Coach daemon of one host", "coach-node"};
-  std::string listen, join, name, advertise, gpus_text, store_path = "coach-jobs.db", policy,
-                                                        placement = "dltap";
+  std::string listen, join, name, advertise, gpus_text,
+      store_path = "coach-jobs.db", policy, placement = "dltap", cpu_accounting = "measured";
   bool is_scheduler = false;
   std::uint32_t cpus = 0;
   double heartbeat_s = 1.0, node_timeout_s = 5.0, drain_timeout_s = 600.0, rebalance_s = 60.0,
@@ -94,6 +94,12 @@ int main(int argc, char** argv) {
   app.add_option("--cpus", cpus,
                  "CPUs to advertise (one per worker or shard; default: those the host has; more "
                  "than it has oversubscribes it)");
+  app.add_option("--cpu-accounting", cpu_accounting,
+                 "measured: CPUs other programs keep busy are not given to jobs (running elastic "
+                 "jobs shrink for them and grow back when they end); reserved: only what Coach "
+                 "reserved counts")
+      ->check(CLI::IsMember({"measured", "reserved"}))
+      ->capture_default_str();
   app.add_option("--store", store_path,
                  "With --scheduler: the job store, an SQLite file ('' = in memory only)")
       ->capture_default_str();
@@ -285,6 +291,7 @@ int main(int argc, char** argv) {
   no.public_key = public_key;
   no.host = host;
   if (cpus > 0) no.cpus = cpus;
+  no.external_cpus = cpu_accounting == "measured";
   if (const unsigned have = std::thread::hardware_concurrency(); cpus > have && have > 0)
     log::warn("--cpus {} advertises more CPUs than this host has ({}): its parts will share them",
               cpus, have);

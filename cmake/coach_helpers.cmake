@@ -14,10 +14,15 @@ function(coach_add_library name)
   set_target_properties(coach_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
 endfunction()
 
-# coach_add_test(NAME LABEL label SOURCES ... [DEPS ...])
-# Adds a GoogleTest binary and registers each of its tests with ctest under LABEL.
+# coach_add_test(NAME LABEL label [TIMEOUT s] [SERIAL] SOURCES ... [DEPS ...])
+# Adds a GoogleTest binary and registers each of its tests with ctest under LABEL; SERIAL: each
+# runs with no other test beside it (RUN_SERIAL).
 function(coach_add_test name)
-  cmake_parse_arguments(arg "" "LABEL;TIMEOUT" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(arg "SERIAL" "LABEL;TIMEOUT" "SOURCES;DEPS" ${ARGN})
+  set(serial FALSE)
+  if(arg_SERIAL)
+    set(serial TRUE)
+  endif()
   if(NOT arg_TIMEOUT)
     set(arg_TIMEOUT 300)
   endif()
@@ -25,6 +30,6 @@ function(coach_add_test name)
   target_link_libraries(${name} PRIVATE coach_options ${arg_DEPS} GTest::gtest GTest::gtest_main)
   gtest_discover_tests(${name}
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
-    PROPERTIES LABELS ${arg_LABEL} TIMEOUT ${arg_TIMEOUT}
+    PROPERTIES LABELS ${arg_LABEL} TIMEOUT ${arg_TIMEOUT} RUN_SERIAL ${serial}
     DISCOVERY_TIMEOUT 60)
 endfunction()

@@ -93,7 +93,7 @@ function render(s) {
   nodes.textContent = '';
   for (const n of s.nodes)
     nodes.appendChild(row([n.name, n.address, el('span', {class: 'state-' + (n.alive ? 'alive' : 'dead')}, n.alive ? (n.draining ? 'draining' : 'alive') : 'dead'),
-                           fmt(n.cpus_free, 1) + ' / ' + n.cpus_total, gib(n.memory_free) + ' / ' + gib(n.memory_total),
+                           fmt(n.cpus_free, 1) + ' / ' + n.cpus_total, fmt(n.cpus_external, 1), gib(n.memory_free) + ' / ' + gib(n.memory_total),
                            n.gpus_free + ' / ' + n.gpus_total, n.parts], {class: 'node', 'data-name': n.name}));
   const jobs = document.querySelector('#jobs tbody');
   jobs.textContent = '';

@@ -25,7 +25,9 @@ struct resources {
 struct node_view {
   std::uint32_t id = 0;  ///< the host id; unique within a cluster_view
   resources total;
-  resources free;  ///< <= total in every component
+  /// <= total in every component, >= 0 but for CPUs: CPUs below 0 are over-committed (programs
+  /// that are not Coach's took CPUs its jobs hold); nothing fits there until parts leave.
+  resources free;
 };
 
 /// Every live node that may take work (dead and draining nodes are left out by the caller).

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <system_error>
 #include <thread>
@@ -353,7 +354,7 @@ result<gpu_inventory> detect_gpus(const nvidia_smi_options& options) {
 }
 
 host_probe::host_probe(std::string proc_root, gpu_detector gpus)
-    : proc_root_(std::move(proc_root)), gpus_(std::move(gpus)) {}
+    : proc_root_(std::move(proc_root)), gpus_(std::move(gpus)), own_(proc_root_) {}
 
 result<host_resources> host_probe::sample() {
   const std::string stat_path = proc_root_ + "/stat";
@@ -364,6 +365,7 @@ result<host_resources> host_probe::sample() {
   if (!stat_text) return std::unexpected(stat_text.error());
   auto cpu = parse_stat(*stat_text, stat_path);
   if (!cpu) return std::unexpected(cpu.error());
+  const auto own_ticks = own_.sample();
 
   auto meminfo_text = read_file(meminfo_path);
   if (!meminfo_text) return std::unexpected(meminfo_text.error());
@@ -389,6 +391,18 @@ result<host_resources> host_probe::sample() {
     double busy_share = static_cast<double>(cpu->busy - previous_busy_) /
                         static_cast<double>(cpu->total - previous_total_);
     out.cpus_free = total * (1.0 - busy_share);
+    if (own_ticks) {
+      const double others = std::max(
+          0.0, static_cast<double>(cpu->busy - previous_busy_) - static_cast<double>(*own_ticks));
+      const double cpus =
+          std::min(total, total * others / static_cast<double>(cpu->total - previous_total_));
+      // Tenths of a CPU; below a quarter is the host's own hum (daemons, the kernel). The larger
+      // of this interval's and the previous one's: a program competing with Coach's parts reads
+      // unevenly, and jobs should not grow into a dip and shrink again at the next heartbeat.
+      const double now = cpus < external_floor ? 0.0 : std::round(cpus * 10) / 10;
+      out.cpus_external = std::max(now, previous_external_);
+      previous_external_ = now;
+    }
   } else {
     out.cpus_free = total - out.load1;
   }
@@ -413,8 +427,12 @@ result<host_resources> host_probe::sample() {
 host_resources apply_limits(host_resources measured, std::optional<std::uint32_t> cpus,
                             std::optional<std::vector<int>> gpus) {
   if (cpus) {
+    // Other programs fill the CPUs this node does not advertise first.
+    const double unadvertised = std::max(0.0, double(measured.cpus_total) - double(*cpus));
+    measured.cpus_external = std::max(0.0, measured.cpus_external - unadvertised);
     measured.cpus_total = *cpus;
     measured.cpus_free = std::min(measured.cpus_free, static_cast<double>(measured.cpus_total));
+    measured.cpus_external = std::min(measured.cpus_external, double(measured.cpus_total));
   }
   if (gpus) {
     measured.gpus_total = intersect(measured.gpus_total, *gpus);

@@ -10,6 +10,12 @@
 //     previous one to compare with, so it estimates cpus_free = cpus_total - load1, clamped to
 //     [0, cpus_total]; so does a sample whose counters did not advance or went backwards (a CPU
 //     went offline).
+//   - CPUs other programs use: cpus_external, the busy share of the interval less the ticks of
+//     Coach's own processes (own_cpu_meter), times cpus_total, in tenths, 0 below
+//     external_floor; the larger of the last two intervals' (a program that ends stops counting
+//     two samples later). The scheduler takes it off what
+//     it may give (node_table::view): a CPU-heavy program started beside Coach shrinks what its
+//     jobs may hold, and its end gives the CPUs back.
 //   - memory: MemTotal and MemAvailable of PROC/meminfo, in bytes (kernels older than 3.14 lack
 //     MemAvailable: MemFree + Buffers + Cached stands in).
 //   - load1: the first field of PROC/loadavg.
@@ -28,6 +34,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "scheduler/own_cpu.hpp"
 
 namespace coach::scheduler {
 
@@ -42,8 +49,11 @@ struct gpu_hold {
 };
 
 struct host_resources {
-  std::uint32_t cpus_total = 0;    ///< online logical CPUs
-  double cpus_free = 0;            ///< in [0, cpus_total]: total minus busy over the last interval
+  std::uint32_t cpus_total = 0;  ///< online logical CPUs
+  double cpus_free = 0;          ///< in [0, cpus_total]: total minus busy over the last interval
+  /// In [0, cpus_total]: CPUs that programs other than Coach kept busy over the last interval
+  /// (the host's busy time minus Coach's own, own_cpu.hpp), in tenths; under external_floor: 0.
+  double cpus_external = 0;
   std::uint64_t memory_total = 0;  ///< bytes (MemTotal)
   std::uint64_t memory_free = 0;   ///< bytes (MemAvailable), <= memory_total
   std::vector<int> gpus_total;     ///< GPU ids (nvidia-smi indices), ascending
@@ -110,12 +120,19 @@ class host_probe {
   std::uint32_t previous_cpus_ = 0;
   std::uint64_t previous_busy_ = 0;   ///< jiffies, all CPUs together
   std::uint64_t previous_total_ = 0;  ///< jiffies, all CPUs together
+  own_cpu_meter own_;
+  double previous_external_ = 0;  ///< the previous interval's cpus_external, before the max
 };
+
+/// Below this many CPUs, what other programs use reads as 0 (a host's daemons and kernel hum).
+inline constexpr double external_floor = 0.25;
 
 /// What is advertised by configuration (`coach-node --cpus N --gpus LIST`): cpus_total becomes
 /// N, below or above what was measured (the scheduler counts CPUs as slots, one per part, as
 /// Ray's --num-cpus does: more than the host has oversubscribes it on purpose, e.g. several
-/// emulated hosts on one machine), and cpus_free min(measured free, N); the GPU lists keep only
+/// emulated hosts on one machine), and cpus_free min(measured free, N); cpus_external loses
+/// the host's CPUs beyond N first (other programs fill those before they reach the node's), then
+/// is at most N; the GPU lists keep only
 /// the ids in LIST (so an id the host lacks is dropped: check_gpu_limit reports that). A limit
 /// that is nullopt leaves its resource as measured. Memory and load are unchanged.
 host_resources apply_limits(host_resources measured, std::optional<std::uint32_t> cpus,

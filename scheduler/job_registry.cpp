@@ -952,7 +952,7 @@ std::string job_registry::why_waiting(const registered_job& job) const {
   const auto view = cluster();
   if (view.nodes.empty()) return "no live node to run on";
   double free_cpus = 0;
-  for (const auto& n : view.nodes) free_cpus += n.free.cpus;
+  for (const auto& n : view.nodes) free_cpus += std::max(0.0, n.free.cpus);
   free_cpus = std::floor(free_cpus * 10 + 1e-6) / 10;
   const int free_gpus = view.free_gpus();
   // The least it can start with (an elastic policy may start it so), then what it asks for.

@@ -78,6 +78,9 @@ double node_table::silent_for(std::uint32_t host) const {
 
 namespace {
 
+/// CPU figures closer to 0 than this are 0 (sums of fractional reservations).
+constexpr double cpu_epsilon = 1e-9;
+
 /// The node's GPU ids free for a new worker (see the file comment).
 int free_gpus(const host_resources& r) {
   std::set<int> owned, shared;
@@ -108,7 +111,11 @@ cluster_view node_table::view(const std::map<std::uint32_t, resources>& reserved
     resources out{};
     if (auto g = reserved.find(v.id); g != reserved.end()) out = g->second;
     v.free.gpus = std::max(0, std::min(free_gpus(r), v.total.gpus - out.gpus));
-    v.free.cpus = std::max(0.0, v.total.cpus - out.cpus);
+    // What other programs keep busy is not Coach's to give; below 0 the node is over-committed
+    // and elastic policies shrink jobs there (policy_detail.hpp, planner::shed_overcommit).
+    v.free.cpus =
+        std::max(0.0, v.total.cpus - out.cpus) - std::clamp(r.cpus_external, 0.0, v.total.cpus);
+    if (v.free.cpus > -cpu_epsilon && v.free.cpus < 0) v.free.cpus = 0;
     v.free.memory = std::min(r.memory_free, v.total.memory);
     view.nodes.push_back(v);
   }

@@ -243,6 +243,27 @@ planner::planner(const cluster_view& cluster, std::span<const job_view> jobs)
   }
 }
 
+void planner::shed_overcommit() {
+  // Youngest first: by submission, latest first.
+  std::vector<std::size_t> running;
+  for (std::size_t i = 0; i < jobs_.size(); ++i)
+    if (jobs_[i].state == job_state::running && jobs_[i].elastic) running.push_back(i);
+  std::sort(running.begin(), running.end(), [&](std::size_t a, std::size_t b) {
+    return jobs_[a].submitted != jobs_[b].submitted ? jobs_[a].submitted > jobs_[b].submitted
+                                                    : jobs_[a].id > jobs_[b].id;
+  });
+  for (std::size_t pos = 0; pos < pool_.size(); ++pos) {
+    const std::uint32_t node = pool_.id_at(pos);
+    const auto over = [&] { return pool_.free(node).cpus < -1e-9; };
+    for (std::size_t k = 0; k < running.size() && over(); ++k) {
+      const std::size_t i = running[k];
+      while (over() && targets_[i].workers > jobs_[i].min_workers &&
+             touch(i).workers.back() == node)
+        if (!set(i, targets_[i].workers - 1, targets_[i].shards)) break;
+    }
+  }
+}
+
 planner::node_lists& planner::touch(std::size_t i) {
   auto& t = targets_[i];
   if (t.nodes < 0) {

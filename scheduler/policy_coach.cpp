@@ -47,6 +47,7 @@ class coach_policy final : public policy {
   decision decide(const cluster_view& cluster, std::span<const job_view> jobs,
                   time_point now) override {
     planner plan(cluster, jobs);
+    plan.shed_overcommit();
     prepare(jobs);
     const auto by_submit = [](const job_view& j) { return j.submitted; };
     const auto waiting = order_by(jobs, by_submit, [](const job_view& j) { return j.waiting(); });

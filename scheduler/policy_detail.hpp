@@ -63,6 +63,12 @@ class planner {
 
   const resource_pool& pool() const noexcept { return pool_; }
 
+  /// Where programs that are not Coach's took CPUs that jobs hold (a node's free CPUs below 0,
+  /// node_view): running elastic jobs give workers back, youngest first, down to their minimum,
+  /// while their highest-rank worker is on that node (a resize drops the highest ranks), until
+  /// the node is no longer over-committed. Jobs that are not elastic keep what they hold.
+  void shed_overcommit();
+
   /// The actions that take every job from what it has to its target: frees first (suspends,
   /// then resizes that only shrink), then takes in the order the jobs first grew in this plan.
   /// Each is checked on a fresh pool in that order and a take that would not fit there is

@@ -71,6 +71,7 @@ class elastic_fifo_policy final : public policy {
   decision decide(const cluster_view& cluster, std::span<const job_view> jobs,
                   time_point) override {
     planner plan(cluster, jobs);
+    plan.shed_overcommit();
     const auto waiting = order_by(jobs, submitted, is_waiting);
     const auto running = order_by(jobs, submitted, is_running);
     std::size_t admitted = 0;

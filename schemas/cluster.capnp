@@ -34,6 +34,7 @@ struct Heartbeat {
   traffic @15 :List(LinkTraffic);  # cumulative bytes this node's transport sent, per job and link
   gpusHeld @16 :List(GpuHold);     # the GPUs Coach's workers hold on this node
   publicKey @17 :Text;         # its CURVE public key (Z85, 40 characters); empty: it has none
+  cpusExternal @18 :Float64;   # CPUs programs other than Coach kept busy; 0 under reserved accounting
 }
 
 # A GPU one of Coach's workers holds (scheduler::gpu_hold): worker `rank` of `job` runs on GPU

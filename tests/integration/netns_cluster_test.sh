@@ -77,7 +77,7 @@ for i in 1 2 3; do
   # The scheduler keeps its jobs in memory: a later run must not resume this one's jobs.
   if [ "$i" -eq 1 ]; then role=(--scheduler --store ""); else role=(--join "$sched"); fi
   "$cluster" exec "$i" --prefix "$prefix" -- "$bin/apps/coach-node" --listen "tcp://$ai:$port" \
-    "${role[@]}" --name "ns$i" --heartbeat 0.25 >"$tmp/node$i.log" 2>&1 &
+    "${role[@]}" --name "ns$i" --heartbeat 0.25 --cpu-accounting reserved >"$tmp/node$i.log" 2>&1 &
   pids+=($!)
 done
 

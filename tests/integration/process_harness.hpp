@@ -240,6 +240,8 @@ struct node_process {
 };
 
 /// Starts `coach-node ARGS` with stdout and stderr in WORK_DIR/LOG_NAME.log (default: name).
+/// Unless ARGS choose, the node counts only what Coach reserved (--cpu-accounting reserved):
+/// the suite's other tests run beside it, and their CPUs would otherwise shrink its jobs.
 inline node_process start_node(const std::vector<std::string>& args, const std::string& name,
                                const std::string& log_name = {}) {
   node_process p;
@@ -249,6 +251,8 @@ inline node_process start_node(const std::vector<std::string>& args, const std::
   std::vector<std::string> argv_s{std::string(COACH_BINARY_DIR) + "/apps/coach-node",
                                   "--exit-with-parent"};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
+  if (std::find(args.begin(), args.end(), "--cpu-accounting") == args.end())
+    argv_s.insert(argv_s.end(), {"--cpu-accounting", "reserved"});
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);

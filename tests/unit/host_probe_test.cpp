@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <atomic>
 #include <chrono>
@@ -15,6 +17,8 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
+#include <unordered_set>
 
 namespace coach::scheduler {
 namespace {
@@ -130,6 +134,140 @@ TEST(host_probe, later_samples_measure_the_busy_share_between_samples) {
   r = probe.sample();
   ASSERT_TRUE(r) << r.error().to_string();
   EXPECT_DOUBLE_EQ(r->cpus_free, 0.0);
+}
+
+/// PROC/PID/stat of a process NAME with parent PPID that used TICKS (utime + stime) so far.
+std::string pid_stat(int pid, const std::string& name, int ppid, std::uint64_t ticks) {
+  return coach::format("{} ({}) S {} {} {} 0 -1 4194560 100 0 0 0 {} {} 0 0 20 0 1 0 5 1000 10\n",
+                       pid, name, ppid, pid, pid, ticks / 2, ticks - ticks / 2);
+}
+
+TEST(host_probe, cpus_other_programs_use_are_the_busy_time_less_coachs_own) {
+  fake_proc proc;
+  // This process (self, 10), a coach-node (20) with a child invocation (21, any name), and a
+  // program that is not Coach's (30) whose child (31) is not either.
+  const auto write_pids = [&](std::uint64_t self, std::uint64_t node, std::uint64_t child,
+                              std::uint64_t other, std::uint64_t other_child) {
+    for (auto [pid, name, ppid, ticks] :
+         {std::tuple{10, "probe test", 1, self}, std::tuple{20, "coach-node", 1, node},
+          std::tuple{21, "python3", 20, child}, std::tuple{30, "make (1)", 1, other},
+          std::tuple{31, "cc1plus", 30, other_child}}) {
+      fs::create_directories(proc.path() / std::to_string(pid));
+      proc.write(std::to_string(pid) + "/stat", pid_stat(pid, name, ppid, ticks));
+    }
+  };
+  fs::create_directory_symlink("10", proc.path() / "self");
+  write_pids(5, 100, 50, 1000, 10);
+  auto probe = proc.probe();
+  auto r = probe.sample();
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_DOUBLE_EQ(r->cpus_external, 0) << "the first sample has no interval";
+  // +300 busy of +400 (4 CPUs): Coach +100 (self 10, node 60, invocation 30), others +200.
+  proc.write("stat", stat_text(400, 100, 900, 0));
+  write_pids(15, 160, 80, 1150, 60);
+  r = probe.sample();
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_DOUBLE_EQ(r->cpus_free, 1.0);
+  EXPECT_DOUBLE_EQ(r->cpus_external, 2.0);
+  // The program ends (its pids are gone) and Coach takes 2 CPUs: nothing external.
+  fs::remove_all(proc.path() / "30");
+  fs::remove_all(proc.path() / "31");
+  proc.write("stat", stat_text(600, 100, 1100, 0));
+  for (auto [pid, name, ppid, ticks] :
+       {std::tuple{10, "probe test", 1, 15}, std::tuple{20, "coach-node", 1, 260},
+        std::tuple{21, "python3", 20, 180}})
+    proc.write(std::to_string(pid) + "/stat", pid_stat(pid, name, ppid, ticks));
+  r = probe.sample();
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_DOUBLE_EQ(r->cpus_free, 2.0);
+  EXPECT_DOUBLE_EQ(r->cpus_external, 2.0) << "the larger of the last two intervals'";
+  // A sliver (0.2 CPU of 4) reads as none: the host's own hum.
+  proc.write("stat", stat_text(620, 100, 1480, 0));
+  r = probe.sample();
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_DOUBLE_EQ(r->cpus_external, 0.0) << "two intervals after the program ended";
+  // 1.5 CPUs, then 0.5: the 1.5 holds one interval more.
+  proc.write("stat", stat_text(770, 100, 1730, 0));
+  EXPECT_DOUBLE_EQ(probe.sample()->cpus_external, 1.5);
+  proc.write("stat", stat_text(820, 100, 2080, 0));
+  EXPECT_DOUBLE_EQ(probe.sample()->cpus_external, 1.5);
+  proc.write("stat", stat_text(870, 100, 2430, 0));
+  EXPECT_DOUBLE_EQ(probe.sample()->cpus_external, 0.5);
+}
+
+TEST(host_probe, the_limit_on_cpus_leaves_other_programs_the_cpus_it_does_not_advertise) {
+  host_resources m;
+  m.cpus_total = 16;
+  m.cpus_free = 6;
+  m.cpus_external = 10;
+  auto r = apply_limits(m, 8, std::nullopt);
+  EXPECT_EQ(r.cpus_total, 8u);
+  EXPECT_DOUBLE_EQ(r.cpus_external, 2.0) << "10 busy: 8 on the CPUs not advertised, 2 on ours";
+  m.cpus_external = 5;
+  EXPECT_DOUBLE_EQ(apply_limits(m, 8, std::nullopt).cpus_external, 0.0);
+  m.cpus_external = 3;
+  EXPECT_DOUBLE_EQ(apply_limits(m, 32, std::nullopt).cpus_external, 3.0) << "oversubscribed";
+}
+
+TEST(own_cpu, a_process_name_may_hold_spaces_and_parentheses) {
+  auto p = parse_process_stat(pid_stat(42, "a) (b c", 7, 99), "/proc/42/stat");
+  ASSERT_TRUE(p) << p.error().to_string();
+  EXPECT_EQ(p->pid, 42);
+  EXPECT_EQ(p->comm, "a) (b c");
+  EXPECT_EQ(p->ppid, 7);
+  EXPECT_EQ(p->ticks, 99u);
+  for (const char* bad : {"", "42", "42 (x) S 1", "x (y) S 1 1 1 0 -1 0 0 0 0 0 1 2",
+                          "42 (x) S 1 1 1 0 -1 0 0 0 0 0 one 2"}) {
+    auto r = parse_process_stat(bad, "/proc/42/stat");
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.error().code, errc::parse_error) << bad;
+    EXPECT_TRUE(has(r.error().message, "/proc/42/stat")) << r.error().message;
+  }
+}
+
+TEST(own_cpu, coachs_processes_are_self_those_named_coach_and_their_descendants) {
+  const std::vector<process_times> all{{1, 0, "init", 0},     {5, 1, "coach-node", 0},
+                                       {6, 5, "worker", 0},   {7, 6, "grandchild", 0},
+                                       {8, 1, "coach", 0},    {9, 1, "bash", 0},
+                                       {10, 9, "my test", 0}, {11, 10, "helper", 0},
+                                       {12, 9, "sleep", 0},   {13, 1, "coach-invocatio", 0}};
+  const auto own = coach_pids(all, 10);
+  EXPECT_EQ(own, (std::unordered_set<int>{5, 6, 7, 8, 10, 11, 13}));
+}
+
+TEST(host_probe, a_busy_process_that_is_not_coachs_is_external_and_ours_is_not) {
+  host_probe probe("/proc", nullptr);
+  ASSERT_TRUE(probe.sample());
+  // A spinning process outside this one's tree (a grandchild whose parent exited: init adopts
+  // it), named as this test is (not "coach...").
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    if (::fork() == 0) {
+      char pid[16];
+      const int n = std::snprintf(pid, sizeof pid, "%d\n", int(::getpid()));
+      (void)!::write(ready[1], pid, std::size_t(n));
+      for (volatile std::uint64_t x = 0;; x = x + 1) {
+      }
+    }
+    ::_exit(0);
+  }
+  ::waitpid(child, nullptr, 0);
+  char text[16] = {};
+  ASSERT_GT(::read(ready[0], text, sizeof text - 1), 0);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  const pid_t spinner = std::atoi(text);
+  ASSERT_TRUE(probe.sample());
+  std::this_thread::sleep_for(1000ms);
+  auto r = probe.sample();
+  ::kill(spinner, SIGKILL);
+  ASSERT_TRUE(r) << r.error().to_string();
+  std::printf("cpus_total %u, external with a spinning process %.1f\n", r->cpus_total,
+              r->cpus_external);
+  // It had a core to itself or shared one with this suite's other tests (which count too).
+  EXPECT_GE(r->cpus_external, 0.5);
 }
 
 TEST(host_probe, counters_that_did_not_advance_fall_back_to_the_load_average) {

@@ -145,6 +145,24 @@ TEST(node_table, the_view_lists_usable_nodes_by_name_less_what_was_reserved) {
   EXPECT_DOUBLE_EQ(v.nodes[1].free.cpus, 5.5);
 }
 
+TEST(node_table, cpus_other_programs_keep_busy_are_not_free_and_can_over_commit_a_node) {
+  manual_clock clock;
+  node_table t(clock, seconds(5));
+  auto a = report(1, "a", 8);
+  a.resources.cpus_external = 2.5;
+  t.heartbeat(a);
+  EXPECT_DOUBLE_EQ(t.view({}).nodes[0].free.cpus, 5.5);
+  EXPECT_DOUBLE_EQ(t.view({{1, {0, 4, 0}}}).nodes[0].free.cpus, 1.5);
+  // Jobs hold 7 of 8 CPUs and the program takes 2.5: 1.5 over, for the policies to shed.
+  EXPECT_DOUBLE_EQ(t.view({{1, {0, 7, 0}}}).nodes[0].free.cpus, -1.5);
+  // Coach's own over-reservation (a forced move) is not the program's: only its CPUs count.
+  EXPECT_DOUBLE_EQ(t.view({{1, {0, 9, 0}}}).nodes[0].free.cpus, -2.5);
+  // It ends: the next heartbeat gives the CPUs back.
+  a.resources.cpus_external = 0;
+  t.heartbeat(a);
+  EXPECT_DOUBLE_EQ(t.view({{1, {0, 7, 0}}}).nodes[0].free.cpus, 1.0);
+}
+
 TEST(node_table, gpus_are_counted_by_id_owned_ones_taken_shared_ones_free) {
   manual_clock clock;
   node_table t(clock, seconds(5));

@@ -262,6 +262,74 @@ TEST(elastic_fifo, a_job_that_is_not_elastic_runs_only_as_asked) {
   EXPECT_TRUE(w.decide(*p, 2).actions.empty());  // 4 GPUs free, still not grown
 }
 
+/// The world's cluster with `cpus` CPUs taken on its first node by a program that is not Coach's
+/// (node_table::view takes them off what is free, below 0 when jobs hold them).
+cluster_view with_external_cpus(const world& w, double cpus) {
+  auto c = w.cluster();
+  c.nodes[0].free.cpus -= cpus;
+  return c;
+}
+
+TEST(elastic_fifo, another_programs_cpus_shrink_the_youngest_elastic_job_first) {
+  world w(1, 8, 6);
+  w.add(1, 0, 2, 1, 4);
+  w.add(2, 1, 2, 1, 4);
+  w.run(1, 2, 1, 0);
+  w.run(2, 2, 1, 1);  // 4 workers, 2 shards: the 6 CPUs held
+  auto p = make("elastic-fifo");
+  // 1 CPU short: job 2, the youngest, gives one worker back; job 1 keeps its two.
+  auto cluster = with_external_cpus(w, 1);
+  auto d = p->decide(cluster, w.jobs(), at_seconds(5));
+  ASSERT_TRUE(check_decision(cluster, w.jobs(), d)) << describe(d);
+  ASSERT_EQ(d.actions.size(), 1u) << describe(d);
+  EXPECT_EQ(d.actions[0], (action{kind::resize, 2, 1, 1})) << describe(d);
+  // 3 CPUs short: both stop at their minimum (1 CPU is still short: no job goes below it).
+  cluster = with_external_cpus(w, 3);
+  d = p->decide(cluster, w.jobs(), at_seconds(5));
+  ASSERT_TRUE(check_decision(cluster, w.jobs(), d)) << describe(d);
+  ASSERT_EQ(d.actions.size(), 2u) << describe(d);
+  ASSERT_NE(find(d, 1), nullptr) << describe(d);
+  ASSERT_NE(find(d, 2), nullptr) << describe(d);
+  EXPECT_EQ(*find(d, 1), (action{kind::resize, 1, 1, 1})) << describe(d);
+  EXPECT_EQ(*find(d, 2), (action{kind::resize, 2, 1, 1})) << describe(d);
+  // The program ends: the next decision grows them back into the CPUs it freed.
+  w.apply(d.actions, 5);
+  const auto back = w.step(*p, 10);
+  EXPECT_EQ(w.job(1).workers + w.job(2).workers, 4) << describe(back);
+}
+
+TEST(elastic_fifo, a_job_that_is_not_elastic_keeps_its_cpus_from_another_program) {
+  world w(1, 8, 4);
+  w.add(1, 0, 3, 3, 3, 1, /*elastic=*/false);
+  w.run(1, 3, 1, 0);
+  auto p = make("elastic-fifo");
+  const auto cluster = with_external_cpus(w, 2);
+  const auto d = p->decide(cluster, w.jobs(), at_seconds(5));
+  EXPECT_TRUE(d.actions.empty()) << describe(d);
+}
+
+TEST(fifo, never_shrinks_a_job_for_another_programs_cpus) {
+  world w(1, 8, 4);
+  w.add(1, 0, 3, 1, 3);
+  w.run(1, 3, 1, 0);
+  auto p = make("fifo");
+  const auto d = p->decide(with_external_cpus(w, 2), w.jobs(), at_seconds(5));
+  EXPECT_TRUE(d.actions.empty()) << describe(d);
+}
+
+TEST(coach, another_programs_cpus_shrink_an_elastic_job_down_to_its_minimum) {
+  world w(1, 8, 5);
+  w.add(1, 0, 4, 2, 4);
+  w.run(1, 4, 1, 0);
+  auto p = make("coach");
+  const auto cluster = with_external_cpus(w, 4);
+  const auto d = p->decide(cluster, w.jobs(), at_seconds(5));
+  ASSERT_TRUE(check_decision(cluster, w.jobs(), d)) << describe(d);
+  ASSERT_EQ(d.actions.size(), 1u) << describe(d);
+  EXPECT_EQ(d.actions[0].kind, kind::resize) << describe(d);
+  EXPECT_EQ(d.actions[0].workers, 2) << describe(d);
+}
+
 // --- round-robin (injected clock) --------------------------------------------------------------
 
 TEST(round_robin, suspends_a_job_whose_turn_is_over_only_for_a_waiting_one) {
