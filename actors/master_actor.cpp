@@ -480,7 +480,8 @@ struct master_state {
     if (!o) return false;  // the epoch's last chunks are still being processed
     if (o->epoch_begun) ledger.begin(*o->epoch_begun);
     if (!o->finished) {
-      ledger.step_opened(dispenser->epoch());
+      ledger.step_opened(dispenser->epoch(), planner->open_step(),
+                         std::uint32_t(cfg().members.size()), std::uint32_t(live_shards().size()));
       // The step that hands out an epoch's last chunk ends it: snapshot the version after it.
       if (o->ends_epoch) {
         ledger.ends_with(dispenser->epoch(), std::uint32_t(cfg().members.size()),
@@ -549,7 +550,7 @@ struct master_state {
       const std::uint32_t epoch = r.chunks_done.front().epoch;  // a step's chunks share it
       std::uint64_t samples = 0;
       for (const auto& c : r.chunks_done) samples += c.size();
-      ledger.reported(epoch, samples, m.hdr.loss, m.hdr.compute_us);
+      ledger.reported(epoch, m.hdr.step, samples, m.hdr.loss, m.hdr.compute_us);
       if (r.epoch_done) {
         ledger.completed(epoch);
         maybe_finish_epoch(epoch);

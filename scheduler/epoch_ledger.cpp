@@ -1,13 +1,28 @@
 #include "scheduler/epoch_ledger.hpp"
 
+#include <algorithm>
+
 namespace coach::scheduler {
 
 void epoch_ledger::begin(std::uint32_t epoch) {
   epochs_[epoch].start = clock_.now();
 }
 
-void epoch_ledger::step_opened(std::uint32_t epoch) {
-  ++epochs_[epoch].steps;
+void epoch_ledger::step_opened(std::uint32_t epoch, std::int64_t step, std::uint32_t workers,
+                               std::uint32_t shards) {
+  auto& e = epochs_[epoch];
+  ++e.steps;
+  auto& segs = e.segments;
+  if (segs.empty() || segs.back().figures.workers != workers ||
+      segs.back().figures.shards != shards) {
+    segment s;
+    s.figures.workers = workers;
+    s.figures.shards = shards;
+    s.figures.first_step = step;
+    s.start = clock_.now();
+    segs.push_back(s);
+  }
+  ++segs.back().figures.steps;
 }
 
 void epoch_ledger::ends_with(std::uint32_t epoch, std::uint32_t workers, std::uint32_t shards) {
@@ -16,9 +31,15 @@ void epoch_ledger::ends_with(std::uint32_t epoch, std::uint32_t workers, std::ui
   e.shards = shards;
 }
 
-void epoch_ledger::reported(std::uint32_t epoch, std::uint64_t samples, double loss_sum,
-                            std::uint64_t compute_us) {
+void epoch_ledger::reported(std::uint32_t epoch, std::int64_t step, std::uint64_t samples,
+                            double loss_sum, std::uint64_t compute_us) {
   auto& e = epochs_[epoch];
+  // The segment of the step: the last that began at or before it.
+  for (auto it = e.segments.rbegin(); it != e.segments.rend(); ++it)
+    if (it->figures.first_step <= step) {
+      it->figures.samples += samples;
+      break;
+    }
   e.samples += samples;
   e.loss_sum += loss_sum;
   e.compute_us += compute_us;
@@ -27,6 +48,7 @@ void epoch_ledger::reported(std::uint32_t epoch, std::uint64_t samples, double l
 void epoch_ledger::completed(std::uint32_t epoch) {
   auto& e = epochs_[epoch];
   e.seconds = since_start(e);
+  e.end = clock_.now();
 }
 
 void epoch_ledger::evaluated(std::uint32_t epoch, std::int64_t correct, std::int64_t total,
@@ -52,6 +74,12 @@ std::optional<epoch_report> epoch_ledger::take_report(std::uint32_t epoch) {
   rep.compute_seconds = double(e.compute_us) / 1e6;
   rep.workers = e.workers;
   rep.shards = e.shards;
+  for (std::size_t i = 0; i < e.segments.size(); ++i) {
+    auto seg = e.segments[i].figures;
+    const auto until = i + 1 < e.segments.size() ? e.segments[i + 1].start : *e.end;
+    seg.seconds = std::max(0.0, to_seconds(until) - to_seconds(e.segments[i].start));
+    rep.segments.push_back(seg);
+  }
   return rep;
 }
 

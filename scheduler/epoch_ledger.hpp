@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <vector>
 
 #include "scheduler/clock.hpp"
 #include "scheduler/job_report.hpp"
@@ -27,13 +28,15 @@ class epoch_ledger {
 
   /// Epoch `epoch` begins now.
   void begin(std::uint32_t epoch);
-  /// A step of `epoch` opened.
-  void step_opened(std::uint32_t epoch);
+  /// Step `step` of `epoch` opened with `workers` and `shards`: a layout other than the previous
+  /// step's begins a new segment of the epoch (epoch_report::segments).
+  void step_opened(std::uint32_t epoch, std::int64_t step, std::uint32_t workers,
+                   std::uint32_t shards);
   /// The step that hands out `epoch`'s last chunk opened with this layout.
   void ends_with(std::uint32_t epoch, std::uint32_t workers, std::uint32_t shards);
-  /// A report of chunks of `epoch`: their samples, the loss summed over them and the forward
-  /// and backward time.
-  void reported(std::uint32_t epoch, std::uint64_t samples, double loss_sum,
+  /// A report of chunks of `epoch` computed at step `step`: their samples, the loss summed over
+  /// them and the forward and backward time.
+  void reported(std::uint32_t epoch, std::int64_t step, std::uint64_t samples, double loss_sum,
                 std::uint64_t compute_us);
   /// Every chunk of `epoch` completed now.
   void completed(std::uint32_t epoch);
@@ -54,7 +57,13 @@ class epoch_ledger {
     std::int64_t total = 0;
     double loss_sum = 0;
   };
+  struct segment {
+    epoch_segment figures;
+    time_point start{};
+  };
   struct stats {
+    std::vector<segment> segments;
+    std::optional<time_point> end;  ///< when every chunk completed
     double loss_sum = 0;
     std::uint64_t samples = 0;
     std::int64_t steps = 0;

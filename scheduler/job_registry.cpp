@@ -9,6 +9,7 @@
 
 #include "common/format.hpp"
 #include "common/json.hpp"
+#include "scheduler/perf_tracker.hpp"
 #include "scheduler/placement.hpp"
 #include "scheduler/resource_pool.hpp"
 
@@ -729,17 +730,8 @@ void job_registry::epoch(registered_job& job, const epoch_report& e, perf_model&
                                 id, e.epoch + 1, st.epochs_total, e.train_loss, e.test_accuracy,
                                 e.seconds, e.workers, e.shards));
   const int w = int(e.workers), p = int(e.shards);
-  std::optional<double> predicted;
-  if (w >= 1 && p >= 1) {
-    predicted = model.predict(id, job.rec.model, w, p);
-    model.observe(id, job.rec.model, w, p, e.seconds);
-  }
-  job.last_predicted = predicted;
-  job.last_observed = e.seconds;
-  if (predicted && e.seconds > 0) {
-    ++job.predictions;
-    job.abs_rel_error += std::abs(*predicted - e.seconds) / e.seconds;
-  }
+  if (!job.perf) job.perf.emplace(id, job.rec.model);
+  const auto predicted = job.perf->epoch(e, model);
   epoch_record rec;
   rec.epoch = e.epoch;
   rec.at = now();
@@ -987,20 +979,17 @@ std::string model_json(const registered_job& job, perf_model& model, std::string
   json predicted = nullptr;
   if (w >= 1 && p >= 1)
     if (auto x = model.predict(id, job.rec.model, w, p)) predicted = json_figure(*x);
-  return json{
-      {"model", job.rec.model},
-      {"theta", std::move(theta)},
-      {"workers", w},
-      {"shards", p},
-      {"predicted_epoch_s", std::move(predicted)},
-      {"last_predicted_s", job.last_predicted ? json_figure(*job.last_predicted) : json(nullptr)},
-      {"last_observed_s", json_figure(job.last_observed)},
-      {"predictions", job.predictions},
-      {"mean_abs_rel_error",
-       job.predictions ? json_figure(job.abs_rel_error / double(job.predictions)) : json(nullptr)},
-      {"policy", policy},
-      {"perf_model", model.to_json()}}
-      .dump();
+  json out{{"model", job.rec.model},
+           {"theta", std::move(theta)},
+           {"workers", w},
+           {"shards", p},
+           {"predicted_epoch_s", std::move(predicted)}};
+  // The job's record against the model: predictions, their error, each change's.
+  const auto record = job.perf ? job.perf->to_json() : perf_tracker(id, job.rec.model).to_json();
+  for (const auto& [key, value] : record.items()) out[key] = value;
+  out["policy"] = policy;
+  out["perf_model"] = model.to_json();
+  return out.dump();
 }
 
 }  // namespace coach::scheduler

@@ -40,6 +40,7 @@
 #include "scheduler/job_status.hpp"
 #include "scheduler/job_store.hpp"
 #include "scheduler/node_table.hpp"
+#include "scheduler/perf_tracker.hpp"
 #include "scheduler/policy.hpp"
 #include "scheduler/rebalance.hpp"
 
@@ -130,10 +131,9 @@ struct registered_job {
   std::set<std::uint32_t> stop_unsent;  ///< hosts of an earlier process's run not seen yet
   double stops_asked_at = 0;            ///< when the stops of `stopping` were last sent
 
-  // The performance model's record of this job (coach status --json "model").
-  std::optional<double> last_predicted;
-  double last_observed = 0;
-  std::size_t predictions = 0;
+  /// The performance model's record of this job (coach status --json "model"); from its first
+  /// epoch on.
+  std::optional<perf_tracker> perf;
   /// Its history for `coach logs` (job_registry::note): the latest job_registry::max_events,
   /// and apart from them its epochs' lines, the latest max_epoch_events (a long job's epochs
   /// must not push its start, placements and changes out).
@@ -143,7 +143,6 @@ struct registered_job {
   /// before it since the scheduler started.
   std::vector<epoch_report> curve;
   std::uint64_t events_made = 0;
-  double abs_rel_error = 0;
 
   bool over() const noexcept {
     return state == job_state::succeeded || state == job_state::failed ||

@@ -1,5 +1,8 @@
 #include "scheduler/job_report.hpp"
 
+#include "scheduler/perf_model.hpp"
+#include "scheduler/perf_tracker.hpp"
+
 namespace coach::scheduler {
 
 json to_json_value(const change_report& c) {
@@ -50,11 +53,30 @@ std::string to_json(const job_result& r) {
                           {"compute_seconds", json_figure(e.compute_seconds)},
                           {"workers", e.workers},
                           {"shards", e.shards}});
+  for (std::size_t i = 0; i < r.epochs.size(); ++i) {
+    const auto& segs = r.epochs[i].segments;
+    if (segs.size() < 2) continue;  // one allocation throughout: the epoch's own figures
+    json list = json::array();
+    for (const auto& s : segs)
+      list.push_back(json{{"workers", s.workers},
+                          {"shards", s.shards},
+                          {"first_step", s.first_step},
+                          {"steps", s.steps},
+                          {"samples", s.samples},
+                          {"seconds", json_figure(s.seconds)}});
+    epochs[i]["segments"] = std::move(list);
+  }
   out["epochs"] = std::move(epochs);
   json changes = json::array();
   for (const auto& c : r.changes) changes.push_back(to_json_value(c));
   out["changes"] = std::move(changes);
   if (r.invocations) out["invocations"] = to_json_value(*r.invocations);
+  // The performance model as the scheduler would have fitted it to these epochs, in order: its
+  // error on each epoch and on each change of allocation (scheduler/perf_tracker.hpp).
+  perf_model model;
+  perf_tracker tracker(1, r.name);
+  for (const auto& e : r.epochs) tracker.epoch(e, model);
+  out["model"] = tracker.to_json();
   return out.dump(2) + "\n";
 }
 

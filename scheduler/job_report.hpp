@@ -31,6 +31,18 @@ struct progress_event {
 };
 
 /// One finished epoch.
+/// A run of one epoch's steps under one allocation (an epoch that spans a change has several).
+struct epoch_segment {
+  std::uint32_t workers = 0;
+  std::uint32_t shards = 0;
+  std::int64_t first_step = 0;
+  std::int64_t steps = 0;
+  std::uint64_t samples = 0;  ///< training samples its steps reported
+  /// From its first step's opening to the next segment's (the last: to the epoch's last chunk
+  /// completed).
+  double seconds = 0;
+};
+
 struct epoch_report {
   std::uint32_t epoch = 0;  ///< 0-based
   double train_loss = 0;    ///< mean training loss over the epoch's samples
@@ -45,6 +57,8 @@ struct epoch_report {
   double compute_seconds = 0;
   std::uint32_t workers = 0;
   std::uint32_t shards = 0;
+  /// The epoch's steps by allocation, in order; one entry when it ran under one allocation.
+  std::vector<epoch_segment> segments;
 };
 
 /// One change of a running job's workers or shards (docs/design.md "Elastic jobs"), timed by

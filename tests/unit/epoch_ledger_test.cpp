@@ -12,13 +12,13 @@ TEST(epoch_ledger, reports_an_epoch_once_it_is_complete_and_evaluated) {
   manual_clock clock;
   epoch_ledger l(clock);
   l.begin(0);
-  l.step_opened(0);
-  l.step_opened(0);
+  l.step_opened(0, 0, 3, 2);
+  l.step_opened(0, 1, 3, 2);
   clock.advance(seconds(0.5));
-  l.reported(0, 64, 128.0, 300000);
+  l.reported(0, 0, 64, 128.0, 300000);
   l.ends_with(0, 3, 2);
-  l.step_opened(0);
-  l.reported(0, 36, 18.0, 200000);
+  l.step_opened(0, 2, 3, 2);
+  l.reported(0, 2, 36, 18.0, 200000);
   EXPECT_FALSE(l.take_report(0)) << "neither complete nor evaluated";
   clock.advance(seconds(1.5));
   l.completed(0);
@@ -38,7 +38,55 @@ TEST(epoch_ledger, reports_an_epoch_once_it_is_complete_and_evaluated) {
   EXPECT_DOUBLE_EQ(r->compute_seconds, 0.5);
   EXPECT_EQ(r->workers, 3u);
   EXPECT_EQ(r->shards, 2u);
+  ASSERT_EQ(r->segments.size(), 1u) << "one allocation throughout";
+  EXPECT_EQ(r->segments[0].steps, 3);
+  EXPECT_EQ(r->segments[0].samples, 100u);
+  EXPECT_DOUBLE_EQ(r->segments[0].seconds, 2.0);
   EXPECT_FALSE(l.take_report(0)) << "given once";
+}
+
+TEST(epoch_ledger, an_epoch_that_spans_changes_is_split_by_the_steps_run_under_each) {
+  manual_clock clock;
+  epoch_ledger l(clock);
+  l.begin(4);
+  // Steps 40-41 with 2 workers (1 s), 42-44 with 4 (1.5 s), 45 with 1 (0.5 s, then done).
+  l.step_opened(4, 40, 2, 1);
+  l.step_opened(4, 41, 2, 1);
+  l.reported(4, 40, 64, 1.0, 0);
+  clock.advance(seconds(1.0));
+  l.step_opened(4, 42, 4, 1);
+  l.reported(4, 41, 64, 1.0, 0);  // a report of the earlier segment, late
+  l.step_opened(4, 43, 4, 1);
+  l.step_opened(4, 44, 4, 1);
+  l.reported(4, 42, 128, 1.0, 0);
+  l.reported(4, 43, 128, 1.0, 0);
+  clock.advance(seconds(1.5));
+  l.step_opened(4, 45, 1, 1);
+  l.reported(4, 44, 128, 1.0, 0);
+  l.ends_with(4, 1, 1);
+  clock.advance(seconds(0.5));
+  l.reported(4, 45, 20, 1.0, 0);
+  l.completed(4);
+  l.evaluated(4, 1, 1, 0.0);
+  const auto r = l.take_report(4);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->steps, 6);
+  EXPECT_EQ(r->samples, 532u);
+  EXPECT_DOUBLE_EQ(r->seconds, 3.0);
+  EXPECT_EQ(r->workers, 1u) << "the layout it ended with";
+  ASSERT_EQ(r->segments.size(), 3u);
+  const std::uint32_t workers[] = {2, 4, 1};
+  const std::int64_t first[] = {40, 42, 45}, steps[] = {2, 3, 1};
+  const std::uint64_t samples[] = {128, 384, 20};
+  const double secs[] = {1.0, 1.5, 0.5};
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(r->segments[i].workers, workers[i]) << i;
+    EXPECT_EQ(r->segments[i].shards, 1u) << i;
+    EXPECT_EQ(r->segments[i].first_step, first[i]) << i;
+    EXPECT_EQ(r->segments[i].steps, steps[i]) << i;
+    EXPECT_EQ(r->segments[i].samples, samples[i]) << i;
+    EXPECT_DOUBLE_EQ(r->segments[i].seconds, secs[i]) << i;
+  }
 }
 
 TEST(epoch_ledger, an_evaluation_before_the_last_report_waits_for_completion) {
@@ -48,7 +96,8 @@ TEST(epoch_ledger, an_evaluation_before_the_last_report_waits_for_completion) {
   l.evaluated(1, 0, 0, 0.0);  // an empty test set: accuracy and loss 0, no division
   EXPECT_FALSE(l.take_report(1));
   clock.advance(seconds(3.0));
-  l.reported(1, 30, 3.0, 0);
+  l.step_opened(1, 0, 1, 1);
+  l.reported(1, 0, 30, 3.0, 0);
   l.completed(1);
   const auto r = l.take_report(1);
   ASSERT_TRUE(r);
@@ -65,7 +114,7 @@ TEST(epoch_ledger, progress_counts_the_epoch_so_far) {
   EXPECT_EQ(l.progress(0).samples_done, 0u);
   l.begin(0);
   clock.advance(seconds(4.0));
-  l.reported(0, 200, 50.0, 0);
+  l.reported(0, 0, 200, 50.0, 0);
   const auto p = l.progress(0);
   EXPECT_EQ(p.epoch, 0u);
   EXPECT_EQ(p.samples_done, 200u);
