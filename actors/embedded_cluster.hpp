@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "actors/job_context.hpp"
 #include "actors/transport.hpp"
 #include "common/error.hpp"
 #include "scheduler/checkpoint_config.hpp"
@@ -45,6 +46,9 @@ struct train_options {
   /// Test hook (bench/consistency_bench): how many times as long worker `rank` takes over step
   /// `step` (>= 1); empty: full speed.
   std::function<double(std::uint32_t rank, std::int64_t step)> slowdown;
+  /// Test hook: each completed step's samples and loss (actors/job_context.hpp step_trace),
+  /// called on the job master's thread.
+  std::function<void(const step_trace&)> on_step;
   /// Checkpoints at epochs' ends (scheduler/checkpoint_config.hpp); an empty path: none.
   scheduler::checkpoint_config checkpoint;
   /// A checkpoint file to resume from (coach train --resume): the run goes on from its epoch

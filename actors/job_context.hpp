@@ -28,6 +28,14 @@
 
 namespace coach::actors {
 
+/// One completed step as the job master saw it (the on_step test hook).
+struct step_trace {
+  std::int64_t step = 0;
+  std::uint32_t members = 0;           ///< members that were granted samples
+  std::vector<std::uint32_t> samples;  ///< every sample index granted, ascending
+  double loss_sum = 0;                 ///< the members' reported losses, summed
+};
+
 /// Hosts of the parts added to a running job, as this process knows them. In a cluster the node
 /// agent records a part here before the job master first uses it (the scheduler waits for every
 /// node of the job to acknowledge); the job's actors read it under the lock.
@@ -101,6 +109,9 @@ struct job_context {
   /// `step` (>= 1: it waits that factor minus one times its compute time after computing);
   /// empty: every step at full speed.
   std::function<double(std::uint32_t rank, std::int64_t step)> slowdown;
+  /// Test hook: called on the job master's thread as each step completes, with the samples
+  /// its members were granted (ascending) and the loss summed over them; empty: none.
+  std::function<void(const step_trace&)> on_step;
 
   /// Parts added while the job runs (shared: the job's actors and the node agent here).
   std::shared_ptr<part_directory> added = std::make_shared<part_directory>();
@@ -174,6 +185,9 @@ struct job_request {
   /// `step` (>= 1: it waits that factor minus one times its compute time after computing);
   /// empty: every step at full speed.
   std::function<double(std::uint32_t rank, std::int64_t step)> slowdown;
+  /// Test hook: called on the job master's thread as each step completes, with the samples
+  /// its members were granted (ascending) and the loss summed over them; empty: none.
+  std::function<void(const step_trace&)> on_step;
   /// Resumed from a checkpoint (coach train --resume): the shards start from this state (its
   /// version is the first step), the job from epoch `first_epoch`. Null: from the seed.
   std::shared_ptr<const ps::training_state> resume;

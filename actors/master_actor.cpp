@@ -74,6 +74,7 @@ struct master_state {
   /// where its pushes go.
   std::map<std::int64_t, ps::job_config> configs;
   std::map<std::uint32_t, std::int64_t> last_report;  ///< by rank: the last step reported
+  std::map<std::int64_t, step_trace> traces;  ///< on_step: the steps granted, until complete
   /// Function mode: each rank's invocation counts so far (a step report carries its totals).
   std::map<std::uint32_t, worker::invocation_counts> invocations;
   std::string last_worker_error;                     ///< why the last worker that failed did
@@ -529,6 +530,12 @@ struct master_state {
         copy->insert(copy->end(), idx.begin(), idx.end());
         sizes->push_back(std::uint32_t(idx.size()));
       }
+      if (ctx->on_step) {
+        auto& t = traces[s];
+        t.step = s;
+        ++t.members;
+        t.samples.insert(t.samples.end(), copy->begin(), copy->end());
+      }
       m.hdr.flags = snapshot_flags_of(s);
       m.hdr.epoch = g.epoch;
       m.hdr.chunk_id = g.chunks.front().id;
@@ -539,10 +546,22 @@ struct master_state {
     ctx->net->send(std::move(m));
   }
 
+  /// The on_step hook: a member's loss, and the step once every member reported.
+  void trace_report(const wire_message& m, bool step_done) {
+    auto it = traces.find(m.hdr.step);
+    if (it == traces.end()) return;  // no samples granted in it (the finishing step)
+    it->second.loss_sum += m.hdr.loss;
+    if (!step_done) return;
+    std::sort(it->second.samples.begin(), it->second.samples.end());
+    ctx->on_step(it->second);
+    traces.erase(it);
+  }
+
   void on_report(const wire_message& m) {
     const auto r = planner->report(m.hdr.rank, m.hdr.step);
     if (!r.known) return;
     if (r.step_samples) timer.step_completed(m.hdr.step, *r.step_samples);
+    if (ctx->on_step) trace_report(m, r.step_samples.has_value());
     if (!m.frames.empty()) read_invocations(m);
     auto& last = last_report.try_emplace(m.hdr.rank, -1).first->second;
     last = std::max(last, m.hdr.step);
@@ -712,8 +731,13 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
   st.me = caf::actor_cast<caf::actor>(self);
   st.observer = std::move(observer);
   st.evaluator = std::move(evaluator);
-  st.dispenser = std::make_unique<worker::chunk_dispenser>(
-      ctx->data->train.rows, std::size_t(ctx->spec.batch_size), ctx->spec.seed);
+  // A fixed global batch: each step takes the same chunks whatever its members.
+  const bool global = ctx->spec.batch == scheduler::batch_kind::global;
+  const auto cut = global ? worker::cut_global_batch(std::size_t(ctx->spec.global_batch),
+                                                     std::uint32_t(ctx->spec.workers.max))
+                          : worker::global_cut{std::size_t(ctx->spec.batch_size), 0};
+  st.dispenser =
+      std::make_unique<worker::chunk_dispenser>(ctx->data->train.rows, cut.chunk, ctx->spec.seed);
   const auto& consistency = ctx->spec.consistency;
   st.snapshots_state_per_param = scheduler::shard_optimizer(ctx->spec).state_per_param();
   st.snapshots.emplace(ctx->model.num_params(), st.snapshots_state_per_param);
@@ -724,7 +748,7 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
                      consistency.kind == scheduler::consistency_kind::ssp
                          ? std::int64_t(consistency.staleness)
                          : std::int64_t{-1},
-                     options.first_step);
+                     options.first_step, global ? cut.per_step : 0u);
   st.result.name = ctx->spec.name;
   return {
       [self](wire_message& m) {

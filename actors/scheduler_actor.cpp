@@ -56,6 +56,7 @@ result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_
   });
   ctx->map = ps::shard_map::even(ctx->model.num_params(), spec.slice_size, req.shards);
   ctx->slowdown = req.slowdown;
+  ctx->on_step = req.on_step;
   ctx->master = master_endpoint(ctx->job);
   for (std::uint32_t k = 0; k < req.shards; ++k) ctx->shards.push_back(shard_endpoint(ctx->job, k));
   for (std::uint32_t r = 0; r < req.workers; ++r)

@@ -505,7 +505,9 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
   const std::size_t n = ctx->model.num_params();
   st.params = st.be->alloc(n);
   if (!st.host_backend) st.grad = st.be->alloc(n);
-  st.runner = std::make_unique<worker::network_runner>(ctx->model, *st.be, ctx->spec.batch_size);
+  // A fixed global batch: this worker's share of a step may be all of it.
+  const int max_batch = std::max(ctx->spec.batch_size, ctx->spec.global_batch);
+  st.runner = std::make_unique<worker::network_runner>(ctx->model, *st.be, max_batch);
   kernels::sgd_options local = ctx->spec.optimizer.sgd;
   if (ctx->spec.optimizer.kind == ps::optimizer_kind::sgd) local.momentum = 0;
   const bool averaging = ctx->spec.consistency.kind == scheduler::consistency_kind::averaging;
@@ -526,7 +528,7 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
     setup.shape = ctx->model.input_shape();
     setup.inputs = ctx->model.inputs();
     setup.classes = ctx->model.classes();
-    setup.max_batch = ctx->spec.batch_size;
+    setup.max_batch = max_batch;
     setup.averaging = averaging;
     setup.local = local;
     const worker::process_limits limits{

@@ -60,6 +60,14 @@ double optimizer_config::progress(std::uint64_t samples_applied) const noexcept 
   return double(samples_applied) / double(samples_per_epoch);
 }
 
+float optimizer_config::scaled_rate(float rate, std::uint64_t step_samples) const noexcept {
+  if (lr_scaling == lr_scaling_kind::none || reference_batch == 0 ||
+      step_samples == reference_batch)
+    return rate;
+  const double ratio = double(step_samples) / double(reference_batch);
+  return float(double(rate) * (lr_scaling == lr_scaling_kind::linear ? ratio : std::sqrt(ratio)));
+}
+
 float optimizer_config::learning_rate_at(double p) const noexcept {
   const float base = base_learning_rate();
   if (!scheduled()) return base;

@@ -48,6 +48,11 @@ std::string_view to_string(schedule_kind kind) noexcept;
 /// each times the warm-up factor min(1, p / warmup_epochs) (1 when warmup_epochs is 0): the
 /// rate rises linearly from 0 at p = 0 to the schedule's own at p = warmup_epochs, so the very
 /// first step has rate 0 when there is a warm-up.
+/// How the rate follows a step's samples when the global batch changes with the workers
+/// (spec `batch: {per_worker: N, lr_scaling: ...}`): none keeps it; linear multiplies it by
+/// step samples / reference_batch (Goyal et al. 2017), sqrt by the square root of that.
+enum class lr_scaling_kind { none, linear, sqrt };
+
 struct lr_schedule {
   schedule_kind kind = schedule_kind::constant;
   double every_epochs = 1.0;   ///< step: epochs between two decays, > 0
@@ -83,6 +88,14 @@ struct optimizer_config {
   /// gradient; 0 = off. Applied by the workers (worker/gradient_clip.hpp), where the whole
   /// gradient exists; a shard ignores it.
   float clip_norm = 0.0f;
+  /// The rate as configured holds for steps of reference_batch samples; lr_scaling says how it
+  /// follows others. reference_batch 0: never scaled.
+  lr_scaling_kind lr_scaling = lr_scaling_kind::none;
+  std::uint64_t reference_batch = 0;
+
+  /// `rate` for a step of `step_samples` (lr_scaling); exactly `rate` when not scaled or when
+  /// the step has reference_batch samples.
+  float scaled_rate(float rate, std::uint64_t step_samples) const noexcept;
 
   /// Floats of state kept per parameter: 0 (sgd), 1 (momentum), 2 (adam, adamw).
   std::size_t state_per_param() const noexcept;

@@ -405,7 +405,7 @@ void shard::apply(const piece_callback& on_piece) {
   if (samples > 0) {
     ++updates_;
     // The schedule's rate at the progress before this step's samples.
-    step_lr_ = opt_.learning_rate_at(opt_.progress(samples_applied_));
+    step_lr_ = opt_.scaled_rate(opt_.learning_rate_at(opt_.progress(samples_applied_)), samples);
     samples_applied_ += samples;
     // Once, before any piece of this step is written or shared: someone still reads the current
     // values, so copy on write.

@@ -475,7 +475,10 @@ void job_registry::rebalance(resource_pool& pool, rebalancer& rebal,
     // The shards split the model evenly (ps::shard_map::even; changes keep it near even).
     r.shard_bytes.assign(r.shard_nodes.size(), job.model_bytes / double(r.shard_nodes.size()));
     r.state_factor = job.state_factor;
-    r.steps_per_s = st.samples_per_second / (job.batch_size * double(r.worker_nodes.size()));
+    // A fixed global batch is the step's; otherwise each worker adds its batch.
+    const double step_samples =
+        job.global_batch > 0 ? job.global_batch : job.batch_size * double(r.worker_nodes.size());
+    r.steps_per_s = st.samples_per_second / step_samples;
     const double total = double(st.epochs_total) * double(st.samples_epoch);
     const double done = double(st.epochs_done) * double(st.samples_epoch) + double(st.samples_done);
     r.seconds_left = std::max(0.0, total - done) / st.samples_per_second;

@@ -110,6 +110,7 @@ struct registered_job {
   double model_bytes = 0;
   double state_factor = 1;
   double batch_size = 0;
+  double global_batch = 0;  ///< samples per step when fixed (job_spec::global_batch); else 0
 
   // Resume: the next run starts at first_epoch from `checkpoint` (the training state after the
   // epoch before: values, optimizer state and counters), once every node that ran a part of an

@@ -197,10 +197,40 @@ result<void> parse_schedule(const spec_parser& p, const entry& e, job_spec& spec
 result<void> parse_training(const spec_parser& p, const fields& top, job_spec& spec,
                             int& consistency_line) {
   const entry* e = top.find("batch_size");
-  if (e == nullptr) return p.missing(top, "batch_size");
-  auto batch = p.get_int(*e, 1, max_width);
-  if (!batch) return std::unexpected(std::move(batch.error()));
-  spec.batch_size = int(*batch);
+  const entry* b = top.find("batch");
+  if (e && b) return p.bad(*b, "give batch_size or batch, not both");
+  if (e == nullptr && b == nullptr) return p.missing(top, "batch_size");
+  if (e) {
+    auto batch = p.get_int(*e, 1, max_width);
+    if (!batch) return std::unexpected(std::move(batch.error()));
+    spec.batch_size = int(*batch);
+    spec.batch = batch_kind::global;  // batch_size × the initial workers, fixed (resolve_batch)
+    spec.batch_line = spec_parser::line_of(*e);
+  } else {
+    auto f = p.open_map(*b, {"global", "per_worker", "lr_scaling"});
+    if (!f) return std::unexpected(std::move(f.error()));
+    const entry* g = f->find("global");
+    const entry* w = f->find("per_worker");
+    if ((g == nullptr) == (w == nullptr)) return p.bad(*b, "give one of global: N, per_worker: N");
+    auto n = p.get_int(g ? *g : *w, 1, max_width);
+    if (!n) return std::unexpected(std::move(n.error()));
+    spec.batch = g ? batch_kind::global : batch_kind::per_worker;
+    if (g)
+      spec.global_batch = int(*n);
+    else
+      spec.batch_size = int(*n);
+    spec.batch_line = spec_parser::line_of(*b);
+    if (const entry* l = f->find("lr_scaling")) {
+      if (g) return p.bad(*l, "applies to per_worker: N (a global batch does not change)");
+      auto k = p.get_enum<ps::lr_scaling_kind>(*l,
+                                               {{"none", ps::lr_scaling_kind::none},
+                                                {"linear", ps::lr_scaling_kind::linear},
+                                                {"sqrt", ps::lr_scaling_kind::sqrt}},
+                                               "none, linear, sqrt");
+      if (!k) return std::unexpected(std::move(k.error()));
+      spec.optimizer.lr_scaling = *k;
+    }
+  }
 
   e = top.find("epochs");
   if (e == nullptr) return p.missing(top, "epochs");
@@ -216,6 +246,42 @@ result<void> parse_training(const spec_parser& p, const fields& top, job_spec& s
     auto v = p.get_uint(*e, 0);
     if (!v) return std::unexpected(std::move(v.error()));
     spec.seed = *v;
+  }
+  return {};
+}
+
+/// After consistency and workers: the global batch of a job that keeps it fixed (batch_size ×
+/// the initial workers, or batch: {global: N}); a job whose consistency has no common step
+/// (asp, averaging:K) runs its batch per worker.
+result<void> resolve_batch(const spec_parser& p, job_spec& spec) {
+  const bool stepwise = spec.consistency.kind == consistency_kind::bsp ||
+                        spec.consistency.kind == consistency_kind::ssp;
+  if (spec.batch == batch_kind::global && spec.global_batch > 0 && !stepwise)
+    return p.bad(errc::invalid_argument, spec.batch_line, "batch",
+                 "global: N needs consistency bsp or ssp (asp and averaging:K have no common "
+                 "step); give per_worker: N");
+  if (spec.batch == batch_kind::global && !stepwise) spec.batch = batch_kind::per_worker;
+  if (spec.batch != batch_kind::global) {
+    spec.global_batch = 0;
+    if (spec.optimizer.lr_scaling != ps::lr_scaling_kind::none) {
+      if (!stepwise)
+        return p.bad(errc::invalid_argument, spec.batch_line, "batch.lr_scaling",
+                     "needs consistency bsp or ssp (a step of asp or averaging:K is one "
+                     "worker's)");
+      // The rate as configured holds at the initial workers' global batch.
+      spec.optimizer.reference_batch =
+          std::uint64_t(spec.batch_size) * std::uint64_t(std::max(1, spec.workers.initial));
+    }
+    return {};
+  }
+  const int initial = std::max(1, spec.workers.initial);
+  if (spec.global_batch == 0) {
+    if (std::int64_t(spec.batch_size) * initial > max_width)
+      return p.bad(errc::invalid_argument, spec.batch_line, "batch_size",
+                   "times the initial workers ({}) must be at most {}", initial, max_width);
+    spec.global_batch = spec.batch_size * initial;
+  } else {
+    spec.batch_size = std::max(1, spec.global_batch / initial);
   }
   return {};
 }
@@ -323,10 +389,10 @@ result<fields> open_top(const spec_parser& p, const YAML::Node& root) {
   }
   return p.open_map(
       root, "", spec_parser::line_of(root, 1),
-      {"name",        "dataset",     "model",     "optimizer", "batch_size",      "epochs",
-       "consistency", "seed",        "workers",   "shards",    "gpus_per_worker", "backend",
-       "slice_size",  "host_reduce", "placement", "replicas",  "function",        "schedule",
-       "checkpoint",  "output"});
+      {"name",     "dataset",     "model",       "optimizer", "batch_size", "batch",
+       "epochs",   "consistency", "seed",        "workers",   "shards",     "gpus_per_worker",
+       "backend",  "slice_size",  "host_reduce", "placement", "replicas",   "function",
+       "schedule", "checkpoint",  "output"});
 }
 
 /// Parses one document into a job_spec, the fields in the order of the spec, so that the
@@ -351,6 +417,7 @@ result<job_spec> parse_spec(const spec_parser& p, const YAML::Node& root,
   if (const entry* e = top->find("function")) {
     if (auto r = parse_function(p, *e, spec); !r) return std::unexpected(std::move(r.error()));
   }
+  if (auto r = resolve_batch(p, spec); !r) return std::unexpected(std::move(r.error()));
   // After workers and shards: a change is checked against their ranges.
   if (const entry* e = top->find("schedule")) {
     if (auto r = parse_schedule(p, *e, spec); !r) return std::unexpected(std::move(r.error()));

@@ -70,7 +70,19 @@
 //                                #                   (1 + cos(pi * min(p, epochs) / epochs)) / 2
 //                                #  warmup_epochs: 0 any type, >= 0; default 0: the rate times
 //                                #                   min(1, p / warmup_epochs)
-//   batch_size: 64               # required; in [1, 1048576]
+//   batch_size: 64               # this or batch: required; in [1, 1048576]: the batch of
+//                                # each of the initial workers; under bsp and ssp the global
+//                                # batch (batch_size × workers.initial) stays fixed whatever
+//                                # the workers: the members of a step share its samples (so a
+//                                # rescale changes speed, not what is learnt); under asp and
+//                                # averaging:K, each worker's batch
+//   batch: {global: 256}         # bsp, ssp: every step covers 256 samples, shared out among
+//                                # its members, whatever their number
+//   batch: {per_worker: 64}      # each worker 64 samples a step: the global batch grows and
+//                                # shrinks with the workers
+//   batch: {per_worker: 64, lr_scaling: linear}   # bsp, ssp: the rate as configured at the
+//                                # initial workers' global batch, times the step's samples over
+//                                # it (linear) or its square root (sqrt); none (default) keeps it
 //   epochs: 5                    # required; >= 1
 //   consistency: bsp             # bsp (default) | averaging:K (K >= 1: each worker trains K
 //                                # local steps, the shards average the models by samples)
@@ -149,6 +161,9 @@ struct count_range {
   int initial = 1;  ///< how many the job starts with
 };
 
+/// Whether a step's samples are fixed (global) or grow with the workers (per_worker).
+enum class batch_kind { global, per_worker };
+
 /// How shards combine the gradients of a step (DESIGN.md "Data path of one step").
 enum class consistency_kind { bsp, ssp, asp, averaging };
 
@@ -181,7 +196,13 @@ struct job_spec {
   worker::dataset_config dataset;  ///< path is absolute
   worker::model_config model;
   ps::optimizer_config optimizer;
+  /// Per worker at the initial worker count (batch: global) or always (per_worker).
   int batch_size = 64;
+  batch_kind batch = batch_kind::global;
+  /// batch_kind::global: the samples every step covers, whatever the workers (the members of a
+  /// step share them); 0 otherwise.
+  int global_batch = 0;
+  int batch_line = 0;  ///< the line of batch_size or batch
   int epochs = 1;
   consistency_config consistency;
   std::uint64_t seed = 1;

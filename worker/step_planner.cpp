@@ -5,13 +5,28 @@
 
 namespace coach::worker {
 
+global_cut cut_global_batch(std::size_t global_batch, std::uint32_t max_workers) {
+  global_cut out;
+  const std::size_t g = std::max<std::size_t>(1, global_batch);
+  const std::size_t w = std::max<std::uint32_t>(1, max_workers);
+  for (std::size_t chunk = g / w; chunk >= 1; --chunk)
+    if (g % chunk == 0) {
+      out.chunk = chunk;
+      break;
+    }
+  out.per_step = std::uint32_t(g / out.chunk);
+  return out;
+}
+
 step_planner::step_planner(chunk_dispenser& dispenser, std::uint32_t first_epoch,
                            std::uint32_t epochs, std::uint32_t chunks_per_step,
-                           std::int64_t max_ahead, std::int64_t first_step)
+                           std::int64_t max_ahead, std::int64_t first_step,
+                           std::uint32_t global_chunks)
     : dispenser_(dispenser),
       first_epoch_(first_epoch),
       epochs_(epochs),
       chunks_per_step_(std::max<std::uint32_t>(1, chunks_per_step)),
+      global_chunks_(global_chunks),
       max_ahead_(max_ahead),
       open_step_(std::max<std::int64_t>(0, first_step) - 1) {}
 
@@ -50,11 +65,22 @@ std::optional<step_planner::opened> step_planner::open(std::span<const std::uint
       }
     }
     if (!p.finished) {
-      // Round by round, so that the chunks of an epoch's end are shared out among the members.
       for (auto r : members) p.by_rank[r];
-      for (std::uint32_t k = 0; k < chunks_per_step_; ++k)
-        for (auto r : members)
-          if (auto c = dispenser_.take()) p.by_rank[r].push_back(*c);
+      if (global_chunks_ > 0) {
+        // The step's chunks, whatever its members; member k of m gets the k-th of m runs.
+        std::vector<worker::chunk> taken;
+        for (std::uint32_t k = 0; k < global_chunks_; ++k)
+          if (auto c = dispenser_.take()) taken.push_back(*c);
+        const std::size_t m = members.size(), n = taken.size();
+        for (std::size_t k = 0; k < m; ++k)
+          for (std::size_t c = k * n / m; c < (k + 1) * n / m; ++c)
+            p.by_rank[members[k]].push_back(taken[c]);
+      } else {
+        // Round by round, so that the chunks of an epoch's end are shared out among the members.
+        for (std::uint32_t k = 0; k < chunks_per_step_; ++k)
+          for (auto r : members)
+            if (auto c = dispenser_.take()) p.by_rank[r].push_back(*c);
+      }
       out.ends_epoch = dispenser_.exhausted();
     }
   }

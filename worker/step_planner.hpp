@@ -27,6 +27,16 @@
 
 namespace coach::worker {
 
+/// How a job with a fixed global batch cuts its epochs: chunks of `chunk` samples, `per_step`
+/// of them a step (chunk × per_step = the global batch). The chunk is the largest divisor of
+/// the global batch that still gives each of `max_workers` members a chunk (1 when none does):
+/// a step's members share its chunks, so any worker count covers the same samples.
+struct global_cut {
+  std::size_t chunk = 1;
+  std::uint32_t per_step = 1;
+};
+global_cut cut_global_batch(std::size_t global_batch, std::uint32_t max_workers);
+
 class step_planner {
  public:
   /// Hands out `dispenser`'s chunks for epochs [first_epoch, epochs), up to `chunks_per_step`
@@ -36,9 +46,13 @@ class step_planner {
   /// step before is applied). The first step opened is `first_step` (>= 0): a job resumed from
   /// a checkpoint goes on with the step numbers of the run it continues (a worker's dropout
   /// masks depend on them). `dispenser` must outlive the planner.
+  /// `global_chunks` > 0 (a fixed global batch, global_cut::per_step): each step takes that
+  /// many chunks (fewer at an epoch's end) whatever its members, and gives each member a
+  /// contiguous run of them, in member order (chunks_per_step is then ignored); so a step covers
+  /// the same samples under any membership.
   step_planner(chunk_dispenser& dispenser, std::uint32_t first_epoch, std::uint32_t epochs,
                std::uint32_t chunks_per_step = 1, std::int64_t max_ahead = -1,
-               std::int64_t first_step = 0);
+               std::int64_t first_step = 0, std::uint32_t global_chunks = 0);
 
   /// What opening a step did.
   struct opened {
@@ -107,6 +121,7 @@ class step_planner {
   std::uint32_t first_epoch_;
   std::uint32_t epochs_;
   std::uint32_t chunks_per_step_;
+  std::uint32_t global_chunks_;
   std::int64_t max_ahead_;
   bool epoch_started_ = false;
   std::int64_t open_step_ = -1;

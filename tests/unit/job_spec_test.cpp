@@ -1028,3 +1028,85 @@ TEST(job_spec_outputs, bad_checkpoint_and_output_name_the_field) {
 
 }  // namespace
 }  // namespace coach::scheduler
+
+namespace coach::scheduler {
+namespace {
+
+TEST(job_spec_batch, batch_size_fixes_the_global_batch_at_the_initial_workers_under_bsp_and_ssp) {
+  auto s = parse_job_spec(
+      with("batch_size", "batch_size: 32\nworkers: {min: 1, max: 4, initial: 3}"), "job.yaml");
+  ASSERT_TRUE(s) << s.error().to_string();
+  EXPECT_EQ(s->batch, batch_kind::global);
+  EXPECT_EQ(s->batch_size, 32);
+  EXPECT_EQ(s->global_batch, 96);
+  s = parse_job_spec(with("batch_size", "batch_size: 32\nconsistency: ssp:2"), "job.yaml");
+  ASSERT_TRUE(s) << s.error().to_string();
+  EXPECT_EQ(s->global_batch, 32);
+  // asp and averaging have no common step: each worker's batch, as given.
+  for (const char* c : {"asp", "averaging:4"}) {
+    s = parse_job_spec(with("batch_size", std::string("batch_size: 32\nconsistency: ") + c),
+                       "job.yaml");
+    ASSERT_TRUE(s) << s.error().to_string();
+    EXPECT_EQ(s->batch, batch_kind::per_worker) << c;
+    EXPECT_EQ(s->global_batch, 0) << c;
+  }
+}
+
+TEST(job_spec_batch, batch_global_and_per_worker) {
+  auto s = parse_job_spec(
+      with("batch_size", "batch: {global: 100}\nworkers: {min: 1, max: 8, initial: 3}"),
+      "job.yaml");
+  ASSERT_TRUE(s) << s.error().to_string();
+  EXPECT_EQ(s->batch, batch_kind::global);
+  EXPECT_EQ(s->global_batch, 100);
+  EXPECT_EQ(s->batch_size, 33) << "what each initial worker gets, rounded down";
+  s = parse_job_spec(with("batch_size", "batch: {per_worker: 16}"), "job.yaml");
+  ASSERT_TRUE(s) << s.error().to_string();
+  EXPECT_EQ(s->batch, batch_kind::per_worker);
+  EXPECT_EQ(s->batch_size, 16);
+  EXPECT_EQ(s->global_batch, 0);
+  EXPECT_EQ(s->optimizer.lr_scaling, ps::lr_scaling_kind::none);
+  s = parse_job_spec(
+      with("batch_size",
+           "batch: {per_worker: 16, lr_scaling: sqrt}\nworkers: {min: 1, max: 4, initial: 2}"),
+      "job.yaml");
+  ASSERT_TRUE(s) << s.error().to_string();
+  EXPECT_EQ(s->optimizer.lr_scaling, ps::lr_scaling_kind::sqrt);
+  EXPECT_EQ(s->optimizer.reference_batch, 32u) << "the rate as configured at 2 workers of 16";
+  EXPECT_EQ(shard_optimizer(*s).lr_scaling, ps::lr_scaling_kind::sqrt) << "the shards scale it";
+}
+
+TEST(job_spec_batch, bad_batches_are_refused_with_the_line) {
+  EXPECT_EQ(parse_error_of(with("batch_size", "batch_size: 32\nbatch: {global: 64}")).message,
+            "job.yaml:8: field 'batch' give batch_size or batch, not both");
+  EXPECT_EQ(parse_error_of(with("batch_size", "batch: {global: 64, per_worker: 8}")).message,
+            "job.yaml:7: field 'batch' give one of global: N, per_worker: N");
+  EXPECT_EQ(parse_error_of(with("batch_size", "batch: {}")).message,
+            "job.yaml:7: field 'batch' give one of global: N, per_worker: N");
+  EXPECT_EQ(parse_error_of(with("batch_size", "batch: {local: 64}")).message,
+            "job.yaml:7: unknown field 'batch.local' (did you mean 'batch.global'?)");
+  EXPECT_EQ(parse_error_of(with("batch_size", "batch: {global: 0}")).message,
+            "job.yaml:7: field 'batch.global' must be in [1, 1048576], got 0");
+  EXPECT_EQ(
+      parse_error_of(with("batch_size", "batch: {global: 64}\nconsistency: asp")).message,
+      "job.yaml:7: field 'batch' global: N needs consistency bsp or ssp (asp and averaging:K have "
+      "no common step); give per_worker: N");
+  EXPECT_EQ(parse_error_of(with("batch_size", "batch: {global: 64, lr_scaling: linear}")).message,
+            "job.yaml:7: field 'batch.lr_scaling' applies to per_worker: N (a global batch does "
+            "not change)");
+  EXPECT_EQ(parse_error_of(with("batch_size", "batch: {per_worker: 8, lr_scaling: cubic}")).message,
+            "job.yaml:7: field 'batch.lr_scaling' must be one of none, linear, sqrt, got 'cubic'");
+  EXPECT_EQ(parse_error_of(
+                with("batch_size", "batch: {per_worker: 8, lr_scaling: linear}\nconsistency: asp"))
+                .message,
+            "job.yaml:7: field 'batch.lr_scaling' needs consistency bsp or ssp (a step of asp or "
+            "averaging:K is one worker's)");
+  EXPECT_EQ(parse_error_of(with("batch_size", "batch_size: 600000\nworkers: 2")).message,
+            "job.yaml:7: field 'batch_size' times the initial workers (2) must be at most 1048576");
+  // Neither: batch_size is missing (the message names it).
+  auto none = with("batch_size", "");
+  EXPECT_NE(parse_error_of(none).message.find("'batch_size' is required"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace coach::scheduler

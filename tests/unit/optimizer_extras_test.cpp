@@ -176,6 +176,38 @@ TEST(shard_schedule, the_position_does_not_depend_on_how_many_workers_share_the_
   EXPECT_EQ(all_values(one), all_values(two));
 }
 
+TEST(lr_scaling, the_rate_follows_the_steps_samples_linearly_or_by_its_square_root) {
+  optimizer_config o = with_rate(0.1f);
+  EXPECT_EQ(o.scaled_rate(0.1f, 256), 0.1f) << "none: unscaled";
+  o.reference_batch = 64;
+  o.lr_scaling = ps::lr_scaling_kind::linear;
+  EXPECT_EQ(o.scaled_rate(0.1f, 64), 0.1f) << "bitwise at the reference batch";
+  EXPECT_FLOAT_EQ(o.scaled_rate(0.1f, 128), 0.2f);
+  EXPECT_FLOAT_EQ(o.scaled_rate(0.1f, 32), 0.05f);
+  o.lr_scaling = ps::lr_scaling_kind::sqrt;
+  EXPECT_FLOAT_EQ(o.scaled_rate(0.1f, 256), 0.2f);
+  EXPECT_FLOAT_EQ(o.scaled_rate(0.1f, 16), 0.05f);
+}
+
+TEST(lr_scaling, a_shard_steps_with_the_rate_of_its_steps_global_batch) {
+  auto be = cpu();
+  optimizer_config o = with_rate(1.0f);
+  o.lr_scaling = ps::lr_scaling_kind::linear;
+  o.reference_batch = 4;  // 2 workers of 2 samples
+  const std::vector<float> init{10, 20};
+  shard s(0, o, *be, {{0, 2}}, init);
+  s.set_members({0, 1});
+  // 4 samples, gradient sum 4 per key (mean 1): the configured rate, -1.
+  ASSERT_TRUE(s.push(0, part_of(0, 2, filled(2, 2.0f), s.ranges())));
+  ASSERT_TRUE(s.push(0, part_of(1, 2, filled(2, 2.0f), s.ranges())));
+  EXPECT_EQ(all_values(s), (std::vector<float>{9, 19}));
+  // Grown to 4 workers: 8 samples, mean 1 again, twice the rate: -2.
+  s.set_members({0, 1, 2, 3});
+  for (std::uint32_t r = 0; r < 4; ++r)
+    ASSERT_TRUE(s.push(1, part_of(r, 2, filled(2, 2.0f), s.ranges())));
+  EXPECT_EQ(all_values(s), (std::vector<float>{7, 17}));
+}
+
 // --- AdamW and weight decay -----------------------------------------------------------------
 
 TEST(adamw, one_step_matches_the_hand_computed_values) {

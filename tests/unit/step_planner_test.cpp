@@ -249,3 +249,54 @@ TEST(step_planner, ssp_never_lets_a_worker_run_more_than_s_steps_ahead_of_the_sl
 
 }  // namespace
 }  // namespace coach::worker
+
+namespace coach::worker {
+namespace {
+
+TEST(global_cut, the_largest_chunk_that_gives_every_worker_one) {
+  EXPECT_EQ(cut_global_batch(64, 2).chunk, 32u);
+  EXPECT_EQ(cut_global_batch(64, 2).per_step, 2u);
+  EXPECT_EQ(cut_global_batch(64, 4).chunk, 16u);
+  EXPECT_EQ(cut_global_batch(96, 5).chunk, 16u) << "19 does not divide 96; 16 does";
+  EXPECT_EQ(cut_global_batch(96, 5).per_step, 6u);
+  EXPECT_EQ(cut_global_batch(7, 3).chunk, 1u) << "a prime: single samples";
+  EXPECT_EQ(cut_global_batch(7, 3).per_step, 7u);
+  EXPECT_EQ(cut_global_batch(4, 8).chunk, 1u) << "more workers than samples: some get none";
+}
+
+TEST(step_planner, a_fixed_global_batch_covers_the_same_positions_whatever_the_members) {
+  // 100 samples, a global batch of 20 cut in 4 chunks of 5: every step covers the same 20
+  // positions of the epoch's order with 1, 2, 3 or 4 members, each a contiguous run.
+  std::vector<std::vector<std::uint32_t>> covered[4];
+  for (std::uint32_t m = 1; m <= 4; ++m) {
+    chunk_dispenser d(100, 5, 11);
+    step_planner p(d, 0, 1, 1, -1, 0, 4);
+    std::vector<std::uint32_t> members(m);
+    for (std::uint32_t k = 0; k < m; ++k) members[k] = k;
+    for (int s = 0; s < 5; ++s) {
+      ASSERT_TRUE(p.open(members, false));
+      std::vector<std::uint32_t> step;
+      std::size_t most = 0, least = 100;
+      for (auto r : members) {
+        const auto g = p.take(r, s);
+        std::size_t mine = 0;
+        for (const auto& c : g.chunks) {
+          const auto idx = d.indices(c);
+          step.insert(step.end(), idx.begin(), idx.end());
+          mine += c.size();
+        }
+        most = std::max(most, mine);
+        least = std::min(least, mine);
+        p.report(r, s);
+      }
+      EXPECT_EQ(step.size(), 20u);
+      EXPECT_LE(most - least, 5u) << "shares differ by a chunk at most";
+      std::sort(step.begin(), step.end());
+      covered[m - 1].push_back(step);
+    }
+  }
+  for (int m = 1; m < 4; ++m) EXPECT_EQ(covered[m], covered[0]) << m + 1 << " members";
+}
+
+}  // namespace
+}  // namespace coach::worker
