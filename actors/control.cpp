@@ -276,6 +276,8 @@ void put_job_status(wire::JobStatus::Builder b, const job_status& s) {
   b.setSeconds(s.seconds);
   auto es = b.initEpochSamples(static_cast<unsigned>(s.epoch_samples.size()));
   for (unsigned i = 0; i < s.epoch_samples.size(); ++i) es.set(i, s.epoch_samples[i]);
+  auto secs = b.initEpochSeconds(static_cast<unsigned>(s.epoch_seconds.size()));
+  for (unsigned i = 0; i < s.epoch_seconds.size(); ++i) secs.set(i, s.epoch_seconds[i]);
   auto cs = b.initChanges(static_cast<unsigned>(s.changes.size()));
   for (unsigned i = 0; i < s.changes.size(); ++i) {
     const auto& c = s.changes[i];
@@ -663,6 +665,10 @@ job_status get_job_status(wire::JobStatus::Reader r) {
   if (es.size() > max_epochs)
     refuse("job status lists {} epochs (at most {})", es.size(), max_epochs);
   for (auto n : es) s.epoch_samples.push_back(n);
+  const auto secs = r.getEpochSeconds();
+  if (secs.size() > max_epochs)
+    refuse("job status lists {} epoch times (at most {})", secs.size(), max_epochs);
+  for (double x : secs) s.epoch_seconds.push_back(x);
   const auto cs = r.getChanges();
   check_count(cs, "job status changes", max_items);
   for (const auto c : cs)

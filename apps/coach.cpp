@@ -25,6 +25,7 @@
 #include "actors/curve_keys.hpp"
 #include "actors/embedded_cluster.hpp"
 #include "coach_api.hpp"
+#include "coach_experiment.hpp"
 #include "coach_model.hpp"
 #include "kernels/backend.hpp"
 #include "scheduler/job_spec.hpp"
@@ -327,6 +328,35 @@ int main(int argc, char** argv) {
   keygen->add_option("DIR", key_dir, "Directory to write to (created when missing)")->required();
   keygen->add_option("--name", key_name, "File name of the pair")->capture_default_str();
 
+  coach::apps::experiment_options xo;
+  auto* experiment = app.add_subcommand(
+      "experiment",
+      "Answer a founding question with real jobs on a cluster: scaling (epoch time over a grid "
+      "of workers and shards, 1-3 jobs at once, one node against several) or prediction (the "
+      "performance model fitted on half the grid predicts the rest)");
+  experiment->add_option("STUDY", xo.study, "scaling | prediction")->required();
+  experiment->add_option("--at", xo.at,
+                         "A running scheduler, HOST:PORT (default: start --local nodes here)");
+  experiment->add_option("--local", xo.local, "coach-nodes to start on this machine")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  experiment->add_option("--cpus", xo.cpus, "CPU slots of each local node")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  experiment->add_option("--spec", xo.spec, "The job to run (its allocation is the study's)")
+      ->capture_default_str();
+  experiment->add_option("--epochs", xo.epochs, "Epochs of each job")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  experiment->add_option("--train-limit", xo.train_limit, "Training samples (0: the spec's)")
+      ->capture_default_str();
+  experiment->add_option("--out", xo.out, "Directory for the tables and charts")
+      ->capture_default_str();
+  experiment->add_option("--key", xo.key_file,
+                         "This client's key pair (default: $COACH_KEY), given on to --local "
+                         "nodes");
+  experiment->add_option("--server-key", xo.server_key_file,
+                         "The scheduler node's public key (default: $COACH_SERVER_KEY)");
   // The job API: each command talks to the scheduler at --at (or $COACH_SCHEDULER).
   std::string at, submit_path, key_file, server_key_file;
   std::uint64_t job = 0;
@@ -409,6 +439,7 @@ int main(int argc, char** argv) {
   if (*predict) return coach::apps::run_predict(model_path, predict_input, header);
   if (*keygen) return run_keygen(key_dir, key_name);
   if (*plot) return run_plot(plot_report, plot_out);
+  if (*experiment) return coach::apps::run_experiment(xo);
   auto security = coach::actors::load_security(key_file, "", server_key_file);
   if (!security) {
     std::fprintf(stderr, "coach: %s\n", security.error().message.c_str());

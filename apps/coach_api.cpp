@@ -75,6 +75,9 @@ json to_json(const actors::job_status& s) {
            {"worker_nodes", s.worker_nodes},
            {"shard_nodes", s.shard_nodes},
            {"epoch_samples", s.epoch_samples}};
+  json secs = json::array();
+  for (double x : s.epoch_seconds) secs.push_back(json_figure(x));
+  out["epoch_seconds"] = std::move(secs);
   json changes = json::array();
   for (const auto& c : s.changes) changes.push_back(scheduler::to_json_value(c));
   out["changes"] = std::move(changes);

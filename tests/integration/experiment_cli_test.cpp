@@ -1,0 +1,45 @@
+// coach experiment: a study run end to end on coach-nodes it starts itself, with a small job:
+// every grid point trained, the table and the chart written, the error and regret computed
+// from what was measured; a study it does not know is refused.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/integration/process_harness.hpp"
+
+namespace {
+
+using namespace itest;
+
+TEST(experiment, the_prediction_study_trains_the_grid_and_writes_its_table_and_chart) {
+  const auto out = work_dir() / "prediction";
+  auto r = coach(
+      "experiment prediction --local 2 --spec examples/digits-mlp.yaml --epochs 2 "
+      "--train-limit 0 --out " +
+      out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto table = slurp(out / "prediction.md");
+  EXPECT_EQ(table, r.out) << "what it printed is what it wrote";
+  // A header, its separator and the 8 points of the grid, then the summary.
+  EXPECT_EQ(table.rfind("| allocation | measured epoch s | predicted s | error |\n|---|", 0), 0u)
+      << table;
+  EXPECT_EQ(count(table, "\n| "), 8u) << table;
+  EXPECT_EQ(count(table, "| fitted |"), 4u) << table;
+  EXPECT_NE(table.find("Fitted on the first 4 of 8 points. Mean error on the others: **"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("regret **"), std::string::npos) << table;
+  const auto svg = slurp(out / "prediction.svg");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_EQ(count(svg, "<polyline"), 2u) << "measured and predicted";
+  // Its nodes are gone with it.
+  EXPECT_NE(r.err.find("2 coach-node(s)"), std::string::npos) << r.err;
+}
+
+TEST(experiment, an_unknown_study_is_refused) {
+  auto r = coach("experiment lottery");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "coach: experiment: unknown study 'lottery' (known: scaling, prediction)\n");
+}
+
+}  // namespace
