@@ -64,6 +64,8 @@ struct scheduler_options {
   std::shared_ptr<scheduler::job_store> store;
   /// The policy when the store names none.
   std::string policy = "fifo";
+  /// round-robin: a job's turn (coach-node --rr-slice).
+  std::chrono::seconds rr_slice{600};
   /// How often the policy is asked again with nothing else happening (heartbeats change what
   /// is free; a policy's turn may end).
   std::chrono::milliseconds decide_every{2000};

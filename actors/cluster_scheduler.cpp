@@ -123,10 +123,12 @@ struct scheduler_state {
     }
     std::string initial = opt.policy;
     if (auto saved = store->setting("policy"); saved && *saved) initial = **saved;
-    auto h = sched::policy_holder::make(initial);
+    sched::policy_options po;
+    po.slice = opt.rr_slice;
+    auto h = sched::policy_holder::make(initial, po);
     if (!h) {
       note(coach::format("job store policy '{}': {}; using fifo", initial, h.error().message));
-      h = sched::policy_holder::make("fifo");
+      h = sched::policy_holder::make("fifo", po);
     }
     holder.emplace(std::move(*h));
     if (auto n = store->replay_epochs(*holder->model()); n && *n > 0)

@@ -82,7 +82,7 @@ result<void> job_runner::launch(const runner_env& env, sched::registered_job& jo
   job.model_bytes = double(ctx_->model.num_params()) * sizeof(float);
   job.state_factor = 1.0 + double(scheduler::shard_optimizer(*spec).state_per_param());
   job.batch_size = double(spec->batch_size);
-  job.global_batch = double(spec->global_batch);
+  job.global_batch = spec->fixed_global_batch() ? double(spec->global_batch) : 0.0;
   job.status.samples_epoch = data->train.rows;
   const std::uint32_t gen = env.reg->begin_run(job, o.workers, o.shards, resumed);
   sj.backup_hosts = job.backups;  // placed by begin_run

@@ -732,7 +732,7 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
   st.observer = std::move(observer);
   st.evaluator = std::move(evaluator);
   // A fixed global batch: each step takes the same chunks whatever its members.
-  const bool global = ctx->spec.batch == scheduler::batch_kind::global;
+  const bool global = ctx->spec.fixed_global_batch();
   const auto cut = global ? worker::cut_global_batch(std::size_t(ctx->spec.global_batch),
                                                      std::uint32_t(ctx->spec.workers.max))
                           : worker::global_cut{std::size_t(ctx->spec.batch_size), 0};

@@ -506,7 +506,9 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
   st.params = st.be->alloc(n);
   if (!st.host_backend) st.grad = st.be->alloc(n);
   // A fixed global batch: this worker's share of a step may be all of it.
-  const int max_batch = std::max(ctx->spec.batch_size, ctx->spec.global_batch);
+  const int max_batch = ctx->spec.fixed_global_batch()
+                            ? std::max(ctx->spec.batch_size, ctx->spec.global_batch)
+                            : ctx->spec.batch_size;
   st.runner = std::make_unique<worker::network_runner>(ctx->model, *st.be, max_batch);
   kernels::sgd_options local = ctx->spec.optimizer.sgd;
   if (ctx->spec.optimizer.kind == ps::optimizer_kind::sgd) local.momentum = 0;

@@ -332,16 +332,26 @@ int main(int argc, char** argv) {
   auto* experiment = app.add_subcommand(
       "experiment",
       "Answer a founding question with real jobs on a cluster: scaling (epoch time over a grid "
-      "of workers and shards, 1-3 jobs at once, one node against several) or prediction (the "
-      "performance model fitted on half the grid predicts the rest)");
-  experiment->add_option("STUDY", xo.study, "scaling | prediction")->required();
+      "of workers and shards, 1-3 jobs at once, one node against several), prediction (the "
+      "performance model fitted on half the grid predicts the rest), dynamic (a static and an "
+      "elastic job while a program holds the CPUs, then frees them) or policies (five jobs "
+      "under each policy: makespan, turnaround, wait)");
+  experiment->add_option("STUDY", xo.study, "scaling | prediction | dynamic | policies")
+      ->required();
   experiment->add_option("--at", xo.at,
                          "A running scheduler, HOST:PORT (default: start --local nodes here)");
   experiment->add_option("--local", xo.local, "coach-nodes to start on this machine")
       ->check(CLI::Range(1, 16))
       ->capture_default_str();
-  experiment->add_option("--cpus", xo.cpus, "CPU slots of each local node")
-      ->check(CLI::Range(1, 1024))
+  experiment
+      ->add_option("--cpus", xo.cpus,
+                   "CPU slots of each local node (default: 8; dynamic: this host's cores "
+                   "+ 2)")
+      ->check(CLI::Range(1, 1024));
+  experiment
+      ->add_option("--hog-seconds", xo.hog_s,
+                   "dynamic: how long a program holds this host's CPUs after each submit")
+      ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
   experiment->add_option("--spec", xo.spec, "The job to run (its allocation is the study's)")
       ->capture_default_str();

@@ -5,12 +5,17 @@
 //               spread over the nodes, and each alone on one node: epoch time and speed-up.
 //   prediction  the grid alone (one job at a time); the performance model fitted on its first
 //               half predicts the rest: error and regret (scheduler/experiment.hpp).
+//   dynamic     a static and an elastic job, each while a program that is not Coach's holds
+//               the host's CPUs for a while: time, accuracy, workers held.
+//   policies    five elastic jobs 1 s apart under fifo, elastic-fifo, round-robin and coach,
+//               set live between the runs: makespan, mean turnaround and wait.
 
 #include "coach_experiment.hpp"
 
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -71,7 +76,8 @@ class local_cluster {
 
   /// Starts `n` nodes of `cpus` CPU slots each, the first the scheduler; logs in `dir`. With
   /// `key_file`, the nodes use it (else they read $COACH_KEY as any coach-node does).
-  result<std::string> start(int n, int cpus, const fs::path& dir, const std::string& key_file) {
+  result<std::string> start(int n, int cpus, const fs::path& dir, const std::string& key_file,
+                            const std::vector<std::string>& scheduler_args = {}) {
     std::error_code ec;
     const auto self = fs::read_symlink("/proc/self/exe", ec);
     const auto node = self.parent_path() / "coach-node";
@@ -93,6 +99,7 @@ class local_cluster {
       }
       if (i == 0) {
         for (const char* a : {"--scheduler", "--store", "", "--policy", "fifo"}) args.push_back(a);
+        args.insert(args.end(), scheduler_args.begin(), scheduler_args.end());
       } else {
         args.push_back("--join");
         args.push_back(at);
@@ -161,6 +168,25 @@ class session {
     const auto* st = std::get_if<actors::status_reply>(&r->body);
     if (!st || st->jobs.size() != 1) return fail(errc::protocol_error, "no status of job {}", job);
     return st->jobs.front();
+  }
+
+  /// The CPUs programs that are not Coach's keep busy on the first node listed.
+  result<double> cpus_external() {
+    auto r = client_->call(actors::nodes_request{}, 5s);
+    if (!r) return std::unexpected(r.error());
+    if (r->failure) return std::unexpected(*r->failure);
+    const auto* nodes = std::get_if<actors::nodes_reply>(&r->body);
+    if (!nodes || nodes->nodes.empty()) return fail(errc::protocol_error, "no node listed");
+    return nodes->nodes.front().last.resources.cpus_external;
+  }
+
+  result<void> set_policy(const std::string& name) {
+    actors::policy_request req;
+    req.set = name;
+    auto r = client_->call(req, 10s);
+    if (!r) return std::unexpected(r.error());
+    if (r->failure) return std::unexpected(*r->failure);
+    return {};
   }
 
   /// Waits for every job of `jobs` to end; errors when one does not succeed.
@@ -375,14 +401,304 @@ int prediction(session& s, const YAML::Node& base, const experiment_options& o) 
   return 0;
 }
 
+/// A program that is not Coach's keeping CPUs busy: `n` spinning processes. Not this
+/// process's descendants, nor named coach...: a node counts those as Coach's own
+/// (scheduler/own_cpu.hpp). Each is a grandchild whose parent exits at once (init adopts it),
+/// named "cpu-hog".
+class cpu_hog {
+ public:
+  explicit cpu_hog(unsigned n) {
+    const pid_t owner = ::getpid();
+    int fds[2];
+    if (::pipe(fds) != 0) return;
+    for (unsigned i = 0; i < n; ++i) {
+      const pid_t child = ::fork();
+      if (child == 0) {
+        if (::fork() == 0) {
+          ::prctl(PR_SET_NAME, "cpu-hog");
+          const pid_t me = ::getpid();
+          (void)!::write(fds[1], &me, sizeof me);
+          // Not this process's child: it checks now and then that the study is still there.
+          for (;;) {
+            for (volatile std::uint64_t x = 0; x < 200000000; x = x + 1) {
+            }
+            if (::kill(owner, 0) != 0) ::_exit(0);
+          }
+        }
+        ::_exit(0);
+      }
+      if (child > 0) {
+        ::waitpid(child, nullptr, 0);
+        pid_t spinner = 0;
+        if (::read(fds[0], &spinner, sizeof spinner) == sizeof spinner) pids_.push_back(spinner);
+      }
+    }
+    ::close(fds[0]);
+    ::close(fds[1]);
+  }
+  ~cpu_hog() { stop(); }
+  void stop() {
+    for (pid_t p : pids_) ::kill(p, SIGKILL);
+    pids_.clear();
+  }
+  bool running() const { return !pids_.empty(); }
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
+/// One run of the dynamic study: the job, and what it held over time.
+struct dynamic_run {
+  std::string name;
+  actors::job_status end;
+  double total_s = 0;
+  double worker_seconds = 0;                    ///< workers held, integrated over the run
+  std::vector<std::pair<double, int>> workers;  ///< (seconds since submit, workers) on change
+};
+
+/// Submits `yaml` with a program holding `hog` CPUs for `hog_s` seconds from the submit.
+result<dynamic_run> run_with_hog(session& s, const std::string& yaml, const std::string& name,
+                                 unsigned hog, double hog_s) {
+  cpu_hog program(hog);
+  // Submitted once the node sees the program (two heartbeats), as a job arriving on a busy
+  // cluster would be.
+  const double want = 0.5 * std::max(1u, std::thread::hardware_concurrency());
+  for (int i = 0; i < 100; ++i) {
+    auto ext = s.cpus_external();
+    if (ext && *ext >= want) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto since = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  auto id = s.submit(yaml, name);
+  if (!id) return std::unexpected(id.error());
+  dynamic_run run;
+  run.name = name;
+  double last = 0;
+  int held = 0;
+  for (;;) {
+    std::this_thread::sleep_for(200ms);
+    const double now = since();
+    if (program.running() && now >= hog_s) {
+      program.stop();
+      say(coach::format("{}: the program ended at {:.1f} s", name, now));
+    }
+    auto st = s.status(*id);
+    if (!st) return std::unexpected(st.error());
+    const int workers = st->state == scheduler::job_state::running ? int(st->workers) : 0;
+    run.worker_seconds += held * (now - last);
+    last = now;
+    if (workers != held || run.workers.empty()) run.workers.push_back({now, workers});
+    held = workers;
+    if (st->state == scheduler::job_state::running || st->state == scheduler::job_state::queued ||
+        st->state == scheduler::job_state::suspended)
+      continue;
+    if (st->state != scheduler::job_state::succeeded)
+      return fail(errc::io_error, "job {} '{}' {}: {}", st->job, st->name, to_string(st->state),
+                  st->error);
+    run.end = std::move(*st);
+    run.total_s = now;
+    return run;
+  }
+}
+
+int dynamic(session& s, const YAML::Node& base, const experiment_options& o) {
+  // The program takes the host's CPUs for a while (three spinners a core); the static job is
+  // sized for what is left then (1 worker), the elastic one may grow to a worker a core once it
+  // ends.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const double hog_s = o.hog_s;
+  if (auto r = s.set_policy("elastic-fifo"); !r) return say(r.error().message), 1;
+  std::vector<dynamic_run> runs;
+  for (const bool elastic : {false, true}) {
+    YAML::Node n = YAML::Clone(base);
+    const std::string name = elastic ? "elastic" : "static";
+    n["name"] = name;
+    n["epochs"] = o.epochs;
+    n["backend"] = "cpu";
+    n["shards"] = 1;
+    if (o.train_limit > 0) n["dataset"]["train_limit"] = o.train_limit;
+    if (elastic) {
+      YAML::Node w;
+      w["min"] = 1;
+      w["max"] = int(cores);  // a worker a core once the program is gone
+      w["initial"] = 1;
+      n["workers"] = w;
+    } else {
+      n["workers"] = 1;
+    }
+    YAML::Emitter e;
+    e << n;
+    auto run = run_with_hog(s, e.c_str(), name, 3 * cores, hog_s);
+    if (!run) return say(run.error().message), 1;
+    say(coach::format("{}: {:.1f} s, accuracy {:.4f}, {:.1f} worker-seconds", name, run->total_s,
+                      run->end.test_accuracy, run->worker_seconds));
+    runs.push_back(std::move(*run));
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : runs) {
+    std::string held;
+    for (const auto& [t, w] : r.workers)
+      held += coach::format("{}{} at {:.0f} s", held.empty() ? "" : ", ", w, t);
+    rows.push_back({r.name, coach::format("{:.1f}", r.total_s),
+                    coach::format("{:.4f}", r.end.test_accuracy),
+                    coach::format("{:.1f}", r.worker_seconds), held});
+  }
+  auto table = ex::markdown_table(
+      {"job", "total s", "test accuracy", "worker-seconds", "workers held (from submit)"}, rows);
+  const double gain = runs[0].total_s > 0 ? 1 - runs[1].total_s / runs[0].total_s : 0;
+  table += coach::format(
+      "\nA program held the host's CPUs ({} spinning processes) for the first {:.0f} s of each "
+      "run. The elastic job finished {:.1f}% sooner; accuracy {} points.\n",
+      3 * cores, hog_s, 100 * gain,
+      coach::format("{}{:.2f}", runs[1].end.test_accuracy >= runs[0].end.test_accuracy ? "+" : "-",
+                    100 * std::abs(runs[1].end.test_accuracy - runs[0].end.test_accuracy)));
+  std::printf("%s", table.c_str());
+  write(fs::path(o.out) / "dynamic.md", table);
+  // Epoch times of both, epoch by epoch.
+  std::size_t epochs = 0;
+  for (const auto& r : runs) epochs = std::max(epochs, r.end.epoch_seconds.size());
+  std::vector<std::string> labels;
+  for (std::size_t e = 0; e < epochs; ++e) labels.push_back(std::to_string(e + 1));
+  std::vector<ex::chart_series> cs;
+  for (const auto& r : runs) {
+    cs.push_back({r.name, {}});
+    for (std::size_t e = 0; e < epochs; ++e)
+      cs.back().y.push_back(e < r.end.epoch_seconds.size()
+                                ? std::optional<double>(r.end.epoch_seconds[e])
+                                : std::nullopt);
+  }
+  write(
+      fs::path(o.out) / "dynamic.svg",
+      ex::line_chart_svg(coach::format("Epoch times; a program holds the CPUs for {:.0f} s", hog_s),
+                         "epoch", "epoch (s)", labels, cs));
+  return 0;
+}
+
+/// The policies study's jobs: (name, epochs, min, max, initial workers), submitted 1 s apart.
+struct policy_job {
+  std::string name;
+  int epochs;
+  int min, max, initial;
+};
+
+/// Runs the sequence under `policy`; each job's times from the first submit.
+result<std::vector<ex::job_times>> run_sequence(session& s, const YAML::Node& base,
+                                                const experiment_options& o,
+                                                const std::string& policy,
+                                                const std::vector<policy_job>& seq) {
+  if (auto r = s.set_policy(policy); !r) return std::unexpected(r.error());
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto since = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<ex::job_times> times(seq.size());
+  std::vector<std::uint64_t> ids(seq.size(), 0);
+  std::vector<bool> started(seq.size(), false), over(seq.size(), false);
+  std::size_t next = 0, left = seq.size();
+  while (left > 0) {
+    if (next < seq.size() && since() >= double(next)) {
+      const auto& j = seq[next];
+      YAML::Node n = YAML::Clone(base);
+      n["name"] = coach::format("{}-{}", policy, j.name);
+      n["epochs"] = j.epochs;
+      n["backend"] = "cpu";
+      n["shards"] = 1;
+      YAML::Node w;
+      w["min"] = j.min;
+      w["max"] = j.max;
+      w["initial"] = j.initial;
+      n["workers"] = w;
+      if (o.train_limit > 0) n["dataset"]["train_limit"] = o.train_limit;
+      YAML::Emitter e;
+      e << n;
+      times[next].name = j.name;
+      times[next].submitted = since();
+      auto id = s.submit(e.c_str(), j.name);
+      if (!id) return std::unexpected(id.error());
+      ids[next++] = *id;
+    }
+    std::this_thread::sleep_for(100ms);
+    for (std::size_t i = 0; i < next; ++i) {
+      if (over[i]) continue;
+      auto st = s.status(ids[i]);
+      if (!st) return std::unexpected(st.error());
+      const double now = since();
+      if (!started[i] && (st->state == scheduler::job_state::running || st->epochs_done > 0)) {
+        started[i] = true;
+        times[i].started = now;
+      }
+      if (st->state == scheduler::job_state::running || st->state == scheduler::job_state::queued ||
+          st->state == scheduler::job_state::suspended)
+        continue;
+      if (st->state != scheduler::job_state::succeeded)
+        return fail(errc::io_error, "job {} '{}' {}: {}", st->job, st->name, to_string(st->state),
+                    st->error);
+      if (!started[i]) times[i].started = now;
+      times[i].finished = now;
+      over[i] = true;
+      --left;
+    }
+  }
+  return times;
+}
+
+int policies(session& s, const YAML::Node& base, const experiment_options& o) {
+  const int e = o.epochs;
+  const std::vector<policy_job> seq{{"a", 2 * e, 1, 4, 3},
+                                    {"b", e, 1, 2, 2},
+                                    {"c", 2 * e, 1, 4, 2},
+                                    {"d", e, 1, 3, 2},
+                                    {"e", 2 * e, 1, 4, 3}};
+  std::vector<std::vector<std::string>> rows;
+  std::vector<ex::chart_series> cs;
+  for (const char* policy : {"fifo", "elastic-fifo", "round-robin", "coach"}) {
+    auto times = run_sequence(s, base, o, policy, seq);
+    if (!times) return say(times.error().message), 1;
+    const auto f = ex::policy_metrics(*times);
+    say(coach::format("{}: makespan {:.1f} s, mean turnaround {:.1f} s, mean wait {:.1f} s", policy,
+                      f.makespan_s, f.mean_turnaround_s, f.mean_wait_s));
+    rows.push_back({policy, coach::format("{:.1f}", f.makespan_s),
+                    coach::format("{:.1f}", f.mean_turnaround_s),
+                    coach::format("{:.1f}", f.mean_wait_s)});
+    cs.push_back({policy, {}});
+    for (const auto& t : *times) cs.back().y.push_back(t.finished - t.submitted);
+  }
+  auto table =
+      ex::markdown_table({"policy", "makespan s", "mean turnaround s", "mean wait s"}, rows);
+  table += coach::format(
+      "\nFive jobs submitted 1 s apart (epochs {}, {}, {}, {}, {}; workers min 1, max "
+      "4/2/4/3/4, asked 3/2/2/2/3; 1 shard each; 3 nodes of {} CPU slots), the same sequence "
+      "under each policy, swapped between runs.\n",
+      2 * e, e, 2 * e, e, 2 * e, o.cpus > 0 ? o.cpus : 2);
+  std::printf("%s", table.c_str());
+  write(fs::path(o.out) / "policies.md", table);
+  std::vector<std::string> labels;
+  for (const auto& j : seq) labels.push_back("job " + j.name);
+  write(fs::path(o.out) / "policies.svg",
+        ex::line_chart_svg("Turnaround of each job by policy", "job (in submission order)",
+                           "turnaround (s)", labels, cs));
+  return 0;
+}
+
 }  // namespace
 
 int run_experiment(const experiment_options& o) {
-  if (o.study != "scaling" && o.study != "prediction") {
-    std::fprintf(stderr, "coach: experiment: unknown study '%s' (known: scaling, prediction)\n",
+  if (o.study != "scaling" && o.study != "prediction" && o.study != "dynamic" &&
+      o.study != "policies") {
+    std::fprintf(stderr,
+                 "coach: experiment: unknown study '%s' (known: scaling, prediction, dynamic, "
+                 "policies)\n",
                  o.study.c_str());
     return 2;
   }
+  // dynamic: CPU slots near the host's, so that what the program takes is what jobs lack.
+  const int cpus = o.cpus > 0 ? o.cpus
+                   : o.study == "dynamic"
+                       ? int(std::max(1u, std::thread::hardware_concurrency())) + 2
+                       : 8;
   YAML::Node base;
   try {
     base = YAML::LoadFile(o.spec);
@@ -404,16 +720,22 @@ int run_experiment(const experiment_options& o) {
   if (at.empty()) {
     const auto logs = fs::path(o.out) / "logs";
     fs::create_directories(logs, ec);
-    auto started = cluster.start(o.local, o.cpus, logs, o.key_file);
+    // round-robin's turns: a few seconds, as the study's jobs last seconds.
+    const std::vector<std::string> sched_args{"--rr-slice", "5"};
+    auto started =
+        cluster.start(o.study == "dynamic" ? 1 : o.local, cpus, logs, o.key_file, sched_args);
     if (!started) return say(started.error().message), 1;
     at = *started;
-    say(coach::format("{} coach-node(s) of {} CPU slots on this machine, scheduler at {}", o.local,
-                      o.cpus, at));
+    say(coach::format("{} coach-node(s) of {} CPU slots on this machine, scheduler at {}",
+                      o.study == "dynamic" ? 1 : o.local, cpus, at));
   }
   auto s = session::open(at, std::move(*security));
   if (!s) return say(s.error().message), 2;
-  if (auto up = s->await_nodes(o.at.empty() ? std::size_t(o.local) : 1); !up)
+  if (auto up = s->await_nodes(!o.at.empty() || o.study == "dynamic" ? 1 : std::size_t(o.local));
+      !up)
     return say(up.error().message), 1;
+  if (o.study == "dynamic") return dynamic(*s, base, o);
+  if (o.study == "policies") return policies(*s, base, o);
   return o.study == "scaling" ? scaling(*s, base, o) : prediction(*s, base, o);
 }
 

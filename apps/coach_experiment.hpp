@@ -10,10 +10,13 @@
 namespace coach::apps {
 
 struct experiment_options {
-  std::string study;  ///< scaling | prediction
+  std::string study;  ///< scaling | prediction | dynamic | policies
   std::string at;     ///< a running scheduler; empty: --local
   int local = 3;      ///< coach-nodes started here when `at` is empty
-  int cpus = 8;       ///< --cpus of each local node (slots, may exceed the host's)
+  /// --cpus of each local node (slots, may exceed the host's); 0: the study's (8; dynamic: the
+  /// host's cores + 2, so that what a program takes is what the jobs lack).
+  int cpus = 0;
+  double hog_s = 20;  ///< dynamic: how long the program holds the CPUs after each submit
   std::string spec = "examples/fashion-mlp.yaml";
   int epochs = 3;
   std::uint64_t train_limit = 20000;  ///< 0: the spec's

@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
   bool is_scheduler = false;
   std::uint32_t cpus = 0;
   double heartbeat_s = 1.0, node_timeout_s = 5.0, drain_timeout_s = 600.0, rebalance_s = 60.0,
-         stats_s = 0.0;
+         rr_slice_s = 600.0, stats_s = 0.0;
   app.add_option("--listen", listen, "Data-path address to bind, tcp://IP:PORT")->required();
   app.add_option("--join", join,
                  "The scheduler's address, HOST:PORT or tcp://HOST:PORT (not with --scheduler)");
@@ -108,6 +108,10 @@ int main(int argc, char** argv) {
   app.add_option("--placement", placement,
                  "With --scheduler: where jobs' parts go unless a spec names its own placement: "
                  "spread | best-fit | random | dltap")
+      ->capture_default_str();
+  app.add_option("--rr-slice", rr_slice_s,
+                 "With --scheduler: seconds of a job's turn under round-robin")
+      ->check(CLI::Range(1.0, 86400.0))
       ->capture_default_str();
   app.add_option("--rebalance-interval", rebalance_s,
                  "With --scheduler: least seconds between two live shard moves of one dltap job "
@@ -282,6 +286,7 @@ int main(int argc, char** argv) {
   if (is_scheduler) {
     so.node_timeout = std::chrono::milliseconds(long(node_timeout_s * 1000));
     so.rebalance_interval = std::chrono::milliseconds(long(rebalance_s * 1000));
+    so.rr_slice = std::chrono::seconds(long(rr_slice_s));
     so.address = address;
     sched = actors::spawn_cluster_scheduler(sys, *net, host, std::move(so));
   }

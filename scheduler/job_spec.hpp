@@ -203,6 +203,12 @@ struct job_spec {
   /// step share them); 0 otherwise.
   int global_batch = 0;
   int batch_line = 0;  ///< the line of batch_size or batch
+  /// Whether every step covers global_batch samples whatever its members: batch_kind::global
+  /// under bsp or ssp (a spec changed after parsing to asp or averaging:K runs per worker).
+  bool fixed_global_batch() const noexcept {
+    return batch == batch_kind::global && global_batch > 0 &&
+           (consistency.kind == consistency_kind::bsp || consistency.kind == consistency_kind::ssp);
+  }
   int epochs = 1;
   consistency_config consistency;
   std::uint64_t seed = 1;

@@ -39,7 +39,9 @@ TEST(experiment, the_prediction_study_trains_the_grid_and_writes_its_table_and_c
 TEST(experiment, an_unknown_study_is_refused) {
   auto r = coach("experiment lottery");
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "coach: experiment: unknown study 'lottery' (known: scaling, prediction)\n");
+  EXPECT_EQ(r.err,
+            "coach: experiment: unknown study 'lottery' (known: scaling, prediction, dynamic, "
+            "policies)\n");
 }
 
 }  // namespace
