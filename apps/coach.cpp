@@ -358,6 +358,11 @@ int main(int argc, char** argv) {
   experiment->add_option("--epochs", xo.epochs, "Epochs of each job")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
+  experiment
+      ->add_option("--repeat", xo.repeat,
+                   "scaling, prediction: runs of each grid point, the median taken")
+      ->check(CLI::Range(1, 20))
+      ->capture_default_str();
   experiment->add_option("--train-limit", xo.train_limit, "Training samples (0: the spec's)")
       ->capture_default_str();
   experiment->add_option("--out", xo.out, "Directory for the tables and charts")

@@ -302,10 +302,19 @@ result<grid_series> measure_grid(session& s, const YAML::Node& base, const exper
                         std::vector<std::optional<double>>{});
     auto& row = series.back().second;
     for (const auto& shape : grid) {
-      auto t = run_shape(s, base, o, shape, copies);
-      if (!t) return std::unexpected(t.error());
-      row.push_back(mean(*t));
-      say(coach::format("{} x{}: epoch {:.3f} s", shape_label(shape), copies, mean(*t)));
+      // --repeat runs of the shape, one after the other: the median of their means (this
+      // machine's noise is tens of percent from one run to the next).
+      std::vector<double> runs;
+      for (int k = 0; k < std::max(1, o.repeat); ++k) {
+        auto t = run_shape(s, base, o, shape, copies);
+        if (!t) return std::unexpected(t.error());
+        runs.push_back(mean(*t));
+      }
+      std::sort(runs.begin(), runs.end());
+      const double m = runs.size() % 2 ? runs[runs.size() / 2]
+                                       : (runs[runs.size() / 2 - 1] + runs[runs.size() / 2]) / 2;
+      row.push_back(m);
+      say(coach::format("{} x{}: epoch {:.3f} s", shape_label(shape), copies, m));
     }
   }
   if (single) {

@@ -19,6 +19,7 @@ struct experiment_options {
   double hog_s = 20;  ///< dynamic: how long the program holds the CPUs after each submit
   std::string spec = "examples/fashion-mlp.yaml";
   int epochs = 3;
+  int repeat = 1;  ///< scaling, prediction: runs of each grid point; the median counts
   std::uint64_t train_limit = 20000;  ///< 0: the spec's
   std::string out = "experiments";
   /// This client's key (--key, else $COACH_KEY; given on to local nodes) and the scheduler
