@@ -278,6 +278,8 @@ void put_job_status(wire::JobStatus::Builder b, const job_status& s) {
   for (unsigned i = 0; i < s.epoch_samples.size(); ++i) es.set(i, s.epoch_samples[i]);
   auto secs = b.initEpochSeconds(static_cast<unsigned>(s.epoch_seconds.size()));
   for (unsigned i = 0; i < s.epoch_seconds.size(); ++i) secs.set(i, s.epoch_seconds[i]);
+  auto acc = b.initEpochAccuracy(static_cast<unsigned>(s.epoch_accuracy.size()));
+  for (unsigned i = 0; i < s.epoch_accuracy.size(); ++i) acc.set(i, s.epoch_accuracy[i]);
   auto cs = b.initChanges(static_cast<unsigned>(s.changes.size()));
   for (unsigned i = 0; i < s.changes.size(); ++i) {
     const auto& c = s.changes[i];
@@ -669,6 +671,10 @@ job_status get_job_status(wire::JobStatus::Reader r) {
   if (secs.size() > max_epochs)
     refuse("job status lists {} epoch times (at most {})", secs.size(), max_epochs);
   for (double x : secs) s.epoch_seconds.push_back(x);
+  const auto acc = r.getEpochAccuracy();
+  if (acc.size() > max_epochs)
+    refuse("job status lists {} epoch accuracies (at most {})", acc.size(), max_epochs);
+  for (double x : acc) s.epoch_accuracy.push_back(x);
   const auto cs = r.getChanges();
   check_count(cs, "job status changes", max_items);
   for (const auto c : cs)

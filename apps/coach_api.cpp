@@ -78,6 +78,9 @@ json to_json(const actors::job_status& s) {
   json secs = json::array();
   for (double x : s.epoch_seconds) secs.push_back(json_figure(x));
   out["epoch_seconds"] = std::move(secs);
+  json acc = json::array();
+  for (double x : s.epoch_accuracy) acc.push_back(json_figure(x));
+  out["epoch_accuracy"] = std::move(acc);
   json changes = json::array();
   for (const auto& c : s.changes) changes.push_back(scheduler::to_json_value(c));
   out["changes"] = std::move(changes);

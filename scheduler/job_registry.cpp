@@ -136,6 +136,7 @@ registered_job& job_registry::resume(job_record rec) {
     for (const auto& e : *epochs) {
       st.epoch_samples.push_back(e.samples);
       st.epoch_seconds.push_back(e.seconds);
+      st.epoch_accuracy.push_back(e.test_accuracy);
       st.test_accuracy = e.test_accuracy;
     }
   }
@@ -164,6 +165,7 @@ registered_job& job_registry::resume(job_record rec) {
     st.epochs_done = job.first_epoch;
     st.epoch_samples.resize(std::min<std::size_t>(st.epoch_samples.size(), job.first_epoch));
     st.epoch_seconds.resize(st.epoch_samples.size());
+    st.epoch_accuracy.resize(st.epoch_samples.size());
     job.stop_unsent.insert(rec.worker_nodes.begin(), rec.worker_nodes.end());
     job.stop_unsent.insert(rec.shard_nodes.begin(), rec.shard_nodes.end());
     job.stop_unsent.erase(self_host_);  // its parts here died with the old process
@@ -448,6 +450,7 @@ void job_registry::stop_to_resume(registered_job& job, std::set<std::uint32_t> s
   st.epochs_done = job.first_epoch;
   st.epoch_samples.resize(std::min<std::size_t>(st.epoch_samples.size(), job.first_epoch));
   st.epoch_seconds.resize(st.epoch_samples.size());
+  st.epoch_accuracy.resize(st.epoch_samples.size());
   st.state = job_state::queued;
   st.samples_done = 0;
   job.state = job_state::suspended;
@@ -724,6 +727,8 @@ void job_registry::epoch(registered_job& job, const epoch_report& e, perf_model&
   st.epoch_samples.push_back(e.samples);
   st.epoch_seconds.resize(st.epoch_samples.size() - 1);
   st.epoch_seconds.push_back(e.seconds);
+  st.epoch_accuracy.resize(st.epoch_samples.size() - 1);
+  st.epoch_accuracy.push_back(e.test_accuracy);
   st.test_accuracy = e.test_accuracy;
   st.samples_per_second = e.samples_per_s;
   st.loss = e.train_loss;

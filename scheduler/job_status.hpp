@@ -54,6 +54,7 @@ struct job_status {
   double seconds = 0;                        ///< since it started running
   std::vector<std::uint64_t> epoch_samples;  ///< samples trained in each finished epoch
   std::vector<double> epoch_seconds;         ///< each finished epoch's training time
+  std::vector<double> epoch_accuracy;        ///< each finished epoch's test accuracy
   std::vector<change_report> changes;        ///< timed changes (once the job ended)
   /// The performance model's view of the job, one JSON object (docs/scheduler.md, "In the
   /// cluster scheduler"); empty when the scheduler sent none.

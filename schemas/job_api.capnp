@@ -90,6 +90,7 @@ struct JobStatus {
   failovers @28 :UInt32;       # shards whose backup took over after their primary's node was lost
   waiting @29 :Text;           # a queued job: why it does not start yet; empty otherwise
   epochSeconds @30 :List(Float64);  # each finished epoch's training time (as epochSamples)
+  epochAccuracy @31 :List(Float64); # each finished epoch's test accuracy (as epochSamples)
 }
 
 # A function-mode job's invocations (worker::invocation_counts).
