@@ -88,6 +88,17 @@ struct master_state {
 
   /// Shards that own slices now.
   std::vector<std::uint32_t> live_shards() const { return changes->live_shards(); }
+  /// live_shards().size(), counted once per configuration version (each step's ledger entry
+  /// asks for it; a change is rare).
+  std::uint32_t live_shard_count() {
+    if (counted_version != cfg().version) {
+      counted_version = cfg().version;
+      live_count = std::uint32_t(live_shards().size());
+    }
+    return live_count;
+  }
+  std::uint64_t counted_version = 0;
+  std::uint32_t live_count = 0;
 
   std::uint32_t num_epochs() const { return std::uint32_t(ctx->spec.epochs); }
 
@@ -482,7 +493,7 @@ struct master_state {
     if (o->epoch_begun) ledger.begin(*o->epoch_begun);
     if (!o->finished) {
       ledger.step_opened(dispenser->epoch(), planner->open_step(),
-                         std::uint32_t(cfg().members.size()), std::uint32_t(live_shards().size()));
+                         std::uint32_t(cfg().members.size()), live_shard_count());
       // The step that hands out an epoch's last chunk ends it: snapshot the version after it.
       if (o->ends_epoch) {
         ledger.ends_with(dispenser->epoch(), std::uint32_t(cfg().members.size()),

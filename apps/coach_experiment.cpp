@@ -119,6 +119,19 @@ class local_cluster {
   std::vector<pid_t> pids_;
 };
 
+/// Whether job `st` has ended: false while it is queued, running or suspended, true once it
+/// succeeded, an error naming it when it ended otherwise (a study needs every job).
+result<bool> ended(const actors::job_status& st) {
+  using scheduler::job_state;
+  if (st.state == job_state::running || st.state == job_state::queued ||
+      st.state == job_state::suspended)
+    return false;
+  if (st.state != job_state::succeeded)
+    return fail(errc::io_error, "job {} '{}' {}: {}", st.job, st.name, to_string(st.state),
+                st.error);
+  return true;
+}
+
 /// The study's connection to the scheduler.
 class session {
  public:
@@ -199,13 +212,9 @@ class session {
         if (done[i]) continue;
         auto st = status(jobs[i]);
         if (!st) return std::unexpected(st.error());
-        if (st->state == scheduler::job_state::running ||
-            st->state == scheduler::job_state::queued ||
-            st->state == scheduler::job_state::suspended)
-          continue;
-        if (st->state != scheduler::job_state::succeeded)
-          return fail(errc::io_error, "job {} '{}' {}: {}", st->job, st->name, to_string(st->state),
-                      st->error);
+        auto over = ended(*st);
+        if (!over) return std::unexpected(over.error());
+        if (!*over) continue;
         out[i] = std::move(*st);
         done[i] = true;
         --left;
@@ -501,12 +510,9 @@ result<dynamic_run> run_with_hog(session& s, const std::string& yaml, const std:
     last = now;
     if (workers != held || run.workers.empty()) run.workers.push_back({now, workers});
     held = workers;
-    if (st->state == scheduler::job_state::running || st->state == scheduler::job_state::queued ||
-        st->state == scheduler::job_state::suspended)
-      continue;
-    if (st->state != scheduler::job_state::succeeded)
-      return fail(errc::io_error, "job {} '{}' {}: {}", st->job, st->name, to_string(st->state),
-                  st->error);
+    auto over = ended(*st);
+    if (!over) return std::unexpected(over.error());
+    if (!*over) continue;
     run.end = std::move(*st);
     run.total_s = now;
     return run;
@@ -652,12 +658,9 @@ result<std::vector<ex::job_times>> run_sequence(session& s, const YAML::Node& ba
         started[i] = true;
         times[i].started = now;
       }
-      if (st->state == scheduler::job_state::running || st->state == scheduler::job_state::queued ||
-          st->state == scheduler::job_state::suspended)
-        continue;
-      if (st->state != scheduler::job_state::succeeded)
-        return fail(errc::io_error, "job {} '{}' {}: {}", st->job, st->name, to_string(st->state),
-                    st->error);
+      auto end = ended(*st);
+      if (!end) return std::unexpected(end.error());
+      if (!*end) continue;
       if (!started[i]) times[i].started = now;
       times[i].finished = now;
       over[i] = true;

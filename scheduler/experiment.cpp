@@ -5,6 +5,7 @@
 
 #include "common/format.hpp"
 #include "scheduler/perf_model.hpp"
+#include "scheduler/svg_text.hpp"
 
 namespace coach::scheduler::experiment {
 
@@ -82,21 +83,6 @@ std::string markdown_table(const std::vector<std::string>& header,
 
 namespace {
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '&')
-      out += "&amp;";
-    else
-      out += c;
-  }
-  return out;
-}
-
 /// A round step for an axis from 0 to `top` in about 5 ticks.
 double tick_step(double top) {
   const double raw = top / 5;
@@ -130,7 +116,7 @@ std::string line_chart_svg(const std::string& title, const std::string& x_title,
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
       "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" "
       "fill=\"white\"/>\n<text x=\"{}\" y=\"22\" font-size=\"15\">{}</text>\n",
-      width, height, left, escape(title));
+      width, height, left, svg_text(title));
   for (double y = 0; y <= y_top + step / 2; y += step) {
     out += coach::format(
         "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>\n"
@@ -139,16 +125,16 @@ std::string line_chart_svg(const std::string& title, const std::string& x_title,
   }
   for (std::size_t i = 0; i < x_labels.size(); ++i)
     out += coach::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
-                         x_at(i), top + h + 18, escape(x_labels[i]));
+                         x_at(i), top + h + 18, svg_text(x_labels[i]));
   out += coach::format(
       "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"black\"/>\n"
       "<line x1=\"{0:.1f}\" y1=\"{3:.1f}\" x2=\"{0:.1f}\" y2=\"{1:.1f}\" stroke=\"black\"/>\n",
       left, top + h, left + w, top);
   out += coach::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
-                       left + w / 2, double(height) - 18, escape(x_title));
+                       left + w / 2, double(height) - 18, svg_text(x_title));
   out += coach::format(
       "<text transform=\"translate(18,{:.1f}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
-      top + h / 2, escape(y_title));
+      top + h / 2, svg_text(y_title));
   for (std::size_t s = 0; s < series.size(); ++s) {
     const char* color = colors[s % (sizeof colors / sizeof *colors)];
     std::string points;
@@ -167,7 +153,8 @@ std::string line_chart_svg(const std::string& title, const std::string& x_title,
     out += coach::format(
         "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"{}\" "
         "stroke-width=\"2\"/>\n<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n",
-        left + w + 14, ly, left + w + 34, ly, color, left + w + 40, ly + 4, escape(series[s].name));
+        left + w + 14, ly, left + w + 34, ly, color, left + w + 40, ly + 4,
+        svg_text(series[s].name));
   }
   return out + "</svg>\n";
 }

@@ -6,25 +6,10 @@
 #include <cmath>
 #include <limits>
 
+#include "scheduler/svg_text.hpp"
+
 namespace coach::scheduler {
 namespace {
-
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '&')
-      out += "&amp;";
-    else if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '"')
-      out += "&quot;";
-    else
-      out += c;
-  }
-  return out;
-}
 
 /// One panel: a frame, axes with ticks, and polylines of `series` (values by epoch).
 struct panel {
@@ -38,7 +23,7 @@ void frame(std::string& svg, const panel& p, const std::string& title, int xtick
   svg += coach::format(
       "<rect x='{}' y='{}' width='{}' height='{}' fill='none' stroke='#888'/>\n"
       "<text x='{}' y='{}' font-size='14' font-weight='bold'>{}</text>\n",
-      p.x0, p.y0, p.w, p.h, p.x0, p.y0 - 8, escape(title));
+      p.x0, p.y0, p.w, p.h, p.x0, p.y0 - 8, svg_text(title));
   for (int i = 0; i <= 4; ++i) {
     const double v = p.ymin + (p.ymax - p.ymin) * i / 4;
     svg += coach::format(
@@ -126,7 +111,7 @@ std::string plot_svg(const plot_data& d, int width, int height) {
       "<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' "
       "font-family='sans-serif'>\n<rect width='100%' height='100%' fill='white'/>\n"
       "<text x='{}' y='22' font-size='16' text-anchor='middle'>{}</text>\n",
-      width, height, width / 2, escape(d.name.empty() ? "coach job" : d.name));
+      width, height, width / 2, svg_text(d.name.empty() ? "coach job" : d.name));
   if (d.epochs.empty()) {
     svg += "<text x='40' y='80' font-size='14'>no finished epoch in this report</text>\n</svg>\n";
     return svg;
@@ -174,8 +159,8 @@ std::string plot_svg(const plot_data& d, int width, int height) {
     svg += coach::format(
         "<text x='{}' y='{}' font-size='10' fill='#d62728' transform='rotate(-90 {} {})'>{} "
         "(step {})</text>\n",
-        loss.px(x) - 3, loss.y0 + loss.h - 4, loss.px(x) - 3, loss.y0 + loss.h - 4, escape(c.what),
-        c.step);
+        loss.px(x) - 3, loss.y0 + loss.h - 4, loss.px(x) - 3, loss.y0 + loss.h - 4,
+        svg_text(c.what), c.step);
   }
   svg += coach::format("<text x='{}' y='{}' font-size='12' text-anchor='middle'>epoch</text>\n",
                        left + pw / 2, height - 8);

@@ -32,7 +32,7 @@ TEST(experiment, the_prediction_study_trains_the_grid_and_writes_its_table_and_c
   const auto svg = slurp(out / "prediction.svg");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_EQ(count(svg, "<polyline"), 2u) << "measured and predicted";
-  // Its nodes are gone with it.
+  // It ran on two coach-nodes of its own.
   EXPECT_NE(r.err.find("2 coach-node(s)"), std::string::npos) << r.err;
 }
 
