@@ -346,13 +346,17 @@ int main(int argc, char** argv) {
   experiment
       ->add_option("--cpus", xo.cpus,
                    "CPU slots of each local node (default: 8; dynamic: this host's cores "
-                   "+ 2)")
+                   "+ 2; policies: 2)")
       ->check(CLI::Range(1, 1024));
   experiment
       ->add_option("--hog-seconds", xo.hog_s,
                    "dynamic: how long a program holds this host's CPUs after each submit")
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
+  experiment
+      ->add_option("--max-workers", xo.max_workers,
+                   "dynamic: the elastic job's most workers (default: this host's cores)")
+      ->check(CLI::Range(1, 1024));
   experiment->add_option("--spec", xo.spec, "The job to run (its allocation is the study's)")
       ->capture_default_str();
   experiment->add_option("--epochs", xo.epochs, "Epochs of each job")

@@ -437,9 +437,9 @@ class cpu_hog {
           const pid_t me = ::getpid();
           (void)!::write(fds[1], &me, sizeof me);
           // Not this process's child: it checks now and then that the study is still there.
+          [[maybe_unused]] volatile std::uint64_t sink = 0;
           for (;;) {
-            for (volatile std::uint64_t x = 0; x < 200000000; x = x + 1) {
-            }
+            for (std::uint64_t x = 0; x < 200000000; ++x) sink = x;
             if (::kill(owner, 0) != 0) ::_exit(0);
           }
         }
@@ -538,7 +538,7 @@ int dynamic(session& s, const YAML::Node& base, const experiment_options& o) {
     if (elastic) {
       YAML::Node w;
       w["min"] = 1;
-      w["max"] = int(cores);  // a worker a core once the program is gone
+      w["max"] = o.max_workers > 0 ? o.max_workers : int(cores);  // a worker a core by default
       w["initial"] = 1;
       n["workers"] = w;
     } else {
@@ -603,6 +603,15 @@ int dynamic(session& s, const YAML::Node& base, const experiment_options& o) {
       ex::line_chart_svg(coach::format("Epoch times; a program holds the CPUs for {:.0f} s", hog_s),
                          "epoch", "epoch (s)", labels, cs));
   return 0;
+}
+
+/// CPU slots of each local node: --cpus, else the study's. dynamic: near the host's cores, so
+/// that what the program takes is what the jobs lack; policies: 2, so that the five jobs
+/// (12 workers asked) contend for the 6 slots of three nodes; else 8.
+int study_cpus(const experiment_options& o) {
+  if (o.cpus > 0) return o.cpus;
+  if (o.study == "dynamic") return int(std::max(1u, std::thread::hardware_concurrency())) + 2;
+  return o.study == "policies" ? 2 : 8;
 }
 
 /// The policies study's jobs: (name, epochs, min, max, initial workers), submitted 1 s apart.
@@ -695,9 +704,11 @@ int policies(session& s, const YAML::Node& base, const experiment_options& o) {
       ex::markdown_table({"policy", "makespan s", "mean turnaround s", "mean wait s"}, rows);
   table += coach::format(
       "\nFive jobs submitted 1 s apart (epochs {}, {}, {}, {}, {}; workers min 1, max "
-      "4/2/4/3/4, asked 3/2/2/2/3; 1 shard each; 3 nodes of {} CPU slots), the same sequence "
-      "under each policy, swapped between runs.\n",
-      2 * e, e, 2 * e, e, 2 * e, o.cpus > 0 ? o.cpus : 2);
+      "4/2/4/3/4, asked 3/2/2/2/3; 1 shard each; {}), the same sequence under each policy, "
+      "swapped between runs.\n",
+      2 * e, e, 2 * e, e, 2 * e,
+      o.at.empty() ? coach::format("{} local nodes of {} CPU slots", o.local, study_cpus(o))
+                   : "the cluster at " + o.at);
   std::printf("%s", table.c_str());
   write(fs::path(o.out) / "policies.md", table);
   std::vector<std::string> labels;
@@ -719,11 +730,7 @@ int run_experiment(const experiment_options& o) {
                  o.study.c_str());
     return 2;
   }
-  // dynamic: CPU slots near the host's, so that what the program takes is what jobs lack.
-  const int cpus = o.cpus > 0 ? o.cpus
-                   : o.study == "dynamic"
-                       ? int(std::max(1u, std::thread::hardware_concurrency())) + 2
-                       : 8;
+  const int cpus = study_cpus(o);
   YAML::Node base;
   try {
     base = YAML::LoadFile(o.spec);

@@ -13,10 +13,12 @@ struct experiment_options {
   std::string study;  ///< scaling | prediction | dynamic | policies
   std::string at;     ///< a running scheduler; empty: --local
   int local = 3;      ///< coach-nodes started here when `at` is empty
-  /// --cpus of each local node (slots, may exceed the host's); 0: the study's (8; dynamic: the
-  /// host's cores + 2, so that what a program takes is what the jobs lack).
+  /// --cpus of each local node (slots, may exceed the host's); 0: the study's (8; policies: 2;
+  /// dynamic: the host's cores + 2, so that what a program takes is what the jobs lack).
   int cpus = 0;
   double hog_s = 20;  ///< dynamic: how long the program holds the CPUs after each submit
+  /// dynamic: the elastic job's most workers; 0: a worker a core of this host.
+  int max_workers = 0;
   std::string spec = "examples/fashion-mlp.yaml";
   int epochs = 3;
   int repeat = 1;  ///< scaling, prediction: runs of each grid point; the median counts

@@ -36,6 +36,26 @@ TEST(experiment, the_prediction_study_trains_the_grid_and_writes_its_table_and_c
   EXPECT_NE(r.err.find("2 coach-node(s)"), std::string::npos) << r.err;
 }
 
+TEST(experiment, the_policies_study_runs_the_sequence_under_each_policy_on_contended_nodes) {
+  const auto out = work_dir() / "policies";
+  auto r = coach(
+      "experiment policies --local 3 --spec examples/digits-mlp.yaml --epochs 1 "
+      "--train-limit 0 --out " +
+      out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto table = slurp(out / "policies.md");
+  EXPECT_EQ(table, r.out);
+  EXPECT_EQ(table.rfind("| policy | makespan s | mean turnaround s | mean wait s |\n|---|", 0), 0u)
+      << table;
+  for (const char* p : {"| fifo |", "| elastic-fifo |", "| round-robin |", "| coach |"})
+    EXPECT_EQ(count(table, p), 1u) << p << "\n" << table;
+  // Nodes of 2 slots, so that the five jobs (12 workers asked) contend; said as it was.
+  EXPECT_NE(r.err.find("3 coach-node(s) of 2 CPU slots"), std::string::npos) << r.err;
+  EXPECT_NE(table.find("3 local nodes of 2 CPU slots"), std::string::npos) << table;
+  const auto svg = slurp(out / "policies.svg");
+  EXPECT_EQ(count(svg, "<polyline"), 4u) << "a line per policy";
+}
+
 TEST(experiment, an_unknown_study_is_refused) {
   auto r = coach("experiment lottery");
   EXPECT_EQ(r.code, 2);
