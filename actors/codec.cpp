@@ -69,7 +69,7 @@ std::string_view kind_name(std::uint16_t k) {
 /// Words of builder space that surely hold the header: the root struct (9 data words, 5
 /// pointers), two endpoints, list tags, the lists, the error and its text, with margin.
 std::size_t words_needed(const envelope& e, std::size_t frames, const error* err) {
-  std::size_t words = 32 + 2 * e.ranges.size() + frames;
+  std::size_t words = 32 + 2 * e.ranges.size() + frames + 1 + e.grad_stats.size();
   if (err) words += 8 + std::min(err->message.size(), max_error_bytes) / word_bytes;
   return words;
 }
@@ -100,6 +100,10 @@ void build(wire::Envelope::Builder root, const envelope& e,
       ranges[i].setBegin(e.ranges[i].begin);
       ranges[i].setEnd(e.ranges[i].end);
     }
+  }
+  if (!e.grad_stats.empty()) {
+    auto stats = root.initGradStats(static_cast<unsigned>(e.grad_stats.size()));
+    for (unsigned i = 0; i < e.grad_stats.size(); ++i) stats.set(i, e.grad_stats[i]);
   }
   if (!frame_bytes.empty()) {
     auto sizes = root.initFrameBytes(static_cast<unsigned>(frame_bytes.size()));
@@ -207,6 +211,15 @@ result<decoded_header> read(kj::ArrayPtr<const capnp::word> words) {
                     kind_name(kind), i, k.begin, k.end);
       e.ranges.push_back(k);
     }
+  }
+
+  if (root.hasGradStats()) {
+    const auto stats = root.getGradStats();
+    if (stats.size() > max_grad_stats)
+      return fail(errc::protocol_error, "{} header carries {} gradient statistics (at most {})",
+                  kind_name(kind), stats.size(), max_grad_stats);
+    e.grad_stats.resize(stats.size());
+    for (unsigned i = 0; i < stats.size(); ++i) e.grad_stats[i] = stats[i];
   }
 
   if (root.hasFrameBytes()) {

@@ -32,6 +32,8 @@ inline constexpr std::size_t max_header_bytes = 1 << 20;
 /// REQUIRES (encode_header): an envelope and frame list within these limits.
 inline constexpr std::size_t max_ranges = 1 << 15;
 inline constexpr std::size_t max_frames = 1 << 15;
+/// Most numbers in a header's gradStats (lr_scaling adascale: 5 at most are sent).
+inline constexpr std::size_t max_grad_stats = 16;
 
 /// An error message longer than this is cut to this many bytes when encoded.
 inline constexpr std::size_t max_error_bytes = 4096;

@@ -122,6 +122,7 @@ wire_message make_slices(const endpoint& src, const endpoint& dst, std::uint64_t
   m.hdr.rank = t->from;
   m.hdr.epoch = t->to;
   m.hdr.ranges = t->ranges;
+  m.hdr.grad_stats = t->gain_state;
   std::shared_ptr<const void> owner = t;
   const auto values = t->values_span();  // shared values travel without a copy too
   m.frames.push_back(frame::of(owner, values.data(), values.size()));
@@ -156,6 +157,7 @@ result<ps::slice_transfer> read_slices(const wire_message& m, std::size_t state_
   t.updates = std::int64_t(m.hdr.chunk_id);
   t.samples_applied = m.hdr.samples;
   t.ranges = m.hdr.ranges;
+  t.gain_state = m.hdr.grad_stats;  // checked by the shard that adopts it
   auto copy = [&](std::size_t i, std::vector<float>& out) {
     out.resize(keys);
     if (keys > 0) std::memcpy(out.data(), m.frames[i].data, m.frames[i].bytes);

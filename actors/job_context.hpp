@@ -15,6 +15,7 @@
 #include "actors/messages.hpp"
 #include "actors/transport.hpp"
 #include "common/error.hpp"
+#include "ps/adascale.hpp"
 #include "ps/job_config.hpp"
 #include "ps/shard_map.hpp"
 #include "ps/training_state.hpp"
@@ -34,6 +35,9 @@ struct step_trace {
   std::uint32_t members = 0;           ///< members that were granted samples
   std::vector<std::uint32_t> samples;  ///< every sample index granted, ascending
   double loss_sum = 0;                 ///< the members' reported losses, summed
+  /// lr_scaling adascale: the gradient totals the step's pushes carried (ps/adascale.hpp): those
+  /// of the step that produced the version it computed from.
+  std::optional<ps::grad_stats> grad_totals;
 };
 
 /// Hosts of the parts added to a running job, as this process knows them. In a cluster the node

@@ -562,6 +562,8 @@ struct master_state {
     auto it = traces.find(m.hdr.step);
     if (it == traces.end()) return;  // no samples granted in it (the finishing step)
     it->second.loss_sum += m.hdr.loss;
+    if (!it->second.grad_totals)
+      it->second.grad_totals = ps::grad_stats::from_list(m.hdr.grad_stats);
     if (!step_done) return;
     std::sort(it->second.samples.begin(), it->second.samples.end());
     ctx->on_step(it->second);

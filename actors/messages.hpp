@@ -101,6 +101,7 @@ struct envelope {
   std::uint64_t compute_us = 0;
   std::uint8_t flags = 0;
   std::vector<ps::key_range> ranges;
+  std::vector<double> grad_stats;  ///< lr_scaling adascale (schemas/envelope.capnp gradStats)
 };
 
 /// A payload frame: bytes owned by `owner` (kept alive while any message refers to them).

@@ -146,6 +146,7 @@ struct shard_state {
     m.hdr.job = ctx->job;
     m.hdr.map_version = core->config_version();
     m.hdr.step = version;
+    if (auto st = core->step_stats(version)) m.hdr.grad_stats = st->to_list();
     return m;
   }
 
@@ -428,6 +429,7 @@ struct shard_state {
     c.rank = m.hdr.rank;
     c.samples = m.hdr.samples;
     c.loss_sum = m.hdr.loss;
+    c.stats = ps::grad_stats::from_list(m.hdr.grad_stats);
     if (c.samples > 0) {
       for (const auto& f : m.frames) c.parts.push_back(f.as<float>());
       // The contribution is read when the step's last push arrives: every frame's memory must

@@ -16,6 +16,7 @@
 #include "actors/roles.hpp"
 #include "common/buffer_pool.hpp"
 #include "common/log.hpp"
+#include "ps/adascale.hpp"
 #include "ps/key_coverage.hpp"
 #include "worker/function_runner.hpp"
 #include "worker/gradient_clip.hpp"
@@ -89,6 +90,9 @@ struct worker_state {
   std::uint64_t moved_version = 0;
   std::vector<endpoint> moved_from;  ///< shards that said so: never asked again for this step
   std::map<std::int64_t, wire_message> grants;  ///< chunk grants by step
+  /// lr_scaling adascale: the shards' gradient sums that came with each version's parameters;
+  /// their totals go with the pushes of a step computed from that version (ps/adascale.hpp).
+  ps::stats_gatherer stats;
   /// The step's snapshot request (flag::snapshot, with_state), from its grant to its pushes.
   std::uint8_t push_flags = 0;
   std::vector<std::uint32_t> local_members;  ///< host reduction: scratch of push_reduced
@@ -213,6 +217,7 @@ struct worker_state {
     for (std::size_t i = 0; i < m.frames.size(); ++i)
       if (const auto& r = m.hdr.ranges[i]; r.size() > 0)
         be->upload(params + r.begin, m.frames[i].as<float>().data(), r.size());
+    if (!m.hdr.grad_stats.empty()) stats.take(m.hdr.src.id, m.hdr.grad_stats);
     if (whole_had || !keys.complete()) return;
     newest = std::max(newest, version);
     versions.erase(versions.begin(), versions.upper_bound(version));
@@ -245,6 +250,7 @@ struct worker_state {
       if (hold(r, f)) continue;
       be->upload(params + r.begin, f.as<float>().data(), r.size());
     }
+    if (!m.hdr.grad_stats.empty()) stats.take(m.hdr.src.id, m.hdr.grad_stats);
   }
 
   /// True when the piece `f` of keys `r` is a view of the buffer the step can compute from
@@ -280,6 +286,11 @@ struct worker_state {
     m.hdr.rank = as_rank;
     m.hdr.samples = samples;
     m.hdr.flags = push_flags;
+    // The version this step computed from: the step's own, or under ssp the newest whole one.
+    if (auto total = stats.total(staleness > 0 ? newest : step)) {
+      m.hdr.grad_stats = total->to_list();
+      stats.forget_before(total->version);
+    }
     if (samples > 0) {
       std::shared_ptr<const void> owner = grad;
       m.hdr.ranges = ranges[k];
@@ -465,6 +476,9 @@ struct worker_state {
     report.hdr.chunk_id = g.hdr.chunk_id;
     report.hdr.flags = g.hdr.flags;
     report.hdr.compute_us = std::uint64_t(us);
+    // adascale: the totals the pushes carried, for the master's record of the step.
+    if (auto totals = stats.total(staleness > 0 ? newest : step))
+      report.hdr.grad_stats = totals->to_list();
     if (functions) {  // its invocations so far (the master sums the ranks')
       const auto& c = functions->counts();
       auto v = std::make_shared<std::vector<std::uint64_t>>(

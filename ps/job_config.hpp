@@ -48,6 +48,8 @@ struct slice_transfer {
   bool buffer_shared = false;
   std::vector<float> state_a;  ///< momentum velocity or Adam m (empty for sgd)
   std::vector<float> state_b;  ///< Adam v (empty otherwise)
+  /// lr_scaling adascale: the source's gain estimate (adascale_gain::state(); empty: none).
+  std::vector<double> gain_state;
 
   /// The values, wherever they are.
   std::span<const float> values_span() const noexcept {

@@ -61,8 +61,9 @@ double optimizer_config::progress(std::uint64_t samples_applied) const noexcept 
 }
 
 float optimizer_config::scaled_rate(float rate, std::uint64_t step_samples) const noexcept {
-  if (lr_scaling == lr_scaling_kind::none || reference_batch == 0 ||
-      step_samples == reference_batch)
+  // adascale: the shard multiplies by its gain (ps/adascale.hpp).
+  if (lr_scaling == lr_scaling_kind::none || lr_scaling == lr_scaling_kind::adascale ||
+      reference_batch == 0 || step_samples == reference_batch)
     return rate;
   const double ratio = double(step_samples) / double(reference_batch);
   return float(double(rate) * (lr_scaling == lr_scaling_kind::linear ? ratio : std::sqrt(ratio)));

@@ -50,8 +50,9 @@ std::string_view to_string(schedule_kind kind) noexcept;
 /// first step has rate 0 when there is a warm-up.
 /// How the rate follows a step's samples when the global batch changes with the workers
 /// (spec `batch: {per_worker: N, lr_scaling: ...}`): none keeps it; linear multiplies it by
-/// step samples / reference_batch (Goyal et al. 2017), sqrt by the square root of that.
-enum class lr_scaling_kind { none, linear, sqrt };
+/// step samples / reference_batch (Goyal et al. 2017), sqrt by the square root of that;
+/// adascale by the gain the step's gradient noise gives (ps/adascale.hpp), applied by the shard.
+enum class lr_scaling_kind { none, linear, sqrt, adascale };
 
 struct lr_schedule {
   schedule_kind kind = schedule_kind::constant;

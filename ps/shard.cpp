@@ -241,6 +241,7 @@ result<slice_transfer> shard::release(const std::vector<key_range>& ranges, std:
   t.version = applied_;
   t.updates = updates_;
   t.samples_applied = samples_applied_;
+  t.gain_state = gain_.state();
   if (keep.empty()) {
     // Everything goes: hand the storage over instead of copying it (the owned runs are laid
     // out in key order, so it is the transfer's layout already). While readers hold the values
@@ -281,6 +282,7 @@ slice_transfer shard::snapshot() const {
   t.version = applied_;
   t.updates = updates_;
   t.samples_applied = samples_applied_;
+  t.gain_state = gain_.state();
   t.ranges = ranges_;
   const auto v = values_->span();
   t.values.assign(v.begin(), v.end());
@@ -299,6 +301,11 @@ result<void> shard::adopt(slice_transfer&& t) {
   if (t.buffer_shared || t.values_span().size() != n || t.state_a.size() != (per >= 1 ? n : 0) ||
       t.state_b.size() != (per >= 2 ? n : 0) || sorted != t.ranges)
     return adopt(std::as_const(t));  // copies shared values; a refusal says what is wrong
+  if (!gain_.restore(t.gain_state))
+    return fail(errc::protocol_error,
+                "shard {}: a transfer from shard {} carries a malformed "
+                "gain estimate",
+                id_, t.from);
   applied_ = t.version;
   updates_ = t.updates;
   samples_applied_ = t.samples_applied;
@@ -356,6 +363,12 @@ result<void> shard::adopt(const slice_transfer& t) {
     append(a, p.theirs ? t.state_a : state_a_, pc);
     append(b, p.theirs ? t.state_b : state_b_, pc);
   }
+  // Both sides folded in the same totals; a shard that has seen none (new) takes the source's.
+  if (!gain_.restore(t.gain_state))
+    return fail(errc::protocol_error,
+                "shard {}: a transfer from shard {} carries a malformed "
+                "gain estimate",
+                id_, t.from);
   updates_ = std::max(updates_, t.updates);
   samples_applied_ = std::max(samples_applied_, t.samples_applied);
   if (empty) {
@@ -402,10 +415,32 @@ void shard::apply(const piece_callback& on_piece) {
     samples += c.samples;
     with_data_.push_back(&c);
   }
+  const bool adascale = opt_.lr_scaling == lr_scaling_kind::adascale;
+  std::optional<grad_stats> stats;  // this step's sums over this shard's keys (adascale)
   if (samples > 0) {
     ++updates_;
     // The schedule's rate at the progress before this step's samples.
     step_lr_ = opt_.scaled_rate(opt_.learning_rate_at(opt_.progress(samples_applied_)), samples);
+    if (adascale) {
+      // Every shard folds in the same totals (the lowest rank's that has them) and so gives
+      // every key the same rate (ps/adascale.hpp).
+      for (const auto& [rank, c] : pending_)
+        if (c.stats) {
+          gain_.observe(*c.stats);
+          break;
+        }
+      step_lr_ =
+          float(double(step_lr_) * gain_.gain(double(opt_.reference_batch), double(samples)));
+      if (with_data_.size() >= 2) {
+        stats.emplace();
+        stats->version = applied_ + 1;
+        stats->samples = double(samples);
+        stats->contributions = double(with_data_.size());
+        stats_parts_.resize(with_data_.size());
+        stats_samples_.clear();
+        for (const auto* c : with_data_) stats_samples_.push_back(c->samples);
+      }
+    }
     samples_applied_ += samples;
     // Once, before any piece of this step is written or shared: someone still reads the current
     // values, so copy on write.
@@ -431,8 +466,16 @@ void shard::apply(const piece_callback& on_piece) {
             be_.axpy(len, 1.0f, with_data_[k]->parts[i].data() + at, acc_.data());
           g = acc_.data();
         }
+        if (stats) {
+          for (std::size_t k = 0; k < with_data_.size(); ++k)
+            stats_parts_[k] = with_data_[k]->parts[i].data() + at;
+          add_to_stats(*stats, stats_parts_, stats_samples_, g, len);
+        }
         update(off, ranges_[i].begin + at, len, g, scale);
       }
+      // The step's sums are whole once its last piece is: before that piece goes out, so that
+      // the message carrying it carries them too (actors/shard_actor.cpp, params_to).
+      if (adascale && i + 1 == ranges_.size() && at + len == n) last_stats_ = stats;
       if (on_piece) {
         const std::uint64_t begin = ranges_[i].begin + at;
         on_piece(piece{applied_ + 1, i, off, key_range{begin, begin + len}});
@@ -440,6 +483,7 @@ void shard::apply(const piece_callback& on_piece) {
     }
   }
   with_data_.clear();
+  if (adascale) last_stats_ = stats;
   last_samples_ = samples;
   last_loss_ = loss;
   pending_.clear();

@@ -49,6 +49,7 @@
 #include "common/buffer_pool.hpp"
 #include "common/error.hpp"
 #include "kernels/backend.hpp"
+#include "ps/adascale.hpp"
 #include "ps/job_config.hpp"
 #include "ps/optimizer.hpp"
 #include "ps/shard_map.hpp"
@@ -64,6 +65,9 @@ struct contribution {
   /// range order, each of that range's size. Empty when samples == 0.
   std::vector<std::span<const float>> parts;
   std::shared_ptr<const void> keep_alive;  ///< owns the memory behind parts
+  /// lr_scaling adascale: the totals over every key of the step that produced the version this
+  /// gradient was computed from (the pusher added up every shard's step_stats()).
+  std::optional<grad_stats> stats;
 };
 
 /// Pieces are cut at multiples of this many floats from the start of a range. Why: the cpu
@@ -220,6 +224,14 @@ class shard {
   std::uint64_t last_step_samples() const noexcept { return last_samples_; }
   double last_step_loss() const noexcept { return last_loss_; }
 
+  /// lr_scaling adascale: this shard's sums over its keys of the step that produced `version`,
+  /// when it is the last applied and had 2 or more contributions with samples (ps/adascale.hpp).
+  std::optional<grad_stats> step_stats(std::int64_t version) const {
+    return last_stats_ && last_stats_->version == version ? last_stats_ : std::nullopt;
+  }
+  /// lr_scaling adascale: the gain's estimate so far.
+  const adascale_gain& gain() const noexcept { return gain_; }
+
  private:
   void apply(const piece_callback& on_piece);
   /// Updates the n keys from `key` (at `off` in values_) with the step's gradient sum g: the
@@ -240,6 +252,10 @@ class shard {
   std::vector<float> state_b_;                  ///< Adam v
   std::vector<float> acc_;                      ///< gradient sum of one piece
   std::vector<const contribution*> with_data_;  ///< of the step being applied, in rank order
+  adascale_gain gain_;                          ///< lr_scaling adascale
+  std::optional<grad_stats> last_stats_;        ///< of the last applied step (adascale)
+  std::vector<const float*> stats_parts_;       ///< scratch of apply(): a piece of each part
+  std::vector<std::uint64_t> stats_samples_;    ///< scratch of apply(): samples of each part
   /// Replaces the owned ranges and their values and state (migration): the values are
   /// `buffer` when given (taken as it is), else `values`.
   void relayout(std::vector<key_range> ranges, std::vector<float> values, std::vector<float> a,

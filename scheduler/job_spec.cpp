@@ -225,8 +225,9 @@ result<void> parse_training(const spec_parser& p, const fields& top, job_spec& s
       auto k = p.get_enum<ps::lr_scaling_kind>(*l,
                                                {{"none", ps::lr_scaling_kind::none},
                                                 {"linear", ps::lr_scaling_kind::linear},
-                                                {"sqrt", ps::lr_scaling_kind::sqrt}},
-                                               "none, linear, sqrt");
+                                                {"sqrt", ps::lr_scaling_kind::sqrt},
+                                                {"adascale", ps::lr_scaling_kind::adascale}},
+                                               "none, linear, sqrt, adascale");
       if (!k) return std::unexpected(std::move(k.error()));
       spec.optimizer.lr_scaling = *k;
     }

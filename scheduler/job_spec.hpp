@@ -82,7 +82,9 @@
 //                                # shrinks with the workers
 //   batch: {per_worker: 64, lr_scaling: linear}   # bsp, ssp: the rate as configured at the
 //                                # initial workers' global batch, times the step's samples over
-//                                # it (linear) or its square root (sqrt); none (default) keeps it
+//                                # it (linear) or its square root (sqrt), or by AdaScale's gain
+//                                # estimated from the gradients' noise (adascale,
+//                                # ps/adascale.hpp); none (default) keeps it
 //   epochs: 5                    # required; >= 1
 //   consistency: bsp             # bsp (default) | averaging:K (K >= 1: each worker trains K
 //                                # local steps, the shards average the models by samples)

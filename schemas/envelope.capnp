@@ -90,4 +90,9 @@ struct Envelope {
   ranges @14 :List(KeyRange);
   frameBytes @15 :List(UInt64);  # size in bytes of each payload frame that follows, in order
   error @16 :Error;            # set when the message reports a failure to its receiver
+  # lr_scaling adascale (ps/adascale.hpp), else empty. params: this shard's sums over its keys of
+  # the step that produced the version [version, partsSq, sumSq, samples, contributions]; push:
+  # the same summed over every shard, of the version the gradient was computed from; transfer:
+  # the source's gain estimate [version, variance, meanSq].
+  gradStats @17 :List(Float64);
 }

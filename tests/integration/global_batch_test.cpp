@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/embedded_cluster.hpp"
+#include "ps/adascale.hpp"
 
 namespace coach::actors {
 namespace {
@@ -108,6 +109,55 @@ TEST(global_batch, an_explicit_global_batch_is_shared_by_however_many_workers) {
   EXPECT_EQ(steps[1].members, 2u);
   EXPECT_EQ(steps[5].samples.size(), 96u);
   EXPECT_EQ(steps[5].members, 3u);
+}
+
+TEST(global_batch,
+     adascale_raises_the_rate_from_the_first_step_with_more_than_the_initial_workers) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  const std::string grow = "schedule:\n  - {at_step: 5, workers: 4}\n";
+  const auto plain = steps_of(digits("batch: {per_worker: 32}", grow));
+  const auto spec = digits("batch: {per_worker: 32, lr_scaling: adascale}", grow);
+  ASSERT_EQ(spec.optimizer.reference_batch, 64u);
+  const auto ada = steps_of(spec);
+  ASSERT_EQ(ada.size(), plain.size());
+  std::size_t grown = 0;
+  while (grown < ada.size() && ada[grown].members < 4) ++grown;
+  ASSERT_LT(grown + 1, ada.size()) << "it grew to 4 workers";
+  // Every push carried the totals of the step before it, over both members' whole gradients
+  // (the shards' sums added up by each worker); the gain follows from them.
+  ps::adascale_gain gain;
+  for (std::size_t s = 1; s <= grown; ++s) {
+    ASSERT_TRUE(ada[s].grad_totals) << "step " << s;
+    EXPECT_EQ(ada[s].grad_totals->version, std::int64_t(s));
+    EXPECT_EQ(ada[s].grad_totals->contributions, 2.0);
+    EXPECT_EQ(ada[s].grad_totals->samples, 64.0);
+    gain.observe(*ada[s].grad_totals);
+  }
+  EXPECT_FALSE(plain[1].grad_totals) << "none unless adascale";
+  const double g = gain.gain(64, 128);
+  EXPECT_GT(g, 1.0);
+  EXPECT_LE(g, 2.0);
+  // At the initial workers the gain is 1: the same steps as without it, up to and including the
+  // first step of 4 workers (computed from the values before its update); the next differs.
+  for (std::size_t s = 0; s <= grown; ++s)
+    EXPECT_NEAR(ada[s].loss_sum, plain[s].loss_sum, 1e-9 * std::abs(plain[s].loss_sum))
+        << "step " << s;
+  EXPECT_GT(std::abs(ada[grown + 1].loss_sum - plain[grown + 1].loss_sum), 1e-6)
+      << "the step after the first of 4 workers computes from values updated at a gain of " << g;
+  std::printf("adascale: gain %.4f at 4 workers (step %zu)\n", g, grown);
+  // Over two shards (the keys split between them, slice_size 1024 of 4810) the workers add up
+  // the same totals: the sums add key by key.
+  auto two = spec;
+  two.shards = {1, 2, 2};
+  const auto split = steps_of(two);
+  ASSERT_EQ(split.size(), ada.size());
+  for (std::size_t s = 1; s <= grown; ++s) {
+    ASSERT_TRUE(split[s].grad_totals) << "step " << s;
+    EXPECT_NEAR(split[s].grad_totals->parts_sq, ada[s].grad_totals->parts_sq,
+                1e-9 * ada[s].grad_totals->parts_sq);
+    EXPECT_NEAR(split[s].grad_totals->sum_sq, ada[s].grad_totals->sum_sq,
+                1e-9 * ada[s].grad_totals->sum_sq);
+  }
 }
 
 }  // namespace

@@ -49,6 +49,7 @@ envelope full(msg_kind kind) {
   e.compute_us = 987654;
   e.flags = flag::no_chunk | flag::finished | 0x80;
   e.ranges = {{0, 1024}, {1024, 1024}, {5000, std::numeric_limits<std::uint64_t>::max()}};
+  e.grad_stats = {7, 1.5e10, 0.25, 128, 4};
   return e;
 }
 
@@ -67,6 +68,7 @@ void expect_same(const envelope& a, const envelope& b) {
   EXPECT_EQ(a.compute_us, b.compute_us);
   EXPECT_EQ(a.flags, b.flags);
   EXPECT_EQ(a.ranges, b.ranges);
+  EXPECT_EQ(a.grad_stats, b.grad_stats);
 }
 
 bytes encode(const envelope& e, std::vector<std::size_t> frames = {}) {
@@ -357,6 +359,11 @@ TEST(codec, unknown_kind_is_refused) {
             "unknown message kind 18");
   EXPECT_EQ(decode_error(raw([](auto root) { root.setKind(static_cast<schemas::MsgKind>(300)); })),
             "unknown message kind 300");
+}
+
+TEST(codec, too_many_gradient_statistics_are_refused) {
+  const auto b = raw([](auto root) { root.initGradStats(codec::max_grad_stats + 1); });
+  EXPECT_EQ(decode_error(b), "push header carries 17 gradient statistics (at most 16)");
 }
 
 TEST(codec, bad_ranges_are_refused) {

@@ -1074,6 +1074,11 @@ TEST(job_spec_batch, batch_global_and_per_worker) {
   EXPECT_EQ(s->optimizer.lr_scaling, ps::lr_scaling_kind::sqrt);
   EXPECT_EQ(s->optimizer.reference_batch, 32u) << "the rate as configured at 2 workers of 16";
   EXPECT_EQ(shard_optimizer(*s).lr_scaling, ps::lr_scaling_kind::sqrt) << "the shards scale it";
+  s = parse_job_spec(with("batch_size", "batch: {per_worker: 16, lr_scaling: adascale}"),
+                     "job.yaml");
+  ASSERT_TRUE(s) << s.error().to_string();
+  EXPECT_EQ(shard_optimizer(*s).lr_scaling, ps::lr_scaling_kind::adascale);
+  EXPECT_EQ(s->optimizer.reference_batch, 16u);
 }
 
 TEST(job_spec_batch, bad_batches_are_refused_with_the_line) {
@@ -1095,7 +1100,8 @@ TEST(job_spec_batch, bad_batches_are_refused_with_the_line) {
             "job.yaml:7: field 'batch.lr_scaling' applies to per_worker: N (a global batch does "
             "not change)");
   EXPECT_EQ(parse_error_of(with("batch_size", "batch: {per_worker: 8, lr_scaling: cubic}")).message,
-            "job.yaml:7: field 'batch.lr_scaling' must be one of none, linear, sqrt, got 'cubic'");
+            "job.yaml:7: field 'batch.lr_scaling' must be one of none, linear, sqrt, adascale, got "
+            "'cubic'");
   EXPECT_EQ(parse_error_of(
                 with("batch_size", "batch: {per_worker: 8, lr_scaling: linear}\nconsistency: asp"))
                 .message,
