@@ -217,7 +217,7 @@ struct worker_state {
     for (std::size_t i = 0; i < m.frames.size(); ++i)
       if (const auto& r = m.hdr.ranges[i]; r.size() > 0)
         be->upload(params + r.begin, m.frames[i].as<float>().data(), r.size());
-    if (!m.hdr.grad_stats.empty()) stats.take(m.hdr.src.id, m.hdr.grad_stats);
+    take_stats(m);
     if (whole_had || !keys.complete()) return;
     newest = std::max(newest, version);
     versions.erase(versions.begin(), versions.upper_bound(version));
@@ -250,7 +250,15 @@ struct worker_state {
       if (hold(r, f)) continue;
       be->upload(params + r.begin, f.as<float>().data(), r.size());
     }
-    if (!m.hdr.grad_stats.empty()) stats.take(m.hdr.src.id, m.hdr.grad_stats);
+    take_stats(m);
+  }
+
+  /// adascale: a params message's sums, by the shard that sent them (a backup that took over
+  /// counts as its shard: its sums replace the lost primary's, not add to them).
+  void take_stats(const wire_message& m) {
+    if (m.hdr.grad_stats.empty()) return;
+    for (std::uint32_t k = 0; k < ranges.size(); ++k)
+      if (ctx->shard_ep(k) == m.hdr.src) return stats.take(k, m.hdr.grad_stats);
   }
 
   /// True when the piece `f` of keys `r` is a view of the buffer the step can compute from
