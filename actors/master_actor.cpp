@@ -13,6 +13,7 @@
 #include "actors/roles.hpp"
 #include "common/format.hpp"
 #include "common/log.hpp"
+#include "ps/adascale.hpp"
 #include "ps/change_planner.hpp"
 #include "ps/key_coverage.hpp"
 #include "ps/snapshot_assembler.hpp"
@@ -75,6 +76,8 @@ struct master_state {
   std::map<std::int64_t, ps::job_config> configs;
   std::map<std::uint32_t, std::int64_t> last_report;  ///< by rank: the last step reported
   std::map<std::int64_t, step_trace> traces;  ///< on_step: the steps granted, until complete
+  ps::adascale_gain gain;  ///< lr_scaling adascale: the shards' estimate, followed (follow_gain)
+  double last_gain = 0;    ///< the gain of the last completed step (adascale; else 0)
   /// Function mode: each rank's invocation counts so far (a step report carries its totals).
   std::map<std::uint32_t, worker::invocation_counts> invocations;
   std::string last_worker_error;                     ///< why the last worker that failed did
@@ -574,6 +577,7 @@ struct master_state {
     const auto r = planner->report(m.hdr.rank, m.hdr.step);
     if (!r.known) return;
     if (r.step_samples) timer.step_completed(m.hdr.step, *r.step_samples);
+    follow_gain(m, r.step_samples);
     if (ctx->on_step) trace_report(m, r.step_samples.has_value());
     if (!m.frames.empty()) read_invocations(m);
     auto& last = last_report.try_emplace(m.hdr.rank, -1).first->second;
@@ -676,9 +680,21 @@ struct master_state {
     maybe_finish_epoch(r.epoch);
   }
 
+  /// adascale: the shards' gain, followed from the totals the reports carry (the same the
+  /// pushes carried; every shard folds the same ones in, so the same estimate): the gain of
+  /// each completed step, for the epoch's report.
+  void follow_gain(const wire_message& m, const std::optional<std::uint64_t>& step_samples) {
+    const auto& o = ctx->spec.optimizer;
+    if (o.lr_scaling != ps::lr_scaling_kind::adascale) return;
+    if (auto totals = ps::grad_stats::from_list(m.hdr.grad_stats)) gain.observe(*totals);
+    if (step_samples && *step_samples > 0)
+      last_gain = gain.gain(double(o.reference_batch), double(*step_samples));
+  }
+
   void maybe_finish_epoch(std::uint32_t epoch) {
-    const auto rep = ledger.take_report(epoch);
+    auto rep = ledger.take_report(epoch);
     if (!rep) return;
+    rep->lr_gain = last_gain;
     result.epochs.push_back(*rep);
     result.test_accuracy = rep->test_accuracy;
     // The checkpoint holds the epoch's parameters now; the master keeps only last_params.

@@ -172,11 +172,12 @@ int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t
       events->epoch(e);
     }
     if (tty) std::fprintf(stderr, "\r\033[K");
+    const std::string gain = e.lr_gain > 0 ? coach::format("  lr gain {:.3f}", e.lr_gain) : "";
     std::fprintf(stderr,
                  "epoch %u/%d  train loss %.4f  test loss %.4f  test accuracy %.4f  %.2f s  "
-                 "%.0f samples/s\n",
+                 "%.0f samples/s%s\n",
                  e.epoch + 1, spec->epochs, e.train_loss, e.test_loss, e.test_accuracy, e.seconds,
-                 e.samples_per_s);
+                 e.samples_per_s, gain.c_str());
   };
   opt.stop = &g_stop;
   std::signal(SIGINT, on_sigint);

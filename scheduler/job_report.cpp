@@ -66,6 +66,8 @@ std::string to_json(const job_result& r) {
                           {"seconds", json_figure(s.seconds)}});
     epochs[i]["segments"] = std::move(list);
   }
+  for (std::size_t i = 0; i < r.epochs.size(); ++i)
+    if (r.epochs[i].lr_gain > 0) epochs[i]["lr_gain"] = json_figure(r.epochs[i].lr_gain);
   out["epochs"] = std::move(epochs);
   json changes = json::array();
   for (const auto& c : r.changes) changes.push_back(to_json_value(c));

@@ -59,6 +59,9 @@ struct epoch_report {
   std::uint32_t shards = 0;
   /// The epoch's steps by allocation, in order; one entry when it ran under one allocation.
   std::vector<epoch_segment> segments;
+  /// lr_scaling adascale: the gain the epoch's last step was applied with (ps/adascale.hpp);
+  /// 0 under any other scaling.
+  double lr_gain = 0;
 };
 
 /// One change of a running job's workers or shards (docs/design.md "Elastic jobs"), timed by

@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "actors/embedded_cluster.hpp"
+#include "common/json.hpp"
 #include "ps/adascale.hpp"
+#include "scheduler/job_report.hpp"
 
 namespace coach::actors {
 namespace {
@@ -35,8 +37,9 @@ scheduler::job_spec digits(const std::string& batch, const std::string& schedule
   return *spec;
 }
 
-/// Every step of one run, in order.
-std::vector<step_trace> steps_of(const scheduler::job_spec& spec) {
+/// Every step of one run, in order; the run's result in `out` when given.
+std::vector<step_trace> steps_of(const scheduler::job_spec& spec,
+                                 scheduler::job_result* out = nullptr) {
   std::mutex mu;
   std::vector<step_trace> steps;
   train_options opt;
@@ -46,6 +49,7 @@ std::vector<step_trace> steps_of(const scheduler::job_spec& spec) {
   };
   auto r = train_embedded(spec, opt);
   EXPECT_TRUE(r) << (r ? "" : r.error().to_string());
+  if (out && r) *out = *r;
   std::sort(steps.begin(), steps.end(),
             [](const step_trace& a, const step_trace& b) { return a.step < b.step; });
   return steps;
@@ -118,7 +122,8 @@ TEST(global_batch,
   const auto plain = steps_of(digits("batch: {per_worker: 32}", grow));
   const auto spec = digits("batch: {per_worker: 32, lr_scaling: adascale}", grow);
   ASSERT_EQ(spec.optimizer.reference_batch, 64u);
-  const auto ada = steps_of(spec);
+  scheduler::job_result ada_result;
+  const auto ada = steps_of(spec, &ada_result);
   ASSERT_EQ(ada.size(), plain.size());
   std::size_t grown = 0;
   while (grown < ada.size() && ada[grown].members < 4) ++grown;
@@ -145,6 +150,16 @@ TEST(global_batch,
   EXPECT_GT(std::abs(ada[grown + 1].loss_sum - plain[grown + 1].loss_sum), 1e-6)
       << "the step after the first of 4 workers computes from values updated at a gain of " << g;
   std::printf("adascale: gain %.4f at 4 workers (step %zu)\n", g, grown);
+  // The epoch's report shows the gain of its last step, the shards' estimate followed from the
+  // same totals.
+  ps::adascale_gain all;
+  for (const auto& t : ada)
+    if (t.grad_totals) all.observe(*t.grad_totals);
+  ASSERT_EQ(ada_result.epochs.size(), 1u);
+  EXPECT_DOUBLE_EQ(ada_result.epochs[0].lr_gain, all.gain(64, double(ada.back().samples.size())));
+  EXPECT_GT(ada_result.epochs[0].lr_gain, 1.0);
+  const auto report = json::parse(scheduler::to_json(ada_result));
+  EXPECT_NEAR(report["epochs"][0]["lr_gain"].get<double>(), ada_result.epochs[0].lr_gain, 1e-5);
   // Over two shards (the keys split between them, slice_size 1024 of 4810) the workers add up
   // the same totals: the sums add key by key.
   auto two = spec;
