@@ -15,79 +15,6 @@
 
 namespace coach::scheduler {
 
-// --- allocation ---------------------------------------------------------------------------------
-
-namespace {
-
-std::vector<std::uint32_t> hosts_of(const std::map<std::uint32_t, std::uint32_t>& at,
-                                    const std::deque<std::uint32_t>& planned) {
-  std::vector<std::uint32_t> out;
-  out.reserve(at.size() + planned.size());
-  for (const auto& [id, h] : at) out.push_back(h);
-  out.insert(out.end(), planned.begin(), planned.end());
-  return out;
-}
-
-/// Down to `to` parts: the planned leave first, then the highest ids.
-void shrink_to(std::map<std::uint32_t, std::uint32_t>& at, std::deque<std::uint32_t>& planned,
-               std::size_t to) {
-  while (at.size() + planned.size() > to) {
-    if (!planned.empty())
-      planned.pop_back();
-    else
-      at.erase(std::prev(at.end()));
-  }
-}
-
-bool contains(std::span<const std::uint32_t> v, std::uint32_t x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
-}
-
-}  // namespace
-
-std::vector<std::uint32_t> allocation::worker_hosts() const {
-  return hosts_of(worker_at, planned_workers);
-}
-std::vector<std::uint32_t> allocation::shard_hosts() const {
-  return hosts_of(shard_at, planned_shards);
-}
-
-void allocation::clear() {
-  worker_at.clear();
-  shard_at.clear();
-  planned_workers.clear();
-  planned_shards.clear();
-}
-
-void allocation::assign(std::span<const std::uint32_t> workers,
-                        std::span<const std::uint32_t> shards) {
-  clear();
-  for (std::uint32_t r = 0; r < workers.size(); ++r) worker_at[r] = workers[r];
-  for (std::uint32_t k = 0; k < shards.size(); ++k) shard_at[k] = shards[k];
-}
-
-void allocation::follow(std::span<const std::uint32_t> workers,
-                        std::span<const std::uint32_t> shards) {
-  auto one = [](std::map<std::uint32_t, std::uint32_t>& at, std::deque<std::uint32_t>& planned,
-                std::span<const std::uint32_t> to) {
-    shrink_to(at, planned, to.size());
-    for (std::size_t i = at.size() + planned.size(); i < to.size(); ++i) planned.push_back(to[i]);
-  };
-  one(worker_at, planned_workers, workers);
-  one(shard_at, planned_shards, shards);
-}
-
-void allocation::trim(std::uint32_t workers, std::uint32_t shards) {
-  if (workers != 0) shrink_to(worker_at, planned_workers, workers);
-  if (shards != 0) shrink_to(shard_at, planned_shards, shards);
-}
-
-std::size_t allocation::keep(std::span<const std::uint32_t> members,
-                             std::span<const std::uint32_t> live) {
-  return std::erase_if(worker_at, [&](const auto& p) { return !contains(members, p.first); }) +
-         std::erase_if(shard_at, [&](const auto& p) { return !contains(live, p.first); });
-}
-
 // --- the registry -------------------------------------------------------------------------------
 
 resources worker_cost(const job_record& r) {
@@ -929,22 +856,11 @@ job_status job_registry::snapshot(const registered_job& job, perf_model* model,
 
 void job_registry::note(registered_job& job, std::string line, bool log) {
   if (log) log_(line);
-  job.events.push_back({++job.events_made, now(), std::move(line)});
-  while (job.events.size() > max_events) job.events.pop_front();
+  job.log.add(now(), std::move(line));
 }
 
 void job_registry::note_epoch(registered_job& job, std::string line) {
-  job.epoch_events.push_back({++job.events_made, now(), std::move(line)});
-  while (job.epoch_events.size() > max_epoch_events) job.epoch_events.pop_front();
-}
-
-std::vector<job_event> job_registry::events(const registered_job& job, std::uint64_t after) const {
-  std::vector<job_event> out;
-  std::merge(job.events.begin(), job.events.end(), job.epoch_events.begin(), job.epoch_events.end(),
-             std::back_inserter(out),
-             [](const job_event& x, const job_event& y) { return x.seq < y.seq; });
-  std::erase_if(out, [after](const job_event& e) { return e.seq <= after; });
-  return out;
+  job.log.add_epoch(now(), std::move(line));
 }
 
 std::string job_registry::why_waiting(const registered_job& job) const {

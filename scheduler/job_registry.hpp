@@ -33,9 +33,11 @@
 
 #include "common/error.hpp"
 #include "ps/training_state.hpp"
+#include "scheduler/allocation.hpp"
 #include "scheduler/clock.hpp"
 #include "scheduler/cluster_view.hpp"
 #include "scheduler/executor.hpp"
+#include "scheduler/job_log.hpp"
 #include "scheduler/job_spec.hpp"
 #include "scheduler/job_status.hpp"
 #include "scheduler/job_store.hpp"
@@ -45,36 +47,6 @@
 #include "scheduler/rebalance.hpp"
 
 namespace coach::scheduler {
-
-/// Where a job's parts run, as the scheduler counts them.
-struct allocation {
-  std::map<std::uint32_t, std::uint32_t> worker_at;  ///< host of each live worker, by rank
-  std::map<std::uint32_t, std::uint32_t> shard_at;   ///< host of each shard owning slices, by id
-  /// Hosts a policy resize chose for parts the job's master has not asked for yet.
-  std::deque<std::uint32_t> planned_workers;
-  std::deque<std::uint32_t> planned_shards;
-
-  int workers() const noexcept { return int(worker_at.size() + planned_workers.size()); }
-  int shards() const noexcept { return int(shard_at.size() + planned_shards.size()); }
-  /// Hosts by rank (shard id), then the planned ones.
-  std::vector<std::uint32_t> worker_hosts() const;
-  std::vector<std::uint32_t> shard_hosts() const;
-  void clear();
-  /// A launch: rank r on workers[r], shard k on shards[k].
-  void assign(std::span<const std::uint32_t> workers, std::span<const std::uint32_t> shards);
-  /// Follows what the executor made of worker_hosts() and shard_hosts(): it kept a prefix and
-  /// appended the new parts. The planned parts leave first, then the highest ranks (ids); the
-  /// new ones are planned.
-  void follow(std::span<const std::uint32_t> workers, std::span<const std::uint32_t> shards);
-  /// A user's rescale to `workers` and `shards` (0: unchanged): the planned parts leave first,
-  /// then the highest ranks (ids). More than now changes nothing: those are counted when the
-  /// master asks for them.
-  void trim(std::uint32_t workers, std::uint32_t shards);
-  /// A change took effect: workers that are not `members` and shards not `live` are gone.
-  /// Returns how many parts left.
-  std::size_t keep(std::span<const std::uint32_t> members, std::span<const std::uint32_t> live);
-  friend bool operator==(const allocation&, const allocation&) = default;
-};
 
 /// One job as the registry keeps it.
 struct registered_job {
@@ -135,15 +107,11 @@ struct registered_job {
   /// The performance model's record of this job (coach status --json "model"); from its first
   /// epoch on.
   std::optional<perf_tracker> perf;
-  /// Its history for `coach logs` (job_registry::note): the latest job_registry::max_events,
-  /// and apart from them its epochs' lines, the latest max_epoch_events (a long job's epochs
-  /// must not push its start, placements and changes out).
-  std::deque<job_event> events;
-  std::deque<job_event> epoch_events;
+  /// Its history for `coach logs` (job_registry::note, note_epoch).
+  job_log log;
   /// Its finished epochs' figures in order (the dashboard's curves), this run and the ones
   /// before it since the scheduler started.
   std::vector<epoch_report> curve;
-  std::uint64_t events_made = 0;
 
   bool over() const noexcept {
     return state == job_state::succeeded || state == job_state::failed ||
@@ -344,9 +312,9 @@ class job_registry {
   /// Keeps `line` in the job's history and logs it (unless `log` is false: the history's only).
   void note(registered_job& job, std::string line, bool log = true);
   /// The job's history after event `after` (0: all it keeps), oldest first.
-  std::vector<job_event> events(const registered_job& job, std::uint64_t after) const;
-  static constexpr std::size_t max_events = 2000;
-  static constexpr std::size_t max_epoch_events = 200;
+  std::vector<job_event> events(const registered_job& job, std::uint64_t after) const {
+    return job.log.since(after);
+  }
   /// An epoch's line: in the history, not the log (one an epoch).
   void note_epoch(registered_job& job, std::string line);
   const std::shared_ptr<job_store>& store() const noexcept { return store_; }

@@ -340,7 +340,7 @@ std::vector<control_message> every_variant() {
   all.push_back(api_request{policy_request{}});
   all.push_back(api_request{policy_request{"elastic-fifo"}});
   all.push_back(api_request{logs_request{103, 0}});
-  all.push_back(api_request{logs_request{104, 1u << 40}});
+  all.push_back(api_request{logs_request{104, std::uint64_t(1) << 40}});
   const error why{errc::invalid_argument, "field 'workers' must be > 0"};
   for (const bool failed : {false, true}) {
     const auto failure = failed ? std::optional<error>(why) : std::nullopt;

@@ -688,9 +688,11 @@ TEST_F(registry, a_long_jobs_epochs_do_not_push_its_start_out_of_its_history) {
   std::size_t epochs = 0;
   for (std::size_t i = 0; i < all.size(); ++i) {
     epochs += all[i].text.find(": epoch ") != std::string::npos;
-    if (i > 0) EXPECT_LT(all[i - 1].seq, all[i].seq) << "in order";
+    if (i > 0) {
+      EXPECT_LT(all[i - 1].seq, all[i].seq) << "in order";
+    }
   }
-  EXPECT_EQ(epochs, job_registry::max_epoch_events) << "the latest epochs only";
+  EXPECT_EQ(epochs, job_log::max_epoch_events) << "the latest epochs only";
   EXPECT_NE(all.back().text.find(": epoch 3000/5000: "), std::string::npos) << all.back().text;
   // A follower asking after the last one it has gets nothing new.
   EXPECT_TRUE(reg.events(job, all.back().seq).empty());
