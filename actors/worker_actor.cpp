@@ -93,6 +93,7 @@ struct worker_state {
   /// lr_scaling adascale: the shards' gradient sums that came with each version's parameters;
   /// their totals go with the pushes of a step computed from that version (ps/adascale.hpp).
   ps::stats_gatherer stats;
+  std::vector<double> step_totals;  ///< the totals the current step's pushes carry
   /// The step's snapshot request (flag::snapshot, with_state), from its grant to its pushes.
   std::uint8_t push_flags = 0;
   std::vector<std::uint32_t> local_members;  ///< host reduction: scratch of push_reduced
@@ -294,11 +295,7 @@ struct worker_state {
     m.hdr.rank = as_rank;
     m.hdr.samples = samples;
     m.hdr.flags = push_flags;
-    // The version this step computed from: the step's own, or under ssp the newest whole one.
-    if (auto total = stats.total(staleness > 0 ? newest : step)) {
-      m.hdr.grad_stats = total->to_list();
-      stats.forget_before(total->version);
-    }
+    m.hdr.grad_stats = step_totals;
     if (samples > 0) {
       std::shared_ptr<const void> owner = grad;
       m.hdr.ranges = ranges[k];
@@ -469,6 +466,12 @@ struct worker_state {
     inline_scope scope;
     push_flags = g.hdr.flags & (flag::snapshot | flag::with_state);
     last_pushes.clear();
+    // adascale: the totals of the version this step computed from (the step's own, or under ssp
+    // the newest whole one), once for its pushes and its report.
+    step_totals.clear();
+    const std::int64_t from = staleness > 0 ? newest : step;
+    if (auto totals = stats.total(from)) step_totals = totals->to_list();
+    stats.forget_before(from);
     if (ctx->reducer || ctx->device_reducer) {
       if (!push_reduced(indices.size(), std::move(buf))) return;
     } else {
@@ -484,10 +487,8 @@ struct worker_state {
     report.hdr.chunk_id = g.hdr.chunk_id;
     report.hdr.flags = g.hdr.flags;
     report.hdr.compute_us = std::uint64_t(us);
-    // adascale: the totals the pushes carried, for the master's record of the step.
-    if (auto totals = stats.total(staleness > 0 ? newest : step))
-      report.hdr.grad_stats = totals->to_list();
-    if (functions) {  // its invocations so far (the master sums the ranks')
+    report.hdr.grad_stats = step_totals;  // adascale: for the master's record of the step
+    if (functions) {                      // its invocations so far (the master sums the ranks')
       const auto& c = functions->counts();
       auto v = std::make_shared<std::vector<std::uint64_t>>(
           std::vector<std::uint64_t>{c.started, c.completed, c.timed_out, c.out_of_memory, c.failed,

@@ -86,15 +86,6 @@ result<std::vector<ex::job_times>> run_sequence(session& s, const YAML::Node& ba
 
 }  // namespace
 
-/// CPU slots of each local node: --cpus, else the study's. dynamic: near the host's cores, so
-/// that what the program takes is what the jobs lack; policies: 2, so that the five jobs
-/// (12 workers asked) contend for the 6 slots of three nodes; else 8.
-int study_cpus(const experiment_options& o) {
-  if (o.cpus > 0) return o.cpus;
-  if (o.study == "dynamic") return int(std::max(1u, std::thread::hardware_concurrency())) + 2;
-  return o.study == "policies" ? 2 : 8;
-}
-
 int policies(session& s, const YAML::Node& base, const experiment_options& o) {
   const int e = o.epochs;
   const std::vector<policy_job> seq{{"a", 2 * e, 1, 4, 3},

@@ -27,7 +27,6 @@ void say(const std::string& line) {
   std::fprintf(stderr, "coach: experiment: %s\n", line.c_str());
 }
 
-/// A free TCP port on 127.0.0.1 (bound once by the kernel's choice, then released).
 int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -42,14 +41,11 @@ int free_port() {
   return port;
 }
 
-/// coach-nodes started for the study on this machine, stopped when it ends.
 local_cluster::~local_cluster() {
   for (pid_t p : pids_) ::kill(p, SIGTERM);
   for (pid_t p : pids_) ::waitpid(p, nullptr, 0);
 }
 
-/// Starts `n` nodes of `cpus` CPU slots each, the first the scheduler; logs in `dir`. With
-/// `key_file`, the nodes use it (else they read $COACH_KEY as any coach-node does).
 result<std::string> local_cluster::start(int n, int cpus, const fs::path& dir,
                                          const std::string& key_file,
                                          const std::vector<std::string>& scheduler_args) {
@@ -89,8 +85,6 @@ result<std::string> local_cluster::start(int n, int cpus, const fs::path& dir,
   return at;
 }
 
-/// Whether job `st` has ended: false while it is queued, running or suspended, true once it
-/// succeeded, an error naming it when it ended otherwise (a study needs every job).
 result<bool> ended(const actors::job_status& st) {
   using scheduler::job_state;
   if (st.state == job_state::running || st.state == job_state::queued ||
@@ -102,7 +96,6 @@ result<bool> ended(const actors::job_status& st) {
   return true;
 }
 
-/// The study's connection to the scheduler.
 result<session> session::open(const std::string& at, actors::transport_security security) {
   auto c = actors::api_client::open(at, std::move(security));
   if (!c) return std::unexpected(c.error());
@@ -112,7 +105,6 @@ result<session> session::open(const std::string& at, actors::transport_security 
   return s;
 }
 
-/// Waits (up to 60 s) until `n` nodes are alive.
 result<void> session::await_nodes(std::size_t n) {
   for (int i = 0; i < 240; ++i) {
     auto r = client_->call(actors::nodes_request{}, 2s);
@@ -151,7 +143,6 @@ result<actors::job_status> session::status(std::uint64_t job) {
   return st->jobs.front();
 }
 
-/// The CPUs programs that are not Coach's keep busy on the first node listed.
 result<double> session::cpus_external() {
   auto r = client_->call(actors::nodes_request{}, 5s);
   if (!r) return std::unexpected(r.error());
@@ -170,7 +161,6 @@ result<void> session::set_policy(const std::string& name) {
   return {};
 }
 
-/// Waits for every job of `jobs` to end; errors when one does not succeed.
 result<std::vector<actors::job_status>> session::wait_all(const std::vector<std::uint64_t>& jobs) {
   std::vector<actors::job_status> out(jobs.size());
   std::vector<bool> done(jobs.size(), false);

@@ -11,12 +11,16 @@ namespace {
 
 using namespace itest;
 
+/// Runs `study` on local nodes with the digits job; its output in OUT (work_dir()/study).
+run_result run_study(const std::string& study, const std::string& args) {
+  return coach("experiment " + study + " " + args +
+               " --spec examples/digits-mlp.yaml --train-limit 0 --out " +
+               (work_dir() / study).string());
+}
+
 TEST(experiment, the_prediction_study_trains_the_grid_and_writes_its_table_and_chart) {
   const auto out = work_dir() / "prediction";
-  auto r = coach(
-      "experiment prediction --local 2 --spec examples/digits-mlp.yaml --epochs 2 "
-      "--train-limit 0 --out " +
-      out.string());
+  auto r = run_study("prediction", "--local 2 --epochs 2");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto table = slurp(out / "prediction.md");
   EXPECT_EQ(table, r.out) << "what it printed is what it wrote";
@@ -38,13 +42,10 @@ TEST(experiment, the_prediction_study_trains_the_grid_and_writes_its_table_and_c
 
 TEST(experiment, the_policies_study_runs_the_sequence_under_each_policy_on_contended_nodes) {
   const auto out = work_dir() / "policies";
-  auto r = coach(
-      "experiment policies --local 3 --spec examples/digits-mlp.yaml --epochs 1 "
-      "--train-limit 0 --out " +
-      out.string());
+  auto r = run_study("policies", "--local 3 --epochs 1");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto table = slurp(out / "policies.md");
-  EXPECT_EQ(table, r.out);
+  EXPECT_EQ(table, r.out) << "what it printed is what it wrote";
   EXPECT_EQ(table.rfind("| policy | makespan s | mean turnaround s | mean wait s |\n|---|", 0), 0u)
       << table;
   for (const char* p : {"| fifo |", "| elastic-fifo |", "| round-robin |", "| coach |"})
