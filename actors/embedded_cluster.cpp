@@ -73,6 +73,7 @@ result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
   job_request req;
   req.spec = spec;
   if (opt.backend) req.spec.backend = *opt.backend;
+  if (opt.precision) req.spec.precision = *opt.precision;
   req.workers = *workers;
   req.slowdown = opt.slowdown;
   req.on_step = opt.on_step;

@@ -31,7 +31,8 @@ struct checkpoint_written {
 struct train_options {
   std::uint32_t workers = 0;  ///< overrides the spec's workers.initial; must lie in [min, max]
   std::uint32_t shards = 0;   ///< overrides the spec's shards.initial; must lie in [min, max]
-  std::optional<kernels::backend_kind> backend;  ///< overrides the spec's backend
+  std::optional<kernels::backend_kind> backend;      ///< overrides the spec's backend
+  std::optional<kernels::math_precision> precision;  ///< overrides the spec's precision
   /// Called on the calling thread a few times a second while an epoch trains.
   std::function<void(const scheduler::progress_event&)> on_progress;
   /// Called on the calling thread after each epoch is evaluated.

@@ -29,9 +29,11 @@ void setup_job_devices(job_context& ctx, kernels::backend_kind resolved,
       });
 }
 
-result<std::unique_ptr<kernels::backend>> make_worker_backend(const job_context& ctx,
-                                                              std::uint32_t rank,
-                                                              std::string_view who) {
+namespace {
+
+/// make_worker_backend before the precision is set.
+result<std::unique_ptr<kernels::backend>> backend_for(const job_context& ctx, std::uint32_t rank,
+                                                      std::string_view who) {
   if (!ctx.devices) return kernels::make_backend(ctx.spec.backend);
   // No device at all: the backend's own error says why (the CUDA runtime's reason).
   if (kernels::device_count() == 0) return kernels::make_backend(kernels::backend_kind::cuda);
@@ -43,6 +45,16 @@ result<std::unique_ptr<kernels::backend>> make_worker_backend(const job_context&
     return be;
   }
   log::info("{}: job {}: worker {} on cuda device {}", who, ctx.job, rank, *d);
+  return be;
+}
+
+}  // namespace
+
+result<std::unique_ptr<kernels::backend>> make_worker_backend(const job_context& ctx,
+                                                              std::uint32_t rank,
+                                                              std::string_view who) {
+  auto be = backend_for(ctx, rank, who);
+  if (be) (*be)->set_precision(ctx.spec.precision);
   return be;
 }
 

@@ -55,7 +55,7 @@ void draw_progress(const coach::scheduler::progress_event& p, bool tty) {
 
 /// What `coach train` is asked besides the spec and the counts.
 struct train_flags {
-  std::string backend, report_path, save_path;
+  std::string backend, precision, report_path, save_path;
   std::string resume;             ///< --resume FILE
   std::string events;             ///< --events FILE
   std::string checkpoint;         ///< --checkpoint FILE
@@ -143,6 +143,14 @@ int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t
       return 2;
     }
     opt.backend = *kind;
+  }
+  if (!flags.precision.empty()) {
+    auto p = coach::kernels::parse_math_precision(flags.precision);
+    if (!p) {
+      std::fprintf(stderr, "coach: --precision: %s\n", p.error().message.c_str());
+      return 2;
+    }
+    opt.precision = *p;
   }
   // --events: one JSON line per epoch and change while it runs (scheduler/train_events.hpp).
   std::optional<coach::scheduler::train_events> events;
@@ -285,6 +293,8 @@ int main(int argc, char** argv) {
                    "Parameter-server shards (default: the spec's shards.initial)")
       ->check(CLI::Range(1u, 1u << 20));
   train->add_option("--backend", tf.backend, "auto | cpu | cuda (default: the spec's backend)");
+  train->add_option("--precision", tf.precision,
+                    "fp32 | tf32 | bf16: the workers' matrix products (default: the spec's)");
   train->add_option("--report", tf.report_path, "Write a JSON report of the run to this file");
   train->add_option("--events", tf.events,
                     "Write one JSON line per epoch and per change to this file while it runs");

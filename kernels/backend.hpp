@@ -25,6 +25,7 @@
 #include "common/error.hpp"
 #include "kernels/layer_shapes.hpp"
 #include "kernels/layer_shapes_check.hpp"
+#include "kernels/precision.hpp"
 
 namespace coach::kernels {
 
@@ -79,6 +80,13 @@ class backend {
   }
   /// Waits for every download_async so far. Throws as the copies would.
   virtual void finish_downloads() {}
+
+  /// How gemm and the convolutions' products treat their operands (kernels/precision.hpp):
+  /// fp32 (the default) as they are; tf32 or bf16 each operand rounded to that format first
+  /// (on cuda: cuBLAS's FAST_TF32 / FAST_16BF compute types, on the tensor cores), products
+  /// accumulated in float. Everything else stays float32 whatever the precision.
+  void set_precision(math_precision p) noexcept { precision_ = p; }
+  math_precision precision() const noexcept { return precision_; }
 
   // --- memory -----------------------------------------------------------------------------
   /// Allocates n floats of backend memory (zeroed).
@@ -242,6 +250,9 @@ class backend {
   /// in double, then the same step with g' = grad_scale * g.
   virtual void adam_update(float* w, float* m, float* v, const float* g, std::size_t n,
                            float grad_scale, std::int64_t t, const adam_options& opt) = 0;
+
+ protected:
+  math_precision precision_ = math_precision::fp32;
 };
 
 /// Makes a backend. cuda (or auto on a host with a device) needs a build with COACH_ENABLE_CUDA;

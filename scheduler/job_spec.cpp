@@ -135,6 +135,11 @@ result<void> parse_function(const spec_parser& p, const entry& e, job_spec& spec
     if (!v) return std::unexpected(std::move(v.error()));
     limits.chunks_per_invocation = std::uint32_t(*v);
   }
+  if (spec.precision != kernels::math_precision::fp32)
+    return p.bad(e,
+                 "function workers compute in fp32 only (precision: {} asks for products they "
+                 "do not run); drop precision or function",
+                 kernels::to_string(spec.precision));
   spec.function = limits;
   return {};
 }
@@ -287,7 +292,8 @@ result<void> resolve_batch(const spec_parser& p, job_spec& spec) {
   return {};
 }
 
-/// workers, shards, gpus_per_worker, backend, slice_size, host_reduce, placement and replicas.
+/// workers, shards, gpus_per_worker, backend, precision, slice_size, host_reduce, placement and
+/// replicas.
 result<void> parse_resources(const spec_parser& p, const fields& top, job_spec& spec) {
   const entry* e = nullptr;
   if ((e = top.find("workers"))) {
@@ -311,6 +317,15 @@ result<void> parse_resources(const spec_parser& p, const fields& top, job_spec& 
     auto kind = kernels::parse_backend_kind(*s);
     if (!kind) return p.bad(*e, "must be one of auto, cpu, cuda, got {}", describe(e->value));
     spec.backend = *kind;
+  }
+  if ((e = top.find("precision"))) {
+    auto v = p.get_enum<kernels::math_precision>(*e,
+                                                 {{"fp32", kernels::math_precision::fp32},
+                                                  {"tf32", kernels::math_precision::tf32},
+                                                  {"bf16", kernels::math_precision::bf16}},
+                                                 "fp32, tf32, bf16");
+    if (!v) return std::unexpected(std::move(v.error()));
+    spec.precision = *v;
   }
   if ((e = top.find("slice_size"))) {
     auto v = p.get_uint(*e, 1);
@@ -390,10 +405,10 @@ result<fields> open_top(const spec_parser& p, const YAML::Node& root) {
   }
   return p.open_map(
       root, "", spec_parser::line_of(root, 1),
-      {"name",     "dataset",     "model",       "optimizer", "batch_size", "batch",
-       "epochs",   "consistency", "seed",        "workers",   "shards",     "gpus_per_worker",
-       "backend",  "slice_size",  "host_reduce", "placement", "replicas",   "function",
-       "schedule", "checkpoint",  "output"});
+      {"name",     "dataset",     "model",      "optimizer",   "batch_size", "batch",
+       "epochs",   "consistency", "seed",       "workers",     "shards",     "gpus_per_worker",
+       "backend",  "precision",   "slice_size", "host_reduce", "placement",  "replicas",
+       "function", "schedule",    "checkpoint", "output"});
 }
 
 /// Parses one document into a job_spec, the fields in the order of the spec, so that the

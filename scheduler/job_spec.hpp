@@ -96,6 +96,10 @@
 //   gpus_per_worker: 0           # >= 0; default 0: cuda workers share the devices round-robin;
 //                                # g >= 1: g devices of its own each (worker/device_assignment.hpp)
 //   backend: auto                # auto (default) | cpu | cuda
+//   precision: fp32              # fp32 (default) | tf32 | bf16: the operands of the workers'
+//                                # matrix products rounded to that format (on cuda: tensor
+//                                # cores), float accumulation; parameters, pushes and the
+//                                # shards' optimizer stay float32 (kernels/precision.hpp)
 //   slice_size: 16384            # floats per slice of the parameter vector, >= 1; default 16384
 //   host_reduce: false           # true: the workers of one host sum their gradients and push
 //                                # once per host (worker/host_reducer.hpp; on cuda on the
@@ -218,6 +222,7 @@ struct job_spec {
   count_range shards;
   int gpus_per_worker = 0;
   kernels::backend_kind backend = kernels::backend_kind::auto_select;
+  kernels::math_precision precision = kernels::math_precision::fp32;  ///< the workers' products
   std::size_t slice_size = 16384;           ///< floats per slice of the parameter vector
   bool host_reduce = false;                 ///< one push per host (worker/host_reducer.hpp)
   std::string placement;                    ///< a placement's name; empty: the scheduler's

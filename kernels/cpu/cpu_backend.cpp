@@ -181,13 +181,36 @@ void cpu_backend::gemm(bool trans_a, bool trans_b, int m, int n, int k, float al
                        int lda, const float* b, int ldb, float beta, float* c, int ldc) {
   COACH_ENFORCE(m >= 0 && n >= 0 && k >= 0, "gemm dimensions must be >= 0");
   if (m == 0 || n == 0) return;
+  const int a_cols = trans_a ? m : k;
+  const int b_cols = trans_b ? k : n;
+  COACH_ENFORCE(lda >= a_cols && ldb >= b_cols && ldc >= n,
+                "gemm leading dimension smaller than the row length");
+  if (precision_ != math_precision::fp32 && k > 0) {
+    // The stored span of each operand, from its first element to its last row's end.
+    const int a_rows = trans_a ? k : m;
+    const int b_rows = trans_b ? n : k;
+    a = rounded(0, a, std::size_t(a_rows - 1) * lda + a_cols);
+    b = rounded(1, b, std::size_t(b_rows - 1) * ldb + b_cols);
+  }
+  product(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+const float* cpu_backend::rounded(int slot, const float* src, std::size_t n) {
+  auto& buf = rounded_[slot];
+  if (buf.size() < n) buf.resize(n);
+  round_into(precision_, src, n, buf.data());
+  return buf.data();
+}
+
+void cpu_backend::product(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                          const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                          int ldc) {
+  if (m == 0 || n == 0) return;
   // Stored shapes: A is m x k (k x m when transposed), B is k x n (n x k when transposed).
   const int a_rows = trans_a ? k : m;
   const int a_cols = trans_a ? m : k;
   const int b_rows = trans_b ? n : k;
   const int b_cols = trans_b ? k : n;
-  COACH_ENFORCE(lda >= a_cols && ldb >= b_cols && ldc >= n,
-                "gemm leading dimension smaller than the row length");
   detail::matrix_map cm(c, m, n, Eigen::OuterStride<>(ldc));
   if (k == 0) {  // op(A) * op(B) is all zeros
     if (beta == 0.0f)

@@ -161,8 +161,16 @@ class cpu_backend : public backend {
  private:
   /// The column buffer, at least `floats` long.
   float* columns(std::size_t floats);
+  /// gemm without its checks or the rounding of the operands to precision(): what the
+  /// convolutions call once they have rounded their inputs.
+  void product(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+               int lda, const float* b, int ldb, float beta, float* c, int ldc);
+  /// src's n floats rounded to precision() into scratch buffer `slot` (0 or 1), kept between
+  /// calls; the buffer's start.
+  const float* rounded(int slot, const float* src, std::size_t n);
 
   std::vector<float> columns_;
+  std::vector<float> rounded_[2];
   cpu_gemm gemm_;
 };
 

@@ -257,6 +257,10 @@ void cpu_backend::gelu_grad(const float* x, const float* dy, float* dx, std::siz
 void cpu_backend::conv2d_forward(const conv2d_shape& s, const float* x, const float* w,
                                  const float* bias, float* y) {
   enforce_valid(s, "conv2d_forward");
+  if (precision_ != math_precision::fp32) {
+    x = rounded(0, x, s.input_size());
+    w = rounded(1, w, s.weight_size());
+  }
   const int k = s.filters;
   const int crs = int(s.column_rows());
   const int plane = s.out_h() * s.out_w();
@@ -277,9 +281,12 @@ void cpu_backend::conv2d_forward(const conv2d_shape& s, const float* x, const fl
       detail::avx512_gemm_columns(*masks, xn, *packed_w, 1.0f, 0.0f, yn, plane);
     else {
       if (col != nullptr) im2col(s, xn, col);
-      gemm(false, false, k, plane, crs, 1.0f, w, crs, col != nullptr ? col : xn, plane, 0.0f, yn,
-           plane);
+      product(false, false, k, plane, crs, 1.0f, w, crs, col != nullptr ? col : xn, plane, 0.0f, yn,
+              plane);
     }
+    // bf16: the output rounded once, as cuDNN's bfloat16 tensors hold it (the bias is added
+    // to the rounded value, in float).
+    if (precision_ == math_precision::bf16) round_into(precision_, yn, y_image, yn);
     if (bias != nullptr)
       for (int f = 0; f < k; ++f) {
         float* row = yn + std::size_t(f) * plane;
@@ -292,6 +299,10 @@ void cpu_backend::conv2d_forward(const conv2d_shape& s, const float* x, const fl
 void cpu_backend::conv2d_backward_data(const conv2d_shape& s, const float* dy, const float* w,
                                        float* dx) {
   enforce_valid(s, "conv2d_backward_data");
+  if (precision_ != math_precision::fp32) {
+    dy = rounded(0, dy, s.output_size());
+    w = rounded(1, w, s.weight_size());
+  }
   const int k = s.filters;
   const int crs = int(s.column_rows());
   const int plane = s.out_h() * s.out_w();
@@ -309,14 +320,21 @@ void cpu_backend::conv2d_backward_data(const conv2d_shape& s, const float* dy, c
     if (packed_wt)
       detail::avx512_gemm_packed(*packed_wt, false, plane, 1.0f, dyn, plane, 0.0f, out, plane);
     else
-      gemm(true, false, crs, plane, k, 1.0f, w, crs, dyn, plane, 0.0f, out, plane);
+      product(true, false, crs, plane, k, 1.0f, w, crs, dyn, plane, 0.0f, out, plane);
     if (col != nullptr) col2im(s, col, dxn);
+    if (precision_ == math_precision::bf16) round_into(precision_, dxn, x_image, dxn);
   }
 }
 
 void cpu_backend::conv2d_backward_filter(const conv2d_shape& s, const float* x, const float* dy,
                                          float* dw, float* db) {
   enforce_valid(s, "conv2d_backward_filter");
+  // db sums the float dy: the bias gradient is no product, so it is never rounded.
+  const float* dy_float = dy;
+  if (precision_ != math_precision::fp32) {
+    x = rounded(0, x, s.input_size());
+    dy = rounded(1, dy, s.output_size());
+  }
   const int k = s.filters;
   const int crs = int(s.column_rows());
   const int plane = s.out_h() * s.out_w();
@@ -336,13 +354,14 @@ void cpu_backend::conv2d_backward_filter(const conv2d_shape& s, const float* x, 
       continue;
     }
     if (col != nullptr) im2col(s, xn, col);
-    gemm(false, true, k, crs, plane, 1.0f, dyn, plane, col != nullptr ? col : xn, plane, beta, dw,
-         crs);
+    product(false, true, k, crs, plane, 1.0f, dyn, plane, col != nullptr ? col : xn, plane, beta,
+            dw, crs);
   }
+  if (precision_ == math_precision::bf16) round_into(precision_, dw, s.weight_size(), dw);
   if (db == nullptr) return;
   for (int f = 0; f < k; ++f)
     db[f] = float(channel_sum(s.batch, k, std::size_t(plane), f,
-                              [&](std::size_t i) { return double(dy[i]); }));
+                              [&](std::size_t i) { return double(dy_float[i]); }));
 }
 
 // --- pooling --------------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/cuda_error.hpp"
 #include "kernels/cuda/cuda_kernels.hpp"
+#include "kernels/cuda/cudnn_conv.hpp"
 
 namespace coach::kernels {
 namespace {
@@ -123,6 +124,12 @@ void cuda_backend::release() noexcept {
   // independent of the others. Pending work finishes first, as it may still use the buffers.
   (void)cudaSetDevice(device_);
   if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+  dnn_.reset();
+  for (auto*& p : bf16_) {
+    if (p != nullptr) (void)cudaFree(p);
+    p = nullptr;
+  }
+  bf16_size_[0] = bf16_size_[1] = 0;
   if (copy_stream_ != nullptr) {
     (void)cudaStreamSynchronize(copy_stream_);
     (void)cudaStreamDestroy(copy_stream_);
@@ -359,12 +366,47 @@ void cuda_backend::gemm(bool trans_a, bool trans_b, int m, int n, int k, float a
   }
   // A row-major matrix is its transpose in column-major terms, so the row-major C = op(A) op(B)
   // is the column-major C^T = op(B)^T op(A)^T: swap the operands, keep each one's transpose flag.
+  const auto op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const auto op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (precision_ == math_precision::fp32) {
+    detail::check_cublas(
+        cublasSgemm(blas_, op_b, op_a, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc), device_,
+        coach::format("cublasSgemm (m={} n={} k={} trans_a={} trans_b={})", m, n, k, trans_a,
+                      trans_b));
+    return;
+  }
+  const auto in = operands(a, std::size_t(trans_a ? k - 1 : m - 1) * lda + (trans_a ? m : k), b,
+                           std::size_t(trans_b ? n - 1 : k - 1) * ldb + (trans_b ? k : n));
   detail::check_cublas(
-      cublasSgemm(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                  n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc),
+      cublasGemmEx(blas_, op_b, op_a, n, m, k, &alpha, in.b, cudaDataType_t(in.type), ldb, in.a,
+                   cudaDataType_t(in.type), lda, &beta, c, CUDA_R_32F, ldc,
+                   cublasComputeType_t(in.compute), CUBLAS_GEMM_DEFAULT),
       device_,
-      coach::format("cublasSgemm (m={} n={} k={} trans_a={} trans_b={})", m, n, k, trans_a,
-                    trans_b));
+      coach::format("cublasGemmEx {} (m={} n={} k={} trans_a={} trans_b={})", to_string(precision_),
+                    m, n, k, trans_a, trans_b));
+}
+
+cuda_backend::product_inputs cuda_backend::operands(const float* a, std::size_t a_extent,
+                                                    const float* b, std::size_t b_extent) {
+  if (precision_ != math_precision::bf16)
+    return {a, b, int(CUDA_R_32F), int(detail::compute_type(precision_))};
+  const detail::launch l{stream_, max_blocks_};
+  const float* src[2] = {a, b};
+  const std::size_t n[2] = {a_extent, b_extent};
+  for (int i = 0; i < 2; ++i) {
+    if (bf16_size_[i] < n[i]) {
+      // The stream may still read the old copy: free it after the work enqueued so far.
+      check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (bf16 scratch)");
+      if (bf16_[i] != nullptr) (void)cudaFree(bf16_[i]);
+      bf16_[i] = nullptr;
+      bf16_size_[i] = 0;
+      check(cudaMalloc(reinterpret_cast<void**>(&bf16_[i]), n[i] * sizeof(std::uint16_t)),
+            coach::format("cudaMalloc of {} bytes (bf16 scratch)", n[i] * sizeof(std::uint16_t)));
+      bf16_size_[i] = n[i];
+    }
+    check(detail::launch_to_bf16(l, src[i], bf16_[i], n[i]), "to_bf16 kernel launch");
+  }
+  return {bf16_[0], bf16_[1], int(CUDA_R_16BF), int(CUBLAS_COMPUTE_32F)};
 }
 
 void cuda_backend::bias_add(float* y, const float* bias, int rows, int cols) {

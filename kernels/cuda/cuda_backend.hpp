@@ -14,7 +14,9 @@
 // device buffer reused across calls. Ops that return a number (softmax_xent, count_correct, sum,
 // sum_squares) wait for their result; the rest only enqueue.
 //
-// Layers (cuda_backend_layers.cpp, cuda_layers.cu): convolution is im2col of a chunk of images
+// Layers (cuda_backend_layers.cpp, cuda_layers.cu): convolution runs through cuDNN when the build
+// has it (cudnn_conv.hpp; COACH_CUDNN=0 in the environment turns it off), else it is im2col of a
+// chunk of images
 // into a column workspace the object owns (up to max(one image, 2^23 floats = 32 MiB) per chunk,
 // grown on demand and kept until the object dies), one strided-batched cublasSgemm per chunk for
 // forward and backward data, and one cublasSgemm per image (in image order, accumulating) for the
@@ -34,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "common/error.hpp"
@@ -44,6 +47,10 @@
 struct CUstream_st;
 struct CUevent_st;
 struct cublasContext;
+
+namespace coach::kernels::detail {
+class cudnn_convolutions;
+}
 
 namespace coach::kernels {
 
@@ -136,6 +143,14 @@ class cuda_backend final : public backend {
   /// Releases memory from alloc_indices after the device has finished with it.
   void free_indices(std::int32_t* p) noexcept override;
 
+  /// Convolutions through cuDNN with GEMM-like algorithms only (true), or with any
+  /// deterministic one, Winograd and FFT included (false, the default: faster, but their
+  /// transforms round beyond the GEMM bound the cpu-reference tests hold). No effect without cuDNN.
+  void set_gemm_like_convolutions(bool on);
+  /// The cuDNN algorithms this backend picked for s at its precision (cudnn_conv.hpp), or why
+  /// none: "im2col" without cuDNN, "" before s ran.
+  std::string describe_convolution(const conv2d_shape& s) const;
+
   /// See backend::conv2d_forward. Workspace: the column matrices of a chunk of images.
   void conv2d_forward(const conv2d_shape& s, const float* x, const float* w, const float* bias,
                       float* y) override;
@@ -225,6 +240,31 @@ class cuda_backend final : public backend {
   float* filter_parts(std::size_t floats);
   /// Images per chunk of a convolution: as many as fit the workspace cap, at least one.
   int conv_chunk(const conv2d_shape& s) const;
+  /// The inputs of a product at precision() (tf32 or bf16): under tf32 the floats themselves
+  /// (cuBLAS's FAST_TF32 rounds them to nearest, as the cpu does); under bf16 bfloat16 copies in
+  /// the backend's scratch, rounded to nearest-even here (cuBLAS's FAST_16BF does not round as
+  /// the cpu does: measured on an H200, its products sat between TF32's and float's), with the
+  /// data type (cudaDataType_t) and compute type (cublasComputeType_t) to pass with them.
+  /// `a_extent`, `b_extent`: the floats each operand spans.
+  struct product_inputs {
+    const void* a;
+    const void* b;
+    int type;
+    int compute;
+  };
+  product_inputs operands(const float* a, std::size_t a_extent, const float* b,
+                          std::size_t b_extent);
+  /// C_i = op(A_i) op(B_i) for i < count (row-major, element strides between the matrices, 0
+  /// repeats one) at precision(): cuBLAS's strided-batched product, as gemm.
+  void batched_product(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
+                       long long stride_a, const float* b, int ldb, long long stride_b, float* c,
+                       int ldc, long long stride_c, int count);
+  /// The cuDNN convolutions, made on first use; null without cuDNN (not built, turned off, or it
+  /// failed to start: then logged once, and the im2col path serves).
+  detail::cudnn_convolutions* dnn();
+  /// At bf16, rounds n floats of a convolution's output to bfloat16 in place (the im2col path;
+  /// cuDNN's bf16 output is rounded already).
+  void round_output(float* out, std::size_t n);
 
   int device_ = 0;
   int max_blocks_ = 1;
@@ -247,6 +287,11 @@ class cuda_backend final : public backend {
   std::size_t columns_capacity_ = 0;
   float* parts_ = nullptr;  ///< device, conv2d_backward_filter's per-image gradients
   std::size_t parts_capacity_ = 0;
+  std::uint16_t* bf16_[2] = {nullptr, nullptr};  ///< device, bfloat16 copies of product inputs
+  std::size_t bf16_size_[2] = {0, 0};
+  std::unique_ptr<detail::cudnn_convolutions> dnn_;
+  bool dnn_failed_ = false;
+  bool gemm_like_convolutions_ = false;
 };
 
 }  // namespace coach::kernels

@@ -7,12 +7,15 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 
 #include "common/enforce.hpp"
 #include "kernels/counter_rng.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/cuda_error.hpp"
 #include "kernels/cuda/cuda_layers.hpp"
+#include "kernels/cuda/cudnn_conv.hpp"
 #include "kernels/layer_shapes_check.hpp"
 
 namespace coach::kernels {
@@ -29,18 +32,6 @@ void enforce_valid(const Shape& s, const char* op) {
 
 /// Row-major C_i = op(A_i) op(B_i) for i < count, C_i m x n, with element strides between the
 /// A_i, B_i and C_i (0 repeats one matrix): cuBLAS's column-major C^T = op(B)^T op(A)^T, as gemm.
-void gemm_strided_batched(cublasContext* blas, int device, bool trans_a, bool trans_b, int m, int n,
-                          int k, const float* a, int lda, long long stride_a, const float* b,
-                          int ldb, long long stride_b, float* c, int ldc, long long stride_c,
-                          int count) {
-  const float alpha = 1.0f, beta = 0.0f;
-  detail::check_cublas(
-      cublasSgemmStridedBatched(blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb,
-                                stride_b, a, lda, stride_a, &beta, c, ldc, stride_c, count),
-      device, coach::format("cublasSgemmStridedBatched (m={} n={} k={} count={})", m, n, k, count));
-}
-
 }  // namespace
 
 // --- memory ---------------------------------------------------------------------------------
@@ -83,6 +74,64 @@ float* cuda_backend::filter_parts(std::size_t floats) {
       coach::format("cudaMalloc of {} bytes (filter gradient workspace)", floats * sizeof(float)));
   parts_capacity_ = floats;
   return parts_;
+}
+
+detail::cudnn_convolutions* cuda_backend::dnn() {
+  if (dnn_ || dnn_failed_ || !detail::cudnn_convolutions::enabled()) return dnn_.get();
+  try {
+    dnn_ = std::make_unique<detail::cudnn_convolutions>(device_, stream_, max_blocks_);
+    dnn_->gemm_like(gemm_like_convolutions_);
+  } catch (const cuda_error& e) {
+    dnn_failed_ = true;
+    std::fprintf(stderr, "coach: cuDNN did not start (%s); convolutions through im2col\n",
+                 e.what());
+  }
+  return dnn_.get();
+}
+
+void cuda_backend::set_gemm_like_convolutions(bool on) {
+  gemm_like_convolutions_ = on;
+  if (dnn_) dnn_->gemm_like(on);
+}
+
+std::string cuda_backend::describe_convolution(const conv2d_shape& s) const {
+  return dnn_ ? dnn_->describe(s, precision_) : std::string("im2col");
+}
+
+void cuda_backend::round_output(float* out, std::size_t n) {
+  if (precision_ != math_precision::bf16) return;
+  check(detail::launch_round_bf16({stream_, max_blocks_}, out, n), "round_bf16 kernel launch");
+}
+
+void cuda_backend::batched_product(bool trans_a, bool trans_b, int m, int n, int k, const float* a,
+                                   int lda, long long stride_a, const float* b, int ldb,
+                                   long long stride_b, float* c, int ldc, long long stride_c,
+                                   int count) {
+  const float alpha = 1.0f, beta = 0.0f;
+  const auto op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const auto op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (precision_ == math_precision::fp32) {
+    detail::check_cublas(
+        cublasSgemmStridedBatched(blas_, op_b, op_a, n, m, k, &alpha, b, ldb, stride_b, a, lda,
+                                  stride_a, &beta, c, ldc, stride_c, count),
+        device_,
+        coach::format("cublasSgemmStridedBatched (m={} n={} k={} count={})", m, n, k, count));
+    return;
+  }
+  // Every element the product reads, from the first matrix's start to the last one's end.
+  auto extent = [count](int rows, int cols, int ld, long long stride) {
+    return std::size_t(count - 1) * std::size_t(stride) + std::size_t(rows - 1) * ld + cols;
+  };
+  const auto in = operands(a, extent(trans_a ? k : m, trans_a ? m : k, lda, stride_a), b,
+                           extent(trans_b ? n : k, trans_b ? k : n, ldb, stride_b));
+  detail::check_cublas(
+      cublasGemmStridedBatchedEx(blas_, op_b, op_a, n, m, k, &alpha, in.b, cudaDataType_t(in.type),
+                                 ldb, stride_b, in.a, cudaDataType_t(in.type), lda, stride_a, &beta,
+                                 c, CUDA_R_32F, ldc, stride_c, count,
+                                 cublasComputeType_t(in.compute), CUBLAS_GEMM_DEFAULT),
+      device_,
+      coach::format("cublasGemmStridedBatchedEx {} (m={} n={} k={} count={})",
+                    to_string(precision_), m, n, k, count));
 }
 
 int cuda_backend::conv_chunk(const conv2d_shape& s) const {
@@ -133,10 +182,13 @@ void cuda_backend::conv2d_forward(const conv2d_shape& s, const float* x, const f
   const int k = s.filters, crs = int(s.column_rows()), plane = s.out_plane();
   const auto x_image = static_cast<long long>(s.image_size());
   const auto y_image = static_cast<long long>(s.output_image_size());
-  if (s.is_pointwise()) {
+  auto* d = dnn();
+  if (d != nullptr) {
+    d->forward(s, precision_, x, w, y);
+  } else if (s.is_pointwise()) {
     // y_n = W x_n for every image in one call: the image is its own column matrix.
-    gemm_strided_batched(blas_, device_, false, false, k, plane, crs, w, crs, 0, x, plane, x_image,
-                         y, plane, y_image, s.batch);
+    batched_product(false, false, k, plane, crs, w, crs, 0, x, plane, x_image, y, plane, y_image,
+                    s.batch);
   } else {
     const int chunk = conv_chunk(s);
     const auto col_image = static_cast<long long>(s.column_size());
@@ -144,10 +196,11 @@ void cuda_backend::conv2d_forward(const conv2d_shape& s, const float* x, const f
     for (int n0 = 0; n0 < s.batch; n0 += chunk) {
       const int g = std::min(chunk, s.batch - n0);
       check(detail::launch_im2col(l, s, x + n0 * x_image, g, col), "im2col kernel launch");
-      gemm_strided_batched(blas_, device_, false, false, k, plane, crs, w, crs, 0, col, plane,
-                           col_image, y + n0 * y_image, plane, y_image, g);
+      batched_product(false, false, k, plane, crs, w, crs, 0, col, plane, col_image,
+                      y + n0 * y_image, plane, y_image, g);
     }
   }
+  if (d == nullptr) round_output(y, s.output_size());
   if (bias != nullptr)
     check(detail::launch_channel_bias(l, y, bias, s.batch, k, std::size_t(plane)),
           "conv bias kernel launch");
@@ -157,13 +210,18 @@ void cuda_backend::conv2d_backward_data(const conv2d_shape& s, const float* dy, 
                                         float* dx) {
   enforce_valid(s, "conv2d_backward_data");
   activate();
+  if (auto* d = dnn()) {
+    d->backward_data(s, precision_, dy, w, dx);
+    return;
+  }
   const detail::launch l{stream_, max_blocks_};
   const int k = s.filters, crs = int(s.column_rows()), plane = s.out_plane();
   const auto x_image = static_cast<long long>(s.image_size());
   const auto y_image = static_cast<long long>(s.output_image_size());
   if (s.is_pointwise()) {
-    gemm_strided_batched(blas_, device_, true, false, crs, plane, k, w, crs, 0, dy, plane, y_image,
-                         dx, plane, x_image, s.batch);
+    batched_product(true, false, crs, plane, k, w, crs, 0, dy, plane, y_image, dx, plane, x_image,
+                    s.batch);
+    round_output(dx, s.input_size());
     return;
   }
   const int chunk = conv_chunk(s);
@@ -172,10 +230,11 @@ void cuda_backend::conv2d_backward_data(const conv2d_shape& s, const float* dy, 
   for (int n0 = 0; n0 < s.batch; n0 += chunk) {
     const int g = std::min(chunk, s.batch - n0);
     // columns_i = W^T dy_i, then each input gathers its column entries (col2im).
-    gemm_strided_batched(blas_, device_, true, false, crs, plane, k, w, crs, 0, dy + n0 * y_image,
-                         plane, y_image, col, plane, col_image, g);
+    batched_product(true, false, crs, plane, k, w, crs, 0, dy + n0 * y_image, plane, y_image, col,
+                    plane, col_image, g);
     check(detail::launch_col2im(l, s, col, g, dx + n0 * x_image), "col2im kernel launch");
   }
+  round_output(dx, s.input_size());
 }
 
 void cuda_backend::conv2d_backward_filter(const conv2d_shape& s, const float* x, const float* dy,
@@ -185,6 +244,13 @@ void cuda_backend::conv2d_backward_filter(const conv2d_shape& s, const float* x,
   const detail::launch l{stream_, max_blocks_};
   const int k = s.filters, crs = int(s.column_rows()), plane = s.out_plane();
   const std::size_t x_image = s.image_size(), y_image = s.output_image_size();
+  if (auto* d = dnn()) {
+    d->backward_filter(s, precision_, x, dy, dw);
+    if (db != nullptr)
+      check(detail::launch_channel_sum(l, dy, s.batch, k, std::size_t(plane), db),
+            "conv bias gradient kernel launch");
+    return;
+  }
   const bool pointwise = s.is_pointwise();
   const std::size_t dw_size = std::size_t(k) * std::size_t(crs);
   // As many images a chunk as fit the workspace cap, for the columns and for the parts alike.
@@ -202,11 +268,12 @@ void cuda_backend::conv2d_backward_filter(const conv2d_shape& s, const float* x,
       check(detail::launch_im2col(l, s, x + n0 * x_image, g, col), "im2col kernel launch");
     const float* cols = pointwise ? x + n0 * x_image : col;
     const auto col_stride = static_cast<long long>(pointwise ? x_image : s.column_size());
-    gemm_strided_batched(blas_, device_, false, true, k, crs, plane, dy + n0 * y_image, plane,
-                         static_cast<long long>(y_image), cols, plane, col_stride, parts, crs,
-                         static_cast<long long>(dw_size), g);
+    batched_product(false, true, k, crs, plane, dy + n0 * y_image, plane,
+                    static_cast<long long>(y_image), cols, plane, col_stride, parts, crs,
+                    static_cast<long long>(dw_size), g);
     check(detail::launch_sum_parts(l, parts, g, dw_size, n0 > 0, dw), "filter sum kernel launch");
   }
+  round_output(dw, s.weight_size());
   if (db != nullptr)
     check(detail::launch_channel_sum(l, dy, s.batch, k, std::size_t(plane), db),
           "conv bias gradient kernel launch");

@@ -41,4 +41,15 @@ void check_cublas(cublasStatus_t status, int device, std::string_view what) {
                           cublasGetStatusString(status), cublasGetStatusName(status))});
 }
 
+cublasComputeType_t compute_type(math_precision p) noexcept {
+  switch (p) {
+    case math_precision::tf32:
+      return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case math_precision::bf16:
+    case math_precision::fp32:
+      break;
+  }
+  return CUBLAS_COMPUTE_32F;
+}
+
 }  // namespace coach::kernels::detail

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "common/error.hpp"
+#include "kernels/precision.hpp"
 
 namespace coach::kernels::detail {
 
@@ -22,6 +23,13 @@ void check_cuda(cudaError_t status, int device, std::string_view what);
 /// Throws cuda_error when `status` is not CUBLAS_STATUS_SUCCESS (out of memory gives
 /// resource_exhausted, anything else internal).
 void check_cublas(cublasStatus_t status, int device, std::string_view what);
+
+/// cuBLAS's compute type for products at precision p: CUBLAS_COMPUTE_32F for fp32 (no
+/// tensor-core rounding under the default math mode) and for bf16 (whose operands the backend
+/// rounds into bfloat16 copies first), CUBLAS_COMPUTE_32F_FAST_TF32 for tf32 (float operands
+/// rounded to TF32 inside the kernel, products on the tensor cores, float accumulation and
+/// results).
+cublasComputeType_t compute_type(math_precision p) noexcept;
 
 /// Text of a status for a message: "out of memory (cudaErrorMemoryAllocation)".
 std::string describe(cudaError_t status);

@@ -2,6 +2,7 @@
 // rules). Elementwise kernels use grid-stride loops, so any n runs with a bounded grid and needs
 // no alignment: a shard may start an update at any element.
 
+#include <cuda_bf16.h>
 #include <cmath>
 
 #include "kernels/cuda/cuda_device.cuh"
@@ -186,6 +187,41 @@ cudaError_t launch_scale_matrix(launch l, float* c, int rows, int cols, int ld, 
   if (total == 0) return cudaSuccess;
   scale_matrix_kernel<<<blocks_for(total, l.max_blocks), cuda_block, 0, l.stream>>>(c, rows, cols,
                                                                                     ld, beta);
+  return cudaGetLastError();
+}
+
+__global__ void to_bf16_kernel(const float* src, std::uint16_t* dst, std::size_t n) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    const __nv_bfloat16 b = __float2bfloat16_rn(src[i]);
+    dst[i] = *reinterpret_cast<const std::uint16_t*>(&b);
+  }
+}
+
+__global__ void from_bf16_kernel(const std::uint16_t* src, float* dst, std::size_t n) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride())
+    dst[i] = __uint_as_float(std::uint32_t(src[i]) << 16);
+}
+
+__global__ void round_bf16_kernel(float* x, std::size_t n) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride())
+    x[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+}
+
+cudaError_t launch_round_bf16(launch l, float* x, std::size_t n) {
+  if (n == 0) return cudaSuccess;
+  round_bf16_kernel<<<blocks_for(n, l.max_blocks), cuda_block, 0, l.stream>>>(x, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_to_bf16(launch l, const float* src, std::uint16_t* dst, std::size_t n) {
+  if (n == 0) return cudaSuccess;
+  to_bf16_kernel<<<blocks_for(n, l.max_blocks), cuda_block, 0, l.stream>>>(src, dst, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_from_bf16(launch l, const std::uint16_t* src, float* dst, std::size_t n) {
+  if (n == 0) return cudaSuccess;
+  from_bf16_kernel<<<blocks_for(n, l.max_blocks), cuda_block, 0, l.stream>>>(src, dst, n);
   return cudaGetLastError();
 }
 

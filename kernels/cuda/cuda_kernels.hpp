@@ -37,6 +37,15 @@ struct launch {
 /// reading (gemm with k == 0).
 cudaError_t launch_scale_matrix(launch l, float* c, int rows, int cols, int ld, float beta);
 
+/// dst[i] = src[i] rounded to bfloat16, to nearest with ties to even (kernels/precision.hpp's
+/// round_to), stored as 16 bits; for cuDNN's bf16 convolutions.
+cudaError_t launch_to_bf16(launch l, const float* src, std::uint16_t* dst, std::size_t n);
+/// dst[i] = the float of bfloat16 src[i] (exact).
+cudaError_t launch_from_bf16(launch l, const std::uint16_t* src, float* dst, std::size_t n);
+
+/// x[i] = x[i] rounded to bfloat16 (nearest, ties to even), kept as a float.
+cudaError_t launch_round_bf16(launch l, float* x, std::size_t n);
+
 /// See backend::bias_add.
 cudaError_t launch_bias_add(launch l, float* y, const float* bias, int rows, int cols);
 

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "actors/embedded_cluster.hpp"
+#include "common/format.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "scheduler/job_spec.hpp"
@@ -193,6 +195,14 @@ class cuda_vs_cpu : public ::testing::Test {
       cpu_.free(p.cpu);
       gpu_->free(p.gpu);
     }
+  }
+
+  /// The cuDNN convolutions limited to GEMM-like algorithms, whose rounding the GEMM bound of
+  /// the conv tests covers (the default also takes Winograd and FFT; tested apart).
+  void gemm_like_convolutions() {
+#ifdef COACH_HAVE_CUDA
+    static_cast<cuda_backend&>(*gpu_).set_gemm_like_convolutions(true);
+#endif
   }
 
   /// A copy of `host` in each backend's memory.
@@ -748,6 +758,7 @@ TEST_F(cuda_vs_cpu, activations_match_cpu_bitwise_or_within_a_few_ulp) {
 }
 
 TEST_F(cuda_vs_cpu, conv2d_matches_cpu_within_gemm_rounding_on_every_path) {
+  gemm_like_convolutions();
   struct conv_case {
     conv2d_shape s;
     const char* name;
@@ -823,6 +834,225 @@ TEST_F(cuda_vs_cpu, conv2d_matches_cpu_within_gemm_rounding_on_every_path) {
           << "db at " << k;
     cpu_.free(m);
     if (HasFatalFailure()) return;
+  }
+}
+
+// --- reduced precision (backend::set_precision) ---------------------------------------------
+
+/// v with no value on a tie of tf32's or bf16's rounding (the cut bits exactly half an ulp):
+/// cuBLAS's conversion may break ties away from zero where the cpu breaks them to even, and the
+/// two then differ by an ulp of the format, which no float tolerance covers.
+std::vector<float> untied(std::vector<float> v) {
+  for (float& x : v) {
+    auto b = std::bit_cast<std::uint32_t>(x);
+    if ((b & 0xffffu) == 0x8000u || (b & 0x1fffu) == 0x1000u) b ^= 1u;
+    x = std::bit_cast<float>(b);
+  }
+  return v;
+}
+
+TEST_F(cuda_vs_cpu, tf32_and_bf16_products_match_the_cpu_rounding_of_their_operands) {
+  gemm_like_convolutions();
+  struct gemm_shape {
+    int m, n, k;
+  };
+  const gemm_shape gemms[] = {{64, 48, 80}, {128, 10, 784}, {257, 129, 255}, {784, 256, 64}};
+  auto shape = [](int n, int c, int h, int w, int k, int r, int stride, int pad) {
+    conv2d_shape s;
+    s.batch = n, s.channels = c, s.height = h, s.width = w, s.filters = k;
+    s.kernel_h = s.kernel_w = r, s.stride_h = s.stride_w = stride, s.pad_h = s.pad_w = pad;
+    return s;
+  };
+  const conv2d_shape convs[] = {shape(4, 8, 17, 13, 16, 3, 2, 1), shape(5, 16, 8, 8, 32, 1, 1, 0),
+                                shape(40, 64, 32, 32, 8, 3, 1, 1),
+                                shape(8, 64, 28, 28, 128, 3, 1, 1)};
+  std::uint32_t seed = 5000;
+  for (math_precision p : {math_precision::tf32, math_precision::bf16}) {
+    SCOPED_TRACE(std::string(to_string(p)));
+    gpu_->set_precision(p);
+    cpu_.set_precision(p);
+    cpu_backend fp32;  // what the products would be without the rounding
+    int rounded = 0, in_float = 0;
+    double worst_low = 0, worst_fp32 = 0;
+    // One output of the device against the cpu at p (`low`) and at fp32 (`full`): within the
+    // float tolerance of `low` (rounded like the cpu) or, where cuBLAS or cuDNN kept a float
+    // kernel for a small product, of `full`. `out_ulp`: bf16 convolutions round their output, so
+    // two float sums a rounding apart may land a bf16 ulp apart. `must_round`: a product large
+    // enough that the library puts it on the tensor cores.
+    auto compare = [&](const std::vector<float>& g, const std::vector<float>& low,
+                       const std::vector<float>& full, const std::vector<float>& magnitude,
+                       double depth, bool out_ulp, bool must_round, const std::string& what) {
+      bool near_low = true, near_full = true;
+      double e_low = 0, e_full = 0;
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        const double tol = 4 * (depth + 2) * FLT_EPSILON * (double(magnitude[i]) + 1e-30) +
+                           (out_ulp ? std::ldexp(std::abs(double(low[i])), -7) : 0.0);
+        const double dl = std::abs(double(g[i]) - low[i]), df = std::abs(double(g[i]) - full[i]);
+        near_low = near_low && dl <= tol;
+        near_full = near_full && df <= tol;
+        e_low = std::max(e_low, dl / (double(magnitude[i]) + 1e-30));
+        e_full = std::max(e_full, df / (double(magnitude[i]) + 1e-30));
+      }
+      // Rounded like the cpu: near its result, and nearer it than the float one (a long sum's
+      // float rounding can put the device within the tolerance of both). A bf16 convolution's
+      // output shows it directly: every value a bfloat16 (the low 16 bits zero).
+      bool bf16_values = out_ulp;
+      for (std::size_t i = 0; bf16_values && i < g.size(); ++i)
+        bf16_values = (std::bit_cast<std::uint32_t>(g[i]) & 0xffffu) == 0;
+      if (out_ulp) {
+        EXPECT_TRUE(bf16_values) << what << ": a bf16 convolution's output holds values that are "
+                                 << "not bfloat16";
+      }
+      const bool like_cpu = near_low && (out_ulp ? bf16_values : !near_full || e_low < e_full);
+      std::printf("[ precision ] %s %s: |gpu - cpu %s| %.3g, |gpu - cpu fp32| %.3g%s\n",
+                  std::string(to_string(p)).c_str(), what.c_str(),
+                  std::string(to_string(p)).c_str(), e_low, e_full,
+                  like_cpu    ? ""
+                  : near_full ? " (ran in float)"
+                              : " (NEITHER)");
+      EXPECT_TRUE(near_low || near_full) << what << ": the device matches neither reference";
+      if (must_round) {
+        EXPECT_TRUE(like_cpu) << what << ": a large product at " << to_string(p)
+                              << " did not round like the cpu";
+      }
+      if (like_cpu) {
+        ++rounded;
+        if (!out_ulp) {  // a rounded output's ulp would hide the operands' rounding
+          worst_low = std::max(worst_low, e_low);
+          worst_fp32 = std::max(worst_fp32, e_full);
+        }
+      } else {
+        ++in_float;
+      }
+    };
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (const auto& gs : gemms) {
+          const auto a = untied(random_floats(std::size_t(gs.m) * gs.k, ++seed));
+          const auto b = untied(random_floats(std::size_t(gs.k) * gs.n, ++seed));
+          const int lda = ta ? gs.m : gs.k, ldb = tb ? gs.k : gs.n;
+          const std::size_t cn = std::size_t(gs.m) * gs.n;
+          auto da = both(a), db = both(b), dc = both(std::vector<float>(cn, nan_f));
+          gpu_->gemm(ta, tb, gs.m, gs.n, gs.k, 1.0f, da.gpu, lda, db.gpu, ldb, 0.0f, dc.gpu, gs.n);
+          cpu_.gemm(ta, tb, gs.m, gs.n, gs.k, 1.0f, da.cpu, lda, db.cpu, ldb, 0.0f, dc.cpu, gs.n);
+          std::vector<float> full(cn), magnitude(cn);
+          fp32.gemm(ta, tb, gs.m, gs.n, gs.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, full.data(),
+                    gs.n);
+          fp32.gemm(ta, tb, gs.m, gs.n, gs.k, 1.0f, absolute(a).data(), lda, absolute(b).data(),
+                    ldb, 0.0f, magnitude.data(), gs.n);
+          compare(from_gpu(dc.gpu, cn), from_cpu(dc.cpu, cn), full, magnitude, gs.k, false,
+                  gs.m >= 256 && gs.n >= 128,
+                  coach::format("gemm {}x{}x{} ta={} tb={}", gs.m, gs.n, gs.k, ta, tb));
+        }
+    for (const auto& s : convs) {
+      const std::string name = coach::format("conv N={} C={} {}x{} K={} {}x{}", s.batch, s.channels,
+                                             s.height, s.width, s.filters, s.kernel_h, s.kernel_w);
+      const bool big = s.channels >= 64 && s.filters >= 128;
+      const bool out_ulp = p == math_precision::bf16;
+      const auto xs = untied(random_floats(s.input_size(), ++seed));
+      const auto ws = untied(random_floats(s.weight_size(), ++seed));
+      const auto dys = untied(random_floats(s.output_size(), ++seed));
+      auto x = both(xs), w = both(ws), dy = both(dys);
+      std::vector<float> full, magnitude;
+      auto run_fp32 = [&](std::size_t n, auto op) {
+        full.assign(n, 0), magnitude.assign(n, 0);
+        op(xs, ws, dys, full.data());
+        op(absolute(xs), absolute(ws), absolute(dys), magnitude.data());
+      };
+      auto y = both(std::vector<float>(s.output_size(), nan_f));
+      gpu_->conv2d_forward(s, x.gpu, w.gpu, nullptr, y.gpu);
+      cpu_.conv2d_forward(s, x.cpu, w.cpu, nullptr, y.cpu);
+      run_fp32(s.output_size(), [&](const auto& xv, const auto& wv, const auto&, float* out) {
+        fp32.conv2d_forward(s, xv.data(), wv.data(), nullptr, out);
+      });
+      compare(from_gpu(y.gpu, s.output_size()), from_cpu(y.cpu, s.output_size()), full, magnitude,
+              double(s.column_rows()), out_ulp, big, name + " y");
+      auto dx = both(std::vector<float>(s.input_size(), nan_f));
+      gpu_->conv2d_backward_data(s, dy.gpu, w.gpu, dx.gpu);
+      cpu_.conv2d_backward_data(s, dy.cpu, w.cpu, dx.cpu);
+      run_fp32(s.input_size(), [&](const auto&, const auto& wv, const auto& dyv, float* out) {
+        fp32.conv2d_backward_data(s, dyv.data(), wv.data(), out);
+      });
+      compare(from_gpu(dx.gpu, s.input_size()), from_cpu(dx.cpu, s.input_size()), full, magnitude,
+              double(s.filters) * s.kernel_h * s.kernel_w, out_ulp, big, name + " dx");
+      auto dw = both(std::vector<float>(s.weight_size(), nan_f));
+      gpu_->conv2d_backward_filter(s, x.gpu, dy.gpu, dw.gpu, nullptr);
+      cpu_.conv2d_backward_filter(s, x.cpu, dy.cpu, dw.cpu, nullptr);
+      run_fp32(s.weight_size(), [&](const auto& xv, const auto&, const auto& dyv, float* out) {
+        fp32.conv2d_backward_filter(s, xv.data(), dyv.data(), out, nullptr);
+      });
+      // dw sums over every image and position: its float rounding hides the operands' (both
+      // references are as near), so it is never required to show the rounding.
+      compare(from_gpu(dw.gpu, s.weight_size()), from_cpu(dw.cpu, s.weight_size()), full, magnitude,
+              double(s.batch) * s.out_h() * s.out_w(), out_ulp, false, name + " dw");
+    }
+    // Where the device rounded as the cpu does, the rounding shows: against fp32 it is off by
+    // far more than against the cpu at the same precision.
+    std::printf("[ precision ] %s: %d outputs rounded like the cpu, %d ran in float\n",
+                std::string(to_string(p)).c_str(), rounded, in_float);
+    EXPECT_GT(rounded, 0);
+    EXPECT_GT(worst_fp32, 8 * worst_low);
+  }
+}
+
+TEST_F(cuda_vs_cpu, conv2d_with_any_deterministic_algorithm_stays_near_the_cpu_and_repeats) {
+  // The default choice may take Winograd or FFT, whose transforms round beyond the GEMM bound:
+  // held to 2e-4 of the magnitude (the same ops on |inputs|), and to the same bits when repeated.
+  auto shape = [](int n, int c, int h, int w, int k) {
+    conv2d_shape s;
+    s.batch = n, s.channels = c, s.height = h, s.width = w, s.filters = k;
+    s.kernel_h = s.kernel_w = 3, s.stride_h = s.stride_w = 1, s.pad_h = s.pad_w = 1;
+    return s;
+  };
+  std::uint32_t seed = 7000;
+  for (const auto& s : {shape(32, 64, 28, 28, 128), shape(32, 128, 14, 14, 256),
+                        shape(32, 256, 7, 7, 256), shape(32, 1, 28, 28, 64)}) {
+    SCOPED_TRACE(testing::Message() << "C=" << s.channels << " K=" << s.filters);
+    const auto xs = random_floats(s.input_size(), ++seed),
+               ws = random_floats(s.weight_size(), ++seed);
+    const auto dys = random_floats(s.output_size(), ++seed);
+    auto x = both(xs), w = both(ws), dy = both(dys);
+    auto ax = both(absolute(xs)), aw = both(absolute(ws)), ady = both(absolute(dys));
+    double worst = 0;
+    auto check = [&](const pair_ptr& out, std::size_t n, auto again) {
+      const auto g = from_gpu(out.gpu, n), c = from_cpu(out.cpu, n);
+      std::vector<float> mag(n);
+      again(mag);
+      for (std::size_t i = 0; i < n; ++i)
+        worst = std::max(worst, std::abs(double(g[i]) - c[i]) / (double(mag[i]) + 1e-30));
+      auto second = both(std::vector<float>(n, nan_f));
+      return std::make_pair(g, second);
+    };
+    auto y = both(std::vector<float>(s.output_size(), nan_f));
+    gpu_->conv2d_forward(s, x.gpu, w.gpu, nullptr, y.gpu);
+    cpu_.conv2d_forward(s, x.cpu, w.cpu, nullptr, y.cpu);
+    auto [gy, y2] = check(y, s.output_size(), [&](std::vector<float>& m) {
+      cpu_.conv2d_forward(s, ax.cpu, aw.cpu, nullptr, m.data());
+    });
+    gpu_->conv2d_forward(s, x.gpu, w.gpu, nullptr, y2.gpu);
+    expect_same(from_gpu(y2.gpu, s.output_size()), gy, "y repeated");
+    auto dx = both(std::vector<float>(s.input_size(), nan_f));
+    gpu_->conv2d_backward_data(s, dy.gpu, w.gpu, dx.gpu);
+    cpu_.conv2d_backward_data(s, dy.cpu, w.cpu, dx.cpu);
+    auto [gdx, dx2] = check(dx, s.input_size(), [&](std::vector<float>& m) {
+      cpu_.conv2d_backward_data(s, ady.cpu, aw.cpu, m.data());
+    });
+    gpu_->conv2d_backward_data(s, dy.gpu, w.gpu, dx2.gpu);
+    expect_same(from_gpu(dx2.gpu, s.input_size()), gdx, "dx repeated");
+    auto dw = both(std::vector<float>(s.weight_size(), nan_f));
+    gpu_->conv2d_backward_filter(s, x.gpu, dy.gpu, dw.gpu, nullptr);
+    cpu_.conv2d_backward_filter(s, x.cpu, dy.cpu, dw.cpu, nullptr);
+    auto [gdw, dw2] = check(dw, s.weight_size(), [&](std::vector<float>& m) {
+      cpu_.conv2d_backward_filter(s, ax.cpu, ady.cpu, m.data(), nullptr);
+    });
+    gpu_->conv2d_backward_filter(s, x.gpu, dy.gpu, dw2.gpu, nullptr);
+    expect_same(from_gpu(dw2.gpu, s.weight_size()), gdw, "dw repeated");
+#ifdef COACH_HAVE_CUDA
+    std::printf("[ algorithms ] C=%d K=%d %dx%d: %s; worst |gpu - cpu| %.3g of the magnitude\n",
+                s.channels, s.filters, s.height, s.width,
+                static_cast<cuda_backend&>(*gpu_).describe_convolution(s).c_str(), worst);
+#endif
+    EXPECT_LT(worst, 2e-4);
   }
 }
 
@@ -1107,6 +1337,26 @@ void expect_digits_on_cuda_workers(std::uint32_t workers, bool host_reduce) {
 TEST_F(cuda_vs_cpu, embedded_cluster_trains_digits_on_cuda_workers) {
   if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
   expect_digits_on_cuda_workers(2, false);
+}
+
+TEST_F(cuda_vs_cpu, embedded_cluster_trains_digits_at_bf16_to_the_fp32_accuracy) {
+  if (!have_digits()) GTEST_SKIP() << "data/digits.csv.gz missing: run scripts/setup.sh";
+  auto spec = digits_spec();
+  actors::train_options opt;
+  opt.workers = 2;
+  opt.shards = 2;
+  opt.backend = backend_kind::cuda;
+  auto full = actors::train_embedded(spec, opt);
+  ASSERT_TRUE(full) << full.error().to_string();
+  opt.precision = math_precision::bf16;
+  auto low = actors::train_embedded(spec, opt);
+  ASSERT_TRUE(low) << low.error().to_string();
+  EXPECT_GE(low->test_accuracy, 0.95);
+  EXPECT_NEAR(low->test_accuracy, full->test_accuracy, 0.02);
+  // The rounding shows in the losses, a little: bf16 products are not the fp32 run's.
+  EXPECT_NE(low->epochs.front().train_loss, full->epochs.front().train_loss);
+  EXPECT_NEAR(low->epochs.front().train_loss, full->epochs.front().train_loss,
+              0.02 * full->epochs.front().train_loss);
 }
 
 TEST_F(cuda_vs_cpu, embedded_cluster_reduces_three_cuda_workers_on_the_device) {
