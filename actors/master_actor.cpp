@@ -839,7 +839,15 @@ struct evaluator_state {
 caf::behavior evaluator_actor(caf::stateful_actor<evaluator_state>* self,
                               std::shared_ptr<const job_context> ctx) {
   auto& st = self->state;
-  st.be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
+  // A cuda job's test set is evaluated on the first device this process sees, shared with the
+  // workers (at real sizes the cpu would take longer than an epoch); fp32 there as everywhere.
+  if (ctx->backend == kernels::backend_kind::cuda) {
+    if (auto be = kernels::make_backend(kernels::backend_kind::cuda, 0))
+      st.be = std::move(*be);
+    else
+      log::warn("job {}: evaluating on the cpu: {}", ctx->job, be.error().message);
+  }
+  if (!st.be) st.be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
   st.runner = std::make_unique<worker::network_runner>(ctx->model, *st.be, 1000);
   st.params = st.be->alloc(ctx->model.num_params());
   return {

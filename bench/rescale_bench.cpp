@@ -169,11 +169,27 @@ struct cluster {
   }
 };
 
+/// coach-node beside this program when it is there (a copied set of programs, as
+/// ../shared/tools/device-bundle makes), else the build's.
+std::string node_program() {
+  std::error_code ec;
+  const auto beside = fs::read_symlink("/proc/self/exe", ec).parent_path() / "coach-node";
+  if (!ec && fs::exists(beside)) return beside.string();
+  return std::string(COACH_BINARY_DIR) + "/apps/coach-node";
+}
+
+/// The digits: data/digits.csv.gz of the working directory when it has one, else the source
+/// tree's.
+std::string digits_path() {
+  if (fs::exists("data/digits.csv.gz")) return fs::absolute("data/digits.csv.gz").string();
+  return std::string(COACH_SOURCE_DIR) + "/data/digits.csv.gz";
+}
+
 result<cluster> start_cluster(const fs::path& dir) {
   cluster c;
   c.dir = dir;
   c.at = free_address();
-  const std::string node = std::string(COACH_BINARY_DIR) + "/apps/coach-node";
+  const std::string node = node_program();
   c.nodes.push_back(
       spawn(node,
             // The bench moves the shard itself: dltap's live rebalancing
@@ -204,12 +220,12 @@ result<cluster> start_cluster(const fs::path& dir) {
 std::string digits_spec(std::size_t hidden, int batch, const char* optimizer) {
   return coach::format(
       "name: rescale-bench\n"
-      "dataset: {{format: csv, path: {}/data/digits.csv.gz, test_fraction: 0.2}}\n"
+      "dataset: {{format: csv, path: {}, test_fraction: 0.2}}\n"
       "model: {{type: mlp, hidden: [{}], activation: relu}}\n"
       "optimizer: {}\n"
       "batch_size: {}\nepochs: 100000\nseed: 3\n"
       "workers: {{min: 1, max: 4, initial: 1}}\nshards: {{min: 1, max: 4, initial: 1}}\n",
-      COACH_SOURCE_DIR, hidden, optimizer, batch);
+      digits_path(), hidden, optimizer, batch);
 }
 
 double median(std::vector<double> v) {

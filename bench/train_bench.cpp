@@ -60,6 +60,7 @@ result<measure> plain_loop(const scheduler::job_spec& spec, const worker::datase
   auto made = kernels::make_backend(kind);
   if (!made) return std::unexpected(made.error());
   auto be = std::move(*made);
+  be->set_precision(spec.precision);
   const auto model = worker::network::for_data(spec.model, data.train).value();
   const std::size_t n = model.num_params();
   std::vector<float> host(n);
@@ -115,6 +116,7 @@ struct config {
 double print_layer_breakdown(const scheduler::job_spec& spec, const worker::dataset& train,
                              std::unique_ptr<kernels::backend> be, std::string_view label,
                              int batches) {
+  be->set_precision(spec.precision);
   const auto model = worker::network::for_data(spec.model, train).value();
   const std::size_t n = model.num_params();
   std::vector<float> host(n);

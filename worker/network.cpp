@@ -437,6 +437,7 @@ float* network_runner::forward(const float* params, int rows, bool training, std
         break;
     }
     in = outs_[i];
+    if (timing_) be_.synchronize();  // a device backend's ops only enqueue: wait for the layer's
     if (timing_)
       timings_[i].forward_s +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -517,6 +518,7 @@ void network_runner::backward(const float* params, int rows, float* dz, float* g
     }
     if (dz == spare) spare = flip(spare);
     if (ready_ && l.param_count > 0) ready_(l.param_offset, l.param_count);
+    if (timing_) be_.synchronize();
     if (timing_)
       timings_[i].backward_s +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

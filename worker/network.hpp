@@ -139,8 +139,9 @@ class network_runner {
   std::vector<std::int32_t> predict(const float* params, const dataset& data);
 
   /// Seconds spent in each layer's forward and backward pass since timing was switched on
-  /// (bench/train_bench's per-op breakdown). Off by default: no clock is read. On a device
-  /// backend the figures count launches, not the work, unless the backend synchronises.
+  /// (bench/train_bench's per-op breakdown). Off by default: no clock is read. On: the backend
+  /// is synchronised after every layer, so a device backend's figures count the work (and the
+  /// overlap between layers is lost).
   struct layer_time {
     double forward_s = 0;
     double backward_s = 0;
