@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <utility>
 
@@ -261,6 +262,20 @@ result<job_record> read_job(const statement& s, const std::string& path) {
 }  // namespace
 
 result<job_store> job_store::open(const std::string& path) {
+  // A store this code made is never an empty file once open returned: it holds the schema (in
+  // its write-ahead log until the first checkpoint). An empty file with no log beside it is
+  // something else (a truncated store, a file touched by hand), and SQLite would take it as a
+  // new, empty database: every job forgotten without a word (issue 37).
+  if (path != ":memory:") {
+    std::error_code ec, wal_ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    const auto wal = std::filesystem::file_size(path + "-wal", wal_ec);
+    if (!ec && size == 0 && (wal_ec || wal == 0))
+      return fail(errc::parse_error,
+                  "job store '{}' is an empty file: not a store Coach wrote (truncated?); move it "
+                  "away to start an empty store, or give --store another path",
+                  path);
+  }
   sqlite3* db = nullptr;
   const int rc =
       sqlite3_open_v2(path.c_str(), &db,

@@ -292,6 +292,37 @@ TEST(job_store, bad_paths_and_foreign_files_are_errors) {
   EXPECT_TRUE(has(refused.error().message, "schema version 3; this build reads 2"));
 }
 
+// Issue 37: a zero-length store file opened as a new, empty store (every job forgotten).
+TEST(job_store, an_empty_file_is_refused_but_a_store_whose_pages_are_all_in_its_log_opens) {
+  temp_dir dir;
+  const std::string empty = dir.file("jobs.db");
+  std::ofstream(empty).close();
+  auto refused = job_store::open(empty);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, errc::parse_error);
+  EXPECT_EQ(refused.error().message,
+            "job store '" + empty +
+                "' is an empty file: not a store Coach wrote (truncated?); move it away to start "
+                "an empty store, or give --store another path");
+  EXPECT_EQ(fs::file_size(empty), 0u);  // left as it was
+  // A path with nothing there is a new store, as before.
+  EXPECT_TRUE(job_store::open(dir.file("new.db")));
+  // A store copied while open: its main file may still be empty, its pages in the log. It
+  // opens, with its job.
+  const std::string live = dir.file("live.db");
+  auto store = job_store::open(live);
+  ASSERT_TRUE(store) << store.error().message;
+  ASSERT_TRUE(store->add_job(sample_job("kept", "mlp-64")));
+  const std::string copy = dir.file("copy.db");
+  fs::copy_file(live, copy);
+  if (fs::exists(live + "-wal")) fs::copy_file(live + "-wal", copy + "-wal");
+  auto reopened = job_store::open(copy);
+  ASSERT_TRUE(reopened) << reopened.error().message;
+  auto jobs = reopened->jobs();
+  ASSERT_TRUE(jobs);
+  EXPECT_EQ(jobs->size(), 1u);
+}
+
 TEST(job_store, a_store_of_schema_1_is_upgraded_and_its_checkpoint_read_without_state) {
   temp_dir dir;
   const std::string path = dir.file("old.db");
