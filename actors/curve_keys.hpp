@@ -100,6 +100,10 @@ struct transport_security {
   std::optional<key_pair> key;
   std::filesystem::path authorized_dir;  ///< with key; empty: the key file's directory
   std::string server_key;                ///< Z85; empty: key->public_key (a cluster-wide key)
+  /// What the caller should say as a warning: the key file readable by others than its owner
+  /// (its secret is then no secret: `chmod 600 FILE`). load_security accepts such a file, as
+  /// Kubernetes mounts secrets 0644 unless told otherwise, but never silently.
+  std::vector<std::string> warnings;
   /// The server key for a peer whose own key is `peer_key` (empty: unknown).
   std::string server_key_for(std::string_view peer_key) const;
 };

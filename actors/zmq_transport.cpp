@@ -274,6 +274,12 @@ class zmq_transport_impl final : public zmq_transport {
   void log(std::string_view fmt, const Args&... args) {
     log_with(coach::log::level::info, log_, fmt, args...);
   }
+  /// What an operator may have to act on (a refused connection: docs/operations.md), at
+  /// warning, from the same budget.
+  template <class... Args>
+  void warn(std::string_view fmt, const Args&... args) {
+    log_with(coach::log::level::warn, log_, fmt, args...);
+  }
   /// Messages received and dropped have a budget of their own: a flood of them used up the
   /// common one, and refused connections went unlogged (still counted).
   template <class... Args>
@@ -651,11 +657,11 @@ class zmq_transport_impl final : public zmq_transport {
         ++(mismatch ? recv_.refused_mechanism : recv_.failed_handshakes);
         total = recv_.refused();
       }
-      log("refused a connection: {} ({} refused so far)",
-          mismatch
-              ? (opt_.security.key ? "it offered no key" : "it offered a key; this node has none")
-              : "its handshake failed (another server key, or not ZeroMQ)",
-          total);
+      warn("refused a connection: {} ({} refused so far)",
+           mismatch
+               ? (opt_.security.key ? "it offered no key" : "it offered a key; this node has none")
+               : "its handshake failed (another server key, or not ZeroMQ)",
+           total);
     }
     router_lock.unlock();
     std::vector<std::uint32_t> gone;
@@ -752,7 +758,7 @@ class zmq_transport_impl final : public zmq_transport {
                                                     : recv_.refused_mechanism);
         total = recv_.refused();
       }
-      log("refused a connection: {} ({} refused so far)", verdict.text, total);
+      warn("refused a connection: {} ({} refused so far)", verdict.text, total);
     }
     const std::string_view code = verdict.accepted() ? "200" : "400";
     const std::string_view text = verdict.accepted() ? "OK" : "not authorized";

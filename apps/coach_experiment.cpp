@@ -67,6 +67,7 @@ int run_experiment(const experiment_options& o) {
   }
   auto security = actors::load_security(o.key_file, "", o.server_key_file);
   if (!security) return say(security.error().message), 2;
+  for (const auto& w : security->warnings) say("warning: " + w);
   local_cluster cluster;
   std::string at = o.at;
   if (at.empty()) {

@@ -265,6 +265,7 @@ int main(int argc, char** argv) {
     log::warn(
         "no key (--key or COACH_KEY): connections are accepted from loopback addresses only; "
         "`coach keygen DIR` makes a key pair (docs/security.md)");
+  for (const auto& w : security->warnings) log::warn("{}", w);
   const std::string public_key = security->key ? security->key->public_key : "";
   const std::uint32_t host = actors::node_host_id(address);
   auto net = actors::zmq_transport::start(

@@ -162,6 +162,24 @@ TEST_F(curve_keys, a_server_with_a_key_accepts_authorized_keys_read_at_each_conn
   EXPECT_EQ(keyed.check("CURVE", "10.77.0.2", mine.public_key).why, refusal_reason::key);
 }
 
+// Issue 37: a secret key file others could read was accepted without a word.
+TEST_F(curve_keys, a_secret_key_others_can_read_is_accepted_with_a_warning_naming_the_fix) {
+  make(dir_, "node");
+  const auto file = (dir_ / "node.key").string();
+  auto kept = load_security(file, "", "");
+  ASSERT_TRUE(kept) << kept.error().to_string();
+  EXPECT_TRUE(kept->warnings.empty());  // keygen's 0600
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                            fs::perms::others_read);
+  auto open = load_security(file, "", "");
+  ASSERT_TRUE(open) << open.error().to_string();
+  ASSERT_EQ(open->warnings.size(), 1u);
+  EXPECT_EQ(open->warnings[0], "--key " + file +
+                                   ": its secret key can be read by others than its owner "
+                                   "(mode 0644); `chmod 600 " +
+                                   file + "`");
+}
+
 TEST_F(curve_keys, security_from_flags_or_the_environment) {
   const auto node = make(dir_, "node");
   const auto sched = make(dir_ / "other", "sched");
