@@ -703,6 +703,9 @@ struct master_state {
         (options.report_params || params.mapped().state))
       caf::anon_send(observer, checkpoint_atom::value, std::move(params.mapped()));
     caf::anon_send(observer, epoch_atom::value, *rep);
+    // A loss that is no longer a number stays so: the job fails rather than train on (issue 37).
+    if (auto why = scheduler::diverged(*rep, ctx->spec.optimizer.base_learning_rate()))
+      return fail_job(std::move(*why));
     if (epoch + 1 == num_epochs()) finish(true);
   }
 

@@ -1,5 +1,7 @@
 #include "scheduler/job_report.hpp"
 
+#include <cmath>
+
 #include "scheduler/perf_model.hpp"
 #include "scheduler/perf_tracker.hpp"
 
@@ -80,6 +82,16 @@ std::string to_json(const job_result& r) {
   for (const auto& e : r.epochs) tracker.epoch(e, model);
   out["model"] = tracker.to_json();
   return out.dump(2) + "\n";
+}
+
+std::optional<coach::error> diverged(const epoch_report& e, double learning_rate) {
+  if (std::isfinite(e.train_loss)) return std::nullopt;
+  return coach::error{
+      errc::invalid_argument,
+      coach::format("training diverged: the training loss is {} after epoch {} (the parameters "
+                    "are no longer numbers); lower optimizer.learning_rate ({:g}) or check the "
+                    "data",
+                    std::isnan(e.train_loss) ? "nan" : "infinite", e.epoch + 1, learning_rate)};
 }
 
 }  // namespace coach::scheduler

@@ -111,6 +111,11 @@ struct job_result {
   int classes = 0;
 };
 
+/// Whether training has diverged by epoch `e`'s end: its training loss is not a finite number
+/// (the parameters have left the floats: NaN or infinity), which no later epoch can undo. The
+/// error (invalid_argument, naming `learning_rate`, the usual cause) fails the job.
+std::optional<coach::error> diverged(const epoch_report& e, double learning_rate);
+
 /// One change as a JSON object (docs/report.md lists the fields).
 json to_json_value(const change_report& c);
 /// A function-mode job's invocation counts as a JSON object.

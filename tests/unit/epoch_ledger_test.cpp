@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace coach::scheduler {
 namespace {
 
@@ -121,6 +123,25 @@ TEST(epoch_ledger, progress_counts_the_epoch_so_far) {
   EXPECT_DOUBLE_EQ(p.train_loss, 0.25);
   EXPECT_DOUBLE_EQ(p.seconds, 4.0);
   EXPECT_DOUBLE_EQ(p.samples_per_s, 50.0);
+}
+
+TEST(diverged, a_loss_that_is_no_longer_a_number_fails_the_job_naming_the_learning_rate) {
+  epoch_report e;
+  e.epoch = 2;
+  e.train_loss = 0.31;
+  EXPECT_FALSE(diverged(e, 0.01));
+  e.train_loss = 1e30;  // large, but a number: training may still come back
+  EXPECT_FALSE(diverged(e, 0.01));
+  e.train_loss = -std::numeric_limits<double>::quiet_NaN();
+  auto why = diverged(e, 1e30);
+  ASSERT_TRUE(why);
+  EXPECT_EQ(why->code, errc::invalid_argument);
+  EXPECT_EQ(why->message,
+            "training diverged: the training loss is nan after epoch 3 (the parameters are no "
+            "longer numbers); lower optimizer.learning_rate (1e+30) or check the data");
+  e.train_loss = std::numeric_limits<double>::infinity();
+  ASSERT_TRUE(diverged(e, 0.5));
+  EXPECT_NE(diverged(e, 0.5)->message.find("is infinite after epoch 3"), std::string::npos);
 }
 
 }  // namespace
