@@ -254,6 +254,10 @@ struct scheduler_state {
     // The master and evaluator run here and need the data set (its test half, its size).
     auto data = load_job_data(*spec);
     if (!data) return std::unexpected(data.error());
+    const std::uint32_t asked = req.workers ? req.workers : std::uint32_t(spec->workers.initial);
+    if (auto why = sched::too_many_workers(*spec, (*data)->train.rows, asked,
+                                           req.workers ? "--workers" : "workers.initial"))
+      return std::unexpected(*why);
     auto job = reg->add(std::move(*rec), *spec, (*data)->train.rows, req.token);
     if (!job) return std::unexpected(job.error());
     runs[(*job)->status.job].data = std::move(*data);

@@ -500,6 +500,33 @@ std::string to_string(const consistency_config& c) {
   return "unknown";
 }
 
+std::uint32_t max_useful_workers(const job_spec& spec, std::size_t rows) {
+  const std::size_t r = std::max<std::size_t>(rows, 1);
+  std::size_t n = spec.fixed_global_batch()
+                      ? std::min<std::size_t>(std::size_t(spec.global_batch), r)
+                      : (r + std::size_t(std::max(spec.batch_size, 1)) - 1) /
+                            std::size_t(std::max(spec.batch_size, 1));
+  n = std::clamp<std::size_t>(n, 1, std::numeric_limits<std::uint32_t>::max());
+  return std::uint32_t(n);
+}
+
+std::optional<error> too_many_workers(const job_spec& spec, std::size_t rows, std::uint32_t workers,
+                                      std::string_view what) {
+  const auto most = max_useful_workers(spec, rows);
+  if (workers <= most) return std::nullopt;
+  const std::string why =
+      spec.fixed_global_batch()
+          ? coach::format(
+                "a step of the global batch of {} gives each of at most {} workers a "
+                "sample",
+                spec.global_batch, most)
+          : coach::format("an epoch of {} rows holds {} batches of {}", rows, most,
+                          spec.batch_size);
+  return error{errc::invalid_argument,
+               coach::format("{} {}: {}: more workers would have nothing to train (at most {})",
+                             what, workers, why, most)};
+}
+
 result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view source_name) {
   return parse_job_spec(yaml_text, source_name, {});
 }

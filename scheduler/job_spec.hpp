@@ -255,6 +255,17 @@ ps::optimizer_config shard_optimizer(const job_spec& spec, std::uint64_t train_r
 
 /// Parses and validates a spec. `source_name` (a file name, or e.g. "<stdin>") starts every error
 /// message. Never throws.
+/// The most workers a job can keep busy on `rows` training rows (at least 1): under a fixed
+/// global batch, one sample a worker a step (global_batch, and no more than the rows); else one
+/// batch of batch_size a worker (the batches in an epoch, a last partial one counted). A
+/// worker beyond it has nothing to train, and a thousand of them only use memory (issue 37).
+std::uint32_t max_useful_workers(const job_spec& spec, std::size_t rows);
+
+/// The error for asking `workers` workers when max_useful_workers is lower (`what` names where
+/// the count came from: "--workers", "workers.initial"), or nothing.
+std::optional<error> too_many_workers(const job_spec& spec, std::size_t rows, std::uint32_t workers,
+                                      std::string_view what);
+
 result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view source_name);
 
 /// As above, resolving a relative dataset path against `base_dir` (the submitter's working

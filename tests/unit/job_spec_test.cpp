@@ -1114,5 +1114,35 @@ TEST(job_spec_batch, bad_batches_are_refused_with_the_line) {
   EXPECT_NE(parse_error_of(none).message.find("'batch_size' is required"), std::string::npos);
 }
 
+// Issue 37: `workers: 1000` grew memory until the kernel killed the process.
+TEST(job_spec, workers_beyond_what_the_data_keeps_busy_are_refused_with_the_limit) {
+  auto spec = parse_job_spec(minimal, "job.yaml");
+  ASSERT_TRUE(spec) << spec.error().message;
+  spec->batch = batch_kind::per_worker;
+  spec->batch_size = 64;
+  EXPECT_EQ(max_useful_workers(*spec, 1438), 23u);  // 22 whole batches and a partial one
+  EXPECT_EQ(max_useful_workers(*spec, 1408), 22u);
+  EXPECT_EQ(max_useful_workers(*spec, 10), 1u);
+  EXPECT_EQ(max_useful_workers(*spec, 0), 1u);
+  EXPECT_FALSE(too_many_workers(*spec, 1438, 23, "--workers"));
+  auto why = too_many_workers(*spec, 1438, 1000, "--workers");
+  ASSERT_TRUE(why);
+  EXPECT_EQ(why->code, errc::invalid_argument);
+  EXPECT_EQ(why->message,
+            "--workers 1000: an epoch of 1438 rows holds 23 batches of 64: more workers would "
+            "have nothing to train (at most 23)");
+  // A fixed global batch: one sample a worker a step.
+  spec->batch = batch_kind::global;
+  spec->global_batch = 256;
+  ASSERT_TRUE(spec->fixed_global_batch());
+  EXPECT_EQ(max_useful_workers(*spec, 60000), 256u);
+  EXPECT_EQ(max_useful_workers(*spec, 100), 100u);
+  why = too_many_workers(*spec, 60000, 300, "workers.initial");
+  ASSERT_TRUE(why);
+  EXPECT_EQ(why->message,
+            "workers.initial 300: a step of the global batch of 256 gives each of at most 256 "
+            "workers a sample: more workers would have nothing to train (at most 256)");
+}
+
 }  // namespace
 }  // namespace coach::scheduler
