@@ -19,6 +19,7 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 
@@ -85,6 +86,25 @@ std::optional<std::string> unwritable(std::string_view flag, const std::string& 
   return std::nullopt;
 }
 
+/// Two of a run's outputs on one file (after resolving ".", ".." and links): the flags and the
+/// file, or nothing.
+std::optional<std::string> shared_output(
+    std::span<const std::pair<std::string_view, std::string>> outputs) {
+  namespace fs = std::filesystem;
+  for (std::size_t i = 0; i < outputs.size(); ++i)
+    for (std::size_t j = i + 1; j < outputs.size(); ++j) {
+      const auto& [fa, a] = outputs[i];
+      const auto& [fb, b] = outputs[j];
+      if (a.empty() || b.empty()) continue;
+      std::error_code ea, eb;
+      const auto ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
+      if (ea || eb ? a == b : ca == cb)
+        return coach::format("{} and {} both name {}: each output needs a file of its own", fa, fb,
+                             a);
+    }
+  return std::nullopt;
+}
+
 int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t shards,
               const train_flags& flags) {
   const auto& backend = flags.backend;
@@ -96,18 +116,24 @@ int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t
   }
   // --save and --checkpoint win over the spec's output: and checkpoint:.
   const std::string save_path = flags.save_path.empty() ? spec->output : flags.save_path;
-  // Every file the run will write can be written: said now, not after hours of training.
-  for (const auto& [flag, path] :
-       {std::pair<std::string_view, std::string>{"--report", report_path},
-        {"--events", flags.events},
-        {flags.save_path.empty() ? "output:" : "--save", save_path},
-        {flags.checkpoint.empty() ? "checkpoint.path:" : "--checkpoint",
-         flags.checkpoint.empty() ? spec->checkpoint.path : flags.checkpoint}})
+  // Every file the run will write can be written, each by one writer: said now, not after
+  // hours of training (two outputs on one path left only the last written: issue 37).
+  const std::pair<std::string_view, std::string> outputs[] = {
+      {"--report", report_path},
+      {"--events", flags.events},
+      {flags.save_path.empty() ? "output:" : "--save", save_path},
+      {flags.checkpoint.empty() ? "checkpoint.path:" : "--checkpoint",
+       flags.checkpoint.empty() ? spec->checkpoint.path : flags.checkpoint}};
+  for (const auto& [flag, path] : outputs)
     if (!path.empty())
       if (auto why = unwritable(flag, path)) {
         std::fprintf(stderr, "coach: %s\n", why->c_str());
         return 2;
       }
+  if (auto why = shared_output(outputs)) {
+    std::fprintf(stderr, "coach: %s\n", why->c_str());
+    return 2;
+  }
   coach::actors::train_options opt;
   opt.workers = workers;
   opt.shards = shards;
@@ -475,6 +501,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "coach: %s\n", security.error().message.c_str());
     return 2;
   }
+  for (const auto& w : security->warnings) std::fprintf(stderr, "coach: warning: %s\n", w.c_str());
   coach::apps::use_security(std::move(*security));
   std::string address = coach::apps::resolve_at(at);
   if (address.empty()) {
@@ -483,8 +510,19 @@ int main(int argc, char** argv) {
                  "COACH_SCHEDULER\n");
     return 2;
   }
+  // What can be checked here is, before the scheduler is asked anything.
+  if (*submit) {
+    if (const int rc = coach::apps::check_submit(submit_path); rc != 0) return rc;
+  }
+  if (*rescale) {
+    if (const int rc = coach::apps::check_rescale(workers, shards); rc != 0) return rc;
+  }
   // Nothing there (refused, no such name, silence): one line within 2 s, not a long wait.
   if (const int rc = coach::apps::reach_scheduler(address); rc != 0) return rc;
+  // The connection closes before main returns, whichever command ran (or none did).
+  struct release_at_exit {
+    ~release_at_exit() { coach::apps::release_scheduler(); }
+  } release;
   if (*submit) return coach::apps::run_submit(address, submit_path, workers, shards, wait, json);
   if (*status) return coach::apps::run_status(address, job, json);
   if (*nodes) return coach::apps::run_nodes(address, json);

@@ -292,6 +292,22 @@ int reach_scheduler(std::string& at) {
   return 0;
 }
 
+void release_scheduler() noexcept {
+  g_client.reset();
+  g_client_at.clear();
+}
+
+int check_submit(const std::string& spec_path) {
+  std::ifstream in(spec_path);
+  if (in) return 0;
+  return report_error({errc::not_found, spec_path + ": job spec file not found"});
+}
+
+int check_rescale(std::uint32_t workers, std::uint32_t shards) {
+  if (workers != 0 || shards != 0) return 0;
+  return report_error({errc::invalid_argument, "rescale: give --workers N and/or --shards M"});
+}
+
 std::string resolve_at(const std::string& at) {
   if (!at.empty()) return at;
   const char* env = std::getenv("COACH_SCHEDULER");

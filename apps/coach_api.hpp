@@ -24,6 +24,17 @@ std::string resolve_at(const std::string& at);
 /// address or a name not found, 1 refused or no connection, 3 not authorized.
 int reach_scheduler(std::string& at);
 
+/// Closes the connection reach_scheduler opened if no command took it. Call before main
+/// returns: the client's sockets and I/O thread must end before the process's static objects
+/// do (left to static destruction, they crashed the process: `free(): corrupted unsorted
+/// chunks` after a command that failed before its request, issue 37).
+void release_scheduler() noexcept;
+
+/// Checks what submit and rescale can check without the scheduler: the spec file readable,
+/// a rescale's counts given. 0, or the exit code after one line on stderr.
+int check_submit(const std::string& spec_path);
+int check_rescale(std::uint32_t workers, std::uint32_t shards);
+
 int run_submit(const std::string& at, const std::string& spec_path, std::uint32_t workers,
                std::uint32_t shards, bool wait, bool json);
 int run_status(const std::string& at, std::uint64_t job, bool json);

@@ -126,9 +126,50 @@ TEST(cli, zero_workers_and_files_that_cannot_be_written_are_refused_before_train
   auto save = run("train examples/digits-mlp.yaml --save " + dir.string());
   EXPECT_EQ(save.code, 2);
   EXPECT_EQ(save.output, "coach: --save " + dir.string() + ": is a directory; give a file name\n");
+  // Two outputs on one file (issue 37: the report overwrote the saved model): refused, also
+  // when the paths differ only in how they are spelled; nothing is written.
+  const auto same = temp_file("same.out", "").parent_path() / "same.out";
+  std::filesystem::remove(same);
+  auto both =
+      run("train examples/digits-mlp.yaml --save " + same.string() + " --report " + same.string());
+  EXPECT_EQ(both.code, 2) << both.output;
+  EXPECT_EQ(both.output, "coach: --report and --save both name " + same.string() +
+                             ": each output needs a file of its own\n");
+  const auto spelled = (same.parent_path() / "." / "same.out").string();
+  auto events =
+      run("train examples/digits-mlp.yaml --events " + same.string() + " --checkpoint " + spelled);
+  EXPECT_EQ(events.code, 2) << events.output;
+  EXPECT_EQ(events.output, "coach: --events and --checkpoint both name " + same.string() +
+                               ": each output needs a file of its own\n");
+  EXPECT_FALSE(std::filesystem::exists(same));
   // Said at once: nothing trained (an epoch of digits would print a line).
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   EXPECT_EQ(report.output.find("epoch"), std::string::npos);
+  EXPECT_EQ(both.output.find("epoch"), std::string::npos);
+}
+
+// Issue 37: a job whose loss became NaN ran to its end and said "done", exit 0.
+TEST(cli, a_diverged_job_fails_after_its_first_nan_epoch_and_saves_nothing) {
+  const auto spec =
+      temp_file("diverge.yaml",
+                "name: diverge\n"
+                "dataset: {format: csv, path: data/digits.csv.gz, test_fraction: 0.2}\n"
+                "model: {type: mlp, hidden: [32], activation: relu}\n"
+                "optimizer: {type: sgd, learning_rate: 1e30}\n"
+                "batch_size: 32\nepochs: 6\nseed: 1\n");
+  const auto model = spec.parent_path() / "diverged.safetensors";
+  std::filesystem::remove(model);
+  auto r = run("train " + spec.string() + " --save " + model.string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("coach: training diverged: the training loss is nan after epoch 1 "
+                          "(the parameters are no longer numbers); lower "
+                          "optimizer.learning_rate (1e+30) or check the data\n"),
+            std::string::npos)
+      << r.output;
+  // It stopped there: no second epoch, no "done", no model.
+  EXPECT_EQ(r.output.find("epoch 2/6"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("done after"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(model));
 }
 
 TEST(cli, train_writes_events_as_it_runs_and_plot_draws_the_report) {

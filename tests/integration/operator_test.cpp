@@ -134,4 +134,38 @@ TEST(queue, coach_logs_shows_a_jobs_history_and_follows_it_to_its_end) {
   stop_nodes(nodes);
 }
 
+// Issue 37, item 3: a command that fails on its own arguments once the scheduler was reached
+// crashed at exit (`free(): corrupted unsorted chunks`, 134): the connection opened to reach the
+// scheduler outlived main. The arguments are now checked first, and the connection closes
+// before main returns whatever the command did.
+TEST(api_arguments, bad_arguments_and_refused_requests_end_with_one_line_not_a_crash) {
+  const std::string at = free_address();
+  std::vector<node_process> nodes;
+  nodes.push_back(start_node(
+      {"--listen", at, "--scheduler", "--store", "", "--name", "args", "--heartbeat", "0.25"},
+      "args", "api-args"));
+  ASSERT_TRUE(await_nodes_alive(at, 1)) << slurp(nodes[0].log);
+  auto clean = [](const run_result& r) {
+    return r.err.find("free()") == std::string::npos &&
+           r.err.find("corrupted") == std::string::npos && r.code != 134;
+  };
+  const auto missing = (work_dir() / "no-such-spec.yaml").string();
+  auto submit = coach("submit " + missing + " --at " + at);
+  EXPECT_EQ(submit.code, 2) << submit.err;
+  EXPECT_EQ(submit.err, "coach: " + missing + ": job spec file not found\n");
+  auto rescale = coach("rescale 1 --at " + at);
+  EXPECT_EQ(rescale.code, 2) << rescale.err;
+  EXPECT_EQ(rescale.err, "coach: rescale: give --workers N and/or --shards M\n");
+  // Refused by the scheduler after the connection was used: one line, a clean exit.
+  auto cancel = coach("cancel 999 --at " + at);
+  EXPECT_NE(cancel.code, 0);
+  EXPECT_TRUE(clean(cancel)) << cancel.code << " " << cancel.err;
+  EXPECT_NE(cancel.err.find("999"), std::string::npos) << cancel.err;
+  // And a command that succeeds exits 0 with nothing on stderr.
+  auto status = coach("status --at " + at);
+  EXPECT_EQ(status.code, 0) << status.err;
+  EXPECT_TRUE(clean(status)) << status.err;
+  stop_nodes(nodes);
+}
+
 }  // namespace
