@@ -16,6 +16,17 @@ struct api_client::impl {
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
   std::uint64_t next_id = 1;
+  /// Set once the node refused this client: the transport is closed then (else it reconnects
+  /// every 100 ms and each attempt is one more refusal counted and logged there), and every
+  /// later call fails with the same reason.
+  std::string refused;
+
+  /// Closes the connection for good after a refusal `why`; returns the error.
+  error refuse(std::string why) {
+    refused = std::move(why);
+    net.reset();
+    return error{errc::not_authorized, refused};
+  }
 };
 
 result<std::unique_ptr<api_client>> api_client::open(const std::string& address,
@@ -31,7 +42,8 @@ result<std::unique_ptr<api_client>> api_client::open(const std::string& address,
   auto net = zmq_transport::start({.host = client_host_id(),
                                    .listen = "tcp://127.0.0.1:0",
                                    .security = std::move(security),
-                                   .log_refusals = false});
+                                   .log_refusals = false,
+                                   .vague_failures_to_refuse = 1});
   if (!net) return std::unexpected(net.error());
   m.net = std::move(*net);
   m.net->add_peer(0, m.address);
@@ -48,11 +60,12 @@ api_client::~api_client() {
 
 result<void> api_client::reach(std::chrono::milliseconds within) {
   auto& m = *impl_;
+  if (!m.net) return std::unexpected(error{errc::not_authorized, m.refused});
   const auto deadline = std::chrono::steady_clock::now() + within;
   m.net->connect(0);
   for (;;) {
     if (auto why = m.net->refusal_of(0); !why.empty())
-      return std::unexpected(error{errc::not_authorized, std::move(why)});
+      return std::unexpected(m.refuse(std::move(why)));
     const auto c = m.net->contact_of(0);
     if (c.connected) return {};
     if (c.connect_failed)
@@ -70,6 +83,7 @@ result<void> api_client::reach(std::chrono::milliseconds within) {
 result<api_reply> api_client::call(const api_request& req, std::chrono::milliseconds timeout,
                                    std::chrono::milliseconds resend_every) {
   auto& m = *impl_;
+  if (!m.net) return std::unexpected(error{errc::not_authorized, m.refused});
   caf::scoped_actor self{*m.sys};
   // The client's endpoint carries its transport's host id so the reply finds its way back.
   const endpoint from{m.net->host_id(), 0x1000 + m.next_id++};
@@ -86,8 +100,8 @@ result<api_reply> api_client::call(const api_request& req, std::chrono::millisec
     // A refused handshake is known within milliseconds; it ends the wait (looked at every
     // 50 ms) instead of the timeout.
     if (auto why = m.net->refusal_of(0); !why.empty()) {
-      out = std::unexpected(error{errc::not_authorized, std::move(why)});
-      break;
+      m.net->unbind(from);
+      return std::unexpected(m.refuse(std::move(why)));
     }
     const auto left = std::min(std::chrono::milliseconds(50),
                                std::chrono::duration_cast<std::chrono::milliseconds>(

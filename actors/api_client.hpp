@@ -27,7 +27,9 @@ class api_client {
   /// Waits until this client's connection to the scheduler's node is made (its handshake
   /// done), at most `within`. Errors naming the address: io_error when the connection is
   /// refused (nothing listens there) or none is made in time; not_authorized when the node
-  /// refuses this client's key. For a user's command: the scheduler is not waited for.
+  /// refuses this client's key. For a user's command: the scheduler is not waited for. After a
+  /// refusal the client's connection is closed (no reconnection: one attempt, one refusal
+  /// counted at the node) and reach and call fail with the same reason.
   result<void> reach(std::chrono::milliseconds within = std::chrono::seconds(2));
 
   /// Sends `req` and waits up to `timeout` for the reply. Errors: io_error naming the address

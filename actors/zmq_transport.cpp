@@ -822,8 +822,8 @@ class zmq_transport_impl final : public zmq_transport {
       return;
     }
     auto& last = refusals_[host];
-    if (no_detail && ++vague < 2) return;    // a detailed reason may follow
-    if (no_detail && !last.empty()) return;  // one is known
+    if (no_detail && ++vague < opt_.vague_failures_to_refuse) return;  // a reason may follow
+    if (no_detail && !last.empty()) return;                            // one is known
     if (!no_detail) vague = 0;
     if (last != why && opt_.log_refusals) log("{}", why);
     last = std::move(why);

@@ -107,6 +107,11 @@ struct zmq_transport_options {
   /// Log why a peer refused this transport's connection, and that a peer's process is gone (a
   /// client reports what matters itself).
   bool log_refusals = true;
+  /// Handshakes that fail without a reason (the peer closed during it: what a client without a
+  /// key sees of a keyed node) before they count as a refusal. 2 for nodes, where one may be a
+  /// dropped connection; 1 for a user's command, which reports at once and so never comes back
+  /// for the node to count twice.
+  int vague_failures_to_refuse = 2;
 };
 
 /// Counters of what arrived from other hosts.

@@ -247,9 +247,25 @@ TEST_F(keyed_node, the_cli_says_not_authorized_within_2_s) {
   EXPECT_NE(r.err.find("coach: not authorized: "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--key"), std::string::npos) << r.err;
   EXPECT_LT(took_plain, 2s);
-  // The scheduler counted and logged both, and took no job.
+  // The scheduler counted and logged both, at warning, and took no job.
   EXPECT_TRUE(eventually(
       [&] { return itest::count(itest::slurp(nodes[0].log), "refused a connection") >= 2; }));
+  // Each attempt counted once (issue 37: a client refused for offering no key reconnected
+  // before it exited, and was counted twice): a third attempt is the third refusal.
+  r = itest::coach("nodes --at " + at + " --key " + (other / "me.key").string() + " --server-key " +
+                   (itest::work_dir() / "keys" / "cluster.pub").string());
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_TRUE(eventually([&] {
+    return itest::slurp(nodes[0].log).find("is not in") != std::string::npos &&
+           itest::count(itest::slurp(nodes[0].log), "refused a connection") >= 3;
+  })) << itest::slurp(nodes[0].log);
+  const auto log = itest::slurp(nodes[0].log);
+  EXPECT_NE(log.find("[warning] sched: transport " + at + ": refused a connection: key "),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(itest::count(log, "refused a connection"), 3) << log;
+  EXPECT_NE(log.find("(3 refused so far)"), std::string::npos) << log;
+  EXPECT_EQ(log.find("(4 refused so far)"), std::string::npos) << log;
   auto s = itest::coach("status --json --at " + at);
   ASSERT_EQ(s.code, 0) << s.err;
   const auto jobs = itest::json_field(itest::parse_json(s.out), "jobs");
