@@ -24,6 +24,7 @@
 #include "actors/metrics.hpp"
 #include "actors/roles.hpp"
 #include "common/log.hpp"
+#include "common/writable.hpp"
 #include "scheduler/checkpoint_file.hpp"
 #include "scheduler/executor.hpp"
 #include "scheduler/job_registry.hpp"
@@ -248,6 +249,11 @@ struct scheduler_state {
     }
     auto spec = sched::parse_job_spec(req.spec_yaml, req.source_name, req.base_dir);
     if (!spec) return std::unexpected(spec.error());
+    // The model is written here when the job succeeds: a path that cannot take it is said now,
+    // not after the training (issue 37).
+    if (!spec->output.empty())
+      if (auto why = coach::unwritable("output:", spec->output))
+        return fail(errc::invalid_argument, "{} (on the scheduler's host, which writes it)", *why);
     auto rec =
         reg->admit(*spec, {req.spec_yaml, req.source_name, req.base_dir, req.workers, req.shards});
     if (!rec) return std::unexpected(rec.error());

@@ -28,6 +28,7 @@
 #include "coach_api.hpp"
 #include "coach_experiment.hpp"
 #include "coach_model.hpp"
+#include "common/writable.hpp"
 #include "kernels/backend.hpp"
 #include "scheduler/job_spec.hpp"
 #include "scheduler/report_plot.hpp"
@@ -62,29 +63,6 @@ struct train_flags {
   std::string checkpoint;         ///< --checkpoint FILE
   std::optional<double> every_s;  ///< --checkpoint-every SECONDS
 };
-
-/// Whether a file can be written at `path` (it exists and is writable, or its directory does
-/// and is): checked before training, so that a run's result is never lost to a typo. The
-/// error names the flag and the reason.
-std::optional<std::string> unwritable(std::string_view flag, const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path p(path);
-  if (fs::is_directory(p, ec))
-    return coach::format("{} {}: is a directory; give a file name", flag, path);
-  if (fs::exists(p, ec)) {
-    if (::access(path.c_str(), W_OK) != 0)
-      return coach::format("{} {}: cannot write it ({})", flag, path, std::strerror(errno));
-    return std::nullopt;
-  }
-  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  if (!fs::is_directory(dir, ec))
-    return coach::format("{} {}: no directory {}", flag, path, dir.string());
-  if (::access(dir.c_str(), W_OK) != 0)
-    return coach::format("{} {}: cannot write in {} ({})", flag, path, dir.string(),
-                         std::strerror(errno));
-  return std::nullopt;
-}
 
 /// Two of a run's outputs on one file (after resolving ".", ".." and links): the flags and the
 /// file, or nothing.
@@ -126,7 +104,7 @@ int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t
        flags.checkpoint.empty() ? spec->checkpoint.path : flags.checkpoint}};
   for (const auto& [flag, path] : outputs)
     if (!path.empty())
-      if (auto why = unwritable(flag, path)) {
+      if (auto why = coach::unwritable(flag, path)) {
         std::fprintf(stderr, "coach: %s\n", why->c_str());
         return 2;
       }
@@ -266,7 +244,7 @@ int run_plot(const std::string& report, const std::string& out) {
     std::fprintf(stderr, "coach: %s\n", data.error().message.c_str());
     return 2;
   }
-  if (auto why = unwritable("-o", out)) {
+  if (auto why = coach::unwritable("-o", out)) {
     std::fprintf(stderr, "coach: %s\n", why->c_str());
     return 2;
   }

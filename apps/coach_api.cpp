@@ -299,8 +299,19 @@ void release_scheduler() noexcept {
 
 int check_submit(const std::string& spec_path) {
   std::ifstream in(spec_path);
-  if (in) return 0;
-  return report_error({errc::not_found, spec_path + ": job spec file not found"});
+  if (!in) return report_error({errc::not_found, spec_path + ": job spec file not found"});
+  // A request is one control message, at most 16 MiB with its header: a larger spec would be
+  // dropped by the scheduler unread, and the command would wait for an answer (issue 37).
+  constexpr std::uintmax_t most = (std::uintmax_t{16} << 20) - (std::uintmax_t{64} << 10);
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(spec_path, ec);
+  if (!ec && size > most)
+    return report_error(
+        {errc::invalid_argument,
+         coach::format("{}: the spec is {:.1f} MiB; a scheduler takes specs of at most {:.1f} "
+                       "MiB (a data set goes in a file the spec names, not in the spec)",
+                       spec_path, double(size) / (1 << 20), double(most) / (1 << 20))});
+  return 0;
 }
 
 int check_rescale(std::uint32_t workers, std::uint32_t shards) {

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <fstream>
 #include <sstream>
 
@@ -156,6 +157,39 @@ TEST(api_arguments, bad_arguments_and_refused_requests_end_with_one_line_not_a_c
   auto rescale = coach("rescale 1 --at " + at);
   EXPECT_EQ(rescale.code, 2) << rescale.err;
   EXPECT_EQ(rescale.err, "coach: rescale: give --workers N and/or --shards M\n");
+  // A spec over the 16 MiB a request can carry: said before sending (the scheduler dropped it
+  // unread and the command waited 121 s, issue 37 item 8).
+  const auto big = work_dir() / "big-spec.yaml";
+  {
+    std::ofstream out(big);
+    out << "name: big\n";
+    const std::string comment = "# " + std::string(1000, 'x') + "\n";
+    for (int i = 0; i < 17 * 1024; ++i) out << comment;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto large = coach("submit " + big.string() + " --at " + at);
+  EXPECT_EQ(large.code, 2) << large.err;
+  EXPECT_EQ(large.err, "coach: " + big.string() +
+                           ": the spec is 16.7 MiB; a scheduler takes specs of at most 15.9 MiB "
+                           "(a data set goes in a file the spec names, not in the spec)\n");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  fs::remove(big);
+  // An output the scheduler's host cannot write: refused at submit, not after the training.
+  const auto spec = work_dir() / "unwritable-output.yaml";
+  std::ofstream(spec) << "name: unwritable\n"
+                         "dataset: {format: csv, path: data/digits.csv.gz, test_fraction: 0.2}\n"
+                         "model: {type: mlp, hidden: [16]}\n"
+                         "optimizer: {type: sgd, learning_rate: 0.1}\n"
+                         "batch_size: 32\nepochs: 1\nworkers: 1\nshards: 1\n"
+                         "output: /nonexistent-dir/model.safetensors\n";
+  auto output = coach("submit " + spec.string() + " --at " + at);
+  EXPECT_EQ(output.code, 2) << output.err;
+  EXPECT_EQ(output.err,
+            "coach: output: /nonexistent-dir/model.safetensors: no directory /nonexistent-dir (on "
+            "the scheduler's host, which writes it)\n");
+  auto listed = coach("status --json --at " + at);
+  ASSERT_EQ(listed.code, 0) << listed.err;
+  EXPECT_TRUE(nlohmann::json::parse(listed.out).at("jobs").empty()) << listed.out;
   // Refused by the scheduler after the connection was used: one line, a clean exit.
   auto cancel = coach("cancel 999 --at " + at);
   EXPECT_NE(cancel.code, 0);

@@ -456,11 +456,23 @@ TEST_F(scheduler_cluster, a_specs_output_is_the_final_model_and_an_unwritable_on
       << eval.out << "\n"
       << st.substr(0, 400);
 
-  // A model that cannot be written: the job fails, saying why (its parameters would be lost).
+  // A path the scheduler's host cannot write: refused at submit (issue 37), no job made.
   const auto bad = digits_spec("bad-output", 1, "1", "1");
-  std::ofstream(bad, std::ios::app)
-      << "output: " << (work_dir() / "no-such-dir" / "m.st").string() << "\n";
-  const std::string b = submit(bad);
+  const auto nowhere = (work_dir() / "no-such-dir" / "m.st").string();
+  std::ofstream(bad, std::ios::app) << "output: " << nowhere << "\n";
+  auto refused = coach("submit " + bad.string() + " --at " + at_);
+  EXPECT_EQ(refused.code, 2) << refused.err;
+  EXPECT_EQ(refused.err, "coach: output: " + nowhere + ": no directory " +
+                             (work_dir() / "no-such-dir").string() +
+                             " (on the scheduler's host, which writes it)\n");
+  // A model that cannot be written when the job ends (its directory removed meanwhile): the
+  // job fails, saying why (its parameters would be lost).
+  const auto gone = work_dir() / "removed-dir";
+  fs::create_directories(gone);
+  const auto late = digits_spec("late-output", 200, "1", "1");
+  std::ofstream(late, std::ios::app) << "output: " << (gone / "m.st").string() << "\n";
+  const std::string b = submit(late);
+  fs::remove_all(gone);
   const auto sb = wait_for_end(b);
   EXPECT_EQ(state_of(sb), "failed") << sb;
   EXPECT_TRUE(has(job_string(sb, "error"), "could not be written")) << sb;
