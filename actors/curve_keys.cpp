@@ -5,6 +5,7 @@
 #include <zmq.h>
 
 #include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -233,11 +234,13 @@ result<transport_security> load_security(std::string key_file, std::string autho
   auto pair = read_key_file(key_file);
   if (!pair) return fail(pair.error().code, "--key: {}", pair.error().message);
   struct stat st {};
-  if (::stat(key_file.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
+  if (::stat(key_file.c_str(), &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
     s.warnings.push_back(coach::format(
-        "--key {}: its secret key can be read by others than its owner (mode {:04o}); `chmod "
-        "600 {}`",
-        key_file, unsigned(st.st_mode & 07777), key_file));
+        "--key {}: its secret key can be read by others than its owner (mode {}); `chmod 600 {}`",
+        key_file, mode, key_file));
+  }
   s.key = std::move(*pair);
   s.authorized_dir =
       authorized_dir.empty() ? fs::path(key_file).parent_path() : fs::path(authorized_dir);
