@@ -37,7 +37,9 @@ job_registry::job_registry(std::shared_ptr<job_store> store, const node_table& n
 template <class T>
 void job_registry::logged(const result<T>& r, const char* what) {
   // The scheduler goes on (the job runs; only its record is behind).
-  if (!r) log_(coach::format("job store: {}: {}", what, r.error().message));
+  if (r) return;
+  if (auto suffix = store_errors_->allow())
+    log_(coach::format("job store: {}: {}{}", what, r.error().message, *suffix));
 }
 
 result<std::size_t> job_registry::load() {
@@ -111,8 +113,22 @@ registered_job& job_registry::resume(job_record rec) {
                                                job.first_epoch + 1)),
                "cannot record a state");
       }
-      note(job, coach::format("job {} '{}' resumes at epoch {} of {}", id, st.name,
-                              job.first_epoch + 1, st.epochs_total));
+      // Where it resumes, and why not where it was when that is not the same (issue 37: a
+      // store that could hold no checkpoint for a while sent a job back 9,944 epochs silently).
+      std::string why;
+      const auto reached = std::uint32_t(std::max(rec.epochs_done, 0));
+      if (!job.checkpoint && reached > 0)
+        why = coach::format(
+            ": no checkpoint of it was stored, so its {} epoch(s) are trained "
+            "again",
+            reached);
+      else if (job.checkpoint && reached > job.first_epoch)
+        why = coach::format(
+            ": its last stored checkpoint is after epoch {}, so epochs {}-{} are "
+            "trained again",
+            job.first_epoch, job.first_epoch + 1, reached);
+      note(job, coach::format("job {} '{}' resumes at epoch {} of {}{}", id, st.name,
+                              job.first_epoch + 1, st.epochs_total, why));
     }
   }
   job.rec = std::move(rec);
