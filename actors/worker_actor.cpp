@@ -528,10 +528,10 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
   const std::size_t n = ctx->model.num_params();
   st.params = st.be->alloc(n);
   if (!st.host_backend) st.grad = st.be->alloc(n);
-  // A fixed global batch: this worker's share of a step may be all of it.
-  const int max_batch = ctx->spec.fixed_global_batch()
-                            ? std::max(ctx->spec.batch_size, ctx->spec.global_batch)
-                            : ctx->spec.batch_size;
+  // A fixed global batch: this worker's share of a step may grow to all of it as workers
+  // leave; the runner grows its buffers then (sized for the whole batch up front, W workers
+  // held W x the global batch, which grows with W: issue 37's workers: 1000).
+  const int max_batch = ctx->spec.batch_size;
   st.runner = std::make_unique<worker::network_runner>(ctx->model, *st.be, max_batch);
   kernels::sgd_options local = ctx->spec.optimizer.sgd;
   if (ctx->spec.optimizer.kind == ps::optimizer_kind::sgd) local.momentum = 0;
@@ -553,7 +553,10 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
     setup.shape = ctx->model.input_shape();
     setup.inputs = ctx->model.inputs();
     setup.classes = ctx->model.classes();
-    setup.max_batch = max_batch;
+    // The largest share a step may give this worker (the invocation refuses larger ones).
+    setup.max_batch = ctx->spec.fixed_global_batch()
+                          ? std::max(ctx->spec.batch_size, ctx->spec.global_batch)
+                          : ctx->spec.batch_size;
     setup.averaging = averaging;
     setup.local = local;
     const worker::process_limits limits{

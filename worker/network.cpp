@@ -301,8 +301,13 @@ void network::init_params(std::span<float> params, std::uint64_t seed) const {
 // --- runner ---------------------------------------------------------------------------------
 
 network_runner::network_runner(const network& model, kernels::backend& be, int max_batch)
-    : model_(model), be_(be), max_batch_(max_batch) {
+    : model_(model), be_(be) {
   COACH_ENFORCE(max_batch >= 1, "max_batch must be >= 1");
+  allocate(max_batch);
+}
+
+void network_runner::allocate(int max_batch) {
+  max_batch_ = max_batch;
   const std::size_t rows = std::size_t(max_batch);
   staging_x_.resize(rows * std::size_t(model_.inputs()));
   labels_.resize(rows);
@@ -332,10 +337,10 @@ network_runner::network_runner(const network& model, kernels::backend& be, int m
   delta_b_ = be_.alloc(rows * widest);
 }
 
-network_runner::~network_runner() {
+void network_runner::release() noexcept {
   const auto& layers = model_.layers();
   be_.free(input_);
-  for (std::size_t i = 0; i < layers.size(); ++i) {
+  for (std::size_t i = 0; i < layers.size() && i < outs_.size(); ++i) {
     if (layers[i].cfg.kind != layer_kind::flatten) be_.free(outs_[i]);
     be_.free_indices(argmax_[i]);
     be_.free(saved_[i]);
@@ -343,10 +348,26 @@ network_runner::~network_runner() {
   be_.free(stats_);
   be_.free(delta_a_);
   be_.free(delta_b_);
+  input_ = stats_ = delta_a_ = delta_b_ = nullptr;
+  outs_.clear();
+  argmax_.clear();
+  saved_.clear();
+}
+
+network_runner::~network_runner() {
+  release();
+}
+
+void network_runner::reserve(int rows) {
+  if (rows <= max_batch_) return;
+  // A batch norm layer's saved statistics describe the last forward pass; nothing else is kept
+  // between calls, so the buffers are made anew.
+  release();
+  allocate(rows);
 }
 
 void network_runner::gather(const dataset& data, std::span<const std::uint32_t> indices) {
-  COACH_ENFORCE(indices.size() <= std::size_t(max_batch_), "batch larger than max_batch");
+  reserve(int(indices.size()));  // a worker's share of a step can grow as workers leave
   COACH_ENFORCE(data.features == std::size_t(model_.inputs()), "data set width != model inputs");
   const std::size_t f = data.features;
   for (std::size_t r = 0; r < indices.size(); ++r) {

@@ -101,12 +101,18 @@ class network {
   std::size_t num_params_ = 0;
 };
 
-/// Runs a network on a backend. Owns the activation buffers for batches of up to max_batch rows.
-/// Not thread-safe: one runner per worker thread.
+/// Runs a network on a backend. Owns the activation buffers for batches of max_batch rows,
+/// grown when a larger batch comes (a worker's share of a fixed global batch grows as workers
+/// leave; sized for the whole global batch up front, a thousand workers held a thousand times
+/// the memory they use: issue 37). Not thread-safe: one runner per worker thread.
 class network_runner {
  public:
   network_runner(const network& model, kernels::backend& be, int max_batch);
   ~network_runner();
+  /// Buffers for batches of at least `rows` rows from now on (none are shrunk).
+  void reserve(int rows);
+  /// The rows the buffers hold now.
+  int capacity() const noexcept { return max_batch_; }
   network_runner(const network_runner&) = delete;
   network_runner& operator=(const network_runner&) = delete;
 
@@ -169,9 +175,13 @@ class network_runner {
   /// The class with the largest logit of each of `rows` rows (downloaded to the host).
   const std::vector<std::int32_t>& argmax_rows(const float* logits, int rows);
 
+  /// Allocates the buffers for batches of `max_batch` rows / frees them.
+  void allocate(int max_batch);
+  void release() noexcept;
+
   network model_;
   kernels::backend& be_;
-  int max_batch_;
+  int max_batch_ = 0;
   std::vector<float> staging_x_;       ///< host rows gathered before upload
   std::vector<std::int32_t> labels_;   ///< host labels of the gathered rows
   float* input_ = nullptr;             ///< backend: max_batch x inputs

@@ -1,5 +1,6 @@
 // The `coach` program as a user runs it: exit codes, one-line errors, the JSON report.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -170,6 +171,26 @@ TEST(cli, a_diverged_job_fails_after_its_first_nan_epoch_and_saves_nothing) {
   EXPECT_EQ(r.output.find("epoch 2/6"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("done after"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(model));
+}
+
+// Issue 37, item 6: workers: 1000 grew memory faster than the workers (each sized for the
+// global batch, which grows with them) until the kernel killed coach at 21.8 GB.
+TEST(cli, a_thousand_workers_train_in_a_bounded_memory) {
+  const auto spec =
+      temp_file("thousand.yaml",
+                "name: thousand\n"
+                "dataset: {format: csv, path: data/digits.csv.gz, test_fraction: 0.2}\n"
+                "model: {type: mlp, hidden: [64], activation: relu}\n"
+                "optimizer: {type: sgd, learning_rate: 0.05}\n"
+                "batch_size: 32\nepochs: 1\nseed: 1\n"
+                "workers: {min: 1, max: 1000, initial: 1000}\n");
+  auto r = run("train " + spec.string());
+  ASSERT_EQ(r.code, 0) << r.output.substr(0, 2000);
+  EXPECT_NE(r.output.find("(1000 workers, 1 shards, cpu"), std::string::npos) << r.output;
+  rusage usage{};
+  ASSERT_EQ(::getrusage(RUSAGE_CHILDREN, &usage), 0);
+  // ru_maxrss in KiB: 0.7 GB measured; 256 workers took 4.3 GB before.
+  EXPECT_LT(usage.ru_maxrss, 2L << 20) << "max RSS " << usage.ru_maxrss << " KiB";
 }
 
 TEST(cli, train_writes_events_as_it_runs_and_plot_draws_the_report) {

@@ -178,6 +178,36 @@ TEST(network, cnn_gradients_match_finite_differences) {
   EXPECT_GT(check_gradient(net, data, 3), 40u);
 }
 
+// Issue 37, item 6: a worker's runner was sized for the whole global batch up front. It now
+// starts at its share and grows when a larger batch comes, to the same results.
+TEST(network_runner, grows_for_a_larger_batch_and_computes_what_a_large_one_would) {
+  const auto data = random_images(24, {2, 6, 6}, 3, 7);
+  auto net = network::build(layers({conv(3, 3, 1),
+                                    of(layer_kind::relu),
+                                    {.kind = layer_kind::max_pool2d},
+                                    of(layer_kind::flatten),
+                                    dense()}),
+                            {2, 6, 6}, 3)
+                 .value();
+  std::vector<float> params(net.num_params());
+  net.init_params(params, 3);
+  std::vector<std::uint32_t> small(4), large(20);
+  for (std::uint32_t i = 0; i < 20; ++i) (i < 4 ? small[i] : large[i]) = i;
+  for (std::uint32_t i = 0; i < 4; ++i) large[i] = i;
+  auto be = cpu(), be_big = cpu();
+  network_runner grown(net, *be, 4), sized(net, *be_big, 32);
+  EXPECT_EQ(grown.capacity(), 4);
+  std::vector<float> g1(params.size()), g2(params.size());
+  grown.forward_backward(params.data(), data, small, g1.data());
+  const double loss = grown.forward_backward(params.data(), data, large, g1.data());
+  EXPECT_EQ(grown.capacity(), 20);
+  EXPECT_EQ(loss, sized.forward_backward(params.data(), data, large, g2.data()));
+  EXPECT_EQ(g1, g2);
+  // And back to a small batch without shrinking.
+  grown.forward_backward(params.data(), data, small, g1.data());
+  EXPECT_EQ(grown.capacity(), 20);
+}
+
 TEST(network, pooling_dropout_and_batch_norm_gradients_match_finite_differences) {
   const auto data = random_images(4, {2, 4, 4}, 3, 2);
   auto net = network::build(layers({conv(3, 3, 1),

@@ -74,8 +74,9 @@ TEST(round_to, tf32_keeps_ten_mantissa_bits_and_fp32_changes_nothing) {
     EXPECT_EQ(std::bit_cast<std::uint32_t>(b) & 0xffffu, 0u);
     EXPECT_EQ(round_to(mp::bf16, b), b);
     // Within half an ulp of the value (an ulp of bf16 is 2^-7 of the leading power of two).
-    if (std::isfinite(b) && std::isnormal(v))  // subnormals have a fixed spacing instead
+    if (std::isfinite(b) && std::isnormal(v)) {  // subnormals have a fixed spacing instead
       EXPECT_LE(std::abs(double(b) - v), std::ldexp(std::abs(double(v)), -8) * (1 + 1e-7));
+    }
   }
 }
 
