@@ -2,12 +2,69 @@
 
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <cctype>
 #include <charconv>
 #include <thread>
 
+#include "common/format.hpp"
 #include "common/log.hpp"
 
 namespace coach::actors {
+
+namespace {
+
+/// The host part of "HOST[:PORT]" or "[V6]:PORT", lower-cased.
+std::string host_name(std::string_view host_port) {
+  std::string_view h = host_port;
+  if (h.starts_with('[')) {
+    const auto end = h.find(']');
+    h = h.substr(1, end == std::string_view::npos ? std::string_view::npos : end - 1);
+  } else if (const auto colon = h.rfind(':');
+             colon != std::string_view::npos && h.find(':') == colon) {
+    h = h.substr(0, colon);
+  }
+  std::string out(h);
+  for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool ip_literal(const std::string& h) {
+  in6_addr a6{};
+  in_addr a4{};
+  return ::inet_pton(AF_INET, h.c_str(), &a4) == 1 || ::inet_pton(AF_INET6, h.c_str(), &a6) == 1;
+}
+
+}  // namespace
+
+std::optional<std::string> post_refusal(bool has_dashboard_header, std::string_view origin,
+                                        std::string_view host, std::string_view hostname) {
+  if (!has_dashboard_header)
+    return std::string(
+        "refused: a dashboard action needs the page's X-Coach-Dashboard header (a page of "
+        "another site cannot send it)\n");
+  if (!origin.empty()) {
+    std::string_view o = origin;
+    if (const auto scheme = o.find("://"); scheme != std::string_view::npos)
+      o.remove_prefix(scheme + 3);
+    std::string lo(o), lh(host);
+    for (char& c : lo) c = char(std::tolower(static_cast<unsigned char>(c)));
+    for (char& c : lh) c = char(std::tolower(static_cast<unsigned char>(c)));
+    if (lo != lh)
+      return coach::format("refused: a cross-site request (Origin {}, Host {})\n", origin, host);
+  }
+  const std::string name = host_name(host);
+  std::string self(hostname);
+  for (char& c : self) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (!(name == "localhost" || ip_literal(name) || (!self.empty() && name == self)))
+    return coach::format(
+        "refused: Host '{}' does not name this node (an IP address, localhost or {}): a name "
+        "pointed here by another's DNS is not trusted with actions\n",
+        host, hostname);
+  return std::nullopt;
+}
 
 struct http_server::impl {
   httplib::Server server;
@@ -62,8 +119,18 @@ result<std::unique_ptr<http_server>> http_server::start(const std::string& addre
       res.status = r.status;
       res.set_content(std::move(r.body), r.content_type.c_str());
     });
+  char hostname[256] = {};
+  if (::gethostname(hostname, sizeof hostname - 1) != 0) hostname[0] = '\0';
   for (auto& [path, h] : posts)
-    m.server.Post(path, [h = std::move(h)](const httplib::Request& req, httplib::Response& res) {
+    m.server.Post(path, [h = std::move(h), self = std::string(hostname)](
+                            const httplib::Request& req, httplib::Response& res) {
+      if (auto why =
+              post_refusal(req.has_header("X-Coach-Dashboard"), req.get_header_value("Origin"),
+                           req.get_header_value("Host"), self)) {
+        res.status = 403;
+        res.set_content(*why, "text/plain; charset=utf-8");
+        return;
+      }
       http_response r;
       try {
         r = h(req.body);

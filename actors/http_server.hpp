@@ -1,7 +1,8 @@
 #pragma once
 // actors::http_server: a small HTTP server (cpp-httplib, Debian libcpp-httplib-dev) for a
-// coach-node's /metrics and, on the scheduler's node, the dashboard. GET only; each route is a
-// function that returns the body and its content type, or an error status.
+// coach-node's /metrics and, on the scheduler's node, the dashboard. GET routes, and POST routes
+// for the dashboard's actions (post_refusal guards them); each route is a function that returns
+// the body and its content type, or an error status.
 //
 // Threads: the server accepts on a thread of its own and runs handlers on its pool (a handful
 // of threads): handlers must be thread-safe. The destructor stops the server and joins.
@@ -9,11 +10,23 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/error.hpp"
 
 namespace coach::actors {
+
+/// Why a POST (every POST route is a dashboard action) is refused before its handler, or
+/// nothing: it must carry the dashboard's `X-Coach-Dashboard` header (a page of another site
+/// cannot add a header to a cross-site request without this server's consent, which it never
+/// gives: no CORS), an `Origin` (when sent) whose host and port are the `Host` header's, and a
+/// `Host` naming this node: an IP address, `localhost` or `hostname` (this machine's name) — a
+/// name an attacker's DNS points here (DNS rebinding) is refused. Issue 37: a cross-site
+/// text/plain POST cancelled a job.
+std::optional<std::string> post_refusal(bool has_dashboard_header, std::string_view origin,
+                                        std::string_view host, std::string_view hostname);
 
 struct http_response {
   int status = 200;

@@ -17,6 +17,9 @@
 
 namespace {
 
+/// What the dashboard's page sends with its actions (actors::post_refusal).
+const httplib::Headers dashboard_header{{"X-Coach-Dashboard", "1"}};
+
 using namespace itest;
 
 std::string browser() {
@@ -98,7 +101,7 @@ TEST(dashboard, chromium_shows_the_nodes_the_running_job_and_its_curves) {
 
   // Read-only: the page's actions are refused.
   httplib::Client c("127.0.0.1", port);
-  auto r = c.Post("/api/cancel", job, "text/plain");
+  auto r = c.Post("/api/cancel", dashboard_header, job, "text/plain");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 403);
   EXPECT_EQ(r->body, "read-only: start the scheduler's coach-node with --dashboard-admin\n");
@@ -121,15 +124,30 @@ TEST(dashboard, with_dashboard_admin_the_page_may_set_the_policy_and_cancel_a_jo
   ASSERT_TRUE(state);
   ASSERT_EQ(state->status, 200);
   EXPECT_TRUE(nlohmann::json::parse(state->body).at("admin").get<bool>());
-  auto set = c.Post("/api/policy", "elastic-fifo", "text/plain");
+  // Issue 37: another site's page, or one whose name its DNS points here, is refused.
+  auto forged = c.Post("/api/policy", {{"Origin", "http://evil.example"}, {"Host", "evil.example"}},
+                       "elastic-fifo", "text/plain");
+  ASSERT_TRUE(forged);
+  EXPECT_EQ(forged->status, 403);
+  EXPECT_NE(forged->body.find("X-Coach-Dashboard header"), std::string::npos) << forged->body;
+  auto rebound = c.Post("/api/policy",
+                        {{"X-Coach-Dashboard", "1"},
+                         {"Origin", "http://evil.example:" + std::to_string(port)},
+                         {"Host", "evil.example:" + std::to_string(port)}},
+                        "elastic-fifo", "text/plain");
+  ASSERT_TRUE(rebound);
+  EXPECT_EQ(rebound->status, 403);
+  EXPECT_NE(rebound->body.find("does not name this node"), std::string::npos) << rebound->body;
+  EXPECT_EQ(coach("policy get --at " + at).out, "fifo\n");  // unchanged
+  auto set = c.Post("/api/policy", dashboard_header, "elastic-fifo", "text/plain");
   ASSERT_TRUE(set);
   EXPECT_EQ(set->status, 200) << set->body;
   EXPECT_EQ(coach("policy get --at " + at).out, "elastic-fifo\n");
-  auto bad = c.Post("/api/policy", "lottery", "text/plain");
+  auto bad = c.Post("/api/policy", dashboard_header, "lottery", "text/plain");
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 400);
   EXPECT_NE(bad->body.find("unknown policy 'lottery'"), std::string::npos) << bad->body;
-  auto none = c.Post("/api/cancel", "999", "text/plain");
+  auto none = c.Post("/api/cancel", dashboard_header, "999", "text/plain");
   ASSERT_TRUE(none);
   EXPECT_EQ(none->status, 400);
   EXPECT_EQ(none->body, "no job 999\n");
