@@ -252,82 +252,60 @@ std::uint16_t* cudnn_convolutions::halves(int slot, std::size_t n) {
   return halves_[slot];
 }
 
-namespace {
-
-/// The operands of one cuDNN call at precision p: the floats themselves, or (bf16) bfloat16
-/// copies in the scratch slots, and the output written back to float afterwards.
-struct operands {
-  const void* a;
-  const void* b;
-  void* out;
-};
-
-}  // namespace
+void cudnn_convolutions::with_operands(
+    math_precision p, const float* a, std::size_t na, const float* b, std::size_t nb, float* out,
+    std::size_t nout, const std::function<void(const void*, const void*, void*)>& call) {
+  if (p != math_precision::bf16) return call(a, b, out);
+  const launch l{stream_, max_blocks_};
+  auto* ha = halves(0, na);
+  auto* hb = halves(1, nb);
+  auto* hout = halves(2, nout);
+  check_cuda(launch_to_bf16(l, a, ha, na), device_, "to_bf16 kernel launch");
+  check_cuda(launch_to_bf16(l, b, hb, nb), device_, "to_bf16 kernel launch");
+  call(ha, hb, hout);
+  check_cuda(launch_from_bf16(l, hout, out, nout), device_, "from_bf16 kernel launch");
+}
 
 void cudnn_convolutions::forward(const conv2d_shape& s, math_precision p, const float* x,
                                  const float* w, float* y) {
   auto& pl = plan_for(s, p);
-  const launch l{stream_, max_blocks_};
-  operands o{x, w, y};
-  if (p == math_precision::bf16) {
-    auto* hx = halves(0, s.input_size());
-    auto* hw = halves(1, s.weight_size());
-    check_cuda(launch_to_bf16(l, x, hx, s.input_size()), device_, "to_bf16 kernel launch");
-    check_cuda(launch_to_bf16(l, w, hw, s.weight_size()), device_, "to_bf16 kernel launch");
-    o = {hx, hw, halves(2, s.output_size())};
-  }
-  const float alpha = 1.0f, beta = 0.0f;
-  check_cudnn(
-      cudnnConvolutionForward(as_handle(handle_), &alpha, pl.x, o.a, pl.w, o.b, pl.fwd_conv, pl.fwd,
-                              workspace(pl.fwd_bytes), pl.fwd_bytes, &beta, pl.y, o.out),
-      device_, "cudnnConvolutionForward");
-  if (p == math_precision::bf16)
-    check_cuda(launch_from_bf16(l, static_cast<const std::uint16_t*>(o.out), y, s.output_size()),
-               device_, "from_bf16 kernel launch");
+  void* ws = workspace(pl.fwd_bytes);
+  with_operands(
+      p, x, s.input_size(), w, s.weight_size(), y, s.output_size(),
+      [&](const void* hx, const void* hw, void* hy) {
+        const float alpha = 1.0f, beta = 0.0f;
+        check_cudnn(cudnnConvolutionForward(as_handle(handle_), &alpha, pl.x, hx, pl.w, hw,
+                                            pl.fwd_conv, pl.fwd, ws, pl.fwd_bytes, &beta, pl.y, hy),
+                    device_, "cudnnConvolutionForward");
+      });
 }
 
 void cudnn_convolutions::backward_data(const conv2d_shape& s, math_precision p, const float* dy,
                                        const float* w, float* dx) {
   auto& pl = plan_for(s, p);
-  const launch l{stream_, max_blocks_};
-  operands o{dy, w, dx};
-  if (p == math_precision::bf16) {
-    auto* hdy = halves(0, s.output_size());
-    auto* hw = halves(1, s.weight_size());
-    check_cuda(launch_to_bf16(l, dy, hdy, s.output_size()), device_, "to_bf16 kernel launch");
-    check_cuda(launch_to_bf16(l, w, hw, s.weight_size()), device_, "to_bf16 kernel launch");
-    o = {hdy, hw, halves(2, s.input_size())};
-  }
-  const float alpha = 1.0f, beta = 0.0f;
-  check_cudnn(cudnnConvolutionBackwardData(as_handle(handle_), &alpha, pl.w, o.b, pl.y, o.a,
-                                           pl.data_conv, pl.data, workspace(pl.data_bytes),
-                                           pl.data_bytes, &beta, pl.x, o.out),
-              device_, "cudnnConvolutionBackwardData");
-  if (p == math_precision::bf16)
-    check_cuda(launch_from_bf16(l, static_cast<const std::uint16_t*>(o.out), dx, s.input_size()),
-               device_, "from_bf16 kernel launch");
+  void* ws = workspace(pl.data_bytes);
+  with_operands(p, dy, s.output_size(), w, s.weight_size(), dx, s.input_size(),
+                [&](const void* hdy, const void* hw, void* hdx) {
+                  const float alpha = 1.0f, beta = 0.0f;
+                  check_cudnn(cudnnConvolutionBackwardData(as_handle(handle_), &alpha, pl.w, hw,
+                                                           pl.y, hdy, pl.data_conv, pl.data, ws,
+                                                           pl.data_bytes, &beta, pl.x, hdx),
+                              device_, "cudnnConvolutionBackwardData");
+                });
 }
 
 void cudnn_convolutions::backward_filter(const conv2d_shape& s, math_precision p, const float* x,
                                          const float* dy, float* dw) {
   auto& pl = plan_for(s, p);
-  const launch l{stream_, max_blocks_};
-  operands o{x, dy, dw};
-  if (p == math_precision::bf16) {
-    auto* hx = halves(0, s.input_size());
-    auto* hdy = halves(1, s.output_size());
-    check_cuda(launch_to_bf16(l, x, hx, s.input_size()), device_, "to_bf16 kernel launch");
-    check_cuda(launch_to_bf16(l, dy, hdy, s.output_size()), device_, "to_bf16 kernel launch");
-    o = {hx, hdy, halves(2, s.weight_size())};
-  }
-  const float alpha = 1.0f, beta = 0.0f;
-  check_cudnn(cudnnConvolutionBackwardFilter(as_handle(handle_), &alpha, pl.x, o.a, pl.y, o.b,
-                                             pl.filter_conv, pl.filter, workspace(pl.filter_bytes),
-                                             pl.filter_bytes, &beta, pl.w, o.out),
-              device_, "cudnnConvolutionBackwardFilter");
-  if (p == math_precision::bf16)
-    check_cuda(launch_from_bf16(l, static_cast<const std::uint16_t*>(o.out), dw, s.weight_size()),
-               device_, "from_bf16 kernel launch");
+  void* ws = workspace(pl.filter_bytes);
+  with_operands(p, x, s.input_size(), dy, s.output_size(), dw, s.weight_size(),
+                [&](const void* hx, const void* hdy, void* hdw) {
+                  const float alpha = 1.0f, beta = 0.0f;
+                  check_cudnn(cudnnConvolutionBackwardFilter(as_handle(handle_), &alpha, pl.x, hx,
+                                                             pl.y, hdy, pl.filter_conv, pl.filter,
+                                                             ws, pl.filter_bytes, &beta, pl.w, hdw),
+                              device_, "cudnnConvolutionBackwardFilter");
+                });
 }
 
 std::string cudnn_convolutions::describe(const conv2d_shape& s, math_precision p) const {
@@ -356,6 +334,9 @@ void* cudnn_convolutions::workspace(std::size_t) {
 std::uint16_t* cudnn_convolutions::halves(int, std::size_t) {
   return nullptr;
 }
+void cudnn_convolutions::with_operands(
+    math_precision, const float*, std::size_t, const float*, std::size_t, float*, std::size_t,
+    const std::function<void(const void*, const void*, void*)>&) {}
 void cudnn_convolutions::forward(const conv2d_shape&, math_precision, const float*, const float*,
                                  float*) {}
 void cudnn_convolutions::backward_data(const conv2d_shape&, math_precision, const float*,

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -66,6 +67,12 @@ class cudnn_convolutions {
   void* workspace(std::size_t bytes);
   /// Device scratch for bf16 copies: slot 0..2, at least `halves` 16-bit values.
   std::uint16_t* halves(int slot, std::size_t halves);
+  /// Runs `call(a, b, out)` with the operands at precision p: the floats themselves, or (bf16)
+  /// bfloat16 copies of a (na values) and b (nb), and a bfloat16 output widened into `out`
+  /// (nout) afterwards.
+  void with_operands(math_precision p, const float* a, std::size_t na, const float* b,
+                     std::size_t nb, float* out, std::size_t nout,
+                     const std::function<void(const void*, const void*, void*)>& call);
 
   int device_;
   cudaStream_t stream_;
