@@ -67,8 +67,10 @@ result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
   }
   auto workers = pick(want_workers, spec.workers, "workers");
   if (!workers) return std::unexpected(workers.error());
-  if (auto why = scheduler::too_many_workers(spec, data->train.rows, *workers,
-                                             want_workers ? "--workers" : "workers.initial"))
+  const char* asked = opt.workers ? "--workers"
+                      : resumed   ? "the checkpoint's workers"
+                                  : "workers.initial";
+  if (auto why = scheduler::too_many_workers(spec, data->train.rows, *workers, asked))
     return std::unexpected(*why);
   auto shards = pick(want_shards, spec.shards, "shards");
   if (!shards) return std::unexpected(shards.error());

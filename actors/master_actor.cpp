@@ -842,10 +842,16 @@ struct evaluator_state {
 caf::behavior evaluator_actor(caf::stateful_actor<evaluator_state>* self,
                               std::shared_ptr<const job_context> ctx) {
   auto& st = self->state;
-  // A cuda job's test set is evaluated on the first device this process sees, shared with the
-  // workers (at real sizes the cpu would take longer than an epoch); fp32 there as everywhere.
-  if (ctx->backend == kernels::backend_kind::cuda) {
-    if (auto be = kernels::make_backend(kernels::backend_kind::cuda, 0))
+  // A cuda job's test set is evaluated on a GPU, shared with the workers (at real sizes the cpu
+  // would take longer than an epoch), in fp32: the first device this process's workers may use,
+  // or, where none run here (a cluster's master), device 0 when the process sees one.
+  std::optional<int> device;
+  if (ctx->devices)
+    device = ctx->devices->first();
+  else if (kernels::device_count() > 0)
+    device = 0;
+  if (ctx->backend == kernels::backend_kind::cuda && device) {
+    if (auto be = kernels::make_backend(kernels::backend_kind::cuda, *device))
       st.be = std::move(*be);
     else
       log::warn("job {}: evaluating on the cpu: {}", ctx->job, be.error().message);

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +43,12 @@ class device_assignment {
   result<int> take(std::uint64_t job, std::uint32_t rank, int gpus_per_worker);
   /// Releases the worker's devices (nothing when it holds none).
   void release(std::uint64_t job, std::uint32_t rank);
+
+  /// The first device it hands out (a coach-node's first of --gpus), for work that shares a
+  /// device without holding it (a job's evaluation); nothing when it has none.
+  std::optional<int> first() const noexcept {
+    return ids_.empty() ? std::nullopt : std::optional<int>(ids_.front());
+  }
 
   /// What one worker holds.
   struct hold_info {

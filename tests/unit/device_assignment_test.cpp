@@ -72,6 +72,9 @@ TEST(device_assignment, shared_workers_avoid_owned_devices_and_owners_avoid_crow
 
 TEST(device_assignment, only_the_devices_named_are_handed_out) {
   device_assignment a(std::vector<int>{3, 0, 2, 3});  // coach-node --gpus 0,2,3 (any order)
+  EXPECT_EQ(a.first(), 0);                            // where the job's evaluation runs, shared
+  EXPECT_EQ(device_assignment(std::vector<int>{5, 4}).first(), 4);
+  EXPECT_EQ(device_assignment(0).first(), std::nullopt);
   EXPECT_EQ(*a.take(1, 0, 0), 0);
   EXPECT_EQ(*a.take(1, 1, 0), 2);
   EXPECT_EQ(*a.take(1, 2, 0), 3);
