@@ -40,6 +40,12 @@ using job_entry = sched::registered_job;
 
 // (decide_atom): ask the policy now.
 using decide_atom = caf::atom_constant<caf::atom("decide")>;
+// (cancel_due_atom, job, generation): the run cancelled then must have ended by now.
+using cancel_due_atom = caf::atom_constant<caf::atom("canceldue")>;
+
+/// How long a cancelled run may take to stop at a step boundary before its parts are stopped
+/// where they are (a run whose step cannot finish, e.g. one waiting on a part that is gone).
+constexpr auto cancel_grace = std::chrono::seconds(3);
 
 void note(const std::string& line) {
   log::info("{}", line);
@@ -161,9 +167,19 @@ struct scheduler_state {
     if ((h.moved || rekeyed) && hb.host != self_ep.host)
       net->add_peer(hb.host, hb.address, hb.public_key);
     if (h.joined || h.back) {
-      // Parts of a run this process no longer drives (it restarted) may still run there.
+      // Parts of a run this process no longer drives (it restarted) may still run there, and
+      // so may the parts a node taken for dead held: frozen or cut off, not killed, it kept
+      // them while their jobs went on, or restarted, without them. Told to stop before any new
+      // part goes there (a node reads its commands in order).
+      const auto left = reg->came_back(hb.host);
+      for (const auto id : left)
+        note_job(id, coach::format("job {}: node '{}' is back; the parts of the job it kept "
+                                   "are told to stop",
+                                   id, hb.name));
+      auto to_stop = left;
       for (auto& [id, job] : reg->jobs())
-        if (job.stop_unsent.erase(hb.host)) send({hb.host, node_agent_id}, stop_job{id});
+        if (job.stop_unsent.erase(hb.host)) to_stop.insert(id);
+      for (const auto id : to_stop) send({hb.host, node_agent_id}, stop_job{id});
       poke();
     }
   }
@@ -530,9 +546,10 @@ struct scheduler_state {
     } else if (auto* c = std::get_if<cancel_request>(&req)) {
       auto job = reg->cancel(c->job);
       if (!job) return failed(job.error());
-      if ((*job)->running())
+      if ((*job)->running()) {
         caf::anon_send(runs[c->job].master(), cancel_atom::value);
-      else  // waiting or still starting: nothing more will train
+        self->delayed_send(self, cancel_grace, cancel_due_atom::value, c->job, (*job)->generation);
+      } else  // waiting or still starting: nothing more will train
         end(**job, job_state::cancelled, coach::error{errc::cancelled, "cancelled by the user"});
       reply.body = ack_reply{};
     } else if (auto* p = std::get_if<policy_request>(&req)) {
@@ -596,6 +613,15 @@ caf::behavior cluster_scheduler(caf::stateful_actor<scheduler_state>* self,
         return self->state.dashboard_action(action, arg);
       },
       [self](peer_gone_atom, std::uint32_t host) { self->state.on_peer_gone(host); },
+      [self](cancel_due_atom, std::uint64_t id, std::uint32_t gen) {
+        auto& s = self->state;
+        auto* job = s.reg->current(id, gen);
+        if (!job || job->over()) return;
+        s.note_job(id, coach::format("job {} did not stop at a step within {} s of its cancel; "
+                                     "its parts are stopped where they are",
+                                     id, cancel_grace.count()));
+        s.end(*job, job_state::cancelled, coach::error{errc::cancelled, "cancelled by the user"});
+      },
       [self](wire_message& m) {
         auto& s = self->state;
         auto msg = read_control(m);

@@ -184,6 +184,7 @@ void put_start_job(wire::StartJob::Builder b, const start_job& s) {
   put_parts(b.initAddedShards(static_cast<unsigned>(s.added_shards.size())), s.added_shards);
   put_parts(b.initAddedWorkers(static_cast<unsigned>(s.added_workers.size())), s.added_workers);
   b.setFirstStep(s.first_step);
+  b.setRun(s.run);
   if (s.initial) {
     b.setInitialUpdates(s.initial->updates);
     b.setInitialSamplesApplied(s.initial->samples_applied);
@@ -508,6 +509,7 @@ start_job get_start_job(wire::StartJob::Reader r) {
   s.base_dir = get_text(r.getBaseDir(), "startJob baseDir");
   s.master_host = r.getMasterHost();
   s.first_step = r.getFirstStep();
+  s.run = r.getRun();
   s.initial_updates = r.getInitialUpdates();
   s.initial_samples_applied = r.getInitialSamplesApplied();
   s.shard_hosts = get_u32s(r.getShardHosts(), "startJob shardHosts");

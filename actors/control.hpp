@@ -105,6 +105,9 @@ struct start_job {
   /// into `initial` with its frames; sending, `initial`'s own are used).
   std::int64_t initial_updates = 0;
   std::uint64_t initial_samples_applied = 0;
+  /// The job's run (the scheduler's generation of it) this start belongs to: a node holding
+  /// parts of another run (it was taken for dead and they went on) stops them first.
+  std::uint32_t run = 0;
 };
 
 /// Scheduler -> node: stop every actor of the job (it ended, failed or was cancelled).

@@ -85,6 +85,7 @@ result<void> job_runner::launch(const runner_env& env, sched::registered_job& jo
   job.global_batch = spec->fixed_global_batch() ? double(spec->global_batch) : 0.0;
   job.status.samples_epoch = data->train.rows;
   const std::uint32_t gen = env.reg->begin_run(job, o.workers, o.shards, resumed);
+  sj.run = gen;
   sj.backup_hosts = job.backups;  // placed by begin_run
   ctx_->backup_hosts = job.backups;
   for (auto h : job.hosts) {

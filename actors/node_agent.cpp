@@ -82,6 +82,7 @@ std::vector<std::size_t> warm_blocks_for(std::uint64_t keys, std::size_t state_p
 
 struct job_part {
   std::shared_ptr<job_context> ctx;
+  std::uint32_t run = 0;           ///< the job's run these parts belong to (start_job::run)
   std::vector<endpoint> bound;     ///< endpoints this node bound for the job
   std::vector<caf::actor> actors;  ///< shards and workers running here
 };
@@ -191,11 +192,22 @@ struct agent_state {
 
   /// Starts this node's shards (phase 1) or workers (phase 2) of a job.
   result<void> start(const start_job& sj) {
+    // Parts of another run of the job are still here: the scheduler took this node for dead
+    // (it was frozen, or cut off, past the node timeout) and the job went on, or restarted,
+    // without them. They would push to shards that are gone or serve a layout nobody follows.
+    if (auto it = parts.find(sj.job); it != parts.end() && it->second.run != sj.run) {
+      log::warn(
+          "job {}: {} part(s) of its run {} were still here (this node was taken for "
+          "dead); stopped before its run {} starts",
+          sj.job, it->second.actors.size(), it->second.run, sj.run);
+      stop(sj.job);
+    }
     if (draining && !sj.workers_phase && !parts.contains(sj.job))
       return fail(errc::resource_exhausted, "node '{}' is draining and takes no new work",
                   opt.name);
     auto& part = parts[sj.job];
     if (!part.ctx) {
+      part.run = sj.run;
       auto spec = scheduler::parse_job_spec(sj.spec_yaml, sj.source_name, sj.base_dir);
       if (!spec) return std::unexpected(spec.error());
       auto data = while_heartbeating([cfg = spec->dataset, seed = spec->seed] {

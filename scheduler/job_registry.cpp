@@ -777,6 +777,8 @@ bool job_registry::fail_over(registered_job& job, std::uint32_t host, node_loss&
 std::vector<node_loss> job_registry::lose_node(std::uint32_t host) {
   std::vector<node_loss> out;
   for (auto& [id, job] : jobs_) {
+    if (job.stopping.contains(host) || (!job.over() && job.launched && job.hosts.contains(host)))
+      left_on_[host].insert(id);
     job.stopping.erase(host);
     if (job.over() || !job.launched || !job.hosts.contains(host)) continue;
     // A node that ran only workers of a running job: the job goes on without them (its master
@@ -811,6 +813,11 @@ std::vector<node_loss> job_registry::lose_node(std::uint32_t host) {
     out.push_back(std::move(loss));
   }
   return out;
+}
+
+std::set<std::uint64_t> job_registry::came_back(std::uint32_t host) {
+  auto left = left_on_.extract(host);
+  return left ? std::move(left.mapped()) : std::set<std::uint64_t>{};
 }
 
 bool job_registry::forget_unseen() {

@@ -292,6 +292,10 @@ class job_registry {
   /// parts there, whether the job fails, recovers (stopped here, to restart from its
   /// checkpoint) or goes on without its workers there.
   std::vector<node_loss> lose_node(std::uint32_t host);
+  /// The jobs whose parts node `host` held when it was lost (lose_node), taken out: a node taken
+  /// for dead may have been frozen or cut off, not killed, and its parts of them still run.
+  /// They went on, or restarted, without those parts; the caller tells it to stop them.
+  std::set<std::uint64_t> came_back(std::uint32_t host);
   /// Hosts of an earlier process's runs that are not alive now are taken for dead (called once
   /// the node timeout has passed since the scheduler started). True when a job may start now.
   bool forget_unseen();
@@ -359,6 +363,7 @@ class job_registry {
   /// 437 lines a second, issue 37); the lines held back are counted on the next.
   std::unique_ptr<log_limiter> store_errors_ = std::make_unique<log_limiter>(1);
   std::map<std::uint64_t, registered_job> jobs_;
+  std::map<std::uint32_t, std::set<std::uint64_t>> left_on_;  ///< lose_node's, by host
 };
 
 /// Resources of one part: a worker takes its GPUs and a CPU, a shard a CPU.

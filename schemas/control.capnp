@@ -41,6 +41,9 @@ struct StartJob {
   initialSamplesApplied @14 :UInt64;  # ... and its samples applied (ps::training_state)
   backupHosts @15 :List(List(UInt32));  # shard replicas: by shard id, the hosts of its backups
                                # in chain order (backup i on element i - 1); empty: none
+  run @16 :UInt32;             # the job's run (the scheduler's generation) this start belongs
+                               # to: a node that holds parts of another run of the job (it was
+                               # taken for dead, and they went on) stops them first
 
   struct Peer {
     host @0 :UInt32;

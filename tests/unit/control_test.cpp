@@ -64,6 +64,7 @@ start_job full_start_job() {
   s.peers = {{1, "tcp://10.0.0.1:1", "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID"},
              {2, "tcp://10.0.0.2:2"},
              {3, ""}};
+  s.run = 0xfeed'0007;
   return s;
 }
 
@@ -165,6 +166,7 @@ void expect_same(const start_job& a, const start_job& b) {
   EXPECT_EQ(a.added_shards, b.added_shards);
   EXPECT_EQ(a.added_workers, b.added_workers);
   EXPECT_EQ(a.start, b.start);
+  EXPECT_EQ(a.run, b.run);
 }
 
 void expect_same(const std::optional<error>& a, const std::optional<error>& b) {

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 namespace coach::scheduler {
 namespace {
@@ -473,6 +474,11 @@ TEST_F(registry, a_lost_node_with_only_workers_costs_them_a_node_with_a_shard_a_
   EXPECT_EQ(job.status.workers, 1u);
   EXPECT_TRUE(job.status.worker_nodes[rank].ends_with(" (lost)"));
   EXPECT_EQ(store->job(id)->workers, 1);
+  // Taken for dead, the worker's node may only have been frozen: when it comes back it is told
+  // to stop the job's parts it kept (once; an unrelated node has none to stop).
+  EXPECT_EQ(reg.came_back(worker_host), std::set<std::uint64_t>{id});
+  EXPECT_TRUE(reg.came_back(worker_host).empty()) << "taken out";
+  EXPECT_TRUE(reg.came_back(shard_host).empty()) << "not lost";
 
   // Three epochs, a checkpoint after the third (kept here: a minute has not passed), 12 s more
   // of training, then the shard's node is lost: the job restarts from the checkpoint.
