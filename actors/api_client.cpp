@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <thread>
+#include <utility>
 
 #include "actors/address.hpp"
 #include "actors/zmq_transport.hpp"
@@ -58,10 +59,12 @@ api_client::~api_client() {
   if (impl_) impl_->net.reset();
 }
 
-result<void> api_client::reach(std::chrono::milliseconds within) {
+result<void> api_client::reach(std::chrono::milliseconds within, std::function<void()> slow,
+                               std::chrono::milliseconds slow_after) {
   auto& m = *impl_;
   if (!m.net) return std::unexpected(error{errc::not_authorized, m.refused});
-  const auto deadline = std::chrono::steady_clock::now() + within;
+  const auto began = std::chrono::steady_clock::now();
+  const auto deadline = began + within;
   m.net->connect(0);
   for (;;) {
     if (auto why = m.net->refusal_of(0); !why.empty())
@@ -73,9 +76,11 @@ result<void> api_client::reach(std::chrono::milliseconds within) {
                   "no answer from {}: connection refused (nothing listens there: is the "
                   "scheduler's coach-node running?)",
                   m.address);
-    if (std::chrono::steady_clock::now() >= deadline)
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline)
       return fail(errc::io_error, "no answer from {}: no connection within {} s", m.address,
                   std::chrono::duration<double>(within).count());
+    if (slow && now - began >= slow_after) std::exchange(slow, nullptr)();
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }

@@ -6,6 +6,7 @@
 #include <caf/actor_system.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -30,7 +31,11 @@ class api_client {
   /// refuses this client's key. For a user's command: the scheduler is not waited for. After a
   /// refusal the client's connection is closed (no reconnection: one attempt, one refusal
   /// counted at the node) and reach and call fail with the same reason.
-  result<void> reach(std::chrono::milliseconds within = std::chrono::seconds(2));
+  /// `slow` (if set) is called once when the connection has taken `slow_after` without an
+  /// answer (a scheduler's host under load, a filtered network): to say what the wait is for.
+  result<void> reach(std::chrono::milliseconds within = std::chrono::seconds(2),
+                     std::function<void()> slow = {},
+                     std::chrono::milliseconds slow_after = std::chrono::seconds(2));
 
   /// Sends `req` and waits up to `timeout` for the reply. Errors: io_error naming the address
   /// when no reply came in time (nothing listens there, or it is not a scheduler);

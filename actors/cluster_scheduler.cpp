@@ -40,6 +40,9 @@ using job_entry = sched::registered_job;
 
 // (decide_atom): ask the policy now.
 using decide_atom = caf::atom_constant<caf::atom("decide")>;
+// (expire_atom, as_of): the nodes silent past the timeout as of then, with every message that
+// came before read, are dead.
+using expire_atom = caf::atom_constant<caf::atom("expire")>;
 // (cancel_due_atom, job, generation): the run cancelled then must have ended by now.
 using cancel_due_atom = caf::atom_constant<caf::atom("canceldue")>;
 
@@ -365,7 +368,16 @@ struct scheduler_state {
     // taken for dead: their parts died with them.
     if (steady.now() - born > nodes.timeout() && reg->forget_unseen()) poke();
     resend_stops();
-    for (const auto host : nodes.expire()) lost(host, "stopped heartbeating");
+    // A node silent past the timeout is judged once every message that came before now is
+    // read: under a burst of job API requests its heartbeats may wait in the mailbox behind
+    // them (and the scheduler's own node's among them).
+    if (const auto as_of = nodes.check())
+      self->send(self, expire_atom::value, sched::to_seconds(*as_of));
+  }
+
+  void expire_nodes(double as_of) {
+    for (const auto host : nodes.expire_as_of(sched::at_seconds(as_of)))
+      lost(host, "stopped heartbeating");
   }
 
   /// A node's process is gone (the transport saw its connection close and its address refuse a
@@ -613,6 +625,7 @@ caf::behavior cluster_scheduler(caf::stateful_actor<scheduler_state>* self,
         return self->state.dashboard_action(action, arg);
       },
       [self](peer_gone_atom, std::uint32_t host) { self->state.on_peer_gone(host); },
+      [self](expire_atom, double as_of) { self->state.expire_nodes(as_of); },
       [self](cancel_due_atom, std::uint64_t id, std::uint32_t gen) {
         auto& s = self->state;
         auto* job = s.reg->current(id, gen);

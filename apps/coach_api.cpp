@@ -285,7 +285,15 @@ int reach_scheduler(std::string& at) {
   if (auto ok = actors::resolve_address(*address); !ok) return report_error(ok.error());
   auto client = actors::api_client::open(*address, g_security);
   if (!client) return report_error(client.error());
-  if (auto ok = (*client)->reach(std::chrono::seconds(2)); !ok) return report_error(ok.error());
+  // A scheduler's host under load (hundreds of clients at once) may take seconds to complete a
+  // connection's handshake: waited for, said after 2 s on a terminal.
+  auto slow = [&] {
+    if (::isatty(STDERR_FILENO))
+      std::fprintf(stderr, "coach: waiting for a connection to %s (a busy scheduler host?)...\n",
+                   address->c_str());
+  };
+  if (auto ok = (*client)->reach(std::chrono::seconds(20), slow); !ok)
+    return report_error(ok.error());
   g_client = std::move(*client);
   g_client_at = *address;
   at = std::move(*address);

@@ -3,7 +3,8 @@
 # across a killed and restarted scheduler (docs/load.md).
 #
 #   bench/submit_load.sh [--jobs N] [--bin-dir DIR] [--nodes K] [--cpus C] [--deadline S]
-#                        [--phase 1|2|both] [--kill-after A] [--down S] [--keep]
+#                        [--phase 1|2|both|load] [--kill-after A] [--down S] [--keep]
+#                        [--heartbeat H] [--node-timeout T] [--status-loops L] [--load-for S]
 #
 # The cluster: a scheduler coach-node with a job store in a temporary directory and K more
 # nodes (default 2) joining it, all on 127.0.0.1, authenticated with one key from
@@ -21,6 +22,13 @@
 # counted); no id of phase 1 or 2 may be given twice. Jobs in the store that no submit printed
 # (stored, then the scheduler died before its answer left) are counted and must end too.
 #
+# Phase load (issue 37, item 2; not part of both): N submits released together while L loops
+# (default 50) run `coach status --json` back to back for S seconds (default 60). Checks: every
+# submit exits 0 with an id, every job ends succeeded, no node is declared dead ("stopped
+# heartbeating" in the scheduler's log: every node is alive throughout), and `coach status`
+# answers with p99 under 2 s. --heartbeat and --node-timeout are passed to every node (default
+# 0.25 s and coach-node's 5 s).
+#
 # --bin-dir: where `coach` and `coach-node` are (default: build/apps of this tree). --cpus: the
 # CPUs each node advertises (default: the host's). --keep: keep the work directory (it is kept
 # anyway when a check fails). Exit code 0 when every check passes, 1 when one fails, 2 on bad
@@ -37,6 +45,10 @@ phase=both
 kill_after=""
 down=1
 keep=0
+heartbeat=0.25
+node_timeout=""
+status_loops=50
+load_for=60
 while [ $# -gt 0 ]; do
   case $1 in
     --jobs) jobs=$2; shift 2 ;;
@@ -48,6 +60,10 @@ while [ $# -gt 0 ]; do
     --kill-after) kill_after=$2; shift 2 ;;
     --down) down=$2; shift 2 ;;
     --keep) keep=1; shift ;;
+    --heartbeat) heartbeat=$2; shift 2 ;;
+    --node-timeout) node_timeout=$2; shift 2 ;;
+    --status-loops) status_loops=$2; shift 2 ;;
+    --load-for) load_for=$2; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "submit_load: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -58,8 +74,12 @@ names=(b c d e f g h i j k l m n o p q r s t u v w x y z)
 [[ $joiners =~ ^[0-9]+$ && $joiners -le ${#names[@]} ]] || usage "--nodes must be in [0, ${#names[@]}]"
 [[ -z $cpus || $cpus =~ ^[1-9][0-9]*$ ]] || usage "--cpus must be >= 1"
 [[ $deadline =~ ^[1-9][0-9]*$ ]] || usage "--deadline must be whole seconds >= 1"
-[[ $phase =~ ^(1|2|both)$ ]] || usage "--phase must be 1, 2 or both"
+[[ $phase =~ ^(1|2|both|load)$ ]] || usage "--phase must be 1, 2, both or load"
 [[ $down =~ ^[0-9]+(\.[0-9]+)?$ ]] || usage "--down must be seconds >= 0"
+[[ $heartbeat =~ ^[0-9]+(\.[0-9]+)?$ ]] || usage "--heartbeat must be seconds"
+[[ -z $node_timeout || $node_timeout =~ ^[0-9]+(\.[0-9]+)?$ ]] || usage "--node-timeout must be seconds"
+[[ $status_loops =~ ^[0-9]+$ ]] || usage "--status-loops must be >= 0"
+[[ $load_for =~ ^[1-9][0-9]*$ ]] || usage "--load-for must be whole seconds >= 1"
 [ -n "$kill_after" ] || kill_after=$(((jobs + 1) / 2))
 [[ $kill_after =~ ^[0-9]+$ && $kill_after -le $jobs ]] || usage "--kill-after must be in [0, --jobs]"
 for p in coach coach-node; do
@@ -112,6 +132,8 @@ at=tcp://127.0.0.1:$(free_port)
 store=$tmp/jobs.db
 cpu_args=()
 [ -z "$cpus" ] || cpu_args=(--cpus "$cpus")
+timing_args=(--heartbeat "$heartbeat")
+[ -z "$node_timeout" ] || timing_args+=(--node-timeout "$node_timeout")
 coach() { "$bin/coach" "$@"; }
 
 # The scheduler node; its log gets one file per start. --exit-with-parent: none outlives this
@@ -120,7 +142,7 @@ sched_starts=0
 start_scheduler() {
   sched_starts=$((sched_starts + 1))
   "$bin/coach-node" --exit-with-parent --listen "$at" --scheduler --store "$store" --name a \
-    --heartbeat 0.25 "${cpu_args[@]}" >"$tmp/node-a.$sched_starts.log" 2>&1 &
+    "${timing_args[@]}" "${cpu_args[@]}" >"$tmp/node-a.$sched_starts.log" 2>&1 &
   sched_pid=$!
 }
 
@@ -150,7 +172,7 @@ start_scheduler
 for i in $(seq "$joiners"); do
   name=${names[$((i - 1))]}
   "$bin/coach-node" --exit-with-parent --listen "tcp://127.0.0.1:$(free_port)" --join "$at" \
-    --name "$name" --heartbeat 0.25 "${cpu_args[@]}" >"$tmp/node-$name.log" 2>&1 &
+    --name "$name" --heartbeat "$heartbeat" "${cpu_args[@]}" >"$tmp/node-$name.log" 2>&1 &
   node_pids+=($!)
 done
 await_alive $((joiners + 1)) || { check "the cluster did not start"; exit 1; }
@@ -439,10 +461,76 @@ EOF
   summary+=("phase 2: final states (printed ids and unanswered ones): $last_states; all final ${final_at:-never} s after the release")
 }
 
+# --- phase load ---------------------------------------------------------------------------
+
+# One `coach status --json` loop: until the file STOP exists, one call after the other, each
+# call's "EXIT SECONDS" appended to OUT.
+status_loop() {
+  local out=$1 stop=$2 t0 rc
+  while [ ! -e "$stop" ]; do
+    t0=$EPOCHREALTIME
+    rc=0
+    "$bin/coach" status --json --at "$at" >/dev/null 2>>"$out.err" || rc=$?
+    echo "$rc $(python3 -c "print(f'{$EPOCHREALTIME - $t0:.3f}')")" >>"$out"
+  done
+}
+
+run_load() {
+  local dir=$tmp/load
+  mkdir -p "$dir/status"
+  say "phase load: $jobs submits at once and $status_loops status loops for $load_for s (heartbeat $heartbeat s, node timeout ${node_timeout:-5} s)"
+  prepare_submits "$dir" "$jobs"
+  local loop_pids=() i
+  for i in $(seq "$status_loops"); do
+    status_loop "$dir/status/$i" "$dir/stop" &
+    loop_pids+=($!)
+  done
+  release_submits
+  local stop_at=$((SECONDS + load_for))
+  wait_submits
+  local answered_s
+  answered_s=$(python3 -c "print(f'{$EPOCHREALTIME - $go_at:.1f}')")
+  while [ "$SECONDS" -lt "$stop_at" ]; do sleep 0.5; done
+  : >"$dir/stop"
+  for i in "${loop_pids[@]}"; do wait "$i" || true; done
+  local ok failed distinct bad
+  read -r ok failed distinct bad < <(collect "$dir" "$jobs")
+  read -r _ l_min l_med l_p95 l_max <"$dir/latency"
+  [ "$ok" -eq "$jobs" ] || check "load: $failed submit(s) failed: $(sort "$dir/errors" | uniq -c | head -5)"
+  [ "$distinct" -eq "$ok" ] || check "load: duplicate ids"
+  cat "$dir/ids" >>"$all_ids"
+  local st
+  st=$(cat "$dir"/status/[0-9]* 2>/dev/null | python3 -c '
+import sys
+rows = [l.split() for l in sys.stdin if l.strip()]
+lat = sorted(float(t) for rc, t in rows)
+bad = sum(1 for rc, t in rows if rc != "0")
+q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] if lat else float("nan")
+mx = lat[-1] if lat else float("nan")
+print(len(lat), bad, f"{q(0.5):.2f}", f"{q(0.99):.2f}", f"{mx:.2f}")')
+  local calls st_bad p50 p99 pmax
+  read -r calls st_bad p50 p99 pmax <<<"$st"
+  say "phase load: $ok of $jobs submits exited 0 ($failed failed), last answered $answered_s s after the release; status: $calls calls, $st_bad failed, p50 $p50 s, p99 $p99 s, max $pmax s"
+  [ "$st_bad" -eq 0 ] || check "load: $st_bad status call(s) failed: $(sort "$dir"/status/*.err | uniq -c | head -3)"
+  python3 -c "import sys; sys.exit(0 if float('$p99') < 2 else 1)" || check "load: status p99 $p99 s (not under 2 s)"
+  local final_ok=1
+  await_final "load" "$dir/ids" "$go_at" || final_ok=0
+  [ "$final_ok" -eq 1 ] || check "load: not every job final after $deadline s: $last_states"
+  [[ $last_states =~ ^succeeded=$jobs\  ]] || check "load: not every job succeeded: $last_states"
+  local dead
+  dead=$(grep -c "stopped heartbeating" "$tmp/node-a.$sched_starts.log" || true)
+  [ "$dead" -eq 0 ] || check "load: $dead node(s) declared dead: $(grep "stopped heartbeating" "$tmp/node-a.$sched_starts.log" | head -3)"
+  summary+=("load: $jobs submits + $status_loops status loops for $load_for s; heartbeat $heartbeat s, node timeout ${node_timeout:-5} s")
+  summary+=("load: $ok submits exited 0 with an id, $failed failed; the last answered $answered_s s after the release (per submit: median $l_med s, p95 $l_p95 s, max $l_max s)")
+  summary+=("load: coach status: $calls calls, $st_bad failed, p50 $p50 s, p99 $p99 s, max $pmax s")
+  summary+=("load: nodes declared dead: $dead; final states: $last_states; all final ${final_at:-never} s after the release")
+}
+
 case $phase in
   1) run_phase1 ;;
   2) run_phase2 ;;
   both) run_phase1; run_phase2 ;;
+  load) run_load ;;
 esac
 
 distinct_all=$(sort -n "$all_ids" | uniq | wc -l)

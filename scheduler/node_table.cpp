@@ -21,6 +21,11 @@ heard node_table::heartbeat(node_report report) {
 }
 
 std::vector<std::uint32_t> node_table::expire() {
+  const auto as_of = check();
+  return as_of ? expire_as_of(*as_of) : std::vector<std::uint32_t>{};
+}
+
+std::optional<time_point> node_table::check() {
   const auto now = clock_.now();
   // A call on time comes one check period after the previous; one later than two periods means
   // the owner was busy, and what lies beyond the period it could not have heard.
@@ -30,9 +35,15 @@ std::vector<std::uint32_t> node_table::expire() {
       if (n.alive) n.seen = std::min(now, n.seen + deaf);
   }
   last_expire_ = now;
+  for (const auto& [host, n] : nodes_)
+    if (n.alive && now - n.seen > timeout_) return now;
+  return std::nullopt;
+}
+
+std::vector<std::uint32_t> node_table::expire_as_of(time_point as_of) {
   std::vector<std::uint32_t> out;
   for (auto& [host, n] : nodes_) {
-    if (!n.alive || now - n.seen <= timeout_) continue;
+    if (!n.alive || as_of - n.seen <= timeout_) continue;
     n.alive = false;
     out.push_back(host);
   }

@@ -70,6 +70,14 @@ class node_table {
   /// timer late, and heartbeats waited in its mailbox), every live node's silence is shortened
   /// by the gap less one period.
   std::vector<std::uint32_t> expire();
+  /// expire() in two steps, for an owner whose mailbox may hold heartbeats it has not read
+  /// (a scheduler busy with the job API): check() applies the busy-owner correction and returns
+  /// the time to judge silence by (now) when some live node has been silent for longer than the
+  /// timeout, nullopt when none has; the owner reads what its mailbox holds, then calls
+  /// expire_as_of with that time, which marks dead only the nodes still silent for longer than
+  /// the timeout as of it (a heartbeat read in between keeps its node alive).
+  std::optional<time_point> check();
+  std::vector<std::uint32_t> expire_as_of(time_point as_of);
 
   /// Marks a live node dead now, without waiting for the timeout: its process is known to be
   /// gone (its connections closed). True when it was alive (the owner handles the loss, as for

@@ -83,6 +83,28 @@ TEST(node_table, silence_while_the_owner_was_stalled_does_not_count_against_node
   EXPECT_TRUE(t.usable(1));
 }
 
+TEST(node_table, a_heartbeat_read_after_the_check_keeps_its_node_alive) {
+  // The scheduler checks at T, then reads what its mailbox held (a burst of job API requests
+  // with a heartbeat behind them) before it judges: the node whose heartbeat came is alive.
+  manual_clock clock;
+  node_table t(clock, seconds(2));
+  t.heartbeat(report(1, "a"));
+  t.heartbeat(report(2, "b"));
+  for (int i = 0; i < 5; ++i) {  // checks on time: 2.5 s of silence from both
+    clock.advance(seconds(0.5));
+    if (i < 4) EXPECT_FALSE(t.check());
+  }
+  const auto as_of = t.check();
+  ASSERT_TRUE(as_of) << "both silent past the timeout";
+  EXPECT_EQ(*as_of, clock.now());
+  clock.advance(seconds(1.5));  // the backlog, read: a's heartbeat was in it
+  t.heartbeat(report(1, "a"));
+  EXPECT_EQ(t.expire_as_of(*as_of), (std::vector<std::uint32_t>{2}));
+  EXPECT_TRUE(t.usable(1));
+  EXPECT_FALSE(t.usable(2));
+  EXPECT_TRUE(t.expire_as_of(*as_of).empty()) << "reported once";
+}
+
 TEST(node_table, a_short_timeout_expires_a_dead_node_on_time) {
   // --node-timeout 1 once never expired a dead node: each check 0.5 s late counted as a stall
   // and pushed every node's last heartbeat forward.
