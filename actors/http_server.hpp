@@ -1,11 +1,15 @@
 #pragma once
-// actors::http_server: a small HTTP server (cpp-httplib, Debian libcpp-httplib-dev) for a
-// coach-node's /metrics and, on the scheduler's node, the dashboard. GET routes, and POST routes
-// for the dashboard's actions (post_refusal guards them); each route is a function that returns
-// the body and its content type, or an error status.
+// actors::http_server: a small HTTP/1.1 server for a coach-node's /metrics and, on the
+// scheduler's node, the dashboard. GET (and HEAD) routes, and POST routes for the dashboard's
+// actions (post_refusal guards them); each route is a function that returns the body and its
+// content type, or an error status. Every answer closes its connection.
 //
-// Threads: the server accepts on a thread of its own and runs handlers on its pool (a handful
-// of threads): handlers must be thread-safe. The destructor stops the server and joins.
+// Bounded against hostile clients (issue 37, item 10; docs/hostile-input.md): one thread reads
+// every connection (epoll) until its request is whole, so slow or idle connections hold no
+// handler; a request must be whole within 5 s (else 408) and within http_limits (else 413, 414,
+// 431); at most 256 connections are open, the oldest dropped for a new one; at most 64 whole
+// requests wait for the 2 handler threads (else 503). Handlers must be thread-safe. The
+// destructor stops the server and joins its threads.
 
 #include <functional>
 #include <map>
