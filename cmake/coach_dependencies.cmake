@@ -22,7 +22,8 @@ find_package(cppzmq CONFIG REQUIRED)
 # Logs: Debian libspdlog-dev (built against Debian's libfmt).
 find_package(spdlog CONFIG REQUIRED)
 
-# HTTP (/metrics, the dashboard): Debian libcpp-httplib-dev is a compiled library built with
-# OpenSSL, zlib and Brotli support; its pkg-config file carries the matching definitions.
+# HTTP client of the tests (/metrics, the dashboard; the server is actors/http_server.cpp):
+# Debian libcpp-httplib-dev is a compiled library built with OpenSSL, zlib and Brotli support;
+# its pkg-config file carries the matching definitions.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET GLOBAL cpp-httplib)
