@@ -70,6 +70,9 @@ registered_job& job_registry::resume(job_record rec) {
     }
   }
   st.epochs_done = std::uint32_t(rec.epochs_done);
+  st.recoveries_lost_s = rec.recoveries_lost_s;
+  st.failovers = std::uint32_t(std::max(rec.failovers, 0));
+  st.resumes = std::uint32_t(std::max(rec.resumes, 0));
   st.state = rec.state == job_state::running || rec.state == job_state::suspended
                  ? job_state::queued
                  : rec.state;
@@ -473,7 +476,10 @@ std::uint32_t job_registry::begin_run(registered_job& job, std::span<const std::
   st.shard_nodes.clear();
   for (auto h : workers) st.worker_nodes.push_back(nodes_.name(h));
   for (auto h : shards) st.shard_nodes.push_back(nodes_.name(h));
-  if (resumed) ++st.resumes;
+  if (resumed) {
+    ++st.resumes;
+    record_history(job);
+  }
   job.state = job_state::running;
   job.state_since = job.started = now();
   logged(store_->set_state(
@@ -771,6 +777,7 @@ bool job_registry::fail_over(registered_job& job, std::uint32_t host, node_loss&
     if (k < job.status.shard_nodes.size()) job.status.shard_nodes[k] = nodes_.name(h);
     ++job.status.failovers;
   }
+  if (!loss.heads.empty()) record_history(job);
   return true;
 }
 
@@ -791,6 +798,7 @@ std::vector<node_loss> job_registry::lose_node(std::uint32_t host) {
       // nodes left. The work since the checkpoint (or since this run began from it) is lost.
       const double from = std::max(job.started, job.checkpoint ? job.checkpoint_at : 0.0);
       job.status.recoveries_lost_s.push_back(std::max(0.0, now() - from));
+      record_history(job);
       loss.stop_hosts = job.hosts;
       loss.stop_hosts.erase(host);
       stop_to_resume(job, loss.stop_hosts,
@@ -855,6 +863,12 @@ std::vector<std::pair<std::uint64_t, std::vector<std::uint32_t>>> job_registry::
 }
 
 // --- what coach status shows --------------------------------------------------------------------
+
+void job_registry::record_history(const registered_job& job) {
+  const auto& st = job.status;
+  logged(store_->set_history(st.job, st.recoveries_lost_s, int(st.failovers), int(st.resumes)),
+         "cannot record a job's history");
+}
 
 void job_registry::record_allocation(const registered_job& job) {
   const auto w = job.alloc.worker_hosts();

@@ -324,6 +324,8 @@ class job_registry {
   void note_epoch(registered_job& job, std::string line);
   const std::shared_ptr<job_store>& store() const noexcept { return store_; }
   /// Writes the job's allocation to the store.
+  /// Writes the job's recoveries, failovers and resumes to the store (job_store::set_history).
+  void record_history(const registered_job& job);
   void record_allocation(const registered_job& job);
 
  private:

@@ -16,7 +16,7 @@ namespace {
 
 /// The schema this build reads and writes; a store with another version is refused rather than
 /// misread. docs/scheduler.md explains each table.
-constexpr std::string_view schema_version = "2";
+constexpr std::string_view schema_version = "3";
 constexpr const char* schema_sql = R"sql(
 CREATE TABLE IF NOT EXISTS meta (
   key   TEXT PRIMARY KEY,
@@ -45,7 +45,10 @@ CREATE TABLE IF NOT EXISTS jobs (
   worker_nodes      TEXT NOT NULL,
   shard_nodes       TEXT NOT NULL,
   epochs_done       INTEGER NOT NULL,
-  message           TEXT NOT NULL);
+  message           TEXT NOT NULL,
+  recoveries        TEXT NOT NULL DEFAULT '',
+  failovers         INTEGER NOT NULL DEFAULT 0,
+  resumes           INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS job_states (
   job     INTEGER NOT NULL REFERENCES jobs(id),
   at      REAL NOT NULL,
@@ -95,6 +98,14 @@ ALTER TABLE checkpoints ADD COLUMN updates INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE checkpoints ADD COLUMN samples_applied INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE checkpoints ADD COLUMN state_a BLOB;
 ALTER TABLE checkpoints ADD COLUMN state_b BLOB;
+)sql";
+
+/// Schema 2 to 3: a job keeps its history (the seconds lost by each recovery, its failovers and
+/// resumes), which coach status shows after a scheduler restart too.
+constexpr const char* upgrade_2_sql = R"sql(
+ALTER TABLE jobs ADD COLUMN recoveries TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN failovers INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0;
 )sql";
 
 /// A prepared statement, finalized on destruction. Bind indices are 1-based, columns 0-based.
@@ -189,10 +200,37 @@ std::optional<std::vector<std::uint32_t>> decode_nodes(std::string_view text) {
   return out;
 }
 
+/// Seconds as "1.5,0.25" (shortest round-trip form: read back exactly).
+std::string encode_seconds(std::span<const double> seconds) {
+  std::string out;
+  for (std::size_t i = 0; i < seconds.size(); ++i) {
+    if (i) out += ',';
+    char buf[32];
+    const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, seconds[i]);
+    out.append(buf, end);
+  }
+  return out;
+}
+
+std::optional<std::vector<double>> decode_seconds(std::string_view text) {
+  std::vector<double> out;
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    double v = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc{} || end != item.data() + item.size()) return std::nullopt;
+    out.push_back(v);
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+  }
+  return out;
+}
+
 constexpr const char* job_columns =
     "id, name, model, spec, source_name, base_dir, submitted, elastic, min_workers, max_workers, "
     "requested_workers, min_shards, max_shards, requested_shards, gpus_per_worker, epochs_total, "
-    "state, state_since, workers, shards, worker_nodes, shard_nodes, epochs_done, message";
+    "state, state_since, workers, shards, worker_nodes, shard_nodes, epochs_done, message, "
+    "recoveries, failovers, resumes";
 
 /// BEGIN IMMEDIATE ... COMMIT, rolled back unless commit() succeeds.
 class transaction {
@@ -256,6 +294,13 @@ result<job_record> read_job(const statement& s, const std::string& path) {
   j.shard_nodes = std::move(*sn);
   j.epochs_done = int(s.integer(22));
   j.message = s.text(23);
+  auto lost = decode_seconds(s.text(24));
+  if (!lost)
+    return fail(errc::parse_error, "job store '{}': job {} has a malformed recovery list", path,
+                j.id);
+  j.recoveries_lost_s = std::move(*lost);
+  j.failovers = int(s.integer(25));
+  j.resumes = int(s.integer(26));
   return j;
 }
 
@@ -296,9 +341,12 @@ result<job_store> job_store::open(const std::string& path) {
   if (!*version) {
     if (auto set = store.set_setting("schema", schema_version); !set)
       return std::unexpected(set.error());
-  } else if (**version == "1") {
-    if (sqlite3_exec(db, upgrade_1_sql, nullptr, nullptr, nullptr) != SQLITE_OK)
+  } else if (**version == "1" || **version == "2") {
+    if (**version == "1" && sqlite3_exec(db, upgrade_1_sql, nullptr, nullptr, nullptr) != SQLITE_OK)
       return sql_error(db, path, "cannot upgrade its schema from version 1");
+    if (sqlite3_exec(db, upgrade_2_sql, nullptr, nullptr, nullptr) != SQLITE_OK)
+      return sql_error(db, path,
+                       coach::format("cannot upgrade its schema from version {}", **version));
     if (auto set = store.set_setting("schema", schema_version); !set)
       return std::unexpected(set.error());
   } else if (**version != schema_version) {
@@ -351,7 +399,7 @@ result<std::uint64_t> job_store::add_job(const job_record& job, std::uint64_t to
   }
   const std::string sql = coach::format(
       "INSERT INTO jobs ({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-      "?, ?, ?, ?)",
+      "?, ?, ?, ?, ?, ?, ?)",
       job_columns);
   statement ins(db_, sql.c_str());
   ins.bind(1, id)
@@ -377,7 +425,10 @@ result<std::uint64_t> job_store::add_job(const job_record& job, std::uint64_t to
       .bind(21, std::string_view(encode_nodes(job.worker_nodes)))
       .bind(22, std::string_view(encode_nodes(job.shard_nodes)))
       .bind(23, job.epochs_done)
-      .bind(24, std::string_view(job.message));
+      .bind(24, std::string_view(job.message))
+      .bind(25, std::string_view(encode_seconds(job.recoveries_lost_s)))
+      .bind(26, job.failovers)
+      .bind(27, job.resumes);
   if (ins.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot add a job");
   statement st(db_, "INSERT INTO job_states (job, at, state, message) VALUES (?, ?, ?, ?)");
   st.bind(1, id)
@@ -418,6 +469,17 @@ result<void> job_store::set_state(std::uint64_t job, job_state state, double at,
   st.bind(1, job).bind(2, at).bind(3, to_string(state)).bind(4, message);
   if (st.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot add a state");
   if (!tx.commit()) return sql_error(db_, path_, "cannot commit");
+  return {};
+}
+
+result<void> job_store::set_history(std::uint64_t job, std::span<const double> recoveries_lost_s,
+                                    int failovers, int resumes) {
+  statement up(db_, "UPDATE jobs SET recoveries = ?, failovers = ?, resumes = ? WHERE id = ?");
+  const std::string lost = encode_seconds(recoveries_lost_s);
+  up.bind(1, std::string_view(lost)).bind(2, failovers).bind(3, resumes).bind(4, job);
+  if (up.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot record a job's history");
+  if (sqlite3_changes(db_) == 0)
+    return fail(errc::not_found, "job store '{}': no job {}", path_, job);
   return {};
 }
 

@@ -51,6 +51,10 @@ struct job_record {
   std::vector<std::uint32_t> shard_nodes;   ///< by shard id
   int epochs_done = 0;
   std::string message;  ///< why it failed or was cancelled; empty otherwise
+  // Its history (set_history): the seconds of work each recovery lost, shard failovers, resumes.
+  std::vector<double> recoveries_lost_s;
+  int failovers = 0;
+  int resumes = 0;
   friend bool operator==(const job_record&, const job_record&) = default;
 };
 
@@ -123,6 +127,10 @@ class job_store {
   result<void> set_state(std::uint64_t job, job_state state, double at,
                          std::string_view message = {});
   /// Changes a job's allocation and appends it to the history. Errors: not_found.
+  /// The job's history as it stands: the seconds of work each recovery from a lost node lost,
+  /// its shard failovers and its resumes (shown by coach status after a restart too).
+  result<void> set_history(std::uint64_t job, std::span<const double> recoveries_lost_s,
+                           int failovers, int resumes);
   result<void> set_allocation(std::uint64_t job, double at, int workers, int shards,
                               std::span<const std::uint32_t> worker_nodes,
                               std::span<const std::uint32_t> shard_nodes);

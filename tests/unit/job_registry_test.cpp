@@ -571,6 +571,11 @@ TEST_F(registry, with_replicas_a_lost_primary_is_taken_over_and_a_lost_last_copy
   ASSERT_EQ(loss.size(), 1u);
   EXPECT_TRUE(loss[0].recovers);
   EXPECT_EQ(job.state, job_state::suspended);
+  // Its history is in the store: a restarted scheduler shows the failover and the recovery.
+  auto again = make();
+  ASSERT_TRUE(again.load());
+  EXPECT_EQ(again.find(id)->status.failovers, 1u);
+  EXPECT_EQ(again.find(id)->status.recoveries_lost_s, job.status.recoveries_lost_s);
 }
 
 TEST_F(registry, a_shard_added_to_a_replicated_job_gets_a_backup_that_takes_over) {

@@ -282,14 +282,14 @@ TEST(job_store, bad_paths_and_foreign_files_are_errors) {
   ASSERT_TRUE(job_store::open(newer));
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(newer.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = '3' WHERE key = 'schema'", nullptr, nullptr,
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = '4' WHERE key = 'schema'", nullptr, nullptr,
                          nullptr),
             SQLITE_OK);
   sqlite3_close(db);
   auto refused = job_store::open(newer);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, errc::unsupported);
-  EXPECT_TRUE(has(refused.error().message, "schema version 3; this build reads 2"));
+  EXPECT_TRUE(has(refused.error().message, "schema version 4; this build reads 3"));
 }
 
 // Issue 37: a zero-length store file opened as a new, empty store (every job forgotten).
@@ -342,19 +342,66 @@ TEST(job_store, a_store_of_schema_1_is_upgraded_and_its_checkpoint_read_without_
     ASSERT_EQ(sqlite3_exec(db, ("ALTER TABLE checkpoints DROP COLUMN " + std::string(col)).c_str(),
                            nullptr, nullptr, nullptr),
               SQLITE_OK);
+  for (const char* col : {"recoveries", "failovers", "resumes"})  // schema 3's
+    ASSERT_EQ(sqlite3_exec(db, ("ALTER TABLE jobs DROP COLUMN " + std::string(col)).c_str(),
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = '1' WHERE key = 'schema'", nullptr, nullptr,
                          nullptr),
             SQLITE_OK);
   sqlite3_close(db);
   auto store = job_store::open(path);
   ASSERT_TRUE(store) << store.error().message;
-  EXPECT_EQ(**store->setting("schema"), "2");
+  EXPECT_EQ(**store->setting("schema"), "3");
+  EXPECT_EQ(store->job(id)->resumes, 0);
   auto c = store->checkpoint(id);
   ASSERT_TRUE(c && *c) << (c ? "none" : c.error().message);
   EXPECT_EQ((*c)->epoch, 4u);
   EXPECT_EQ((*c)->state.values, (std::vector<float>{1.f, 2.f, 3.f}));
   EXPECT_EQ((*c)->state.version, 0);
   EXPECT_TRUE((*c)->state.state_a.empty());
+}
+
+TEST(job_store, a_jobs_history_survives_a_reopen_and_a_store_of_schema_2_is_upgraded) {
+  // Issue 37: after a scheduler restart, ended jobs showed 0 recoveries, failovers and resumes.
+  temp_dir dir;
+  const std::string path = dir.file("history.db");
+  std::uint64_t id = 0, old_id = 0;
+  {
+    auto store = job_store::open(path);
+    ASSERT_TRUE(store) << store.error().message;
+    id = *store->add_job(sample_job("a", "m"));
+    old_id = *store->add_job(sample_job("b", "m"));
+    const std::vector<double> lost{12.5, 0.1 + 0.2};
+    ASSERT_TRUE(store->set_history(id, lost, 2, 3));
+    EXPECT_EQ(store->set_history(99, lost, 0, 0).error().code, errc::not_found);
+  }
+  {
+    auto store = job_store::open(path);
+    ASSERT_TRUE(store) << store.error().message;
+    const auto j = store->job(id);
+    ASSERT_TRUE(j) << j.error().message;
+    EXPECT_EQ(j->recoveries_lost_s, (std::vector<double>{12.5, 0.1 + 0.2})) << "bit for bit";
+    EXPECT_EQ(j->failovers, 2);
+    EXPECT_EQ(j->resumes, 3);
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  for (const char* col : {"recoveries", "failovers", "resumes"})
+    ASSERT_EQ(sqlite3_exec(db, ("ALTER TABLE jobs DROP COLUMN " + std::string(col)).c_str(),
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = '2' WHERE key = 'schema'", nullptr, nullptr,
+                         nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto store = job_store::open(path);
+  ASSERT_TRUE(store) << store.error().message;
+  EXPECT_EQ(**store->setting("schema"), "3");
+  EXPECT_EQ(store->job(old_id)->name, "b");
+  EXPECT_TRUE(store->job(id)->recoveries_lost_s.empty()) << "what schema 2 did not keep";
+  ASSERT_TRUE(store->set_history(id, std::vector<double>{1.0}, 1, 0));
+  EXPECT_EQ(store->job(id)->failovers, 1);
 }
 
 }  // namespace
