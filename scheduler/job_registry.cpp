@@ -70,6 +70,10 @@ registered_job& job_registry::resume(job_record rec) {
     }
   }
   st.epochs_done = std::uint32_t(rec.epochs_done);
+  // Its data set's rows; a store of schema 2 did not keep them: the most an epoch trained.
+  st.samples_epoch = rec.samples_per_epoch;
+  if (st.samples_epoch == 0 && !st.epoch_samples.empty())
+    st.samples_epoch = *std::ranges::max_element(st.epoch_samples);
   st.recoveries_lost_s = rec.recoveries_lost_s;
   st.failovers = std::uint32_t(std::max(rec.failovers, 0));
   st.resumes = std::uint32_t(std::max(rec.resumes, 0));
@@ -215,6 +219,7 @@ result<job_record> job_registry::admit(const job_spec& spec, const submission& s
 
 result<registered_job*> job_registry::add(job_record rec, const job_spec& spec,
                                           std::uint64_t samples_epoch, std::uint64_t token) {
+  rec.samples_per_epoch = samples_epoch;
   auto id = store_->add_job(rec, token);
   if (!id) return std::unexpected(id.error());
   rec.id = *id;

@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -48,7 +49,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   message           TEXT NOT NULL,
   recoveries        TEXT NOT NULL DEFAULT '',
   failovers         INTEGER NOT NULL DEFAULT 0,
-  resumes           INTEGER NOT NULL DEFAULT 0);
+  resumes           INTEGER NOT NULL DEFAULT 0,
+  samples_per_epoch INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS job_states (
   job     INTEGER NOT NULL REFERENCES jobs(id),
   at      REAL NOT NULL,
@@ -101,11 +103,12 @@ ALTER TABLE checkpoints ADD COLUMN state_b BLOB;
 )sql";
 
 /// Schema 2 to 3: a job keeps its history (the seconds lost by each recovery, its failovers and
-/// resumes), which coach status shows after a scheduler restart too.
+/// resumes) and its samples per epoch, which coach status shows after a scheduler restart too.
 constexpr const char* upgrade_2_sql = R"sql(
 ALTER TABLE jobs ADD COLUMN recoveries TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN failovers INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN samples_per_epoch INTEGER NOT NULL DEFAULT 0;
 )sql";
 
 /// A prepared statement, finalized on destruction. Bind indices are 1-based, columns 0-based.
@@ -230,7 +233,7 @@ constexpr const char* job_columns =
     "id, name, model, spec, source_name, base_dir, submitted, elastic, min_workers, max_workers, "
     "requested_workers, min_shards, max_shards, requested_shards, gpus_per_worker, epochs_total, "
     "state, state_since, workers, shards, worker_nodes, shard_nodes, epochs_done, message, "
-    "recoveries, failovers, resumes";
+    "recoveries, failovers, resumes, samples_per_epoch";
 
 /// BEGIN IMMEDIATE ... COMMIT, rolled back unless commit() succeeds.
 class transaction {
@@ -301,6 +304,7 @@ result<job_record> read_job(const statement& s, const std::string& path) {
   j.recoveries_lost_s = std::move(*lost);
   j.failovers = int(s.integer(25));
   j.resumes = int(s.integer(26));
+  j.samples_per_epoch = std::uint64_t(std::max<std::int64_t>(s.integer(27), 0));
   return j;
 }
 
@@ -399,7 +403,7 @@ result<std::uint64_t> job_store::add_job(const job_record& job, std::uint64_t to
   }
   const std::string sql = coach::format(
       "INSERT INTO jobs ({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-      "?, ?, ?, ?, ?, ?, ?)",
+      "?, ?, ?, ?, ?, ?, ?, ?)",
       job_columns);
   statement ins(db_, sql.c_str());
   ins.bind(1, id)
@@ -428,7 +432,8 @@ result<std::uint64_t> job_store::add_job(const job_record& job, std::uint64_t to
       .bind(24, std::string_view(job.message))
       .bind(25, std::string_view(encode_seconds(job.recoveries_lost_s)))
       .bind(26, job.failovers)
-      .bind(27, job.resumes);
+      .bind(27, job.resumes)
+      .bind(28, job.samples_per_epoch);
   if (ins.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot add a job");
   statement st(db_, "INSERT INTO job_states (job, at, state, message) VALUES (?, ?, ?, ?)");
   st.bind(1, id)

@@ -55,6 +55,7 @@ struct job_record {
   std::vector<double> recoveries_lost_s;
   int failovers = 0;
   int resumes = 0;
+  std::uint64_t samples_per_epoch = 0;  ///< its data set's training rows (0: not known)
   friend bool operator==(const job_record&, const job_record&) = default;
 };
 

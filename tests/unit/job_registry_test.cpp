@@ -576,6 +576,8 @@ TEST_F(registry, with_replicas_a_lost_primary_is_taken_over_and_a_lost_last_copy
   ASSERT_TRUE(again.load());
   EXPECT_EQ(again.find(id)->status.failovers, 1u);
   EXPECT_EQ(again.find(id)->status.recoveries_lost_s, job.status.recoveries_lost_s);
+  EXPECT_GT(job.status.samples_epoch, 0u);
+  EXPECT_EQ(again.find(id)->status.samples_epoch, job.status.samples_epoch);
 }
 
 TEST_F(registry, a_shard_added_to_a_replicated_job_gets_a_backup_that_takes_over) {

@@ -62,6 +62,7 @@ job_record sample_job(const std::string& name, const std::string& model) {
   j.requested_shards = 2;
   j.gpus_per_worker = 1;
   j.epochs_total = 3;
+  j.samples_per_epoch = 60000;
   j.state_since = j.submitted;
   return j;
 }
@@ -342,7 +343,7 @@ TEST(job_store, a_store_of_schema_1_is_upgraded_and_its_checkpoint_read_without_
     ASSERT_EQ(sqlite3_exec(db, ("ALTER TABLE checkpoints DROP COLUMN " + std::string(col)).c_str(),
                            nullptr, nullptr, nullptr),
               SQLITE_OK);
-  for (const char* col : {"recoveries", "failovers", "resumes"})  // schema 3's
+  for (const char* col : {"recoveries", "failovers", "resumes", "samples_per_epoch"})  // 3's
     ASSERT_EQ(sqlite3_exec(db, ("ALTER TABLE jobs DROP COLUMN " + std::string(col)).c_str(),
                            nullptr, nullptr, nullptr),
               SQLITE_OK);
@@ -387,7 +388,7 @@ TEST(job_store, a_jobs_history_survives_a_reopen_and_a_store_of_schema_2_is_upgr
   }
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  for (const char* col : {"recoveries", "failovers", "resumes"})
+  for (const char* col : {"recoveries", "failovers", "resumes", "samples_per_epoch"})
     ASSERT_EQ(sqlite3_exec(db, ("ALTER TABLE jobs DROP COLUMN " + std::string(col)).c_str(),
                            nullptr, nullptr, nullptr),
               SQLITE_OK);
