@@ -1,6 +1,7 @@
 #include "actors/curve_keys.hpp"
 
 #include <arpa/inet.h>
+#include <sodium.h>
 #include <sys/stat.h>
 #include <zmq.h>
 
@@ -253,6 +254,21 @@ result<transport_security> load_security(std::string key_file, std::string autho
     s.server_key = std::move(*key);
   }
   return s;
+}
+
+std::string admin_token(const key_pair& keys) {
+  std::array<std::uint8_t, 32> secret{};
+  if (keys.secret_key.size() != 40 || !zmq_z85_decode(secret.data(), keys.secret_key.c_str()))
+    return {};
+  static constexpr std::string_view what = "coach dashboard admin token, version 1";
+  std::array<unsigned char, 32> mac{};
+  crypto_generichash(mac.data(), mac.size(), reinterpret_cast<const unsigned char*>(what.data()),
+                     what.size(), secret.data(), secret.size());
+  sodium_memzero(secret.data(), secret.size());
+  std::string hex(mac.size() * 2 + 1, '\0');
+  sodium_bin2hex(hex.data(), hex.size(), mac.data(), mac.size());
+  hex.pop_back();
+  return hex;
 }
 
 }  // namespace coach::actors

@@ -59,6 +59,12 @@ struct authorized_keys {
 /// Errors: not_found when `dir` is not a directory.
 result<authorized_keys> read_authorized_keys(const std::filesystem::path& dir);
 
+/// The token that admits the dashboard's actions on a node whose key pair is `keys` (issue 37,
+/// item 11): 64 hex digits, a keyed BLAKE2b (libsodium's crypto_generichash) of a fixed text
+/// under the secret key. Whoever holds the key file can make it (`coach dashboard-token`); the
+/// public key tells nothing of it. Empty when the secret key is not Z85 of 32 bytes.
+std::string admin_token(const key_pair& keys);
+
 /// True for an IPv4 address in 127.0.0.0/8, "::1", or an IPv4-mapped loopback address.
 bool is_loopback_address(std::string_view ip) noexcept;
 

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/curve_keys.hpp"
 #include "actors/http_request.hpp"
 
 #include "common/format.hpp"
@@ -157,10 +158,12 @@ struct http_server::impl {
   struct connection {
     clock_type::time_point accepted;
     http_request_reader reader;
+    bool loopback = false;
   };
   struct task {
     int fd;
     http_request req;
+    bool loopback = false;
   };
 
   int listen_fd = -1;
@@ -170,6 +173,7 @@ struct http_server::impl {
   std::string hostname;
   std::map<std::string, handler> gets;
   std::map<std::string, post_handler> posts;
+  http_access access;
   std::map<int, connection> conns;
   std::thread io;
   std::vector<std::thread> workers;
@@ -201,10 +205,14 @@ struct http_server::impl {
   void accept_all() {
     for (;;) {
       if (conns.size() >= max_connections) drop_oldest();
-      int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      sockaddr_storage peer{};
+      socklen_t len = sizeof peer;
+      auto* pa = reinterpret_cast<sockaddr*>(&peer);
+      int fd = ::accept4(listen_fd, pa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0 && (errno == EMFILE || errno == ENFILE) && !conns.empty()) {
         drop_oldest();  // out of descriptors: the slowest connection gives its own
-        fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        len = sizeof peer;
+        fd = ::accept4(listen_fd, pa, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       }
       if (fd < 0) return;  // EAGAIN: all taken; else try at the next wake
       epoll_event ev{};
@@ -214,7 +222,13 @@ struct http_server::impl {
         ::close(fd);
         continue;
       }
-      conns.emplace(fd, connection{clock_type::now(), http_request_reader{}});
+      char ip[INET6_ADDRSTRLEN] = {};
+      if (peer.ss_family == AF_INET)
+        ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&peer)->sin_addr, ip, sizeof ip);
+      else if (peer.ss_family == AF_INET6)
+        ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&peer)->sin6_addr, ip, sizeof ip);
+      conns.emplace(fd,
+                    connection{clock_type::now(), http_request_reader{}, is_loopback_address(ip)});
     }
   }
 
@@ -238,7 +252,7 @@ struct http_server::impl {
         conns.erase(it);
         return;
       }
-      task t{fd, it->second.reader.request()};
+      task t{fd, it->second.reader.request(), it->second.loopback};
       conns.erase(it);
       std::unique_lock lock(mu);
       if (queue.size() >= max_queued) {
@@ -289,7 +303,30 @@ struct http_server::impl {
     }
   }
 
-  http_response answer(const http_request& req) {
+  /// Why a POST is refused for want of the admin credential, or nothing.
+  std::optional<std::string> admin_refusal(const http_request& req, bool loopback) const {
+    if (access.admin_token.empty())
+      return loopback ? std::nullopt
+                      : std::optional<std::string>(
+                            "refused: on a node without a key, dashboard actions are taken from "
+                            "loopback clients only\n");
+    const auto token = req.header("x-coach-token");
+    const auto& want = access.admin_token;
+    // Constant time over the token's length: a wrong guess tells nothing of the right one.
+    unsigned char diff = token.size() == want.size() ? 0 : 1;
+    for (std::size_t i = 0; i < want.size(); ++i)
+      diff |= static_cast<unsigned char>(want[i] ^ (i < token.size() ? token[i] : 0));
+    if (diff == 0) return std::nullopt;
+    return std::string(
+        "refused: a dashboard action needs this node's admin token (`coach dashboard-token` "
+        "prints it from the cluster key; open the dashboard at http://HOST:PORT/#token=TOKEN)\n");
+  }
+
+  http_response answer(const http_request& req, bool loopback) {
+    if (!access.public_reads && !loopback)
+      return text(403,
+                  "refused: this node serves HTTP to loopback clients only (coach-node "
+                  "--http-public serves every address; docs/security.md)\n");
     const bool get = req.method == "GET" || req.method == "HEAD";
     try {
       if (get) {
@@ -304,6 +341,7 @@ struct http_server::impl {
         if (auto why = post_refusal(req.headers.contains("x-coach-dashboard"), req.header("origin"),
                                     req.header("host"), hostname))
           return text(403, *why);
+        if (auto why = admin_refusal(req, loopback)) return text(403, *why);
         return it->second(req.body);
       }
       return text(405, "method " + req.method + " is not served\n");
@@ -323,7 +361,7 @@ struct http_server::impl {
         queue.pop_front();
       }
       to_blocking(t.fd);
-      respond(t.fd, answer(t.req), t.req.method == "HEAD");
+      respond(t.fd, answer(t.req, t.loopback), t.req.method == "HEAD");
       ::close(t.fd);
     }
   }
@@ -353,7 +391,8 @@ const std::string& http_server::url() const noexcept {
 
 result<std::unique_ptr<http_server>> http_server::start(const std::string& address,
                                                         std::map<std::string, handler> routes,
-                                                        std::map<std::string, post_handler> posts) {
+                                                        std::map<std::string, post_handler> posts,
+                                                        http_access access) {
   std::string_view rest = address;
   if (rest.starts_with("http://")) rest.remove_prefix(7);
   const auto colon = rest.rfind(':');
@@ -372,6 +411,7 @@ result<std::unique_ptr<http_server>> http_server::start(const std::string& addre
   auto& m = *s->impl_;
   m.gets = std::move(routes);
   m.posts = std::move(posts);
+  m.access = std::move(access);
   char hostname[256] = {};
   if (::gethostname(hostname, sizeof hostname - 1) != 0) hostname[0] = '\0';
   m.hostname = hostname;

@@ -38,6 +38,15 @@ struct http_response {
   std::string body;
 };
 
+/// Who the server answers (issue 37, item 11).
+struct http_access {
+  /// Serve clients of any address; false: loopback clients only (others get 403).
+  bool public_reads = false;
+  /// POST routes need the header `X-Coach-Token: TOKEN` (compared in constant time); empty:
+  /// POSTs are taken from loopback clients only.
+  std::string admin_token;
+};
+
 class http_server {
  public:
   using handler = std::function<http_response()>;
@@ -49,7 +58,8 @@ class http_server {
   /// address), io_error (cannot bind).
   static result<std::unique_ptr<http_server>> start(const std::string& address,
                                                     std::map<std::string, handler> routes,
-                                                    std::map<std::string, post_handler> posts = {});
+                                                    std::map<std::string, post_handler> posts = {},
+                                                    http_access access = {});
   ~http_server();
 
   /// "http://HOST:PORT" with the port bound.

@@ -275,6 +275,26 @@ int run_keygen(const std::string& dir, const std::string& name) {
   return 0;
 }
 
+/// `coach dashboard-token`: the admin token of the nodes whose key is FILE (or $COACH_KEY).
+int run_dashboard_token(std::string key_file) {
+  if (key_file.empty())
+    if (const char* env = std::getenv("COACH_KEY")) key_file = env;
+  if (key_file.empty()) {
+    std::fprintf(stderr,
+                 "coach: dashboard-token: no key: give --key FILE (the scheduler node's .key "
+                 "file) or set COACH_KEY; a node without a key takes dashboard actions from "
+                 "loopback without a token\n");
+    return 2;
+  }
+  auto keys = coach::actors::read_key_file(key_file);
+  if (!keys) {
+    std::fprintf(stderr, "coach: dashboard-token: %s\n", keys.error().message.c_str());
+    return 2;
+  }
+  std::printf("%s\n", coach::actors::admin_token(*keys).c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -342,6 +362,15 @@ int main(int argc, char** argv) {
       "Write a CURVE key pair: DIR/NAME.key (secret) and DIR/NAME.pub (docs/security.md)");
   keygen->add_option("DIR", key_dir, "Directory to write to (created when missing)")->required();
   keygen->add_option("--name", key_name, "File name of the pair")->capture_default_str();
+
+  std::string token_key;
+  auto* dashboard_token = app.add_subcommand(
+      "dashboard-token",
+      "Print the token that admits the dashboard's actions on a node started with "
+      "--dashboard-admin and this key; open the dashboard at http://HOST:PORT/#token=TOKEN "
+      "(docs/operations.md)");
+  dashboard_token->add_option("--key", token_key,
+                              "The scheduler node's key pair, a .key file (default: $COACH_KEY)");
 
   coach::apps::experiment_options xo;
   auto* experiment = app.add_subcommand(
@@ -472,6 +501,7 @@ int main(int argc, char** argv) {
   if (*eval) return coach::apps::run_eval(model_path, data_spec, json);
   if (*predict) return coach::apps::run_predict(model_path, predict_input, header);
   if (*keygen) return run_keygen(key_dir, key_name);
+  if (*dashboard_token) return run_dashboard_token(token_key);
   if (*plot) return run_plot(plot_report, plot_out);
   if (*experiment) return coach::apps::run_experiment(xo);
   auto security = coach::actors::load_security(key_file, "", server_key_file);

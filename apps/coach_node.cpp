@@ -153,7 +153,12 @@ int main(int argc, char** argv) {
   bool dashboard_admin = false;
   app.add_flag("--dashboard-admin", dashboard_admin,
                "With --scheduler and --metrics-listen: the dashboard may change the policy and "
-               "cancel jobs (default: read-only)");
+               "cancel jobs, given the admin token (`coach dashboard-token`) on a node with a key, "
+               "from loopback only without one (default: read-only)");
+  bool http_public = false;
+  app.add_flag("--http-public", http_public,
+               "With --metrics-listen: serve /metrics and the dashboard to every address "
+               "(default: loopback clients only)");
   std::string log_level = "info", log_file;
   app.add_option("--log-level", log_level,
                  "Least level of the lines logged: trace, debug, info, warn, error or off")
@@ -267,6 +272,9 @@ int main(int argc, char** argv) {
         "`coach keygen DIR` makes a key pair (docs/security.md)");
   for (const auto& w : security->warnings) log::warn("{}", w);
   const std::string public_key = security->key ? security->key->public_key : "";
+  actors::http_access http_access{.public_reads = http_public, .admin_token = {}};
+  if (dashboard_admin && security->key)
+    http_access.admin_token = actors::admin_token(*security->key);
   const std::uint32_t host = actors::node_host_id(address);
   auto net = actors::zmq_transport::start(
       {.host = host, .listen = listen, .security = std::move(*security)});
@@ -369,7 +377,8 @@ int main(int argc, char** argv) {
           return r;
         };
     }
-    auto server = actors::http_server::start(metrics_listen, std::move(routes), std::move(posts));
+    auto server = actors::http_server::start(metrics_listen, std::move(routes), std::move(posts),
+                                             http_access);
     if (!server) {
       log::error("--metrics-listen: {}", server.error().message);
       std::fprintf(stderr, "coach-node: --metrics-listen: %s\n", server.error().message.c_str());
@@ -377,10 +386,15 @@ int main(int argc, char** argv) {
       return 1;
     }
     http = std::move(*server);
-    log::info("metrics at {}/metrics", http->url());
+    log::info("metrics at {}/metrics ({})", http->url(),
+              http_public ? "served to every address" : "served to loopback clients only");
     if (sched)
       log::info("dashboard at {}/ ({})", http->url(),
-                dashboard_admin ? "may change the policy and cancel jobs" : "read-only");
+                !dashboard_admin ? "read-only"
+                : http_access.admin_token.empty()
+                    ? "may change the policy and cancel jobs, from loopback"
+                    : "may change the policy and cancel jobs with the admin token: `coach "
+                      "dashboard-token`, then open it at /#token=TOKEN");
   }
 
   std::signal(SIGTERM, on_signal);

@@ -27,3 +27,5 @@ find_package(spdlog CONFIG REQUIRED)
 # its pkg-config file carries the matching definitions.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET GLOBAL cpp-httplib)
+# libsodium (Debian libsodium-dev): the dashboard's admin token, a keyed BLAKE2b of the node's key.
+pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET GLOBAL libsodium)

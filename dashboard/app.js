@@ -4,6 +4,17 @@
 // (POST /api/policy, /api/cancel); otherwise it only reads.
 'use strict';
 
+// The admin token (`coach dashboard-token`), given once as http://HOST:PORT/#token=TOKEN: kept
+// for this tab (sessionStorage) and taken out of the address bar, sent with every action.
+const adminToken = (() => {
+  const m = /(?:^#|&)token=([0-9a-f]{64})/.exec(location.hash);
+  if (m) {
+    sessionStorage.setItem('coach-admin-token', m[1]);
+    history.replaceState(null, '', location.pathname + location.search);
+  }
+  return sessionStorage.getItem('coach-admin-token') || '';
+})();
+
 const el = (tag, attrs = {}, text) => {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
@@ -66,7 +77,9 @@ function curve(title, series, marks, cls) {
 }
 
 async function post(path, body) {
-  const r = await fetch(path, {method: 'POST', body, headers: {'X-Coach-Dashboard': '1'}});
+  const headers = {'X-Coach-Dashboard': '1'};
+  if (adminToken) headers['X-Coach-Token'] = adminToken;
+  const r = await fetch(path, {method: 'POST', body, headers});
   const text = await r.text();
   if (!r.ok) alert(text);
   refresh();

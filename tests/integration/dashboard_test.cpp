@@ -8,6 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -139,6 +143,20 @@ TEST(dashboard, with_dashboard_admin_the_page_may_set_the_policy_and_cancel_a_jo
   EXPECT_EQ(rebound->status, 403);
   EXPECT_NE(rebound->body.find("does not name this node"), std::string::npos) << rebound->body;
   EXPECT_EQ(coach("policy get --at " + at).out, "fifo\n");  // unchanged
+  // The node has the suite's key: an action needs the admin token made from it (issue 37).
+  auto no_token = c.Post("/api/policy", dashboard_header, "elastic-fifo", "text/plain");
+  ASSERT_TRUE(no_token);
+  EXPECT_EQ(no_token->status, 403);
+  EXPECT_NE(no_token->body.find("admin token"), std::string::npos) << no_token->body;
+  auto wrong = dashboard_header;
+  wrong.emplace("X-Coach-Token", std::string(64, '0'));
+  EXPECT_EQ(c.Post("/api/policy", wrong, "elastic-fifo", "text/plain")->status, 403);
+  EXPECT_EQ(coach("policy get --at " + at).out, "fifo\n");  // unchanged
+  auto token = coach("dashboard-token");
+  ASSERT_EQ(token.code, 0) << token.err;
+  ASSERT_EQ(token.out.size(), 65u) << token.out;  // 64 hex digits and a newline
+  auto dashboard_header = ::dashboard_header;
+  dashboard_header.emplace("X-Coach-Token", token.out.substr(0, 64));
   auto set = c.Post("/api/policy", dashboard_header, "elastic-fifo", "text/plain");
   ASSERT_TRUE(set);
   EXPECT_EQ(set->status, 200) << set->body;
@@ -152,6 +170,55 @@ TEST(dashboard, with_dashboard_admin_the_page_may_set_the_policy_and_cancel_a_jo
   EXPECT_EQ(none->status, 400);
   EXPECT_EQ(none->body, "no job 999\n");
   stop_nodes(nodes);
+}
+
+/// A non-loopback IPv4 address of this machine, or "" when it has none.
+std::string own_address() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return {};
+  std::string out;
+  for (auto* a = list; a && out.empty(); a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
+    char ip[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, ip, sizeof ip);
+    if (!std::string_view(ip).starts_with("127.")) out = ip;
+  }
+  ::freeifaddrs(list);
+  return out;
+}
+
+TEST(dashboard, the_http_port_serves_other_addresses_only_with_http_public) {
+  // Issue 37: on a keyed cluster the HTTP port served the state (node addresses, job names,
+  // output paths) and /metrics to anyone.
+  const std::string ip = own_address();
+  if (ip.empty()) GTEST_SKIP() << "this machine has no non-loopback IPv4 address to come from";
+  for (const bool open : {false, true}) {
+    const std::string at = free_address();
+    const int port = free_port();
+    std::vector<std::string> args{"--listen",
+                                  at,
+                                  "--scheduler",
+                                  "--store",
+                                  "",
+                                  "--name",
+                                  "web",
+                                  "--metrics-listen",
+                                  "0.0.0.0:" + std::to_string(port)};
+    if (open) args.push_back("--http-public");
+    std::vector<node_process> nodes{start_node(args, "web", open ? "web-public" : "web-local")};
+    ASSERT_TRUE(await_nodes_alive(at, 1));
+    httplib::Client local("127.0.0.1", port), remote(ip, port);
+    auto l = local.Get("/api/state");
+    ASSERT_TRUE(l);
+    EXPECT_EQ(l->status, 200);
+    for (const char* path : {"/metrics", "/api/state", "/"}) {
+      auto r = remote.Get(path);
+      ASSERT_TRUE(r) << path;
+      EXPECT_EQ(r->status, open ? 200 : 403) << path;
+      if (!open) EXPECT_NE(r->body.find("--http-public"), std::string::npos) << r->body;
+    }
+    stop_nodes(nodes);
+  }
 }
 
 }  // namespace

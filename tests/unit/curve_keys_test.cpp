@@ -219,3 +219,23 @@ TEST_F(curve_keys, security_from_flags_or_the_environment) {
 }
 
 }  // namespace
+
+namespace coach::actors {
+namespace {
+
+TEST(admin_token, is_64_hex_digits_made_from_the_secret_key_alone) {
+  auto a = generate_key_pair();
+  auto b = generate_key_pair();
+  ASSERT_TRUE(a && b);
+  const auto ta = admin_token(*a);
+  ASSERT_EQ(ta.size(), 64u);
+  EXPECT_EQ(ta.find_first_not_of("0123456789abcdef"), std::string::npos) << ta;
+  EXPECT_EQ(admin_token(*a), ta) << "the same key, the same token";
+  EXPECT_NE(admin_token(*b), ta);
+  key_pair public_only{a->public_key, ""};
+  EXPECT_EQ(admin_token(public_only), "") << "the public key alone makes none";
+  EXPECT_EQ(ta.find(a->public_key), std::string::npos);
+}
+
+}  // namespace
+}  // namespace coach::actors
