@@ -378,6 +378,9 @@ caf::behavior node_agent(caf::stateful_actor<agent_state, caf::event_based_actor
       [self](tick_atom) {
         auto& s = self->state;
         s.send({0, scheduler_id}, s.heartbeat());
+        // What peers made this node allocate does not stay resident (common/huge_pages.hpp).
+        if (const auto freed = trim_freed_memory(); freed >= (std::size_t(64) << 20))
+          log::info("returned {} MiB of freed memory to the system", freed >> 20);
         if (s.draining && s.parts.empty()) {
           self->quit();
           return;

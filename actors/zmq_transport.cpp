@@ -101,6 +101,8 @@ class zmq_transport_impl final : public zmq_transport {
                   ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL);
       router_.set(zmq::sockopt::rcvhwm, opt_.send_hwm);
       router_.set(zmq::sockopt::sndhwm, opt_.send_hwm);
+      router_.set(zmq::sockopt::handshake_ivl, int(opt_.handshake_interval.count()));
+      if (opt_.max_frame > 0) router_.set(zmq::sockopt::maxmsgsize, std::int64_t(opt_.max_frame));
       // A reply to a client that is gone fails (EHOSTUNREACH) instead of vanishing unseen.
       router_.set(zmq::sockopt::router_mandatory, true);
       router_.bind(opt_.listen);
@@ -330,6 +332,8 @@ class zmq_transport_impl final : public zmq_transport {
     s.set(zmq::sockopt::sndhwm, opt_.send_hwm);
     s.set(zmq::sockopt::rcvhwm, opt_.send_hwm);
     s.set(zmq::sockopt::reconnect_ivl, int(opt_.reconnect_interval.count()));
+    s.set(zmq::sockopt::handshake_ivl, int(opt_.handshake_interval.count()));
+    if (opt_.max_frame > 0) s.set(zmq::sockopt::maxmsgsize, std::int64_t(opt_.max_frame));
     // Unique per connection: a ROUTER refuses a second connection with a routing id it already
     // has, and one node may hold two DEALERs to the same address (peer 0 and the scheduler's
     // own host id), or come back after a restart while its old connection lingers.

@@ -98,6 +98,14 @@ struct zmq_transport_options {
   /// queue for that host, retried every few milliseconds) before it is dropped and counted.
   std::chrono::milliseconds send_timeout{2000};
   std::chrono::milliseconds reconnect_interval{100};
+  /// A connection whose handshake (ZMTP greeting and CURVE, keys checked) is not done within
+  /// this long is closed, with whatever it sent (ZeroMQ's ZMQ_HANDSHAKE_IVL, 30 s by default):
+  /// what a peer that holds no authorized key can make a node keep lasts this long at most.
+  std::chrono::milliseconds handshake_interval{10000};
+  /// The largest frame a peer may send (ZMQ_MAXMSGSIZE; 0: no limit): a larger one closes its
+  /// connection before its bytes are held. It must take a job's largest frame: a whole model's
+  /// values, or its optimizer state, in a resumed job's start (4 bytes a parameter).
+  std::size_t max_frame = std::size_t(1) << 30;
   /// A client's routing id is forgotten after this long without a message to or from it.
   std::chrono::milliseconds client_idle{std::chrono::minutes(10)};
   /// Clients remembered at most; beyond this the least recently used one is forgotten.

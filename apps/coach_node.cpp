@@ -155,6 +155,12 @@ int main(int argc, char** argv) {
                "With --scheduler and --metrics-listen: the dashboard may change the policy and "
                "cancel jobs, given the admin token (`coach dashboard-token`) on a node with a key, "
                "from loopback only without one (default: read-only)");
+  std::size_t max_frame_mib = 1024;
+  app.add_option("--max-frame-mib", max_frame_mib,
+                 "Largest frame a peer may send, in MiB (a larger one closes its connection; it "
+                 "must take a job's whole model: 4 bytes a parameter)")
+      ->check(CLI::Range(std::size_t(1), std::size_t(1) << 20))
+      ->capture_default_str();
   bool http_public = false;
   app.add_flag("--http-public", http_public,
                "With --metrics-listen: serve /metrics and the dashboard to every address "
@@ -276,8 +282,10 @@ int main(int argc, char** argv) {
   if (dashboard_admin && security->key)
     http_access.admin_token = actors::admin_token(*security->key);
   const std::uint32_t host = actors::node_host_id(address);
-  auto net = actors::zmq_transport::start(
-      {.host = host, .listen = listen, .security = std::move(*security)});
+  auto net = actors::zmq_transport::start({.host = host,
+                                           .listen = listen,
+                                           .max_frame = max_frame_mib << 20,
+                                           .security = std::move(*security)});
   if (!net) {
     log::error("{}", net.error().message);
     if (!log_file.empty()) std::fprintf(stderr, "coach-node: %s\n", net.error().message.c_str());

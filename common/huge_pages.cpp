@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -15,6 +18,14 @@ namespace coach {
 namespace {
 
 std::atomic<bool> g_keeping{false};
+/// When warm_memory last ran (steady clock, nanoseconds since its epoch; 0: never).
+std::atomic<std::int64_t> g_warmed_at{0};
+
+std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
@@ -43,6 +54,7 @@ bool keep_freed_memory() noexcept {
 
 std::size_t warm_memory(std::span<const std::size_t> blocks) noexcept {
   if (!g_keeping) return 0;
+  g_warmed_at = now_ns();
   std::vector<void*> held;
   held.reserve(blocks.size());
   std::size_t bytes = 0;
@@ -61,6 +73,35 @@ std::size_t warm_memory(std::span<const std::size_t> blocks) noexcept {
                                                             [](auto n) { return n > 0; }));
   for (auto* p : held) std::free(p);
   return all ? bytes : 0;
+}
+
+namespace {
+
+/// Anonymous memory resident in this process (bytes): /proc/self/statm's resident less shared.
+std::size_t resident_anonymous() noexcept {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  unsigned long size = 0, resident = 0, shared = 0;
+  const int n = std::fscanf(f, "%lu %lu %lu", &size, &resident, &shared);
+  std::fclose(f);
+  if (n != 3 || resident < shared) return 0;
+  return std::size_t(resident - shared) * std::size_t(::sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
+std::size_t trim_freed_memory(std::size_t floor, double after_warm) noexcept {
+  if (!g_keeping) return 0;
+  const auto warmed = g_warmed_at.load();
+  if (warmed != 0 && double(now_ns() - warmed) < after_warm * 1e9) return 0;
+  // Free and resident: what the heap keeps mapped beyond what is in use (the heap's free bytes
+  // count address space too, of which trimmed pages are no longer resident).
+  const std::size_t used = ::mallinfo2().uordblks;
+  const std::size_t before = resident_anonymous();
+  if (before <= used || before - used <= std::max(floor, used)) return 0;
+  ::malloc_trim(0);
+  const std::size_t after = resident_anonymous();
+  return before > after ? before - after : 0;
 }
 
 }  // namespace coach

@@ -16,6 +16,8 @@
 // heap that is never trimmed, and a freed buffer is reused as it is, already mapped. Memory that
 // a node will need soon (the slices a migration brings) is touched ahead of time (warm_memory),
 // while the job still trains, so that the transfer lands in pages that are already mapped.
+// What is kept is bounded (trim_freed_memory): more free than in use (and than 256 MiB) goes
+// back, so that what a peer made the node allocate does not stay resident.
 
 #include <cstddef>
 #include <span>
@@ -44,5 +46,15 @@ bool keep_freed_memory() noexcept;
 /// path. Returns the bytes touched: 0 when keep_freed_memory() is not in force (freed memory
 /// would go back to the kernel) or an allocation fails.
 std::size_t warm_memory(std::span<const std::size_t> blocks) noexcept;
+
+/// The bound on what a node keeps freed (issue 37, item 9: frames any peer sent stayed resident
+/// until the node exited): when keep_freed_memory() is in force and more than max(`floor`, the
+/// bytes in use) is free, the free pages go back to the kernel (malloc_trim), unless
+/// warm_memory ran in the last `after_warm` seconds (what it warmed is about to be used). Free
+/// means resident and not in use: the process's anonymous resident memory less the heap's
+/// bytes in use. Call it now and then (the node agent: every heartbeat). Returns the bytes the
+/// trim gave back, 0 when it did not trim.
+std::size_t trim_freed_memory(std::size_t floor = std::size_t(256) << 20,
+                              double after_warm = 60) noexcept;
 
 }  // namespace coach
