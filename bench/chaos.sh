@@ -10,7 +10,8 @@
 # all), on 127.0.0.1, authenticated with one key from `coach keygen`, heartbeat 0.25 s, node
 # timeout 1.5 s, --cpus 4 each, --cpu-accounting reserved (the faults' own load must not keep
 # the jobs queued). The jobs: J (default 8) digits MLPs of E epochs (default 6,000: minutes each), 2 workers and
-# 2 shards, every other one with `replicas: 2`, submitted one every S / J / 2 seconds.
+# 2 shards, placed spread over the nodes (so the faults hit their parts), every other one with
+# `replicas: 2`, submitted one every S / J / 2 seconds.
 #
 # For S seconds (default 600) a fault every 1-4 s, chosen at random (seed R): a node other than
 # `a` killed (SIGKILL) and restarted 1-3 s later on its address; a node other than `a` frozen
@@ -133,6 +134,7 @@ seed: 7
 workers: 2
 shards: 2
 replicas: $2
+placement: spread
 slice_size: 1024
 backend: cpu
 EOF
