@@ -475,13 +475,13 @@ EOF
 # --- phase load ---------------------------------------------------------------------------
 
 # One `coach status --json` loop: until the file STOP exists, one call after the other, each
-# call's "EXIT SECONDS" appended to OUT.
+# call's "EXIT MILLISECONDS" appended to OUT (lat.N), its errors to err.N.
 status_loop() {
   local out=$1 stop=$2 t0 rc
   while [ ! -e "$stop" ]; do
     t0=${EPOCHREALTIME/./}  # microseconds: bash arithmetic, no process per call
     rc=0
-    "$bin/coach" status --json --at "$at" >/dev/null 2>>"$out.err" || rc=$?
+    "$bin/coach" status --json --at "$at" >/dev/null 2>>"${out/lat./err.}" || rc=$?
     echo "$rc $(((${EPOCHREALTIME/./} - t0) / 1000))" >>"$out"
   done
 }
@@ -493,7 +493,7 @@ run_load() {
   prepare_submits "$dir" "$jobs"
   local loop_pids=() i
   for i in $(seq "$status_loops"); do
-    status_loop "$dir/status/$i" "$dir/stop" &
+    status_loop "$dir/status/lat.$i" "$dir/stop" &
     loop_pids+=($!)
   done
   release_submits
@@ -511,7 +511,7 @@ run_load() {
   [ "$distinct" -eq "$ok" ] || check "load: duplicate ids"
   cat "$dir/ids" >>"$all_ids"
   local st
-  st=$(cat "$dir"/status/[0-9]* 2>/dev/null | python3 -c '
+  st=$(cat "$dir"/status/lat.* 2>/dev/null | python3 -c '
 import sys
 rows = [l.split() for l in sys.stdin if l.strip()]
 lat = sorted(float(t) / 1000 for rc, t in rows)  # milliseconds in the files
@@ -522,7 +522,7 @@ print(len(lat), bad, f"{q(0.5):.2f}", f"{q(0.99):.2f}", f"{mx:.2f}")')
   local calls st_bad p50 p99 pmax
   read -r calls st_bad p50 p99 pmax <<<"$st"
   say "phase load: $ok of $jobs submits exited 0 ($failed failed), last answered $answered_s s after the release; status: $calls calls, $st_bad failed, p50 $p50 s, p99 $p99 s, max $pmax s"
-  [ "$st_bad" -eq 0 ] || check "load: $st_bad status call(s) failed: $(sort "$dir"/status/*.err | uniq -c | head -3)"
+  [ "$st_bad" -eq 0 ] || check "load: $st_bad status call(s) failed: $(cat "$dir"/status/err.* | sort | uniq -c | head -3)"
   python3 -c "import sys; sys.exit(0 if float('$p99') < $status_p99 else 1)" || check "load: status p99 $p99 s (not under $status_p99 s)"
   local final_ok=1
   await_final "load" "$dir/ids" "$go_at" || final_ok=0

@@ -797,7 +797,11 @@ std::vector<node_loss> job_registry::lose_node(std::uint32_t host) {
     // drops them and re-dispenses their chunks; it fails the job itself when none is left).
     node_loss loss{.job = id};
     loss.fails = host == self_host_;
-    loss.recovers = !loss.fails && (!job.running() || !fail_over(job, host, loss));
+    // A loss that leaves the job no worker recovers too: a run without workers cannot go on
+    // (its master would fail the job), and its training state is in its checkpoint.
+    const bool every_worker =
+        std::ranges::all_of(job.alloc.worker_at, [&](const auto& w) { return w.second == host; });
+    loss.recovers = !loss.fails && (!job.running() || every_worker || !fail_over(job, host, loss));
     if (loss.recovers) {
       // Its shards' state is gone with the node: the job restarts from its checkpoint on the
       // nodes left. The work since the checkpoint (or since this run began from it) is lost.

@@ -536,6 +536,32 @@ TEST_F(registry, a_lost_node_with_only_workers_costs_them_a_node_with_a_shard_a_
   for (auto h : o.launches[0].workers) EXPECT_NE(h, shard_host);
 }
 
+TEST_F(registry, a_loss_that_leaves_a_job_no_worker_recovers_instead_of_failing) {
+  // bench/chaos.sh: both worker nodes of a job lost one after the other; the master failed the
+  // job ("every worker of the job is gone") though its checkpoint and shards were there.
+  nodes(5, 1, 0, 0);
+  use("fifo");
+  auto reg = make();
+  const auto id = submit(reg, spec_yaml("workerless", 50, "{min: 1, max: 2, initial: 2}", "1"));
+  decide(reg);
+  auto& job = *reg.find(id);
+  std::vector<std::uint32_t> worker_hosts;
+  for (const auto& [r, h] : job.alloc.worker_at) worker_hosts.push_back(h);
+  ASSERT_EQ(worker_hosts.size(), 2u);
+  ASSERT_NE(worker_hosts[0], worker_hosts[1]) << "one worker a node";
+  for (auto h : worker_hosts) ASSERT_NE(h, 1u) << "away from the scheduler's node";
+  auto loss = reg.lose_node(worker_hosts[0]);
+  ASSERT_EQ(loss.size(), 1u);
+  EXPECT_FALSE(loss[0].recovers) << "one worker left: the job goes on without the other";
+  EXPECT_EQ(loss[0].ranks.size(), 1u);
+  loss = reg.lose_node(worker_hosts[1]);
+  ASSERT_EQ(loss.size(), 1u);
+  EXPECT_FALSE(loss[0].fails);
+  EXPECT_TRUE(loss[0].recovers) << "no worker left: from the checkpoint, on the nodes left";
+  EXPECT_EQ(job.state, job_state::suspended);
+  EXPECT_EQ(job.status.recoveries_lost_s.size(), 1u);
+}
+
 TEST_F(registry, with_replicas_a_lost_primary_is_taken_over_and_a_lost_last_copy_recovers) {
   // Five nodes of one CPU besides the scheduler's (host 1, silent here: no part of the job
   // goes there, so losing any part's node is not losing the scheduler).
