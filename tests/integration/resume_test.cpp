@@ -1,9 +1,10 @@
 // coach train --resume and periodic checkpoints (docs/design.md "Checkpoints"): a BSP run on
 // digits with Adam, a cosine schedule and dropout, stopped after its first epoch's checkpoint
-// and resumed (on another number of shards), ends with bitwise the parameters of the run that
+// and resumed on 3 shards instead of 2, ends with bitwise the parameters of the run that
 // was never stopped; so does one whose `coach train` process is killed with SIGKILL once it
-// printed its first checkpoint line; the checkpoint reads as a saved model; a checkpoint that
-// does not fit the spec, a missing file and a junk file are one-line errors.
+// printed its first checkpoint line (resumed on the same 2 shards); the checkpoint reads as a
+// saved model; a checkpoint that does not fit the spec, a missing file and a junk file are
+// one-line errors.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
