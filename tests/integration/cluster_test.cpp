@@ -52,9 +52,15 @@ class cluster : public ::testing::Test {
                                    name, "--heartbeat", "0.25"},
                                   name));
     // Up when the scheduler lists all three alive.
-    await_nodes_alive(sched_addr_, 3);
+    up_ = await_nodes_alive(sched_addr_, 3);
   }
+  void SetUp() override { ASSERT_TRUE(up_) << "the 3 nodes did not all come up: " << node_logs(); }
   static void TearDownTestSuite() { stop_nodes(nodes_); }
+  static std::string node_logs() {
+    std::string out;
+    for (auto& n : nodes_) out += "\n---- " + n.name + " ----\n" + slurp(n.log);
+    return out;
+  }
   void TearDown() override {
     if (HasFailure())
       for (auto& n : nodes_)
@@ -63,6 +69,7 @@ class cluster : public ::testing::Test {
 
   static inline std::string sched_addr_;
   static inline std::vector<node_process> nodes_;
+  static inline bool up_ = false;  ///< every node alive after SetUpTestSuite
 };
 
 TEST_F(cluster, three_nodes_join_and_are_listed_with_their_resources) {

@@ -33,9 +33,15 @@ class placement_cluster : public ::testing::Test {
       nodes_.push_back(start_node({"--listen", free_address(), "--join", sched_addr_, "--name",
                                    name, "--heartbeat", "0.25", "--cpus", "2"},
                                   name, std::string("placement-") + name));
-    await_nodes_alive(sched_addr_, 4);
+    up_ = await_nodes_alive(sched_addr_, 4);
   }
+  void SetUp() override { ASSERT_TRUE(up_) << "the 4 nodes did not all come up: " << node_logs(); }
   static void TearDownTestSuite() { stop_nodes(nodes_); }
+  static std::string node_logs() {
+    std::string out;
+    for (auto& n : nodes_) out += "\n---- " + n.name + " ----\n" + slurp(n.log);
+    return out;
+  }
   void TearDown() override {
     if (HasFailure())
       for (auto& n : nodes_)
@@ -70,6 +76,7 @@ class placement_cluster : public ::testing::Test {
 
   static inline std::string sched_addr_;
   static inline std::vector<node_process> nodes_;
+  static inline bool up_ = false;  ///< every node alive after SetUpTestSuite
 };
 
 TEST_F(placement_cluster, dltap_moves_at_most_six_tenths_of_the_bytes_of_spread) {
