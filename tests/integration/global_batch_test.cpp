@@ -79,7 +79,8 @@ TEST(global_batch, a_run_rescaled_2_4_1_mid_epoch_covers_each_step_as_one_that_n
     const double la = a.loss_sum / double(a.samples.size());
     const double lb = b.loss_sum / double(b.samples.size());
     worst = std::max(worst, std::abs(la - lb));
-    EXPECT_NEAR(lb, la, 1e-4) << "step " << s;
+    // 1.51e-8 measured (the sums' order differs between the layouts); docs/status.md says so.
+    EXPECT_NEAR(lb, la, 1e-7) << "step " << s;
   }
   EXPECT_EQ(samples, 1438u) << "every sample once";
   std::printf("23 steps, largest per-step mean-loss difference %.3g\n", worst);
@@ -140,8 +141,8 @@ TEST(global_batch,
   }
   EXPECT_FALSE(plain[1].grad_totals) << "none unless adascale";
   const double g = gain.gain(64, 128);
-  EXPECT_GT(g, 1.0);
-  EXPECT_LE(g, 2.0);
+  // 1.1248 measured (docs/status.md: 1.12); in (1, 2] is any gain at all.
+  EXPECT_NEAR(g, 1.125, 0.005);
   // At the initial workers the gain is 1: the same steps as without it, up to and including the
   // first step of 4 workers (computed from the values before its update); the next differs.
   for (std::size_t s = 0; s <= grown; ++s)
