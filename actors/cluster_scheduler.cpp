@@ -176,8 +176,8 @@ struct scheduler_state {
       // part goes there (a node reads its commands in order).
       const auto left = reg->came_back(hb.host);
       for (const auto id : left)
-        note_job(id, coach::format("job {}: node '{}' is back; the parts of the job it kept "
-                                   "are told to stop",
+        note_job(id, coach::format("job {}: node '{}' is back; any part of the job it still "
+                                   "holds is told to stop (the job went on without it)",
                                    id, hb.name));
       auto to_stop = left;
       for (auto& [id, job] : reg->jobs())

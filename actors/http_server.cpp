@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <sodium.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -116,16 +117,16 @@ const char* reason_of(int status) {
   }
 }
 
-/// Writes all of `data` to the blocking socket `fd` (its send timeout bounds a reader that
-/// does not read); false when it could not.
-bool write_all(int fd, std::string_view data) {
+/// Writes `data` to `fd`. On a blocking socket (a handler thread's: its send timeout bounds a
+/// reader that does not read), all of it; on the reading thread's non-blocking one, what the
+/// kernel takes at once (a short answer fits its buffer; that thread never waits on a client).
+void write_out(int fd, std::string_view data) {
   while (!data.empty()) {
     const auto n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
+    if (n <= 0) return;
     data.remove_prefix(std::size_t(n));
   }
-  return true;
 }
 
 void respond(int fd, const http_response& r, bool head = false) {
@@ -134,7 +135,7 @@ void respond(int fd, const http_response& r, bool head = false) {
       r.status, reason_of(r.status), r.content_type, r.body.size(),
       r.status == 405 ? "Allow: GET, HEAD, POST\r\n" : "");
   if (!head) out += r.body;
-  write_all(fd, out);
+  write_out(fd, out);
 }
 
 http_response text(int status, std::string body) {
@@ -246,7 +247,6 @@ struct http_server::impl {
       ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
       if (st == http_request_reader::state::refused) {
         const auto& r = it->second.reader;
-        to_blocking(fd);
         respond(fd, text(r.refusal_status(), "refused: " + r.refusal() + "\n"));
         ::close(fd);
         conns.erase(it);
@@ -257,7 +257,6 @@ struct http_server::impl {
       std::unique_lock lock(mu);
       if (queue.size() >= max_queued) {
         lock.unlock();
-        to_blocking(fd);
         respond(fd, text(503, "busy: too many requests at once; try again\n"));
         ::close(fd);
         return;
@@ -296,8 +295,7 @@ struct http_server::impl {
       for (const auto& [fd, c] : conns)
         if (c.accepted < late) expired.push_back(fd);
       for (int fd : expired) {
-        ::send(fd, "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
-               75, MSG_NOSIGNAL | MSG_DONTWAIT);
+        respond(fd, text(408, "refused: the request was not whole within 5 s\n"));
         drop(fd);
       }
     }
@@ -312,11 +310,9 @@ struct http_server::impl {
                             "loopback clients only\n");
     const auto token = req.header("x-coach-token");
     const auto& want = access.admin_token;
-    // Constant time over the token's length: a wrong guess tells nothing of the right one.
-    unsigned char diff = token.size() == want.size() ? 0 : 1;
-    for (std::size_t i = 0; i < want.size(); ++i)
-      diff |= static_cast<unsigned char>(want[i] ^ (i < token.size() ? token[i] : 0));
-    if (diff == 0) return std::nullopt;
+    // libsodium's comparison takes the same time wherever the first difference is.
+    if (token.size() == want.size() && sodium_memcmp(token.data(), want.data(), want.size()) == 0)
+      return std::nullopt;
     return std::string(
         "refused: a dashboard action needs this node's admin token (`coach dashboard-token` "
         "prints it from the cluster key; open the dashboard at http://HOST:PORT/#token=TOKEN)\n");

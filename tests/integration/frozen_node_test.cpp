@@ -121,6 +121,15 @@ class frozen_node : public ::testing::Test {
     return false;
   }
 
+  /// Waits (up to 10 s) until `coach nodes` lists `name` running no part; false if it never does.
+  bool await_idle(const std::string& name) {
+    for (int i = 0; i < 100; ++i) {
+      if (number_field(node_entry(name), "actors_running") == 0) return true;
+      std::this_thread::sleep_for(100ms);
+    }
+    return false;
+  }
+
   /// Every epoch of the final status trained each sample once, and there were `epochs`.
   static void expect_every_sample_once(const std::string& final_status, int epochs) {
     const double per_epoch = job_number(final_status, "samples_per_epoch");
@@ -177,12 +186,7 @@ TEST_F(frozen_node, a_thawed_worker_only_node_drops_the_worker_its_job_went_on_w
   ASSERT_EQ(::kill(node("b").pid, SIGCONT), 0);
   ASSERT_TRUE(await_alive("b", true));
   // Told to stop what it kept: nothing runs on b while the job goes on without it.
-  bool idle = false;
-  for (int i = 0; i < 100 && !idle; ++i) {
-    idle = number_field(node_entry("b"), "actors_running") == 0;
-    if (!idle) std::this_thread::sleep_for(100ms);
-  }
-  EXPECT_TRUE(idle) << node_entry("b").dump();
+  EXPECT_TRUE(await_idle("b")) << node_entry("b").dump();
   EXPECT_EQ(state_of(status(job)), "running");
   // So it drains at once (it waited for its zombie worker until the drain timeout).
   const auto asked = clock_type::now();
@@ -214,12 +218,7 @@ TEST_F(frozen_node, a_cancelled_job_whose_step_cannot_finish_ends_within_5_s) {
   EXPECT_LT(took, 5s);
   // Thawed, b reads its stop and holds nothing.
   ASSERT_EQ(::kill(node("b").pid, SIGCONT), 0);
-  bool idle = false;
-  for (int i = 0; i < 100 && !idle; ++i) {
-    idle = number_field(node_entry("b"), "actors_running") == 0;
-    if (!idle) std::this_thread::sleep_for(100ms);
-  }
-  EXPECT_TRUE(idle) << node_entry("b").dump();
+  EXPECT_TRUE(await_idle("b")) << node_entry("b").dump();
 }
 
 }  // namespace

@@ -324,6 +324,23 @@ TEST(job_store, an_empty_file_is_refused_but_a_store_whose_pages_are_all_in_its_
   EXPECT_EQ(jobs->size(), 1u);
 }
 
+/// Makes the store at `path` what a build of schema `version` (1 or 2) wrote: the columns later
+/// schemas added dropped, the version set.
+void as_schema(const std::string& path, int version) {
+  std::string sql =
+      "ALTER TABLE jobs DROP COLUMN recoveries; ALTER TABLE jobs DROP COLUMN failovers; "
+      "ALTER TABLE jobs DROP COLUMN resumes; ALTER TABLE jobs DROP COLUMN samples_per_epoch;";
+  if (version < 2)
+    for (const char* col : {"version", "updates", "samples_applied", "state_a", "state_b"})
+      sql += std::string(" ALTER TABLE checkpoints DROP COLUMN ") + col + ";";
+  sql += " UPDATE meta SET value = '" + std::to_string(version) + "' WHERE key = 'schema';";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+}
+
 TEST(job_store, a_store_of_schema_1_is_upgraded_and_its_checkpoint_read_without_state) {
   temp_dir dir;
   const std::string path = dir.file("old.db");
@@ -337,20 +354,7 @@ TEST(job_store, a_store_of_schema_1_is_upgraded_and_its_checkpoint_read_without_
     ASSERT_TRUE(store->save_checkpoint(id, 4, 10, s));
   }
   // What a store of schema 1 held: the values alone.
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  for (const char* col : {"version", "updates", "samples_applied", "state_a", "state_b"})
-    ASSERT_EQ(sqlite3_exec(db, ("ALTER TABLE checkpoints DROP COLUMN " + std::string(col)).c_str(),
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-  for (const char* col : {"recoveries", "failovers", "resumes", "samples_per_epoch"})  // 3's
-    ASSERT_EQ(sqlite3_exec(db, ("ALTER TABLE jobs DROP COLUMN " + std::string(col)).c_str(),
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = '1' WHERE key = 'schema'", nullptr, nullptr,
-                         nullptr),
-            SQLITE_OK);
-  sqlite3_close(db);
+  as_schema(path, 1);
   auto store = job_store::open(path);
   ASSERT_TRUE(store) << store.error().message;
   EXPECT_EQ(**store->setting("schema"), "3");
@@ -386,16 +390,7 @@ TEST(job_store, a_jobs_history_survives_a_reopen_and_a_store_of_schema_2_is_upgr
     EXPECT_EQ(j->failovers, 2);
     EXPECT_EQ(j->resumes, 3);
   }
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  for (const char* col : {"recoveries", "failovers", "resumes", "samples_per_epoch"})
-    ASSERT_EQ(sqlite3_exec(db, ("ALTER TABLE jobs DROP COLUMN " + std::string(col)).c_str(),
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = '2' WHERE key = 'schema'", nullptr, nullptr,
-                         nullptr),
-            SQLITE_OK);
-  sqlite3_close(db);
+  as_schema(path, 2);
   auto store = job_store::open(path);
   ASSERT_TRUE(store) << store.error().message;
   EXPECT_EQ(**store->setting("schema"), "3");
