@@ -206,14 +206,14 @@ result<void> check_decision(const cluster_view& cluster, std::span<const job_vie
     const action& a = d.actions[k];
     auto it = by_id.find(a.job);
     if (it == by_id.end())
-      return fail(errc::invalid_argument, "action {} ({}): no such job", k, to_string(a));
+      return fail(errc::invalid_argument, "action {}: {}: no such job", k, to_string(a));
     if (!seen.insert(a.job).second)
-      return fail(errc::invalid_argument, "action {} ({}): the job has an earlier action", k,
+      return fail(errc::invalid_argument, "action {}: {}: the job has an earlier action", k,
                   to_string(a));
     const job_view& job = jobs[it->second];
     const bool frees = detail::frees_only(job, a);
     if (frees && taken)
-      return fail(errc::invalid_argument, "action {} ({}): frees resources after a take", k,
+      return fail(errc::invalid_argument, "action {}: {}: frees resources after a take", k,
                   to_string(a));
     taken = taken || !frees;
     std::vector<std::uint32_t> wn(job.worker_nodes.begin(), job.worker_nodes.end());
@@ -223,7 +223,7 @@ result<void> check_decision(const cluster_view& cluster, std::span<const job_vie
                   "job {}: {} workers and {} shards but {} worker and {} shard nodes", job.id,
                   job.workers, job.shards, wn.size(), sn.size());
     auto ok = apply_action(pool, job, a, wn, sn);
-    if (!ok) return fail(errc::invalid_argument, "action {} ({})", k, ok.error().message);
+    if (!ok) return fail(errc::invalid_argument, "action {}: {}", k, ok.error().message);
   }
   return {};
 }

@@ -171,8 +171,9 @@ result<void> apply_action(resource_pool& pool, const job_view& job, const action
 /// Checks `d` against its contract for these inputs: known jobs, each at most once, actions
 /// that suit the job's state (start: waiting; resize, suspend: running; no resize of a job
 /// that is not elastic), counts within the job's ranges, frees before takes, and the whole
-/// fitting the cluster node by node. Errors: invalid_argument naming the first action at fault.
-/// The simulator and the tests use it; a policy's output always passes.
+/// fitting the cluster node by node. Errors: invalid_argument naming the first action at fault
+/// ("action 1: start job 2 (3 workers, 1 shards): does not fit the free resources"). The tests
+/// hold every policy to it; a policy's output always passes.
 result<void> check_decision(const cluster_view& cluster, std::span<const job_view> jobs,
                             const decision& d);
 

@@ -555,6 +555,66 @@ world random_world(std::mt19937_64& rng) {
   return w;
 }
 
+/// check_decision's verdict on `actions` in `w`: the error text, or "" when it passes.
+std::string verdict(world& w, const std::vector<action>& actions) {
+  decision d;
+  d.actions = actions;
+  auto ok = check_decision(w.cluster(), w.jobs(), d);
+  return ok ? "" : ok.error().message;
+}
+
+// The contract test below uses check_decision as its oracle; this one shows the oracle refuses
+// a decision that breaks each rule, naming the action at fault.
+TEST(check_decision, refuses_a_decision_that_breaks_each_rule) {
+  world w(2, 4);                               // 8 GPUs
+  w.add(1, 0, 2, 1, 4);                        // elastic, runs with 2 workers, 1 shard
+  w.add(2, 1, 2, 1, 4);                        // elastic, queued
+  w.add(3, 2, 2, 2, 2, 1, /*elastic=*/false);  // not elastic, runs as asked
+  w.add(4, 3, 2, 2, 2, 1, /*elastic=*/false);  // not elastic, queued
+  w.run(1, 2, 1, 5);
+  w.run(3, 2, 1, 5);
+  ASSERT_EQ(w.free_gpus(), 4);
+  // What passes: frees first, then takes that fit.
+  EXPECT_EQ(verdict(w, {{kind::resize, 1, 1, 1}, {kind::start, 2, 4, 2}}), "");
+  EXPECT_EQ(verdict(w, {{kind::suspend, 3, 0, 0}, {kind::start, 4, 2, 1}, {kind::start, 2, 4, 1}}),
+            "");
+  EXPECT_EQ(verdict(w, {}), "");
+
+  const struct {
+    std::vector<action> actions;
+    std::string_view says;
+  } broken[] = {
+      {{{kind::start, 9, 1, 1}}, "action 0: start job 9 (1 workers, 1 shards): no such job"},
+      {{{kind::resize, 1, 3, 1}, {kind::resize, 1, 4, 1}},
+       "action 1: resize job 1 (4 workers, 1 shards): the job has an earlier action"},
+      {{{kind::start, 1, 2, 1}}, "the job is running, not queued or suspended"},
+      {{{kind::resize, 2, 2, 1}}, "the job is queued, not running"},
+      {{{kind::suspend, 2, 0, 0}}, "the job is queued, not running"},
+      {{{kind::resize, 3, 1, 1}}, "the job is not elastic"},
+      {{{kind::resize, 1, 2, 1}}, "the job has that already"},
+      {{{kind::resize, 1, 5, 1}}, "workers outside the job's range [1, 4]"},
+      {{{kind::start, 2, 0, 1}}, "workers outside the job's range [1, 4]"},
+      {{{kind::start, 2, 2, 5}}, "shards outside the job's range [1, 4]"},
+      {{{kind::start, 4, 2, 2}}, "the job is not elastic and asked for 2 workers and 1 shards"},
+      {{{kind::start, 2, 2, 1}, {kind::resize, 1, 1, 1}},
+       "action 1: resize job 1 (1 workers, 1 shards): frees resources after a take"},
+      {{{kind::start, 2, 2, 1}, {kind::suspend, 3, 0, 0}}, "action 1: suspend job 3: frees"},
+      {{{kind::resize, 1, 4, 1}, {kind::start, 2, 3, 1}},
+       "action 1: start job 2 (3 workers, 1 shards): does not fit the free resources"},
+      {{{kind::start, 2, 4, 1}, {kind::start, 4, 2, 1}},
+       "action 1: start job 4 (2 workers, 1 shards): does not fit"},
+  };
+  for (const auto& b : broken) {
+    std::string what;
+    for (const auto& a : b.actions) what += to_string(a) + "; ";
+    EXPECT_TRUE(has(verdict(w, b.actions), b.says)) << what;
+  }
+  // A job whose view lists fewer nodes than parts is refused, not read out of bounds.
+  w.job(1).worker_nodes = w.job(1).worker_nodes.first(1);
+  EXPECT_TRUE(has(verdict(w, {{kind::resize, 1, 3, 1}}),
+                  "job 1: 2 workers and 1 shards but 1 worker and 1 shard nodes"));
+}
+
 TEST_P(every_policy, meets_the_decision_contract_on_random_clusters) {
   std::mt19937_64 rng(42);
   for (int trial = 0; trial < 300; ++trial) {
