@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -554,12 +555,47 @@ TEST(detect_gpus, output_past_the_bound_is_an_io_error) {
   EXPECT_TRUE(has(r.error().message, "printed more than 1000 bytes"));
 }
 
-TEST(detect_gpus, the_default_finds_nvidia_smi_or_reports_no_gpus) {
-  auto r = detect_gpus();
-  if (!r) GTEST_SKIP() << "nvidia-smi is present but failing here: " << r.error().to_string();
-  for (int id : r->free) {
-    EXPECT_NE(std::find(r->all.begin(), r->all.end(), id), r->all.end());
+/// Puts `dir` first on PATH for its lifetime.
+class path_prefix {
+ public:
+  explicit path_prefix(const fs::path& dir) : old_(std::getenv("PATH") ? std::getenv("PATH") : "") {
+    ::setenv("PATH", (dir.string() + ":" + old_).c_str(), 1);
   }
+  ~path_prefix() { ::setenv("PATH", old_.c_str(), 1); }
+
+ private:
+  std::string old_;
+};
+
+TEST(detect_gpus, the_default_runs_nvidia_smi_from_path_and_reads_an_eight_gpu_fixture) {
+  // tests/unit/fixtures/nvidia-smi: eight GPUs, 0 (two processes), 3 and 6 busy.
+  const fs::path fixture = fs::path(COACH_SOURCE_DIR) / "tests/unit/fixtures/nvidia-smi";
+  temp_dir dir;
+  dir.write("nvidia-smi",
+            "#!/bin/sh\n"
+            "[ \"$2\" = --format=csv,noheader ] || exit 4\n"
+            "case \"$1\" in\n"
+            "  --query-gpu=index,uuid) exec cat '" +
+                (fixture / "query-gpu.csv").string() +
+                "' ;;\n"
+                "  --query-compute-apps=gpu_uuid) exec cat '" +
+                (fixture / "query-compute-apps.csv").string() +
+                "' ;;\n"
+                "esac\n"
+                "exit 3\n",
+            true);
+  path_prefix on_path(dir.path());
+  auto r = detect_gpus();
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(r->all, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(r->free, (std::vector<int>{1, 2, 4, 5, 7}));
+  // The host probe's default detector is the same, and a sample carries the lists.
+  host_probe probe;
+  auto sample = probe.sample();
+  ASSERT_TRUE(sample) << sample.error().to_string();
+  EXPECT_EQ(sample->gpus_total, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(sample->gpus_free, (std::vector<int>{1, 2, 4, 5, 7}));
+  EXPECT_EQ(sample->gpu_error, "");
 }
 
 TEST(parse_gpu_list, accepts_lists_and_the_empty_string) {
