@@ -12,6 +12,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <vector>
 #include <zmq.hpp>
 
 #include "actors/curve_keys.hpp"
@@ -44,23 +45,38 @@ TEST(hostile_input, a_node_counts_5000_hostile_messages_by_reason_and_keeps_answ
   s.set(zmq::sockopt::curve_secretkey, security->key->secret_key);
   s.connect(at);
 
+  // The flood, made first: its mix reaching every kind and every reason is a precondition
+  // (the comparisons with the node's counts below prove nothing for a reason never sent).
   constexpr std::uint64_t total = 5000;
   hostile_frames gen(17, actors::node_host_id(at));
-  hostile_message m;
+  std::vector<hostile_message> flood(total);
   std::array<std::uint64_t, outcome_count> expected{};
   std::array<std::uint64_t, hostile_kind_count> kinds{};
-  for (std::uint64_t i = 0; i < total; ++i) {
+  std::uint64_t undecodable_control = 0;  // delivered control messages the node must drop
+  for (auto& m : flood) {
     gen.next(m);
+    ++expected[std::size_t(m.expected)];
+    ++kinds[std::size_t(m.kind)];
+    if (m.expected == outcome::delivered && m.parts.size() > 1) {
+      auto h = actors::codec::decode_header(m.parts[0]);
+      if (h && h->env.kind == actors::msg_kind::control &&
+          !actors::control_codec::decode(m.parts[1]))
+        ++undecodable_control;
+    }
+  }
+  for (std::size_t k = 0; k < hostile_kind_count; ++k)
+    ASSERT_GT(kinds[k], 0u) << "precondition: no message of kind " << to_string(hostile_kind(k));
+  for (std::size_t o = 0; o < outcome_count; ++o)
+    ASSERT_GT(expected[o], 0u) << "precondition: no message counted as " << to_string(outcome(o));
+  ASSERT_GT(undecodable_control, 0u) << "precondition: no undecodable control payload delivered";
+  for (std::uint64_t i = 0; i < total; ++i) {
+    const auto& m = flood[i];
     for (std::size_t k = 0; k < m.parts.size(); ++k) {
       const auto more = k + 1 < m.parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
       ASSERT_TRUE(s.send(zmq::buffer(m.parts[k].data(), m.parts[k].size()), more))
           << "the node took no message for 10 s after " << i;
     }
-    ++expected[std::size_t(m.expected)];
-    ++kinds[std::size_t(m.kind)];
   }
-  for (std::size_t k = 0; k < hostile_kind_count; ++k)
-    EXPECT_GT(kinds[k], 0u) << "no message of kind " << to_string(hostile_kind(k));
 
   // Still serving: the job API answers and lists the node alive.
   auto r = itest::coach("nodes --json --at " + at);
@@ -90,12 +106,8 @@ TEST(hostile_input, a_node_counts_5000_hostile_messages_by_reason_and_keeps_answ
   EXPECT_GE(c->messages, exp(outcome::delivered));
   EXPECT_LE(c->messages, exp(outcome::delivered) + 200);
   EXPECT_EQ(c->refused(), 0u);
-  // Every kind of refusal occurred (the mix reaches each reason).
-  EXPECT_GT(exp(outcome::malformed), 0u);
-  EXPECT_GT(exp(outcome::malformed_frames), 0u);
-  EXPECT_GT(exp(outcome::foreign), 0u);
-  EXPECT_GT(exp(outcome::unknown_dst), 0u);
-  EXPECT_GT(exp(outcome::delivered), 0u);
+  // The mutated control payloads that reached an actor were read and dropped, said in the log.
+  EXPECT_GE(itest::count(log, "dropped a control message"), 1u) << log;
   EXPECT_NE(log.find("[info] fuzzed: 'fuzzed' stopped"), std::string::npos) << log;
   // The log does not grow with the flood: at most 5 lines a second of each kind (read_control's
   // dropped control messages once logged one line each).
