@@ -121,6 +121,19 @@ struct added_shard_fixture {
     ctx->net->send(make_transfer(ctx->shards[0], ctx->shard_ep(1), 1, std::move(t)));
   }
 
+  /// The master asks shard 1 for version `v` of its slices (answered with params to it).
+  void request_snapshot(std::int64_t v) const {
+    wire_message m;
+    m.hdr.src = ctx->master;
+    m.hdr.dst = ctx->shard_ep(1);
+    m.hdr.kind = msg_kind::snapshot_request;
+    m.hdr.job = 1;
+    m.hdr.map_version = next.version;
+    m.hdr.step = v;
+    m.hdr.ranges = next.map.ranges_of(1);
+    ctx->net->send(std::move(m));
+  }
+
   /// What shard 1's slices are after the boundary step, computed by a plain ps::shard.
   std::vector<float> expected() const {
     auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
@@ -200,6 +213,25 @@ TEST_P(added_shard_order, every_pusher_gets_the_boundary_steps_update_once) {
         caf::after(std::chrono::seconds(10)) >> [&] { timed_out = true; });
   EXPECT_TRUE(acked) << "no transfer_ack reached the master";
   EXPECT_TRUE(wrong.empty()) << "unexpected: " << wrong.front();
+  // Exactly once: a late duplicate would come behind the updates above. The master then asks
+  // for a snapshot of the same version; the shard answers in the order it handles messages, so
+  // anything it sent a worker before that answer has arrived once the answer has.
+  f.request_snapshot(boundary + 1);
+  bool answered = false;
+  std::vector<std::string> late;
+  for (bool timed_out = false; !answered && !timed_out;)
+    (*f.peer)->receive(
+        [&](wire_message& m) {
+          if (m.hdr.kind == msg_kind::params && m.hdr.dst == f.ctx->master)
+            answered = true;
+          else
+            late.push_back(std::string(to_string(m.hdr.kind)) + " of version " +
+                           std::to_string(m.hdr.step) + " to " + std::to_string(m.hdr.dst.id));
+        },
+        caf::after(std::chrono::seconds(10)) >> [&] { timed_out = true; });
+  EXPECT_TRUE(answered) << "the shard never answered the snapshot request";
+  EXPECT_TRUE(late.empty()) << "after the step's updates: " << late.size() << ", the first "
+                            << late.front();
   for (const auto& w : f.ctx->workers) {
     ASSERT_EQ(floats[w.id], f.keys) << "worker " << w.id << " did not get the step's update";
     EXPECT_EQ(0, std::memcmp(got[w.id].data(), want.data(), want.size() * sizeof(float)))
