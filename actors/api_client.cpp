@@ -78,8 +78,11 @@ result<void> api_client::reach(std::chrono::milliseconds within, std::function<v
                   m.address);
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline)
-      return fail(errc::io_error, "no answer from {}: no connection within {} s", m.address,
-                  std::chrono::duration<double>(within).count());
+      return fail(errc::io_error, "no answer from {}: no connection within {} s{}", m.address,
+                  std::chrono::duration<double>(within).count(),
+                  c.unanswered ? " (it accepts connections but never answers the handshake: a "
+                                 "frozen or overloaded host, or not a coach-node there?)"
+                               : "");
     if (slow && now - began >= slow_after) std::exchange(slow, nullptr)();
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }

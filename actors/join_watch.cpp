@@ -3,8 +3,8 @@
 namespace coach::actors {
 
 std::optional<join_watch::line> join_watch::look(bool connected, bool failed,
-                                                 const std::string& refusal,
-                                                 clock::time_point now) {
+                                                 const std::string& refusal, clock::time_point now,
+                                                 bool unanswered) {
   if (!refusal.empty()) {
     reached_ = false;
     if (refusal == said_refusal_) return std::nullopt;
@@ -24,15 +24,19 @@ std::optional<join_watch::line> join_watch::look(bool connected, bool failed,
                                                        scheduler_, waited)
                                        : coach::format("reached the scheduler at {}", scheduler_)};
   }
-  if (!failed) return std::nullopt;
+  if (!failed && !unanswered) return std::nullopt;
   reached_ = false;
   if (!trouble_since_) {
     trouble_since_ = now;
     last_said_ = now;
     return line{log::level::warn,
-                coach::format("cannot reach the scheduler at {}: connection refused (nothing "
-                              "listens there yet?); retrying every 100 ms",
-                              scheduler_)};
+                failed ? coach::format("cannot reach the scheduler at {}: connection refused "
+                                       "(nothing listens there yet?); retrying every 100 ms",
+                                       scheduler_)
+                       : coach::format("cannot reach the scheduler at {}: it accepts connections "
+                                       "but never answers the handshake (a frozen or overloaded "
+                                       "host, or not a coach-node there?); retrying",
+                                       scheduler_)};
   }
   if (now - last_said_ < every_) return std::nullopt;
   last_said_ = now;

@@ -32,9 +32,11 @@ class join_watch {
 
   /// The line to log now, if any. `connected`: a handshake with the scheduler's node succeeded
   /// since the last call that saw it fail; `failed`: an attempt to connect failed and ZeroMQ
-  /// retries; `refusal`: why the handshake was refused (empty: it was not).
+  /// retries; `refusal`: why the handshake was refused (empty: it was not); `unanswered`: a
+  /// connection was accepted but its handshake never answered (a frozen host) and ZeroMQ
+  /// retries.
   std::optional<line> look(bool connected, bool failed, const std::string& refusal,
-                           clock::time_point now);
+                           clock::time_point now, bool unanswered = false);
 
  private:
   std::string scheduler_;

@@ -199,6 +199,7 @@ class zmq_transport_impl final : public zmq_transport {
       refusals_.erase(host);  // what the old connection was told
       contacts_.erase(host);
       attempt_reached_.erase(host);
+      connected_at_.erase(host);
       vague_failures_.erase(host);
       ++sockets_changed_;
     }
@@ -684,11 +685,14 @@ class zmq_transport_impl final : public zmq_transport {
     std::uint16_t event = 0;
     std::uint32_t value = 0;
     for (auto& [host, mon] : dealer_monitors_)
-      while (next_event(mon, event, value))
-        if (note_contact(host, event); note_connection(host, event))
+      while (next_event(mon, event, value)) {
+        const bool was_connected = contact_now(host).connected;
+        note_contact(host, event);
+        if (note_connection(host, event, was_connected))
           gone.push_back(host);
         else if (event & handshake_events)
           note_handshake(host, event, value);
+      }
     return gone;
   }
 
@@ -714,7 +718,10 @@ class zmq_transport_impl final : public zmq_transport {
     std::lock_guard lock{mu_};
     auto& c = contacts_[host];
     auto& reached = attempt_reached_[host];  // this attempt's TCP connection was made
-    if (event == ZMQ_EVENT_CONNECTED) reached = true;
+    if (event == ZMQ_EVENT_CONNECTED) {
+      reached = true;
+      connected_at_[host] = clock::now();
+    }
     if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) c = {true, false};
     if (event == ZMQ_EVENT_DISCONNECTED) c.connected = false;
     if (event == ZMQ_EVENT_CONNECT_RETRIED) {
@@ -725,11 +732,20 @@ class zmq_transport_impl final : public zmq_transport {
     }
   }
 
-  /// Follows a peer's connection: closed (armed), then a reconnection refused (gone: true, once),
-  /// or a handshake that succeeds again (disarmed). REQUIRES: sock_mu_ held.
-  bool note_connection(std::uint32_t host, std::uint16_t event) {
+  /// How connecting to peer `host` stands now. REQUIRES: sock_mu_ held.
+  peer_contact contact_now(std::uint32_t host) {
+    std::lock_guard lock{mu_};
+    auto it = contacts_.find(host);
+    return it == contacts_.end() ? peer_contact{} : it->second;
+  }
+
+  /// Follows a peer's connection: closed after its handshake had succeeded (armed; a handshake
+  /// that failed or timed out closes a connection too, with its peer still there), then a
+  /// reconnection refused (gone: true, once), or a handshake that succeeds again (disarmed).
+  /// REQUIRES: sock_mu_ held.
+  bool note_connection(std::uint32_t host, std::uint16_t event, bool was_connected) {
     if (event == ZMQ_EVENT_DISCONNECTED) {
-      closed_peers_[host] = true;
+      if (was_connected) closed_peers_[host] = true;
     } else if (event == ZMQ_EVENT_CONNECT_RETRIED) {
       auto it = closed_peers_.find(host);
       if (it == closed_peers_.end() || !it->second) return false;
@@ -793,6 +809,7 @@ class zmq_transport_impl final : public zmq_transport {
     }
     const bool keyed = opt_.security.key.has_value();
     const bool no_detail = event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    if (no_detail && handshake_timed_out(host)) return;
     if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
       why = coach::format("not authorized: {} refused this process's {}", address,
                           keyed ? "key (it is not in that node's authorized keys)"
@@ -831,6 +848,28 @@ class zmq_transport_impl final : public zmq_transport {
     if (!no_detail) vague = 0;
     if (last != why && opt_.log_refusals) log("{}", why);
     last = std::move(why);
+  }
+
+  /// A handshake that failed without detail as long after its TCP connection as
+  /// handshake_interval: it timed out (the peer accepted the connection and never answered),
+  /// which says nothing of keys. Noted in the peer's contact, said once. REQUIRES: sock_mu_ held.
+  bool handshake_timed_out(std::uint32_t host) {
+    std::string address;
+    {
+      std::lock_guard lock{mu_};
+      const auto at = connected_at_.find(host);
+      if (at == connected_at_.end() || clock::now() - at->second < opt_.handshake_interval * 9 / 10)
+        return false;
+      auto& c = contacts_[host];
+      if (c.unanswered) return true;
+      c.unanswered = true;
+      if (auto p = peers_.find(host); p != peers_.end()) address = p->second.address;
+    }
+    if (opt_.log_refusals)
+      log("the connection to {} was accepted but its handshake not answered within {:.0f} s (a "
+          "frozen or overloaded host, or not a Coach node?); retrying",
+          address, std::chrono::duration<double>(opt_.handshake_interval).count());
+    return true;
   }
 
   void run() {
@@ -902,7 +941,8 @@ class zmq_transport_impl final : public zmq_transport {
   std::map<std::uint32_t, std::string> refusals_;   ///< by peer host: why its handshake failed
   std::map<std::uint32_t, peer_contact> contacts_;  ///< by peer host: how connecting went
   std::map<std::uint32_t, bool> attempt_reached_;   ///< by peer host: TCP connected this try
-  std::map<std::uint32_t, int> vague_failures_;     ///< by peer host: failures without detail
+  std::map<std::uint32_t, clock::time_point> connected_at_;  ///< by peer host: the last TCP connect
+  std::map<std::uint32_t, int> vague_failures_;  ///< by peer host: failures without detail
   /// By peer host: its connection closed and no reconnection was refused since (true), or was
   /// (false: reported). Guarded by sock_mu_.
   std::map<std::uint32_t, bool> closed_peers_;

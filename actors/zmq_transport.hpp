@@ -175,10 +175,13 @@ class zmq_transport : public transport {
   virtual void on_peer_gone(peer_gone_handler handler) = 0;
   /// How the connection to peer `host` stands: connected (its handshake succeeded and it has
   /// not closed since), or an attempt to connect failed since (refused: nothing listens at its
-  /// address, or it is unreachable) and ZeroMQ retries.
+  /// address, or it is unreachable) and ZeroMQ retries, or a connection was accepted but its
+  /// handshake not answered within handshake_interval (a frozen or overloaded host, or not a
+  /// Coach node) and ZeroMQ retries.
   struct peer_contact {
     bool connected = false;
     bool connect_failed = false;
+    bool unanswered = false;
   };
   /// Reads the connections' pending events first (from the calling thread).
   virtual peer_contact contact_of(std::uint32_t host) = 0;

@@ -427,7 +427,7 @@ int main(int argc, char** argv) {
       if (joining) {
         const auto c = (*net)->contact_of(0);
         if (auto l = joining->look(c.connected, c.connect_failed, (*net)->refusal_of(0),
-                                   std::chrono::steady_clock::now()))
+                                   std::chrono::steady_clock::now(), c.unanswered))
           log::at(l->level, "{}", l->text);
       }
       if (const auto now = std::chrono::steady_clock::now();

@@ -78,7 +78,7 @@ int closed_port() {
   return ntohs(a.sin_port);
 }
 
-TEST(cli, a_command_to_an_address_where_nothing_answers_fails_within_two_seconds) {
+TEST(cli, a_command_to_an_address_where_nothing_listens_fails_within_two_seconds) {
   const std::string at = "127.0.0.1:" + std::to_string(closed_port());
   for (const std::string cmd :
        {"submit examples/digits-mlp.yaml", "status", "nodes", "cancel 1", "policy get"}) {
@@ -106,6 +106,33 @@ TEST(cli, a_command_to_an_address_where_nothing_answers_fails_within_two_seconds
   EXPECT_EQ(port.code, 2);
   EXPECT_EQ(port.output,
             "coach: --at 'tcp://127.0.0.1:99999': the port must be a number in 1..65535\n");
+}
+
+TEST(cli, a_listener_that_never_answers_the_handshake_fails_after_20_s_saying_so) {
+  // Something listens (the kernel completes the TCP handshake into the backlog) but never
+  // speaks ZeroMQ: a hung or frozen scheduler host. The command gives up after its 20 s wait
+  // for a connection (docs/load.md: the handshake on a host under load can take seconds).
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 16), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string at = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run("status --at " + at);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::close(fd);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_GE(s, 19.5);
+  EXPECT_LE(s, 25.0);
+  EXPECT_EQ(r.output, "coach: no answer from tcp://" + at +
+                          ": no connection within 20 s (it accepts connections but never answers "
+                          "the handshake: a frozen or overloaded host, or not a coach-node "
+                          "there?)\n");
 }
 
 TEST(cli, zero_workers_and_files_that_cannot_be_written_are_refused_before_training) {

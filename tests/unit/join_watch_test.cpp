@@ -1,5 +1,6 @@
 // actors::join_watch: a joining node says at once that it cannot reach its scheduler, then
-// every few seconds while that lasts, once when it gets through, and again after a loss.
+// every few seconds while that lasts, once when it gets through, and again after a loss; a
+// scheduler that never answers the handshake is said to be so, not taken for a refusal.
 #include "actors/join_watch.hpp"
 
 #include <gtest/gtest.h>
@@ -51,6 +52,26 @@ TEST(join_watch, a_refusal_is_an_error_said_once_per_reason) {
   l = w.look(true, false, "", t0 + 10s);  // the key was authorized meanwhile
   ASSERT_TRUE(l);
   EXPECT_EQ(l->text, "reached the scheduler at tcp://10.0.0.1:7470 after 10.0 s");
+}
+
+TEST(join_watch, a_scheduler_that_never_answers_the_handshake_is_said_so_not_a_refusal) {
+  join_watch w("tcp://10.0.0.1:7470", 5s);
+  const auto t0 = join_watch::clock::time_point{} + 100s;
+  EXPECT_FALSE(w.look(false, false, "", t0, false)) << "the handshake is still pending";
+  auto l = w.look(false, false, "", t0 + 10s, true);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->level, log::level::warn);
+  EXPECT_EQ(l->text,
+            "cannot reach the scheduler at tcp://10.0.0.1:7470: it accepts connections but never "
+            "answers the handshake (a frozen or overloaded host, or not a coach-node there?); "
+            "retrying");
+  EXPECT_FALSE(w.look(false, false, "", t0 + 12s, true));
+  l = w.look(false, false, "", t0 + 15s, true);
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->text, "still cannot reach the scheduler at tcp://10.0.0.1:7470 after 5 s; retrying");
+  l = w.look(true, false, "", t0 + 16s);  // the host thawed
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->text, "reached the scheduler at tcp://10.0.0.1:7470 after 6.0 s");
 }
 
 }  // namespace
