@@ -4,6 +4,7 @@
 // frames, mutated control payloads) over one authenticated DEALER. The node stays up, still
 // answers `coach nodes`, counts every message under the reason the generator predicted, and
 // drains cleanly on SIGTERM. bench/fuzz_bench sends a million, with jobs running beside them.
+// A message for an actor that is gone is counted, and logged only at --log-level debug.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <zmq.hpp>
 
 #include "actors/curve_keys.hpp"
+#include "actors/job_context.hpp"
 #include "tests/fuzz/hostile_frames.hpp"
 #include "tests/integration/process_harness.hpp"
 
@@ -117,6 +119,55 @@ TEST(hostile_input, a_node_counts_5000_hostile_messages_by_reason_and_keeps_answ
   // Messages to actors that are not there are counted (unknown_dst above), logged only at the
   // debug level: at the default level, not one line.
   EXPECT_EQ(itest::count(log, "no actor "), 0u);
+}
+
+TEST(hostile_input, a_message_to_a_vanished_actor_is_counted_and_at_debug_logged) {
+  // A worker that left still gets what was in flight to it: routine, so counted (unknown_dst)
+  // and written only at --log-level debug (the test above: not at the default level).
+  const std::string at = itest::free_address();
+  std::vector<itest::node_process> nodes{
+      itest::start_node({"--listen", at, "--scheduler", "--store", "", "--name", "debugged",
+                         "--stats-interval", "0.1", "--log-level", "debug"},
+                        "debugged")};
+  ASSERT_TRUE(itest::await_nodes_alive(at, 1)) << itest::slurp(nodes[0].log);
+  auto security = actors::load_security(itest::suite_key().string(), "", "");
+  ASSERT_TRUE(security) << security.error().to_string();
+  ASSERT_TRUE(security->key) << "the suite's processes have a key";
+  zmq::context_t ctx;
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::curve_serverkey, security->server_key_for(""));
+  s.set(zmq::sockopt::curve_publickey, security->key->public_key);
+  s.set(zmq::sockopt::curve_secretkey, security->key->secret_key);
+  s.connect(at);
+  // Params for workers 0..2 of job 77, which never ran here.
+  const std::uint32_t host = actors::node_host_id(at);
+  std::vector<std::string> want;
+  for (std::uint32_t rank = 0; rank < 3; ++rank) {
+    actors::envelope e;
+    e.src = {host, 0x1000 + rank};
+    e.dst = actors::worker_endpoint(77, rank);
+    e.dst.host = host;
+    e.kind = actors::msg_kind::params;
+    e.job = 77;
+    std::vector<std::byte> header;
+    actors::codec::encode_header(e, {}, header);
+    ASSERT_TRUE(s.send(zmq::buffer(header.data(), header.size()), zmq::send_flags::none));
+    want.push_back("[debug] debugged: transport " + at + ": no actor " + std::to_string(e.dst.id) +
+                   " on host " + std::to_string(host) + " (message params)");
+  }
+  auto counted = [&] {
+    auto c = last_receive_stats(itest::slurp(nodes[0].log));
+    return c && c->unknown_dst >= 3;
+  };
+  for (int i = 0; i < 200 && !counted(); ++i) std::this_thread::sleep_for(50ms);  // poll, 10 s
+  const auto log = itest::slurp(nodes[0].log);
+  const auto c = last_receive_stats(log);
+  ASSERT_TRUE(c) << log;
+  EXPECT_EQ(c->unknown_dst, 3u) << log;
+  EXPECT_EQ(c->malformed, 0u) << log;
+  for (const auto& line : want) EXPECT_EQ(itest::count(log, line), 1u) << line << "\n" << log;
+  itest::stop_nodes(nodes);
 }
 
 }  // namespace
