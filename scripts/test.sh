@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 # For the tests only: promtool (Debian's prometheus) checks what /metrics serves; headless
-# Chromium (Debian's chromium) loads the dashboard. Services are not started (a package's own
+# Chromium (Debian's chromium) loads the dashboard; systemd-analyze (Debian's systemd) verifies
+# deploy/systemd's unit. Services are not started (a package's own
 # start may fail where there is no init system: harmless here). Without them those checks skip.
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -13,7 +14,7 @@ install() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" \
     >/dev/null 2>&1
 }
-for tool in promtool:prometheus chromium:chromium; do
+for tool in promtool:prometheus chromium:chromium systemd-analyze:systemd; do
   command -v "${tool%%:*}" >/dev/null 2>&1 && continue
   echo "test: installing ${tool#*:} (${tool%%:*})"
   install "${tool#*:}" || { $sudo apt-get update -qq && install "${tool#*:}"; } ||

@@ -146,7 +146,7 @@ TEST(nccl_group_factory, refuses_what_it_cannot_do_with_a_reason) {
     ASSERT_FALSE(g);
     EXPECT_EQ(g.error().code, errc::unsupported);
     EXPECT_NE(g.error().message.find("no NCCL"), std::string::npos) << g.error().message;
-    return;
+    GTEST_SKIP() << "this build has no NCCL: only its refusal was checked";
   }
   auto empty = nccl_group::make(none);
   ASSERT_FALSE(empty);
@@ -157,7 +157,8 @@ TEST(nccl_group_factory, refuses_what_it_cannot_do_with_a_reason) {
     EXPECT_EQ(g.error().code, errc::unsupported);
     EXPECT_NE(g.error().message.find("no CUDA device visible"), std::string::npos)
         << g.error().message;
-    return;
+    GTEST_SKIP() << "no CUDA device here: the refusals without one were checked, not a group's "
+                    "own checks (bench/gpu_check.sh runs them on a GPU machine)";
   }
   const std::vector<int> twice{0, 0};
   auto dup = nccl_group::make(twice);

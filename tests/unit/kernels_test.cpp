@@ -1358,19 +1358,5 @@ TEST(backend_factory, makes_cpu_and_auto_falls_back_to_it) {
   EXPECT_EQ((*any)->name(), cuda_device_present() ? "cuda" : "cpu");
 }
 
-TEST(backend_factory, cuda_is_unsupported_without_cuda_in_the_build) {
-#ifdef COACH_HAVE_CUDA
-  GTEST_SKIP() << "this build has CUDA";
-#else
-  EXPECT_EQ(compiled_backends(), "cpu");
-  EXPECT_FALSE(cuda_device_present());
-  auto cuda = make_backend(backend_kind::cuda);
-  ASSERT_FALSE(cuda);
-  EXPECT_EQ(cuda.error().code, errc::unsupported);
-  EXPECT_NE(cuda.error().message.find("COACH_ENABLE_CUDA"), std::string::npos)
-      << cuda.error().message;
-#endif
-}
-
 }  // namespace
 }  // namespace coach::kernels
