@@ -129,7 +129,8 @@ struct shard_state {
   /// The head: a completed step whose answers wait for the chain to hold its version.
   std::optional<std::int64_t> gated_step;
   /// A backup: the snapshots the master asked of the versions it passed (flag::snapshot on a
-  /// push's copy), kept in case the primary is lost before its answer left it (the last two).
+  /// push's copy), kept in case the primary is lost before its answer left it; the head: those
+  /// it passed before its chain held them (serve, serve_passed). The last two.
   std::map<std::int64_t, std::shared_ptr<const ps::slice_transfer>> retained;
   static inline const char* name = "coach.ps_shard";
 
@@ -184,11 +185,24 @@ struct shard_state {
     }
     auto it = waiting.find(v);
     if (it == waiting.end()) return;
-    // A version the whole chain does not hold yet is not answered (a backup answers nothing).
-    if (chain && (!chain->head() || !chain->may_answer(v))) return;
+    // A backup answers nothing.
+    if (chain && !chain->head()) return;
     // Between a boundary and the transfer (or release) it asks of this shard, what it owns is
     // not what the configuration says: wait for that (run_moves serves then).
     if (!core->owns_assigned(v)) return;
+    // A version the whole chain does not hold yet is not answered. The head may apply the
+    // next step before its chain acknowledges this version (a new shard that adopted its
+    // slices and took the pushes held for them): what the master asked of it is kept, and
+    // answered once the chain holds it (serve_passed).
+    if (chain && !chain->may_answer(v)) {
+      const bool master_waits =
+          std::ranges::any_of(it->second, [&](const waiter& w) { return w.who == ctx->master; });
+      if (master_waits && !retained.contains(v)) {
+        retained[v] = std::make_shared<const ps::slice_transfer>(core->snapshot());
+        if (retained.size() > 2) retained.erase(retained.begin());
+      }
+      return;
+    }
     // Shared, not copied: the shard copies on write if a reader still holds it (ps/shard.hpp).
     auto values = core->share_values();
     std::shared_ptr<const void> owner = values;
@@ -548,6 +562,7 @@ struct shard_state {
   /// The head: answers the step and the requests the chain now holds.
   void release_gated() {
     if (!chain->head()) return;
+    serve_passed();
     if (gated_step && chain->may_answer(*gated_step + 1)) {
       const auto step = *gated_step;
       gated_step.reset();
@@ -556,6 +571,21 @@ struct shard_state {
       return;
     }
     serve(core->applied_steps());
+  }
+
+  /// The head: the master's requests for versions it passed while its chain did not hold them
+  /// yet, answered from the copies serve() kept, once the chain holds them.
+  void serve_passed() {
+    for (auto it = waiting.begin(); it != waiting.end() && it->first < core->applied_steps();) {
+      const auto kept = retained.find(it->first);
+      if (kept == retained.end() || !chain->may_answer(it->first)) {
+        ++it;
+        continue;
+      }
+      for (const auto& w : it->second)
+        if (w.who == ctx->master) serve_retained(it->first, w.who, w.state);
+      it = waiting.erase(it);
+    }
   }
 
   /// Messages of the chain, and where a replicated shard's messages go. Returns true when `m`

@@ -9,6 +9,7 @@
 
 #include "common/format.hpp"
 #include "common/json.hpp"
+#include "common/log.hpp"
 #include "scheduler/perf_tracker.hpp"
 #include "scheduler/placement.hpp"
 #include "scheduler/resource_pool.hpp"
@@ -677,6 +678,11 @@ void job_registry::epoch(registered_job& job, const epoch_report& e, perf_model&
   const std::uint64_t id = job.status.job;
   auto& st = job.status;
   st.epochs_done = e.epoch + 1;
+  // Epochs are reported in order, each once (a rerun after a recovery replaces from its first):
+  // a gap means an epoch's report was lost, said so rather than hidden in the history.
+  if (e.epoch > st.epoch_samples.size())
+    log::warn("job {}: epoch {} reported after {} epoch record(s): a report is missing", id,
+              e.epoch + 1, st.epoch_samples.size());
   st.epoch_samples.resize(std::min<std::size_t>(st.epoch_samples.size(), e.epoch));
   st.epoch_samples.push_back(e.samples);
   st.epoch_seconds.resize(st.epoch_samples.size() - 1);
