@@ -18,6 +18,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -89,11 +91,20 @@ inline run_result coach(const std::string& args) {
   return r;
 }
 
+/// A loopback address whose port nothing listens on now, never one this process was given
+/// before: the kernel hands a port just freed out again, and two nodes started one after the
+/// other would otherwise get the same (the first has not bound it yet when the second asks).
 inline std::string free_address() {
-  zmq::context_t ctx;
-  zmq::socket_t s(ctx, zmq::socket_type::router);
-  s.bind("tcp://127.0.0.1:0");
-  return s.get(zmq::sockopt::last_endpoint);
+  static std::mutex mu;
+  static std::set<std::string> given;
+  std::lock_guard lock(mu);
+  for (int attempt = 0;; ++attempt) {
+    zmq::context_t ctx;
+    zmq::socket_t s(ctx, zmq::socket_type::router);
+    s.bind("tcp://127.0.0.1:0");
+    auto address = s.get(zmq::sockopt::last_endpoint);
+    if (given.insert(address).second || attempt >= 100) return address;
+  }
 }
 
 /// A free port on 127.0.0.1 (of free_address()), for a server other than a coach-node's data path.
