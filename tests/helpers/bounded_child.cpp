@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
   const long n = std::atol(argv[2]);
   if (mode == "exit") return int(n);
   if (mode == "sleep") {
-    std::this_thread::sleep_for(std::chrono::milliseconds(n));
+    std::this_thread::sleep_for(std::chrono::milliseconds(n));  // the child's "sleep" mode
     return 0;
   }
   if (mode == "alloc") {

@@ -462,7 +462,7 @@ TEST_F(cluster, a_function_mode_job_completes_across_nodes_while_its_invocations
         }
       }
     }
-    std::this_thread::sleep_for(20ms);
+    std::this_thread::sleep_for(20ms);  // a poll (3000 at most, the job's end breaks it)
   }
   std::fprintf(stderr, "killed %d invocations while the job ran\n", killed);
   EXPECT_GE(killed, 5) << "the job ended before it could be hurt: " << st;

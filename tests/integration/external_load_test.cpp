@@ -90,7 +90,8 @@ TEST(external_load, a_busy_program_lowers_free_cpus_and_a_running_elastic_job_gr
     std::this_thread::sleep_for(100ms);
   }
   ASSERT_GE(job_number(st, "epochs_done"), 2) << st;
-  // Held back while the program runs: a few decisions (2 s apart) give it nothing more.
+  // Held back while the program runs: a few decisions (2 s apart) give it nothing more. A gap,
+  // the point: nothing may happen during it (the growth after the program ends is awaited).
   std::this_thread::sleep_for(5s);
   st = status();
   const double before = job_number(st, "workers");

@@ -82,7 +82,7 @@ class inline_delivery : public ::testing::TestWithParam<std::string> {
     // started by the scheduler): from now on a delivery finds it idle.
     caf::anon_send(a, to(ep, -1));
     EXPECT_TRUE(wait_for(*s, 1));
-    std::this_thread::sleep_for(10ms);
+    std::this_thread::sleep_for(10ms);  // a gap: the actor goes back to waiting
     std::lock_guard lock{s->mu};
     s->threads.clear();
     s->steps.clear();
@@ -99,11 +99,17 @@ TEST_P(inline_delivery, an_idle_inline_actor_runs_on_the_sender_when_its_scope_c
   const endpoint shard{1, 1};
   auto seen = std::make_shared<sightings>();
   spawn_bound(shard, true, seen);
+  const endpoint plain{1, 3};
+  auto other = std::make_shared<sightings>();
+  spawn_bound(plain, false, other);
   const auto me = std::this_thread::get_id();
   {
     inline_scope scope;
     ASSERT_TRUE(net->send(to(shard, 0)));
-    std::this_thread::sleep_for(50ms);
+    // CAF's one thread runs a plain actor's message sent after it meanwhile: it had the time
+    // to run the inline one too, and did not.
+    ASSERT_TRUE(net->send(to(plain, 0)));
+    ASSERT_TRUE(wait_for(*other, 1));
     EXPECT_EQ(seen->handled.load(), 0) << "it ran before the scope closed";
   }
   ASSERT_EQ(seen->handled.load(), 1) << "the scope closed without running it";
@@ -139,9 +145,10 @@ TEST_P(inline_delivery, only_the_first_actor_a_scope_wakes_runs_there_and_plain_
 }
 
 TEST_P(inline_delivery, a_nested_scope_is_inert_and_a_burst_keeps_its_order) {
-  const endpoint shard{1, 1};
-  auto seen = std::make_shared<sightings>();
+  const endpoint shard{1, 1}, plain{1, 3};
+  auto seen = std::make_shared<sightings>(), other = std::make_shared<sightings>();
   spawn_bound(shard, true, seen);
+  spawn_bound(plain, false, other);
   const auto me = std::this_thread::get_id();
   {
     inline_scope outer;
@@ -149,7 +156,9 @@ TEST_P(inline_delivery, a_nested_scope_is_inert_and_a_burst_keeps_its_order) {
       inline_scope inner;
       for (int i = 0; i < 50; ++i) ASSERT_TRUE(net->send(to(shard, i)));
     }
-    std::this_thread::sleep_for(20ms);
+    // A plain actor's message, sent after, runs on CAF's thread meanwhile; the burst did not.
+    ASSERT_TRUE(net->send(to(plain, 0)));
+    ASSERT_TRUE(wait_for(*other, 1));
     EXPECT_EQ(seen->handled.load(), 0) << "the inner scope ran it";
   }
   // A few ran here; the rest of the burst went on on CAF's thread.

@@ -96,7 +96,7 @@ TEST(resume, a_run_stopped_after_its_first_checkpoint_ends_bitwise_where_the_str
   };
   first.slowdown = [&stop](std::uint32_t, std::int64_t step) {
     if (step < 23) return 1.0;
-    while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // held till stop
     return 200.0;
   };
   auto stopped = train_embedded(spec, first);

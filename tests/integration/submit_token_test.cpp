@@ -63,7 +63,7 @@ TEST(submit_token, a_submit_sent_again_gets_the_job_it_stored_also_after_a_resta
   ::waitpid(nodes[0].pid, nullptr, 0);
   nodes[0].pid = -1;
   std::thread restart([&] {
-    std::this_thread::sleep_for(500ms);
+    std::this_thread::sleep_for(500ms);  // a gap, the point: the request goes out meanwhile
     nodes[0] = itest::start_node(scheduler_args, "node-a", "token-node-a-again");
   });
   const auto after = submit_once(200ms);

@@ -131,7 +131,11 @@ TEST_P(transport_contract, concurrent_senders_lose_and_repeat_nothing) {
   }
   std::sort(steps.begin(), steps.end());
   EXPECT_EQ(std::adjacent_find(steps.begin(), steps.end()), steps.end());
-  EXPECT_FALSE(await(100ms));
+  // Nothing repeated comes late: a marker sent after every sender finished arrives next.
+  ASSERT_TRUE(r.sender->send(numbered(r.src, r.dst, -1)));
+  auto next = await();
+  ASSERT_TRUE(next) << "the marker did not arrive";
+  EXPECT_EQ(next->hdr.step, -1) << "a message arrived after the 1000 distinct ones";
 }
 
 TEST_P(transport_contract, an_unbound_endpoint_gets_nothing_and_the_drop_is_counted) {
@@ -139,9 +143,16 @@ TEST_P(transport_contract, an_unbound_endpoint_gets_nothing_and_the_drop_is_coun
   const auto before = r.sender->traffic().dropped;
   EXPECT_FALSE(r.sender->send(numbered(r.src, local, 1)));
   EXPECT_EQ(r.sender->traffic().dropped, before + 1);
+  // Another endpoint of the receiver's host, to the test too: a marker sent to it after the
+  // message to the unbound one arrives first (one link keeps its order), so nothing came.
+  const endpoint other{r.dst.host, 201};
+  r.receiver->bind(other, sys->spawn(forwarder, caf::actor_cast<caf::actor>(*self)));
   r.receiver->unbind(r.dst);
   r.sender->send(numbered(r.src, r.dst, 2));
-  EXPECT_FALSE(await(300ms));
+  ASSERT_TRUE(r.sender->send(numbered(r.src, other, 3)));
+  auto next = await();
+  ASSERT_TRUE(next) << "the marker did not arrive";
+  EXPECT_EQ(next->hdr.step, 3) << "the unbound endpoint's message was delivered";
 }
 
 TEST_P(transport_contract, counts_messages_and_bytes_per_job_and_host_pair) {
@@ -280,15 +291,17 @@ TEST_F(faults, a_cut_link_carries_nothing_until_healed) {
   f->cut(2, 1);  // either order names the link
   f->send(numbered(src, dst, 1));
   f->send(numbered(src, {3, 300}, 2));  // another link: unaffected
-  std::vector<std::int64_t> got;
-  self->receive([&](wire_message& m) { got.push_back(m.hdr.step); });
-  self->receive([&](wire_message& m) { got.push_back(m.hdr.step); }, caf::after(200ms) >> [] {});
-  EXPECT_EQ(got, (std::vector<std::int64_t>{2}));
   EXPECT_EQ(f->counts().cut, 1u);
   f->heal(1, 2);
   f->send(numbered(src, dst, 3));
-  self->receive([&](wire_message& m) { EXPECT_EQ(m.hdr.step, 3); },
-                caf::after(3s) >> [] { ADD_FAILURE() << "nothing after the heal"; });
+  // The healed link's message comes behind anything the cut one let through (one forwarder,
+  // in order): 2 (the other link) and 3, never 1.
+  std::vector<std::int64_t> got;
+  while (std::ranges::find(got, 3) == got.end() && !::testing::Test::HasFailure())
+    self->receive([&](wire_message& m) { got.push_back(m.hdr.step); },
+                  caf::after(3s) >> [] { ADD_FAILURE() << "nothing after the heal"; });
+  std::ranges::sort(got);
+  EXPECT_EQ(got, (std::vector<std::int64_t>{2, 3}));
 }
 
 TEST_F(faults, a_crash_loses_the_next_message_and_kills_the_sender) {
@@ -318,8 +331,11 @@ TEST_F(faults, a_crash_loses_the_next_message_and_kills_the_sender) {
                     why = caf::exit_reason(d.reason.code());
                   },
                   caf::after(3s) >> [&] { ADD_FAILURE() << "no death or too few messages"; });
-  self->receive([&](wire_message& m) { got.push_back(m.hdr.step); }, caf::after(100ms) >> [] {});
-  EXPECT_EQ(got, (std::vector<std::int64_t>{30, 31, 40}));
+  // Nothing the dead actor sent comes late: a marker sent now arrives next.
+  f->send(numbered({1, 101}, dst, 99));
+  self->receive([&](wire_message& m) { got.push_back(m.hdr.step); },
+                caf::after(3s) >> [] { ADD_FAILURE() << "the marker did not arrive"; });
+  EXPECT_EQ(got, (std::vector<std::int64_t>{30, 31, 40, 99}));
   EXPECT_EQ(why, caf::exit_reason::kill);
   EXPECT_EQ(f->counts().killed, 2u);  // 41 (the crash) and 42 (sent while dying)
 }
