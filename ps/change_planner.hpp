@@ -18,13 +18,14 @@
 #include <string>
 #include <vector>
 
+#include "ps/change_kind.hpp"
 #include "ps/job_config.hpp"
 
 namespace coach::ps {
 
 /// A change asked of a running job.
 struct job_change {
-  enum class kind_type { workers, shards, migrate };
+  using kind_type = change_kind;
   kind_type kind = kind_type::workers;
   std::uint32_t value = 0;  ///< workers: the new count; shards: the new count; migrate: shard id
   /// migrate: the shard that takes the slices, started ahead (none: a new one is started).

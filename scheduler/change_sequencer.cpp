@@ -22,23 +22,12 @@ void add_once(std::vector<std::uint32_t>& to, std::uint32_t x) {
 }  // namespace
 
 ps::job_change to_job_change(const change_request& r) {
-  using kind = schedule_action::kind_type;
-  using to = ps::job_change::kind_type;
-  const auto& a = r.action;
-  return {a.kind == kind::workers  ? to::workers
-          : a.kind == kind::shards ? to::shards
-                                   : to::migrate,
-          a.value, r.shard};
+  return {r.action.kind, r.action.value, r.shard};
 }
 
 std::string describe(const change_request& r) {
-  using kind = schedule_action::kind_type;
   const auto& a = r.action;
-  std::string what = coach::format("{} {}",
-                                   a.kind == kind::workers  ? "workers"
-                                   : a.kind == kind::shards ? "shards"
-                                                            : "migrate",
-                                   a.value);
+  std::string what = coach::format("{} {}", ps::to_string(a.kind), a.value);
   if (!r.node.empty()) what += " to " + r.node;
   return what;
 }

@@ -153,6 +153,7 @@
 
 #include "common/error.hpp"
 #include "kernels/backend.hpp"
+#include "ps/change_kind.hpp"
 #include "ps/optimizer.hpp"
 #include "scheduler/checkpoint_config.hpp"
 #include "worker/dataset.hpp"
@@ -189,7 +190,7 @@ struct function_limits {
 
 /// One elastic change of a job's schedule (`schedule:`), taking effect at step `at_step`.
 struct schedule_action {
-  enum class kind_type { workers, shards, migrate };
+  using kind_type = ps::change_kind;
   std::int64_t at_step = 1;
   kind_type kind = kind_type::workers;
   std::uint32_t value = 0;  ///< workers: the new count; shards: the new count; migrate: shard id
