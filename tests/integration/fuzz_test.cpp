@@ -26,6 +26,21 @@ namespace {
 
 using namespace std::chrono_literals;
 
+/// `s`: a DEALER connected to the node at `at` with the suite's key (COACH_KEY), as any process
+/// of the suite; a send waits 10 s at most.
+void connect_keyed(zmq::context_t& ctx, const std::string& at, zmq::socket_t& s) {
+  auto security = actors::load_security(itest::suite_key().string(), "", "");
+  ASSERT_TRUE(security) << security.error().to_string();
+  ASSERT_TRUE(security->key) << "the suite's processes have a key";
+  s = zmq::socket_t(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::sndtimeo, 10000);
+  s.set(zmq::sockopt::curve_serverkey, security->server_key_for(""));
+  s.set(zmq::sockopt::curve_publickey, security->key->public_key);
+  s.set(zmq::sockopt::curve_secretkey, security->key->secret_key);
+  s.connect(at);
+}
+
 TEST(hostile_input, a_node_counts_5000_hostile_messages_by_reason_and_keeps_answering) {
   const std::string at = itest::free_address();
   const auto t0 = std::chrono::steady_clock::now();
@@ -35,17 +50,9 @@ TEST(hostile_input, a_node_counts_5000_hostile_messages_by_reason_and_keeps_answ
   ASSERT_TRUE(itest::await_nodes_alive(at, 1)) << itest::slurp(nodes[0].log);
 
   // An authenticated DEALER, as any process of the suite (COACH_KEY).
-  auto security = actors::load_security(itest::suite_key().string(), "", "");
-  ASSERT_TRUE(security) << security.error().to_string();
-  ASSERT_TRUE(security->key) << "the suite's processes have a key";
   zmq::context_t ctx;
-  zmq::socket_t s(ctx, zmq::socket_type::dealer);
-  s.set(zmq::sockopt::linger, 0);
-  s.set(zmq::sockopt::sndtimeo, 10000);
-  s.set(zmq::sockopt::curve_serverkey, security->server_key_for(""));
-  s.set(zmq::sockopt::curve_publickey, security->key->public_key);
-  s.set(zmq::sockopt::curve_secretkey, security->key->secret_key);
-  s.connect(at);
+  zmq::socket_t s;
+  ASSERT_NO_FATAL_FAILURE(connect_keyed(ctx, at, s));
 
   // The flood, made first: its mix reaching every kind and every reason is a precondition
   // (the comparisons with the node's counts below prove nothing for a reason never sent).
@@ -130,16 +137,9 @@ TEST(hostile_input, a_message_to_a_vanished_actor_is_counted_and_at_debug_logged
                          "--stats-interval", "0.1", "--log-level", "debug"},
                         "debugged")};
   ASSERT_TRUE(itest::await_nodes_alive(at, 1)) << itest::slurp(nodes[0].log);
-  auto security = actors::load_security(itest::suite_key().string(), "", "");
-  ASSERT_TRUE(security) << security.error().to_string();
-  ASSERT_TRUE(security->key) << "the suite's processes have a key";
   zmq::context_t ctx;
-  zmq::socket_t s(ctx, zmq::socket_type::dealer);
-  s.set(zmq::sockopt::linger, 0);
-  s.set(zmq::sockopt::curve_serverkey, security->server_key_for(""));
-  s.set(zmq::sockopt::curve_publickey, security->key->public_key);
-  s.set(zmq::sockopt::curve_secretkey, security->key->secret_key);
-  s.connect(at);
+  zmq::socket_t s;
+  ASSERT_NO_FATAL_FAILURE(connect_keyed(ctx, at, s));
   // Params for workers 0..2 of job 77, which never ran here.
   const std::uint32_t host = actors::node_host_id(at);
   std::vector<std::string> want;
