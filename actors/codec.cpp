@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "actors/capnp_words.hpp"
 #include "common/enforce.hpp"
 #include "schemas/envelope.capnp.h"
 
@@ -146,17 +147,6 @@ void encode(const envelope& e, std::span<const std::size_t> frame_bytes, const e
   }
 }
 
-/// Cap'n Proto's description of a malformed message, as one line: "expected <condition>
-/// [<values>]; Message ends prematurely in first segment." gives the part after "; ".
-std::string describe(const kj::Exception& ex) {
-  std::string text(ex.getDescription().cStr());
-  if (text.starts_with("expected ")) {
-    if (const auto cut = text.find("; "); cut != std::string::npos) text.erase(0, cut + 2);
-  }
-  std::replace(text.begin(), text.end(), '\n', ' ');
-  return text;
-}
-
 result<decoded_header> read(kj::ArrayPtr<const capnp::word> words) {
   capnp::ReaderOptions options;
   // Enough to read every word a few times over, never the 64 MiB default: a message whose
@@ -264,31 +254,10 @@ void encode_header(const envelope& e, std::span<const std::size_t> frame_bytes, 
 }
 
 result<decoded_header> decode_header(std::span<const std::byte> bytes) {
-  if (bytes.size() < word_bytes)
-    return fail(errc::protocol_error, "header of {} bytes is too short (at least {})", bytes.size(),
-                word_bytes);
-  if (bytes.size() % word_bytes != 0)
-    return fail(errc::protocol_error, "header of {} bytes is not a whole number of 8-byte words",
-                bytes.size());
-  if (bytes.size() > max_header_bytes)
-    return fail(errc::protocol_error, "header of {} bytes is over the limit of {}", bytes.size(),
-                max_header_bytes);
-
-  // Cap'n Proto reads words in place and requires them aligned; ZeroMQ gives no such promise
-  // (a small message lives inside zmq_msg_t), so an unaligned header is copied first.
-  kj::Array<capnp::word> copy;
-  kj::ArrayPtr<const capnp::word> words;
-  if (reinterpret_cast<std::uintptr_t>(bytes.data()) % alignof(capnp::word) == 0) {
-    words =
-        kj::arrayPtr(reinterpret_cast<const capnp::word*>(bytes.data()), bytes.size() / word_bytes);
-  } else {
-    copy = kj::heapArray<capnp::word>(bytes.size() / word_bytes);
-    std::memcpy(copy.begin(), bytes.data(), bytes.size());
-    words = copy.asPtr();
-  }
-
+  auto w = read_words(bytes, max_header_bytes, "header");
+  if (!w) return std::unexpected(w.error());
   try {
-    return read(words);
+    return read(w->words);
   } catch (const kj::Exception& ex) {
     return fail(errc::protocol_error, "malformed header: {}", describe(ex));
   }

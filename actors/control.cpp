@@ -29,6 +29,7 @@
 #include <memory>
 #include <random>
 
+#include "actors/capnp_words.hpp"
 #include "actors/curve_keys.hpp"
 #include "common/format.hpp"
 #include "common/log_limiter.hpp"
@@ -809,16 +810,6 @@ control_message get_message(wire::ControlMessage::Reader r) {
   refuse("unknown control message member {}", std::uint16_t(r.which()));
 }
 
-/// Cap'n Proto's description of a malformed message, as one line (as in actors/codec.cpp).
-std::string describe(const kj::Exception& ex) {
-  std::string text(ex.getDescription().cStr());
-  if (text.starts_with("expected ")) {
-    if (const auto cut = text.find("; "); cut != std::string::npos) text.erase(0, cut + 2);
-  }
-  std::replace(text.begin(), text.end(), '\n', ' ');
-  return text;
-}
-
 control_message read(kj::ArrayPtr<const capnp::word> words) {
   capnp::ReaderOptions options;
   // Enough to read every word a few times over: aliasing pointers or lists of empty structs
@@ -873,30 +864,10 @@ std::vector<std::byte> encode(const control_message& m) {
 }
 
 result<control_message> decode(std::span<const std::byte> bytes) {
-  if (bytes.size() < word_bytes)
-    return fail(errc::protocol_error, "control message of {} bytes is too short (at least {})",
-                bytes.size(), word_bytes);
-  if (bytes.size() % word_bytes != 0)
-    return fail(errc::protocol_error,
-                "control message of {} bytes is not a whole number of 8-byte words", bytes.size());
-  if (bytes.size() > max_payload_bytes)
-    return fail(errc::protocol_error, "control message of {} bytes is over the limit of {}",
-                bytes.size(), max_payload_bytes);
-
-  // Cap'n Proto reads words in place and requires them aligned; a ZeroMQ frame is not.
-  kj::Array<capnp::word> copy;
-  kj::ArrayPtr<const capnp::word> words;
-  if (reinterpret_cast<std::uintptr_t>(bytes.data()) % alignof(capnp::word) == 0) {
-    words =
-        kj::arrayPtr(reinterpret_cast<const capnp::word*>(bytes.data()), bytes.size() / word_bytes);
-  } else {
-    copy = kj::heapArray<capnp::word>(bytes.size() / word_bytes);
-    std::memcpy(copy.begin(), bytes.data(), bytes.size());
-    words = copy.asPtr();
-  }
-
+  auto w = read_words(bytes, max_payload_bytes, "control message");
+  if (!w) return std::unexpected(w.error());
   try {
-    return read(words);
+    return read(w->words);
   } catch (const refusal& r) {
     return fail(errc::protocol_error, "control message refused: {}", r.message);
   } catch (const kj::Exception& ex) {
