@@ -686,8 +686,7 @@ class zmq_transport_impl final : public zmq_transport {
     std::uint32_t value = 0;
     for (auto& [host, mon] : dealer_monitors_)
       while (next_event(mon, event, value)) {
-        const bool was_connected = contact_now(host).connected;
-        note_contact(host, event);
+        const bool was_connected = note_contact(host, event);
         if (note_connection(host, event, was_connected))
           gone.push_back(host);
         else if (event & handshake_events)
@@ -713,10 +712,12 @@ class zmq_transport_impl final : public zmq_transport {
     }
   }
 
-  /// Records how connecting to peer `host` went (contact_of). REQUIRES: sock_mu_ held.
-  void note_contact(std::uint32_t host, std::uint16_t event) {
+  /// Records how connecting to peer `host` went (contact_of); whether it was connected before
+  /// this event. REQUIRES: sock_mu_ held.
+  bool note_contact(std::uint32_t host, std::uint16_t event) {
     std::lock_guard lock{mu_};
     auto& c = contacts_[host];
+    const bool was_connected = c.connected;
     auto& reached = attempt_reached_[host];  // this attempt's TCP connection was made
     if (event == ZMQ_EVENT_CONNECTED) {
       reached = true;
@@ -730,13 +731,7 @@ class zmq_transport_impl final : public zmq_transport {
       if (!c.connected && !reached) c.connect_failed = true;
       reached = false;
     }
-  }
-
-  /// How connecting to peer `host` stands now. REQUIRES: sock_mu_ held.
-  peer_contact contact_now(std::uint32_t host) {
-    std::lock_guard lock{mu_};
-    auto it = contacts_.find(host);
-    return it == contacts_.end() ? peer_contact{} : it->second;
+    return was_connected;
   }
 
   /// Follows a peer's connection: closed after its handshake had succeeded (armed; a handshake
