@@ -82,6 +82,7 @@ result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
   req.workers = *workers;
   req.slowdown = opt.slowdown;
   req.on_step = opt.on_step;
+  req.cancel_at_step = opt.cancel_at_step;
   req.shards = *shards;
   req.data = std::make_shared<const worker::dataset_pair>(std::move(*data));
   const auto kept = req.data;  // the class names and transform go with the result

@@ -50,6 +50,9 @@ struct train_options {
   /// Test hook: each completed step's samples and loss (actors/job_context.hpp step_trace),
   /// called on the job master's thread.
   std::function<void(const step_trace&)> on_step;
+  /// Test hook: >= 0 cancels the job as step `cancel_at_step` opens (result.steps is then
+  /// that step): where a Ctrl-C between steps would stop it, at a known step; -1: never.
+  std::int64_t cancel_at_step = -1;
   /// Checkpoints at epochs' ends (scheduler/checkpoint_config.hpp); an empty path: none.
   scheduler::checkpoint_config checkpoint;
   /// A checkpoint file to resume from (coach train --resume): the run goes on from its epoch

@@ -198,6 +198,8 @@ struct job_request {
   std::uint32_t first_epoch = 0;
   /// Which epochs' ends are checkpointed (master_options::checkpoint_due); empty: none.
   std::function<bool(std::uint32_t epoch)> checkpoint_due;
+  /// Test hook (master_options::cancel_at_step): cancelled as this step opens; -1: never.
+  std::int64_t cancel_at_step = -1;
 };
 
 }  // namespace coach::actors

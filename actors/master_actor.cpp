@@ -55,6 +55,8 @@ struct master_state {
   std::optional<ps::snapshot_assembler> snapshots;
   std::size_t snapshots_state_per_param = 0;  ///< optimizer floats per key (the shards')
   std::shared_ptr<const std::vector<float>> last_params;
+  std::int64_t last_version = 0;  ///< last_params' version: the steps applied since the seed
+  std::int64_t stop_step = -1;    ///< cancelled: the step it stopped at (whose version is final)
   scheduler::job_result result;
   clock_type::time_point job_start = clock_type::now();
   clock_type::time_point last_progress = clock_type::now();
@@ -486,8 +488,12 @@ struct master_state {
 
   /// Opens step s if it can, for every member of its configuration or (asp) for `only`.
   bool open(std::int64_t s, std::optional<std::uint32_t> only = {}) {
+    if (options.cancel_at_step >= 0 && s >= options.cancel_at_step) cancelled = true;
     if (!change_due(s)) return false;
-    if (cancelled) request_snapshot(s, dispenser->epoch(), true);
+    if (cancelled) {
+      if (stop_step < 0) stop_step = s;
+      request_snapshot(s, dispenser->epoch(), true);
+    }
     const std::uint32_t alone[] = {only.value_or(0)};
     const auto o = planner->open(only ? std::span<const std::uint32_t>(alone)
                                       : std::span<const std::uint32_t>(cfg().members),
@@ -668,6 +674,7 @@ struct master_state {
   /// is evaluated (and reported with its state when it is a checkpoint's).
   void on_assembled(ps::snapshot_assembler::assembled a) {
     last_params = a.values;
+    last_version = a.version;
     if (a.final) return finish(false);
     param_snapshot p{a.epoch, a.version, a.values, std::move(a.state)};
     epoch_params[a.epoch] = p;
@@ -722,6 +729,9 @@ struct master_state {
     result.changes = timer.reports();
     if (ctx->spec.function) result.invocations = summed_invocations();
     if (last_params) result.params = *last_params;
+    // Where it stopped as the master decided it, not as the parameters say: a final snapshot
+    // of another version (parameters of a step boundary other than the stop) shows.
+    result.steps = !complete && stop_step >= 0 ? stop_step : last_version;
     caf::anon_send(observer, done_atom::value, job_outcome{std::nullopt, std::move(result)});
   }
 };

@@ -89,6 +89,9 @@ struct master_options {
   /// (ps::shard::snapshot), and the master sends (checkpoint_atom, param_snapshot) with
   /// `state` set for that epoch (also without report_params). Empty: never.
   std::function<bool(std::uint32_t epoch)> checkpoint_due;
+  /// Test hook: >= 0 cancels the job as step `cancel_at_step` is about to open, as a cancel
+  /// arriving between steps would (the step-exact reference of the Ctrl-C tests); -1: never.
+  std::int64_t cancel_at_step = -1;
 };
 
 /// Spawns the job master: dispenses chunks, tracks epochs, requests end-of-epoch snapshots,

@@ -107,6 +107,7 @@ result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_
   mo.first_epoch = req.first_epoch;
   mo.first_step = first_step;
   mo.checkpoint_due = req.checkpoint_due;
+  mo.cancel_at_step = req.cancel_at_step;
   ja.master = spawn_master(sys, ctx, observer, ja.evaluator, std::move(hooks), mo);
   for (std::uint32_t k = 0; k < req.shards; ++k)
     ja.shards.push_back(req.resume ? spawn_shard(sys, ctx, k, *req.resume)

@@ -40,6 +40,7 @@ std::string to_json(const job_result& r) {
            {"backend", r.backend},
            {"num_params", r.num_params},
            {"bytes_moved", r.bytes_moved},
+           {"steps", r.steps},
            {"seconds", json_figure(r.seconds)},
            {"test_accuracy", json_figure(r.test_accuracy)}};
   json epochs = json::array();

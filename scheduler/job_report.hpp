@@ -96,7 +96,10 @@ struct job_result {
   std::uint32_t shards = 0;
   std::string backend;
   std::uint64_t num_params = 0;
-  std::uint64_t bytes_moved = 0;       ///< data-path bytes counted by the transport
+  std::uint64_t bytes_moved = 0;  ///< data-path bytes counted by the transport
+  /// The version of the final parameters: the steps applied since the seed (a resumed run
+  /// counts the steps of the run it continues). A cancelled run stops at a step boundary.
+  std::int64_t steps = 0;
   std::vector<change_report> changes;  ///< every change of workers or shards, in order
   /// Function mode: the invocations of every worker, summed (worker/function_runner.hpp).
   std::optional<worker::invocation_counts> invocations;

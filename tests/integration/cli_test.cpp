@@ -19,7 +19,13 @@
 
 #include <vector>
 
+#include "actors/embedded_cluster.hpp"
+#include "kernels/backend.hpp"
+#include "scheduler/job_spec.hpp"
 #include "tests/helpers/run_coach.hpp"
+#include "worker/dataset.hpp"
+#include "worker/model_file.hpp"
+#include "worker/network.hpp"
 
 namespace {
 
@@ -316,18 +322,24 @@ TEST(cli, train_writes_a_report_with_the_accuracy) {
 TEST(cli, ctrl_c_stops_at_a_step_boundary_and_writes_the_report) {
   if (!std::filesystem::exists("data/digits.csv.gz")) GTEST_SKIP() << "run scripts/setup.sh";
   const auto data = std::filesystem::absolute("data/digits.csv.gz").string();
-  auto spec = temp_file("long.yaml", "name: long\ndataset: {format: csv, path: " + data +
-                                         "}\nmodel: {type: mlp, hidden: [32]}\n"
-                                         "optimizer: {type: sgd, learning_rate: 0.1}\n"
-                                         "batch_size: 16\nepochs: 1000000\n");
+  // Two workers on two shards: a stop between one shard's update and the other's, or after a
+  // step some samples of which were never applied, would leave parameters no step count has.
+  const std::string yaml = "name: long\ndataset: {format: csv, path: " + data +
+                           "}\nmodel: {type: mlp, hidden: [32]}\n"
+                           "optimizer: {type: sgd, learning_rate: 0.1}\n"
+                           "batch_size: 16\nepochs: 1000000\nconsistency: bsp\nseed: 3\n"
+                           "workers: {min: 1, max: 2, initial: 2}\n"
+                           "shards: {min: 1, max: 2, initial: 2}\nslice_size: 256\n";
+  auto spec = temp_file("long.yaml", yaml);
   auto report = temp_file("stopped.json", "");
-  const std::string cmd = std::string(COACH_BINARY_DIR) + "/apps/coach train " + spec.string() +
-                          " --report " + report.string() + " > " + report.string() +
-                          ".log 2>&1 & pid=$!; "
-                          // Interrupted once it trains (its second epoch printed), not before.
-                          "for i in $(seq 1200); do grep -q '^epoch 2/' " +
-                          report.string() +
-                          ".log && break; sleep 0.05; done; kill -INT $pid; wait $pid; echo $?";
+  auto model = temp_file("stopped.safetensors", "");
+  const std::string cmd =
+      std::string(COACH_BINARY_DIR) + "/apps/coach train " + spec.string() + " --save " +
+      model.string() + " --report " + report.string() + " > " + report.string() +
+      ".log 2>&1 & pid=$!; "
+      // Interrupted once it trains (its second epoch printed), not before.
+      "for i in $(seq 1200); do grep -q '^epoch 2/' " +
+      report.string() + ".log && break; sleep 0.05; done; kill -INT $pid; wait $pid; echo $?";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   char buf[64] = {};
@@ -340,6 +352,58 @@ TEST(cli, ctrl_c_stops_at_a_step_boundary_and_writes_the_report) {
   ASSERT_TRUE(j.is_object()) << text.str();
   EXPECT_EQ(j.value("cancelled", nlohmann::json()), true) << text.str();
   EXPECT_TRUE(has_epoch(j, 1)) << text.str();
+  ASSERT_TRUE(j.contains("steps") && j["steps"].is_number_integer()) << text.str();
+  const std::int64_t steps = j["steps"].get<std::int64_t>();
+  // Past the epochs it reported (each lists its steps): it stopped while training.
+  std::int64_t reported = 0;
+  for (const auto& e : j["epochs"]) reported += e.value("steps", std::int64_t{0});
+  EXPECT_GE(steps, reported) << text.str();
+
+  // The reference: the same job cancelled as step `steps` opens, nothing in flight. Under BSP
+  // the run is deterministic, so the saved parameters are these bit for bit exactly when the
+  // Ctrl-C, arriving mid-step, stopped at that step boundary on both shards.
+  auto parsed = coach::scheduler::parse_job_spec(yaml, "long.yaml");
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  coach::actors::train_options opt;
+  opt.cancel_at_step = steps;
+  auto ref = coach::actors::train_embedded(*parsed, opt);
+  ASSERT_TRUE(ref) << ref.error().message;
+  EXPECT_TRUE(ref->cancelled);
+  EXPECT_EQ(ref->steps, steps);
+  auto file = coach::worker::read_safetensors(model.string());
+  ASSERT_TRUE(file) << file.error().message;
+  auto net = coach::worker::network::build(parsed->model, {1, 1, int(ref->features)}, ref->classes);
+  ASSERT_TRUE(net) << net.error().message;
+  auto saved = coach::worker::unpack_params(*net, *file);
+  ASSERT_TRUE(saved) << saved.error().message;
+  ASSERT_EQ(saved->size(), ref->params.size());
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < saved->size(); ++i) differ += (*saved)[i] != ref->params[i];
+  EXPECT_EQ(differ, 0u) << "of " << saved->size() << " parameters after step " << steps;
+
+  // And they are the parameters after `steps` steps, not another version, by a measure that
+  // does not go through the stop: a run one step longer records the loss its workers computed
+  // at step `steps` (with the parameters of version `steps`) on that step's samples; the saved
+  // parameters give that loss on those samples.
+  std::optional<coach::actors::step_trace> at_stop;
+  opt.cancel_at_step = steps + 1;
+  opt.on_step = [&](const coach::actors::step_trace& t) {
+    if (t.step == steps) at_stop = t;
+  };
+  ASSERT_TRUE(coach::actors::train_embedded(*parsed, opt));
+  ASSERT_TRUE(at_stop.has_value()) << "no trace of step " << steps;
+  auto loaded = coach::worker::load_dataset(parsed->dataset, parsed->seed);
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  auto be = coach::kernels::make_backend(coach::kernels::backend_kind::cpu);
+  ASSERT_TRUE(be) << be.error().message;
+  coach::worker::network_runner runner(*net, **be, int(at_stop->samples.size()));
+  float* params = (*be)->alloc(saved->size());
+  float* grad = (*be)->alloc(saved->size());
+  (*be)->upload(params, saved->data(), saved->size());
+  const double loss = runner.forward_backward(params, loaded->train, at_stop->samples, grad);
+  (*be)->free(params);
+  (*be)->free(grad);
+  EXPECT_NEAR(loss, at_stop->loss_sum, 1e-6 * at_stop->loss_sum) << "step " << steps;
 }
 
 }  // namespace
