@@ -352,9 +352,12 @@ int main(int argc, char** argv) {
   plot->add_option("REPORT", plot_report, "A report of coach train --report")->required();
   plot->add_option("-o,--output", plot_out, "The SVG file to write")->required();
   auto* version = app.add_subcommand("version", "Print the version and the compiled backends");
-  app.set_version_flag("--version",
-                       std::string("coach ") + COACH_VERSION +
-                           " (backends: " + std::string(coach::kernels::compiled_backends()) + ")",
+  // A callback: listing the backends loads the CUDA plugin, which no other command needs.
+  app.set_version_flag("--version", std::function<std::string()>([] {
+                         return std::string("coach ") + COACH_VERSION +
+                                " (backends: " + std::string(coach::kernels::compiled_backends()) +
+                                ")";
+                       }),
                        "Print the version and the compiled backends");
   std::string key_dir, key_name = "coach";
   auto* keygen = app.add_subcommand(

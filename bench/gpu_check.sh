@@ -3,8 +3,10 @@
 # lent GPU machine that has PyTorch but none of Coach's Debian libraries (docs/cuda.md, "On a
 # lent GPU machine"). Prepared here:
 #   cmake -S . -B build-cuda -DCOACH_ENABLE_CUDA=ON -DCMAKE_BUILD_TYPE=Release
-#   cmake --build build-cuda -j2 --target coach coach-node cuda_backend_test train_bench rescale_bench
+#   cmake --build build-cuda -j2 --target coach coach-node coach_cuda cuda_backend_test train_bench \
+#     rescale_bench
 #   ../shared/tools/device-bundle build-cuda           # programs + libraries into .device/
+#   cp build-cuda/lib/libcoach_cuda.so .device/lib/     # the CUDA backend's plugin
 #   bench/gpu_check.sh --pack-data                      # Fashion-MNIST into .devdata/ (xz)
 # There: source .device/env.sh; bench/gpu_check.sh OUT_DIR   (each step bounded by `timeout`)
 set -uo pipefail
@@ -36,6 +38,7 @@ rm -f .device/lib/libcudnn*
 dnn=$(find / -xdev -name 'libcudnn.so.9' -not -path '/proc/*' -not -path "$PWD/*" 2>/dev/null | head -n 1)
 [ -n "$dnn" ] && export LD_LIBRARY_PATH="$(dirname "$dnn"):$LD_LIBRARY_PATH"
 echo "cuDNN from: ${dnn:-none found}"
+[ -e .device/lib/libcoach_cuda.so ] || echo "no .device/lib/libcoach_cuda.so: the programs will run on the cpu"
 nvidia-smi -L
 python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name())'
 

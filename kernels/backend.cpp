@@ -1,12 +1,14 @@
 #include "kernels/backend.hpp"
 
-#include "kernels/cpu/cpu_backend.hpp"
-#ifdef COACH_HAVE_CUDA
-#include <vector>
+#include <dlfcn.h>
+#include <unistd.h>
 
-#include "kernels/cuda/cuda_backend.hpp"
-#include "kernels/cuda/nccl_group.hpp"
-#endif
+#include <cstdlib>
+#include <filesystem>
+#include <system_error>
+
+#include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cuda_plugin.hpp"
 
 namespace coach::kernels {
 
@@ -29,6 +31,65 @@ std::string_view to_string(backend_kind kind) noexcept {
   return "unknown";
 }
 
+namespace {
+
+/// The folder of this program (from /proc/self/exe); empty when it cannot be read.
+std::filesystem::path program_dir() {
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::filesystem::path{} : exe.parent_path();
+}
+
+/// dlopen's the plugin at `path` (a bare name: on the library path) and checks its interface.
+result<const cuda_plugin_api*> open_plugin(const std::string& path) {
+  // RTLD_LOCAL: the plugin's copies of the kernels stay its own.
+  void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* why = ::dlerror();
+    return fail(errc::unsupported, "the CUDA backend {} cannot be loaded: {}", path,
+                why ? why : "unknown reason");
+  }
+  using entry_fn = const cuda_plugin_api* (*)();
+  auto entry = reinterpret_cast<entry_fn>(::dlsym(lib, "coach_cuda_plugin"));
+  if (entry == nullptr)
+    return fail(errc::unsupported, "{} is not a Coach CUDA backend (no coach_cuda_plugin)", path);
+  const cuda_plugin_api* api = entry();
+  if (api == nullptr || api->abi != cuda_plugin_abi)
+    return fail(errc::unsupported,
+                "{} was built for another version of Coach (interface {}, this program's {}): "
+                "rebuild it (cmake --build BUILD --target coach_cuda)",
+                path, api ? api->abi : 0, cuda_plugin_abi);
+  return api;  // never unloaded: its backends may live until the process exits
+}
+
+result<const cuda_plugin_api*> find_plugin() {
+  if (const char* env = std::getenv("COACH_CUDA_PLUGIN")) {
+    if (*env == '\0')
+      return fail(errc::unsupported, "COACH_CUDA_PLUGIN is set empty: the CUDA backend is off");
+    return open_plugin(env);
+  }
+  const auto beside = program_dir() / ".." / "lib" / "libcoach_cuda.so";
+  std::error_code ec;
+  if (!program_dir().empty() && std::filesystem::exists(beside, ec))
+    return open_plugin(std::filesystem::weakly_canonical(beside, ec).string());
+  auto bare = open_plugin("libcoach_cuda.so");
+  // Found on the library path but not loadable (a CUDA library missing): that reason.
+  if (bare || bare.error().message.find("cannot open shared object file") == std::string::npos)
+    return bare;
+  return fail(errc::unsupported,
+              "this build has no CUDA backend: no {} and no libcoach_cuda.so on the library path "
+              "(build it with `cmake --build BUILD --target coach_cuda` on a host with the CUDA "
+              "toolkit, or COACH_CUDA=1 ./scripts/setup.sh)",
+              beside.lexically_normal().string());
+}
+
+}  // namespace
+
+const result<const cuda_plugin_api*>& cuda_plugin() {
+  static const result<const cuda_plugin_api*> plugin = find_plugin();
+  return plugin;
+}
+
 result<std::unique_ptr<backend>> make_backend(backend_kind kind, int device) {
   switch (kind) {
     case backend_kind::auto_select:
@@ -36,89 +97,34 @@ result<std::unique_ptr<backend>> make_backend(backend_kind kind, int device) {
       return make_backend(backend_kind::cpu);
     case backend_kind::cpu:
       return std::unique_ptr<backend>(std::make_unique<cpu_backend>());
-    case backend_kind::cuda:
-#ifdef COACH_HAVE_CUDA
-    {
+    case backend_kind::cuda: {
+      const auto& plugin = cuda_plugin();
+      if (!plugin) return std::unexpected(plugin.error());
       // Without a device: unsupported, saying why.
-      auto made = cuda_backend::make(device);
-      if (!made) return std::unexpected(made.error());
-      return std::unique_ptr<backend>(std::move(*made));
+      return (*plugin)->make_backend(device);
     }
-#else
-      return fail(errc::unsupported,
-                  "this build has no CUDA backend (configure with COACH_ENABLE_CUDA=ON on a host "
-                  "with the CUDA toolkit)");
-#endif
   }
   return fail(errc::invalid_argument, "backend kind {} is not a known kind",
               static_cast<int>(kind));
 }
 
 std::string_view compiled_backends() noexcept {
-#ifdef COACH_HAVE_CUDA
-  return "cpu,cuda";
-#else
-  return "cpu";
-#endif
+  return cuda_plugin() ? "cpu,cuda" : "cpu";
 }
 
 int device_count() noexcept {
-#ifdef COACH_HAVE_CUDA
-  return cuda_device_count();
-#else
-  return 0;
-#endif
+  const auto& plugin = cuda_plugin();
+  return plugin ? (*plugin)->device_count() : 0;
 }
 
-#ifdef COACH_HAVE_CUDA
-namespace {
-
-/// NCCL's all-reduce over the streams of CUDA backends, one per device.
-class nccl_all_reduce final : public device_all_reduce {
- public:
-  nccl_all_reduce(std::unique_ptr<nccl_group> group, std::vector<CUstream_st*> streams)
-      : group_(std::move(group)), streams_(std::move(streams)) {}
-  void sum(std::span<float* const> bufs, std::size_t n) override {
-    group_->all_reduce_sum_all(bufs, n, streams_);
-  }
-
- private:
-  std::unique_ptr<nccl_group> group_;
-  std::vector<CUstream_st*> streams_;
-};
-
-}  // namespace
-#endif
-
 result<std::unique_ptr<device_all_reduce>> make_device_all_reduce(std::span<backend* const> ranks) {
-#ifdef COACH_HAVE_CUDA
-  std::vector<int> devices;
-  std::vector<CUstream_st*> streams;
-  for (auto* be : ranks) {
-    auto* cuda = dynamic_cast<cuda_backend*>(be);
-    if (cuda == nullptr)
-      return fail(errc::unsupported, "a device all-reduce needs CUDA backends, not '{}'",
-                  be->name());
-    devices.push_back(cuda->device());
-    streams.push_back(cuda->stream());
-  }
-  auto group = nccl_group::make(devices);
-  if (!group) return std::unexpected(group.error());
-  return std::unique_ptr<device_all_reduce>(
-      std::make_unique<nccl_all_reduce>(std::move(*group), std::move(streams)));
-#else
-  (void)ranks;
-  return fail(errc::unsupported, "this build has no CUDA backend, so no device all-reduce");
-#endif
+  const auto& plugin = cuda_plugin();
+  if (!plugin) return fail(errc::unsupported, "no device all-reduce: {}", plugin.error().message);
+  return (*plugin)->make_all_reduce(ranks);
 }
 
 bool cuda_device_present() noexcept {
-#ifdef COACH_HAVE_CUDA
-  // cudaGetDeviceCount, probed once per process (kernels/cuda/cuda_backend.cpp).
-  return cuda_device_count() > 0;
-#else
-  return false;
-#endif
+  return device_count() > 0;
 }
 
 }  // namespace coach::kernels

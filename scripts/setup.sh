@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# scripts/setup.sh: installs what Coach needs on Debian 12 (packages and data sets) and builds it.
+# scripts/setup.sh: installs what Coach needs on Debian 12 (packages and data sets) and builds its
+# programs.
 # Idempotent: a second run installs nothing and rebuilds only what changed.
 #   BUILD_DIR   build folder (default: build)
 #   COACH_CMAKE_ARGS  extra arguments for cmake's configure step
+#   COACH_CUDA=1      also build the CUDA backend's plugin (built anyway where nvidia-smi sees a GPU)
 #   --deps-only       install the packages and the data only, build nothing
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,4 +41,14 @@ fi
 
 jobs=$(nproc)
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release ${COACH_CMAKE_ARGS:-} >/dev/null
-cmake --build "$build" -j "$jobs"
+# The programs only (scripts/test.sh builds the tests and benchmarks). The CUDA backend, a
+# plugin the programs load (kernels/cuda_plugin.hpp), where it can run or is asked for: a GPU
+# visible to nvidia-smi, COACH_CUDA=1, or a plugin built here before (kept in step with them).
+targets=(coach coach-node coach-sim coach-invocation)
+if grep -q '^COACH_ENABLE_CUDA:BOOL=ON' "$build/CMakeCache.txt" &&
+  { [ "${COACH_CUDA:-}" = 1 ] || [ -e "$build/lib/libcoach_cuda.so" ] ||
+    nvidia-smi -L >/dev/null 2>&1; }; then
+  targets+=(coach_cuda)
+fi
+echo "setup: building ${targets[*]} in $build"
+cmake --build "$build" -j "$jobs" --target "${targets[@]}"

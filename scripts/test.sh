@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# scripts/test.sh: the whole set-up (scripts/setup.sh), then the whole test suite with ctest.
+# scripts/test.sh: the whole set-up (scripts/setup.sh), builds the rest (tests, benchmarks, the CUDA
+# plugin), then runs the whole test suite with ctest.
 # Extra arguments go to ctest (e.g. -L unit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,4 +22,6 @@ for tool in promtool:prometheus chromium:chromium systemd-analyze:systemd; do
     echo "test: ${tool#*:} not installed; the tests that need it skip"
 done
 build=${BUILD_DIR:-build}
+# Everything setup.sh leaves out: the tests, the benchmarks, the CUDA plugin where the toolkit is.
+cmake --build "$build" -j "$(nproc)"
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" "$@"
