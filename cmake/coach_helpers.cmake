@@ -11,7 +11,8 @@ function(coach_add_library name)
   cmake_parse_arguments(arg "" "" "SOURCES;DEPS" ${ARGN})
   add_library(coach_${name} STATIC ${arg_SOURCES})
   target_link_libraries(coach_${name} PUBLIC coach_options ${arg_DEPS})
-  set_target_properties(coach_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  set_target_properties(coach_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON
+                                                 UNITY_BUILD ${COACH_UNITY_BUILD})
 endfunction()
 
 # coach_add_test(NAME LABEL label [TIMEOUT s] [SERIAL] SOURCES ... [DEPS ...])

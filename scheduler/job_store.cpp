@@ -236,12 +236,12 @@ constexpr const char* job_columns =
     "recoveries, failovers, resumes, samples_per_epoch";
 
 /// BEGIN IMMEDIATE ... COMMIT, rolled back unless commit() succeeds.
-class transaction {
+class sql_transaction {
  public:
-  explicit transaction(sqlite3* db) : db_(db) {
+  explicit sql_transaction(sqlite3* db) : db_(db) {
     ok_ = sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK;
   }
-  ~transaction() {
+  ~sql_transaction() {
     if (ok_ && !done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
   }
   bool ok() const { return ok_; }
@@ -386,7 +386,7 @@ result<std::optional<std::uint64_t>> job_store::job_by_token(std::uint64_t token
 }
 
 result<std::uint64_t> job_store::add_job(const job_record& job, std::uint64_t token) {
-  transaction tx(db_);
+  sql_transaction tx(db_);
   if (!tx.ok()) return sql_error(db_, path_, "cannot begin a transaction");
   std::uint64_t id = job.id;
   if (id == 0) {
@@ -463,7 +463,7 @@ result<std::uint64_t> job_store::add_job(const job_record& job, std::uint64_t to
 
 result<void> job_store::set_state(std::uint64_t job, job_state state, double at,
                                   std::string_view message) {
-  transaction tx(db_);
+  sql_transaction tx(db_);
   if (!tx.ok()) return sql_error(db_, path_, "cannot begin a transaction");
   statement up(db_, "UPDATE jobs SET state = ?, state_since = ?, message = ? WHERE id = ?");
   up.bind(1, to_string(state)).bind(2, at).bind(3, message).bind(4, job);
@@ -492,7 +492,7 @@ result<void> job_store::set_allocation(std::uint64_t job, double at, int workers
                                        std::span<const std::uint32_t> worker_nodes,
                                        std::span<const std::uint32_t> shard_nodes) {
   const std::string wn = encode_nodes(worker_nodes), sn = encode_nodes(shard_nodes);
-  transaction tx(db_);
+  sql_transaction tx(db_);
   if (!tx.ok()) return sql_error(db_, path_, "cannot begin a transaction");
   statement up(db_,
                "UPDATE jobs SET workers = ?, shards = ?, worker_nodes = ?, shard_nodes = ? "
@@ -513,7 +513,7 @@ result<void> job_store::set_allocation(std::uint64_t job, double at, int workers
 }
 
 result<void> job_store::add_epoch(std::uint64_t job, const epoch_record& e) {
-  transaction tx(db_);
+  sql_transaction tx(db_);
   if (!tx.ok()) return sql_error(db_, path_, "cannot begin a transaction");
   statement up(db_, "UPDATE jobs SET epochs_done = MAX(epochs_done, ?) WHERE id = ?");
   up.bind(1, std::int64_t(e.epoch) + 1).bind(2, job);

@@ -13,7 +13,7 @@
 namespace coach::scheduler {
 namespace {
 
-constexpr std::array<std::string_view, 4> names{"spread", "best-fit", "random", "dltap"};
+constexpr std::array<std::string_view, 4> known_placements{"spread", "best-fit", "random", "dltap"};
 
 double share(std::span<const double> bytes, std::size_t k) {
   return k < bytes.size() ? bytes[k] : 1.0;
@@ -305,7 +305,7 @@ class dltap final : public placement {
 }  // namespace
 
 std::span<const std::string_view> placement_names() noexcept {
-  return names;
+  return known_placements;
 }
 
 result<std::unique_ptr<placement>> make_placement(std::string_view name, std::uint64_t seed) {

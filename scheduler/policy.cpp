@@ -25,7 +25,8 @@ std::unique_ptr<policy> make_coach(const policy_options& options);
 
 namespace {
 
-constexpr std::array<std::string_view, 4> names{"fifo", "elastic-fifo", "round-robin", "coach"};
+constexpr std::array<std::string_view, 4> known_policies{"fifo", "elastic-fifo", "round-robin",
+                                                         "coach"};
 
 /// Takes (or gives) what moving a job from its nodes to (workers, shards) needs: frees first
 /// (highest ranks), then takes; all or nothing. Nodes no longer in the pool (a dead node) are
@@ -81,7 +82,7 @@ std::string to_string(const action& a) {
 }
 
 std::span<const std::string_view> policy_names() noexcept {
-  return names;
+  return known_policies;
 }
 
 result<std::unique_ptr<policy>> make_policy(std::string_view name, const policy_options& options) {

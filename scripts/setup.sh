@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
 
-packages=(build-essential cmake pkg-config git zlib1g-dev
+packages=(build-essential cmake ninja-build pkg-config git zlib1g-dev
   libcaf-dev cppzmq-dev libzmq3-dev capnproto libcapnp-dev libeigen3-dev libsqlite3-dev
   libyaml-cpp-dev libcli11-dev libsodium-dev nlohmann-json3-dev libspdlog-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist)
@@ -40,7 +40,11 @@ fi
 [ "${1:-}" = "--deps-only" ] && exit 0
 
 jobs=$(nproc)
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release ${COACH_CMAKE_ARGS:-} >/dev/null
+# Ninja for a new build folder (it compiles every library's sources side by side, where make
+# waits for each library before the next); a folder made before keeps its generator.
+generator=()
+[ -e "$build/CMakeCache.txt" ] || generator=(-G Ninja)
+cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release ${COACH_CMAKE_ARGS:-} >/dev/null
 # The programs only (scripts/test.sh builds the tests and benchmarks). The CUDA backend, a
 # plugin the programs load (kernels/cuda_plugin.hpp), where it can run or is asked for: a GPU
 # visible to nvidia-smi, COACH_CUDA=1, or a plugin built here before (kept in step with them).
