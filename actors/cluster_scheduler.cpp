@@ -70,6 +70,10 @@ struct scheduler_state {
   sched::wall_clock wall;
   sched::node_table nodes{steady, sched::seconds(5)};
   std::map<std::uint32_t, node_heartbeat> heartbeats;  ///< the latest of each node, as it came
+  /// Ended jobs whose traffic is not all in: the hosts told to stop that have not answered, and
+  /// those that answered but have not sent a heartbeat since (which carries their last bytes).
+  std::map<std::uint64_t, std::pair<std::set<std::uint32_t>, std::set<std::uint32_t>>>
+      final_traffic;
   std::optional<sched::executor> exec;
   std::optional<sched::rebalancer> rebal;
   std::optional<sched::policy_holder> holder;
@@ -164,6 +168,11 @@ struct scheduler_state {
     auto old = heartbeats.find(hb.host);
     const bool rekeyed = old != heartbeats.end() && old->second.public_key != hb.public_key;
     heartbeats[hb.host] = hb;
+    for (auto f = final_traffic.begin(); f != final_traffic.end();) {
+      f->second.second.erase(hb.host);
+      f = f->second.first.empty() && f->second.second.empty() ? final_traffic.erase(f)
+                                                              : std::next(f);
+    }
     if (h.back) note(coach::format("node '{}' is back", hb.name));
     if (h.joined)
       note(coach::format("node '{}' joined (host {}, {})", hb.name, hb.host, hb.address));
@@ -244,7 +253,9 @@ struct scheduler_state {
   void end(job_entry& job, job_state state, std::optional<coach::error> why) {
     const auto id = job.status.job;
     if (job.over()) return;
-    stop_on(id, reg->end(job, state, std::move(why)));
+    const auto hosts = reg->end(job, state, std::move(why));
+    stop_on(id, hosts);
+    if (!hosts.empty()) final_traffic[id] = {hosts, {}};
     runs[id].stop(env());
     runs.erase(id);
     rebal->forget(id);
@@ -301,6 +312,10 @@ struct scheduler_state {
     // A node answers in the order it was told: the answer to a stop of an earlier run comes
     // before any answer about the next one.
     if (r.stopped) {
+      // An ended job's node stopped its parts: its next heartbeat has their last bytes.
+      if (auto f = final_traffic.find(r.job);
+          f != final_traffic.end() && f->second.first.erase(from))
+        f->second.second.insert(from);
       if (job->stopping.contains(from) && reg->stop_answered(*job, from)) poke();
       return;
     }
@@ -476,6 +491,7 @@ struct scheduler_state {
     for (const auto& [host, hb] : heartbeats)
       for (const auto& l : hb.traffic)
         if (l.job == s.job) s.traffic.push_back(l);
+    s.traffic_final = job.over() && !final_traffic.contains(s.job);
     return s;
   }
 

@@ -282,6 +282,7 @@ void put_job_status(wire::JobStatus::Builder b, const job_status& s) {
   for (unsigned i = 0; i < s.epoch_seconds.size(); ++i) secs.set(i, s.epoch_seconds[i]);
   auto acc = b.initEpochAccuracy(static_cast<unsigned>(s.epoch_accuracy.size()));
   for (unsigned i = 0; i < s.epoch_accuracy.size(); ++i) acc.set(i, s.epoch_accuracy[i]);
+  b.setTrafficFinal(s.traffic_final);
   auto cs = b.initChanges(static_cast<unsigned>(s.changes.size()));
   for (unsigned i = 0; i < s.changes.size(); ++i) {
     const auto& c = s.changes[i];
@@ -678,6 +679,7 @@ job_status get_job_status(wire::JobStatus::Reader r) {
   if (acc.size() > max_epochs)
     refuse("job status lists {} epoch accuracies (at most {})", acc.size(), max_epochs);
   for (double x : acc) s.epoch_accuracy.push_back(x);
+  s.traffic_final = r.getTrafficFinal();
   const auto cs = r.getChanges();
   check_count(cs, "job status changes", max_items);
   for (const auto c : cs)

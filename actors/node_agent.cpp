@@ -434,6 +434,8 @@ caf::behavior node_agent(caf::stateful_actor<agent_state, caf::event_based_actor
         } else if (auto* stop = std::get_if<stop_job>(&*msg)) {
           s.stop(stop->job);
           s.send(m.hdr.src, command_reply{stop->job, std::nullopt, true});
+          // The job's last bytes, at once: the scheduler calls its traffic final on this.
+          s.send(m.hdr.src, s.heartbeat());
         }
       },
   };

@@ -103,6 +103,7 @@ json to_json(const actors::job_status& s) {
     if (!model.is_discarded()) out["model"] = std::move(model);
   }
   out["waiting"] = s.waiting;
+  out["traffic_final"] = s.traffic_final;
   out["cross_host_bytes"] = cross_host_bytes(s);
   json traffic = json::array();
   for (const auto& l : s.traffic)
@@ -219,6 +220,7 @@ int wait_for(actors::api_client& client, std::uint64_t job, bool json) {
   std::signal(SIGTERM, on_wait_signal);
   std::uint32_t last_epoch = 0;
   int misses = 0;
+  int unsettled = 0;  // polls of an ended job whose nodes have not all reported its last bytes
   for (;;) {
     if (g_stop_wait.load()) {
       if (tty) std::fprintf(stderr, "\r\033[K");
@@ -245,6 +247,12 @@ int wait_for(actors::api_client& client, std::uint64_t job, bool json) {
       std::fprintf(stderr, "epoch %u/%u  test accuracy %.4f  %.0f samples/s\n", s.epochs_done,
                    s.epochs_total, s.test_accuracy, s.samples_per_second);
       last_epoch = s.epochs_done;
+    }
+    // Ended: its figures once every node has reported the job's last bytes (within
+    // milliseconds of the end; a node lost meanwhile never does: 5 s at most).
+    if (terminal(s.state) && !s.traffic_final && ++unsettled <= 50) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
     }
     if (terminal(s.state)) {
       if (tty) std::fprintf(stderr, "\r\033[K");

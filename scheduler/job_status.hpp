@@ -46,9 +46,12 @@ struct job_status {
   std::uint64_t samples_epoch = 0;  ///< per epoch
   std::uint32_t workers = 0;
   std::uint32_t shards = 0;
-  std::vector<std::string> worker_nodes;     ///< node name by rank
-  std::vector<std::string> shard_nodes;      ///< node name by shard id
-  std::vector<link_traffic> traffic;         ///< this job's bytes between hosts
+  std::vector<std::string> worker_nodes;  ///< node name by rank
+  std::vector<std::string> shard_nodes;   ///< node name by shard id
+  std::vector<link_traffic> traffic;      ///< this job's bytes between hosts
+  /// The job ended and every node that ran a part of it has stopped them and reported its
+  /// bytes since: `traffic` is the whole job's (a node lost before it answered never does).
+  bool traffic_final = false;
   std::string error;                         ///< why it failed; empty otherwise
   std::uint16_t error_code = 0;              ///< coach::errc of the failure; 0 otherwise
   double seconds = 0;                        ///< since it started running

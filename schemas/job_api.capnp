@@ -91,6 +91,7 @@ struct JobStatus {
   waiting @29 :Text;           # a queued job: why it does not start yet; empty otherwise
   epochSeconds @30 :List(Float64);  # each finished epoch's training time (as epochSamples)
   epochAccuracy @31 :List(Float64); # each finished epoch's test accuracy (as epochSamples)
+  trafficFinal @32 :Bool;      # ended, and every node that ran a part has reported its last bytes
 }
 
 # A function-mode job's invocations (worker::invocation_counts).

@@ -170,6 +170,8 @@ TEST_F(cluster, host_reduction_sums_the_workers_of_each_node_before_pushing) {
     EXPECT_GE(job_number(run->status, "test_accuracy"), 0.95) << run->status;
     EXPECT_EQ(job_numbers(run->status, "epoch_samples"), std::vector<double>(20, 1438))
         << run->status;
+    // submit --wait returned once every node had reported the job's last bytes.
+    EXPECT_NE(run->status.find("\"traffic_final\":true"), std::string::npos) << run->status;
   }
   EXPECT_NEAR(job_number(reduced.status, "test_accuracy"),
               job_number(plain.status, "test_accuracy"), 0.005);
