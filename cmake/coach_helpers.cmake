@@ -11,8 +11,12 @@ function(coach_add_library name)
   cmake_parse_arguments(arg "" "" "SOURCES;DEPS" ${ARGN})
   add_library(coach_${name} STATIC ${arg_SOURCES})
   target_link_libraries(coach_${name} PUBLIC coach_options ${arg_DEPS})
-  set_target_properties(coach_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON
-                                                 UNITY_BUILD ${COACH_UNITY_BUILD})
+  set_target_properties(coach_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  # The numeric layers (kernels, ps, worker: the training loop's hot code) stay one object per
+  # source, compiled exactly as before; the rest is where the compile time goes.
+  if(NOT name MATCHES "^(kernels|ps|worker)$")
+    set_target_properties(coach_${name} PROPERTIES UNITY_BUILD ${COACH_UNITY_BUILD})
+  endif()
 endfunction()
 
 # coach_add_test(NAME LABEL label [TIMEOUT s] [SERIAL] SOURCES ... [DEPS ...])
