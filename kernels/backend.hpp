@@ -255,11 +255,11 @@ class backend {
   math_precision precision_ = math_precision::fp32;
 };
 
-/// Makes a backend. cuda (or auto on a host with a device) needs the CUDA plugin (kernels/cuda_plugin.hpp);
-/// otherwise: errc::unsupported naming the reason. auto falls back to cpu without a device.
-/// `device`: the CUDA device (an index among those this process sees, so CUDA_VISIBLE_DEVICES
-/// applies) a cuda backend runs on; a cpu backend ignores it. Errors: invalid_argument for a
-/// device that does not exist.
+/// Makes a backend. cuda (or auto on a host with a device) needs the CUDA plugin
+/// (kernels/cuda_plugin.hpp); otherwise: errc::unsupported naming the reason. auto falls back to
+/// cpu without a device. `device`: the CUDA device (an index among those this process sees, so
+/// CUDA_VISIBLE_DEVICES applies) a cuda backend runs on; a cpu backend ignores it. Errors:
+/// invalid_argument for a device that does not exist.
 result<std::unique_ptr<backend>> make_backend(backend_kind kind, int device = 0);
 
 /// CUDA devices visible to this process (0 without the CUDA plugin or without a device).
@@ -277,8 +277,8 @@ class device_all_reduce {
 };
 
 /// A device_all_reduce over `ranks` (CUDA backends on distinct devices; one is a group of one).
-/// Errors: unsupported (a host backend, no CUDA plugin, a plugin without NCCL), invalid_argument (two
-/// backends on one device), internal (NCCL could not set the group up).
+/// Errors: unsupported (a host backend, no CUDA plugin, a plugin without NCCL), invalid_argument
+/// (two backends on one device), internal (NCCL could not set the group up).
 result<std::unique_ptr<device_all_reduce>> make_device_all_reduce(std::span<backend* const> ranks);
 
 /// Backends this program can make: "cpu", or "cpu,cuda" when the CUDA plugin loads.

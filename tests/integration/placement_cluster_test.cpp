@@ -14,13 +14,11 @@
 #include <chrono>
 #include <fstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace {
 
 using namespace itest;
-using namespace std::chrono_literals;
 
 class placement_cluster : public ::testing::Test {
  protected:

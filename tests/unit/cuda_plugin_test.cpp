@@ -24,38 +24,29 @@ namespace {
   std::exit(cuda || cuda.error().code == errc::unsupported ? 0 : 1);
 }
 
+/// In the child, with COACH_CUDA_PLUGIN set to `plugin`: report_and_exit().
+[[noreturn]] void with_plugin(const char* plugin) {
+  ::setenv("COACH_CUDA_PLUGIN", plugin, 1);
+  report_and_exit();
+}
+
 TEST(cuda_plugin, set_empty_it_is_off_and_auto_is_the_cpu) {
-  EXPECT_EXIT(
-      {
-        ::setenv("COACH_CUDA_PLUGIN", "", 1);
-        report_and_exit();
-      },
-      ::testing::ExitedWithCode(0),
-      "^backends cpu; cuda: COACH_CUDA_PLUGIN is set empty: the CUDA backend is off; auto: cpu; "
-      "devices 0\n$");
+  EXPECT_EXIT(with_plugin(""), ::testing::ExitedWithCode(0),
+              "^backends cpu; cuda: COACH_CUDA_PLUGIN is set empty: the CUDA backend is off; "
+              "auto: cpu; devices 0\n$");
 }
 
 TEST(cuda_plugin, a_plugin_that_is_not_there_is_named_with_the_loaders_reason) {
-  EXPECT_EXIT(
-      {
-        ::setenv("COACH_CUDA_PLUGIN", "/nonexistent/libcoach_cuda.so", 1);
-        report_and_exit();
-      },
-      ::testing::ExitedWithCode(0),
-      "^backends cpu; cuda: the CUDA backend /nonexistent/libcoach_cuda.so cannot be loaded: "
-      "/nonexistent/libcoach_cuda.so: cannot open shared object file: No such file or "
-      "directory; auto: cpu; devices 0\n$");
+  EXPECT_EXIT(with_plugin("/nonexistent/libcoach_cuda.so"), ::testing::ExitedWithCode(0),
+              "^backends cpu; cuda: the CUDA backend /nonexistent/libcoach_cuda.so cannot be "
+              "loaded: /nonexistent/libcoach_cuda.so: cannot open shared object file: No such "
+              "file or directory; auto: cpu; devices 0\n$");
 }
 
 TEST(cuda_plugin, a_library_that_is_not_the_plugin_is_refused) {
-  EXPECT_EXIT(
-      {
-        ::setenv("COACH_CUDA_PLUGIN", "libz.so.1", 1);
-        report_and_exit();
-      },
-      ::testing::ExitedWithCode(0),
-      "^backends cpu; cuda: libz.so.1 is not a Coach CUDA backend \\(no coach_cuda_plugin\\); "
-      "auto: cpu; devices 0\n$");
+  EXPECT_EXIT(with_plugin("libz.so.1"), ::testing::ExitedWithCode(0),
+              "^backends cpu; cuda: libz.so.1 is not a Coach CUDA backend \\(no "
+              "coach_cuda_plugin\\); auto: cpu; devices 0\n$");
 }
 
 TEST(cuda_plugin, the_default_finds_the_plugin_of_a_cuda_build_beside_the_program) {
