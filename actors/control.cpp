@@ -29,11 +29,11 @@
 #include <memory>
 #include <random>
 
-#include "actors/capnp_words.hpp"
 #include "actors/curve_keys.hpp"
 #include "common/format.hpp"
 #include "common/log_limiter.hpp"
 #include "schemas/control.capnp.h"
+#include "wire/capnp_words.hpp"
 
 namespace coach::actors {
 namespace {

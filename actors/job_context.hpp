@@ -15,6 +15,7 @@
 #include "actors/messages.hpp"
 #include "actors/transport.hpp"
 #include "common/error.hpp"
+#include "master/job_master.hpp"
 #include "ps/adascale.hpp"
 #include "ps/job_config.hpp"
 #include "ps/shard_map.hpp"
@@ -29,16 +30,10 @@
 
 namespace coach::actors {
 
-/// One completed step as the job master saw it (the on_step test hook).
-struct step_trace {
-  std::int64_t step = 0;
-  std::uint32_t members = 0;           ///< members that were granted samples
-  std::vector<std::uint32_t> samples;  ///< every sample index granted, ascending
-  double loss_sum = 0;                 ///< the members' reported losses, summed
-  /// lr_scaling adascale: the gradient totals the step's pushes carried (ps/adascale.hpp): those
-  /// of the step that produced the version it computed from.
-  std::optional<ps::grad_stats> grad_totals;
-};
+using master::eval_result;
+using master::job_outcome;
+using master::param_snapshot;
+using master::step_trace;
 
 /// Hosts of the parts added to a running job, as this process knows them. In a cluster the node
 /// agent records a part here before the job master first uses it (the scheduler waits for every
@@ -155,30 +150,6 @@ endpoint master_endpoint(std::uint64_t job);
 endpoint shard_endpoint(std::uint64_t job, std::uint32_t shard);
 endpoint worker_endpoint(std::uint64_t job, std::uint32_t rank);
 
-/// Parameters assembled for evaluation or as the job's final result.
-struct param_snapshot {
-  std::uint32_t epoch = 0;
-  std::int64_t version = 0;
-  std::shared_ptr<const std::vector<float>> values;
-  /// A checkpoint's: everything the shards held at `version` (values, optimizer state,
-  /// counters); null when the master was not asked for it (master_options::checkpoint_due).
-  std::shared_ptr<const ps::training_state> state;
-};
-
-/// The evaluator's answer.
-struct eval_result {
-  std::uint32_t epoch = 0;
-  std::int64_t correct = 0;
-  std::int64_t total = 0;
-  double loss_sum = 0;
-};
-
-/// What a job ends with: a result, or the error that stopped it.
-struct job_outcome {
-  std::optional<coach::error> failure;
-  scheduler::job_result result;
-};
-
 /// A request to run a job, as the scheduler actor receives it.
 struct job_request {
   scheduler::job_spec spec;
@@ -204,9 +175,9 @@ struct job_request {
 
 }  // namespace coach::actors
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::actors::param_snapshot)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::actors::eval_result)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::actors::job_outcome)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::master::param_snapshot)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::master::eval_result)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::master::job_outcome)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::actors::job_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::scheduler::progress_event)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::scheduler::epoch_report)

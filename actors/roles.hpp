@@ -1,6 +1,6 @@
 #pragma once
 // actors/roles.hpp: the behaviours of Coach's four actor roles. Each wraps the plain logic of its
-// layer (ps::shard, worker::network_runner, worker::chunk_dispenser, the scheduler) and moves
+// layer (ps::shard, worker::network_runner, master::chunk_dispenser, the scheduler) and moves
 // messages through the transport; the algorithms live in those classes, not here.
 
 #include <caf/actor.hpp>
@@ -74,25 +74,9 @@ caf::actor spawn_added_worker(caf::actor_system& sys, std::shared_ptr<const job_
                               std::uint32_t rank, std::shared_ptr<kernels::backend> be,
                               const ps::job_config& c, std::int64_t first_step);
 
-/// Where a job master starts and what it reports besides progress, epochs and the outcome.
-struct master_options {
-  /// The first epoch to train: a job resumed from the checkpoint of epoch first_epoch - 1
-  /// (its shards start from those parameters). Epoch numbers in reports stay absolute.
-  std::uint32_t first_epoch = 0;
-  /// The first step: a resumed job goes on with the step numbers of the run it continues (its
-  /// checkpoint's version; the shards start there), so dropout masks and Adam's steps match.
-  std::int64_t first_step = 0;
-  /// Send (checkpoint_atom, param_snapshot) to the observer at the end of every epoch.
-  bool report_params = false;
-  /// Asked once per epoch, when the step that hands out its last chunk opens: true makes the
-  /// shards answer the epoch's snapshot with their optimizer state and counters too
-  /// (ps::shard::snapshot), and the master sends (checkpoint_atom, param_snapshot) with
-  /// `state` set for that epoch (also without report_params). Empty: never.
-  std::function<bool(std::uint32_t epoch)> checkpoint_due;
-  /// Test hook: >= 0 cancels the job as step `cancel_at_step` is about to open, as a cancel
-  /// arriving between steps would (the step-exact reference of the Ctrl-C tests); -1: never.
-  std::int64_t cancel_at_step = -1;
-};
+/// Where a job master starts and what it reports besides progress, epochs and the outcome
+/// (the observer gets (checkpoint_atom, param_snapshot) for ports::checkpoint).
+using master_options = master::job_master_options;
 
 /// Spawns the job master: dispenses chunks, tracks epochs, requests end-of-epoch snapshots,
 /// has them evaluated and reports progress, epochs and the outcome to `observer`

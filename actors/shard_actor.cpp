@@ -7,12 +7,12 @@
 #include <optional>
 #include <set>
 
-#include "actors/elastic_messages.hpp"
 #include "actors/roles.hpp"
 #include "common/log.hpp"
 #include "ps/replica_chain.hpp"
 #include "ps/shard.hpp"
 #include "ps/training_state.hpp"
+#include "wire/elastic_messages.hpp"
 
 namespace coach::actors {
 

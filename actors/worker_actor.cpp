@@ -11,13 +11,13 @@
 #include <string_view>
 #include <thread>
 
-#include "actors/elastic_messages.hpp"
 #include "actors/inline_delivery.hpp"
 #include "actors/roles.hpp"
 #include "common/buffer_pool.hpp"
 #include "common/log.hpp"
 #include "ps/adascale.hpp"
 #include "ps/key_coverage.hpp"
+#include "wire/elastic_messages.hpp"
 #include "worker/function_runner.hpp"
 #include "worker/gradient_clip.hpp"
 #include "worker/local_averaging.hpp"

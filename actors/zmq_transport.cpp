@@ -28,10 +28,10 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "actors/codec.hpp"
 #include "actors/inline_delivery.hpp"
 #include "actors/route_table.hpp"
 #include "common/log_limiter.hpp"
+#include "wire/codec.hpp"
 
 namespace coach::actors {
 namespace {

@@ -25,7 +25,7 @@
 #include "actors/embedded_cluster.hpp"
 #include "common/format.hpp"
 #include "common/json.hpp"
-#include "worker/chunk_dispenser.hpp"
+#include "master/chunk_dispenser.hpp"
 #include "worker/function_runner.hpp"
 
 namespace {
@@ -61,7 +61,7 @@ outcome one_function(const scheduler::job_spec& spec, const worker::dataset_pair
   model.init_params(task.params, spec.seed);
   std::vector<std::uint32_t> order(train.rows);
   std::iota(order.begin(), order.end(), 0u);
-  worker::portable_shuffle(order, spec.seed);
+  master::portable_shuffle(order, spec.seed);
   task.x.reserve(train.rows * train.features);
   for (auto i : order) {
     task.x.insert(task.x.end(), train.x.begin() + std::ptrdiff_t(i * train.features),

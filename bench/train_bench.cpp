@@ -29,7 +29,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cpu/cpu_gemm.hpp"
-#include "worker/chunk_dispenser.hpp"
+#include "master/chunk_dispenser.hpp"
 #include "worker/dataset.hpp"
 #include "worker/network.hpp"
 
@@ -71,7 +71,7 @@ result<measure> plain_loop(const scheduler::job_spec& spec, const worker::datase
   float* v = be->alloc(n);
   be->upload(w, host.data(), n);
   worker::network_runner run(model, *be, spec.batch_size);
-  worker::chunk_dispenser d(data.train.rows, std::size_t(spec.batch_size), spec.seed);
+  master::chunk_dispenser d(data.train.rows, std::size_t(spec.batch_size), spec.seed);
   d.begin_epoch(0);
   std::int64_t t = 0;
   std::size_t samples = 0;

@@ -1,7 +1,7 @@
 #pragma once
 // ps::change_kind: what an elastic change of a running job does. The one enum that the job
 // spec's `schedule:` (scheduler::schedule_action), the scheduler's change requests and the job
-// master's planner (ps::job_change) share.
+// master's planner (master::job_change) share.
 
 #include <string_view>
 

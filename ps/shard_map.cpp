@@ -95,6 +95,14 @@ std::vector<std::size_t> shard_map::load() const {
   return n;
 }
 
+std::vector<std::uint32_t> shard_map::live_shards() const {
+  std::vector<std::uint32_t> out;
+  const auto n = load();
+  for (std::uint32_t k = 0; k < n.size(); ++k)
+    if (n[k] > 0) out.push_back(k);
+  return out;
+}
+
 std::vector<std::size_t> shard_map::slices_of(std::uint32_t shard) const {
   std::vector<std::size_t> out;
   for (std::size_t s = 0; s < owner_.size(); ++s)

@@ -66,6 +66,8 @@ class shard_map {
 
   /// Slices owned by each shard id in [0, num_shards()).
   std::vector<std::size_t> load() const;
+  /// The shards that own at least one slice, ascending.
+  std::vector<std::uint32_t> live_shards() const;
   /// The slices a shard owns, ascending.
   std::vector<std::size_t> slices_of(std::uint32_t shard) const;
 

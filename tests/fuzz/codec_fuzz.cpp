@@ -1,4 +1,4 @@
-// libFuzzer target for the decoders that face the network: the wire header (actors/codec) and
+// libFuzzer target for the decoders that face the network: the wire header (wire/codec) and
 // the control plane's payload (actors/control). Each input goes to both. Any input must give a
 // value or an error, never a crash; a header that decodes must survive a round trip (encode what
 // was decoded, decode it again: the same header), and check_frames must accept exactly the sizes
@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/codec.hpp"
 #include "actors/control.hpp"
+#include "wire/codec.hpp"
 
 namespace {
 

@@ -3,7 +3,7 @@
 // (docs/hostile-input.md). bench/fuzz_bench floods a node with a million of them;
 // tests/integration/fuzz_test sends a few thousand. Each message is the parts a DEALER sends (the
 // node's ROUTER puts the sender's routing id in front): pure random bytes, valid headers (encoded
-// with actors/codec.hpp from random envelopes) cut short, with bits flipped or bytes mutated, of
+// with wire/codec.hpp from random envelopes) cut short, with bits flipped or bytes mutated, of
 // another wire version, with frames that disagree with them, addressed to an endpoint nobody
 // binds, announcing huge payloads; empty messages, messages of thousands of frames, headers over
 // the size limit, and control messages to the node agent and the scheduler whose payload (a
@@ -38,9 +38,9 @@
 #include <variant>
 #include <vector>
 
-#include "actors/codec.hpp"
 #include "actors/control.hpp"
 #include "actors/zmq_transport.hpp"
+#include "wire/codec.hpp"
 
 namespace coach::fuzz {
 

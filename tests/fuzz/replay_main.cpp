@@ -20,13 +20,13 @@
 #include <string>
 #include <vector>
 
-#include "actors/codec.hpp"
+#include "wire/codec.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
 
 namespace {
 
-using namespace coach::actors;
+using namespace coach::wire;
 using bytes = std::vector<std::uint8_t>;
 
 bytes encoded(const envelope& e, std::vector<std::size_t> frames, const coach::error* err) {

@@ -289,6 +289,15 @@ TEST_F(cluster, rescale_and_migrate_change_a_running_job_from_the_command_line) 
   auto grow = coach("rescale " + job + " --workers 3 --shards 2 --at " + sched_addr_);
   ASSERT_EQ(grow.code, 0) << grow.err;
   EXPECT_NE(grow.err.find("goes to 3 worker(s) and 2 shard(s)"), std::string::npos) << grow.err;
+  // The migration once the new shard has its id (1): a migration asked before the rescale's
+  // shards change began would take id 1 itself (ids go in the order parts are asked for).
+  bool grown = false;
+  for (int i = 0; i < 300 && !grown; ++i) {
+    auto st = coach("status " + job + " --json --at " + sched_addr_);
+    grown = job_number(st.out, "shards") == 2 && job_number(st.out, "workers") == 3;
+    if (!grown) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(grown);
   auto move = coach("migrate " + job + " --shard 0 --to node-b --json --at " + sched_addr_);
   ASSERT_EQ(move.code, 0) << move.err;
   EXPECT_EQ(json_field(parse_json(move.out), "accepted"), true) << move.out;

@@ -16,9 +16,9 @@
 #include <numeric>
 #include <random>
 
-#include "actors/elastic_messages.hpp"
 #include "actors/roles.hpp"
 #include "ps/shard.hpp"
+#include "wire/elastic_messages.hpp"
 
 namespace coach::actors {
 namespace {

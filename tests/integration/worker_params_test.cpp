@@ -15,8 +15,8 @@
 #include <random>
 #include <thread>
 
-#include "actors/elastic_messages.hpp"
 #include "actors/roles.hpp"
+#include "wire/elastic_messages.hpp"
 
 namespace coach::actors {
 namespace {

@@ -13,9 +13,9 @@
 #include <thread>
 #include <zmq.hpp>
 
-#include "actors/codec.hpp"
 #include "actors/zmq_transport.hpp"
 #include "tests/integration/transport_test_helpers.hpp"
+#include "wire/codec.hpp"
 
 namespace coach::actors {
 namespace {

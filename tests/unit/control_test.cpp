@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/codec.hpp"
 #include "schemas/control.capnp.h"
+#include "wire/codec.hpp"
 
 namespace coach::actors {
 namespace {

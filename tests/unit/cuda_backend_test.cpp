@@ -34,8 +34,8 @@
 #include "common/format.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#include "master/chunk_dispenser.hpp"
 #include "scheduler/job_spec.hpp"
-#include "worker/chunk_dispenser.hpp"
 #include "worker/device_reducer.hpp"
 #include "worker/host_reducer.hpp"
 #include "worker/network.hpp"
@@ -1234,7 +1234,7 @@ plain_run train_plain(backend& be, const scheduler::job_spec& spec,
   plain_run out;
   {
     worker::network_runner run(model, be, spec.batch_size);
-    worker::chunk_dispenser d(data.train.rows, std::size_t(spec.batch_size), spec.seed);
+    master::chunk_dispenser d(data.train.rows, std::size_t(spec.batch_size), spec.seed);
     std::int64_t t = 0;
     for (int epoch = 0; epoch < spec.epochs; ++epoch) {
       d.begin_epoch(std::uint32_t(epoch));
