@@ -266,7 +266,7 @@ std::string job_master::migrate(std::uint32_t shard, const std::string& node) {
   return request_change(std::move(c));
 }
 
-/// Tells ports_.changed which workers and shards hold a part of the job now: those of the
+/// Tells ports.changed which workers and shards hold a part of the job now: those of the
 /// current configuration and, while a change waits for its new parts, of the next one (its
 /// new parts are placed already), the shards whose slices are still travelling away, and the
 /// new shards of migrations started ahead.
@@ -309,7 +309,7 @@ bool job_master::asp() const {
 
 /// Workers that died leave the job (docs/design.md "Elastic jobs"): every step from the
 /// first one they did not report expects them no more (the shards complete those steps with
-/// what they got), and the chunks they held go back to the dispenser_. In asp a step is its
+/// what they got), and the chunks they held go back to the dispenser. In asp a step is its
 /// worker's alone: the steps they were granted and did not report are completed by empty
 /// pushes made on their behalf (a shard that got the dead worker's own push first drops the
 /// stand-in, and the reverse), and steps from the next one on expect them no more.
@@ -423,7 +423,7 @@ std::uint8_t job_master::snapshot_flags_of(std::int64_t s) const {
   return flag::snapshot | (snapshots_.wants_state(s) ? flag::with_state : 0);
 }
 
-/// Whether the end of `epoch` is checkpointed_ (options_.checkpoint_due, asked once).
+/// Whether the end of `epoch` is checkpointed (options.checkpoint_due, asked once).
 bool job_master::checkpoint_due(std::uint32_t epoch) {
   if (!options_.checkpoint_due) return false;
   auto it = checkpointed_.find(epoch);
@@ -432,7 +432,7 @@ bool job_master::checkpoint_due(std::uint32_t epoch) {
   return it->second;
 }
 
-/// Asks the shards of the current configuration (that of step s) for the snapshots_ of
+/// Asks the shards of the current configuration (that of step s) for the snapshots of
 /// versions up to s not asked for yet. Called as step s opens, before any of its grants: the
 /// request for version s goes on them too (flag::snapshot), and from them on step s's pushes,
 /// so a shard has it before those pushes take it past the version, whatever the links' speeds.
@@ -484,7 +484,7 @@ bool job_master::open(std::int64_t s, std::optional<std::uint32_t> only) {
     }
   }
   // Step s's configuration is final now (its change, if any, has begun), and no grant of it
-  // has gone out: the snapshots_ of versions up to s are asked for under it.
+  // has gone out: the snapshots of versions up to s are asked for under it.
   ask_snapshots(s);
   return true;
 }
@@ -570,7 +570,7 @@ void job_master::on_report(const wire_message& m) {
     }
     progress(epoch);
   }
-  // Requests parked_ at the epoch's end can go on now.
+  // Requests parked at the epoch's end can go on now.
   regrant_parked();
 }
 
@@ -641,7 +641,7 @@ void job_master::on_state(const wire_message& m) {
   if (*got) on_assembled(std::move(**got));
 }
 
-/// A version is whole: the job's last (a cancelled_ job's result_), or an epoch's end, which
+/// A version is whole: the job's last (a cancelled job's result), or an epoch's end, which
 /// is evaluated (and reported with its state when it is a checkpoint's).
 void job_master::on_assembled(snapshot_assembler::assembled a) {
   last_params_ = a.values;
@@ -658,8 +658,8 @@ void job_master::evaluated(const eval_result& r) {
   maybe_finish_epoch(r.epoch);
 }
 
-/// adascale: the shards' gain_, followed from the totals the reports carry (the same the
-/// pushes carried; every shard folds the same ones in, so the same estimate): the gain_ of
+/// adascale: the shards' gain, followed from the totals the reports carry (the same the
+/// pushes carried; every shard folds the same ones in, so the same estimate): the gain of
 /// each completed step, for the epoch's report.
 void job_master::follow_gain(const wire_message& m,
                              const std::optional<std::uint64_t>& step_samples) {
@@ -676,7 +676,7 @@ void job_master::maybe_finish_epoch(std::uint32_t epoch) {
   rep->lr_gain = last_gain_;
   result_.epochs.push_back(*rep);
   result_.test_accuracy = rep->test_accuracy;
-  // The checkpoint holds the epoch's parameters now; the master keeps only last_params_.
+  // The checkpoint holds the epoch's parameters now; the master keeps only last_params.
   auto params = epoch_params_.extract(epoch);
   if (!params.empty() && params.mapped().values &&
       (options_.report_params || params.mapped().state))
