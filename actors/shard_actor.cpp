@@ -81,13 +81,7 @@ caf::behavior shard_actor(caf::stateful_actor<shard_state>* self,
                           std::vector<float> initial_owned, ps::job_config cfg,
                           std::optional<ps::slice_transfer> start_from) {
   auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
-  ps::shard_options options;
-  if (ctx->spec.consistency.kind == scheduler::consistency_kind::ssp)
-    options.max_ahead = ctx->spec.consistency.staleness;
-  if (ctx->spec.consistency.kind == scheduler::consistency_kind::asp) {
-    options.one_push_per_step = true;
-    options.max_ahead = std::numeric_limits<std::int32_t>::max();  // a straggler's step is open
-  }
+  const auto options = ps::make_consistency(ctx->spec.consistency)->shard_rules();
   // The schedule counts epochs in training samples; batch norm's running statistics are folded
   // in, not trained.
   std::vector<ps::statistic_range> statistics;

@@ -63,6 +63,8 @@ struct worker_state {
   ps::job_config cfg;                              ///< the configuration of `step`
   /// Configurations received for later steps (a worker may still finish the step before).
   std::map<std::int64_t, ps::job_config> upcoming;
+  /// A re-issue's configurations before its last (flag::more_configs): taken all at once.
+  std::vector<ps::job_config> batch;
   std::int64_t step = 0;
   std::optional<ps::key_coverage> received;  ///< keys of the current version received
   /// ssp:S (S > 0): step s computes from the newest parameters received once they are at least
@@ -180,9 +182,13 @@ struct worker_state {
       log::warn("worker {}: {}", rank, c.error().message);
       return;
     }
-    if (c->version <= cfg.version) return;
-    const auto from = c->from_step;
-    upcoming[from] = std::move(*c);
+    // A re-issue (workers died) is taken whole: one of its configurations alone could give
+    // this worker's next step the shard map of an earlier one.
+    batch.push_back(std::move(*c));
+    if (m.hdr.flags & flag::more_configs) return;
+    for (auto& b : batch)
+      if (b.version > cfg.version) upcoming[b.from_step] = std::move(b);
+    batch.clear();
     catch_up();
   }
 
@@ -517,12 +523,10 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
   st.self_ep = ctx->worker_ep(rank);
   st.step = first_step;
   st.first = first_step;
-  if (ctx->spec.consistency.kind == scheduler::consistency_kind::ssp)
-    st.staleness = ctx->spec.consistency.staleness;
-  if (ctx->spec.consistency.kind == scheduler::consistency_kind::asp) {
-    st.asp = true;
-    st.staleness = std::numeric_limits<std::int32_t>::max();  // params of any version
-  }
+  const auto mode = ps::make_consistency(ctx->spec.consistency);
+  st.asp = mode->any_version();
+  st.staleness = st.asp ? std::numeric_limits<std::int32_t>::max()  // params of any version
+                        : mode->staleness();
   st.be = std::move(be);
   st.host_backend = st.be->name() == "cpu";
   const std::size_t n = ctx->model.num_params();
@@ -535,7 +539,7 @@ caf::behavior worker_actor(caf::stateful_actor<worker_state>* self,
   st.runner = std::make_unique<worker::network_runner>(ctx->model, *st.be, max_batch);
   kernels::sgd_options local = ctx->spec.optimizer.sgd;
   if (ctx->spec.optimizer.kind == ps::optimizer_kind::sgd) local.momentum = 0;
-  const bool averaging = ctx->spec.consistency.kind == scheduler::consistency_kind::averaging;
+  const bool averaging = mode->pushes_deltas();
   if (averaging) st.averager = std::make_unique<worker::local_averaging>(*st.be, n, local);
   st.fail = [self](coach::error e) {
     log::warn("worker {}: {}", self->state.rank, e.message);

@@ -1,11 +1,11 @@
 #pragma once
 // master::plan_change: what one change of a running job's configuration at a step boundary is, as
-// plain logic (docs/design.md, "Elastic jobs"). The job master (actors/master_actor.cpp) asks it
+// plain logic (docs/design.md, "Elastic jobs"). The job master (master/job_master.hpp) asks it
 // when a change begins; it says which configuration follows, which workers and shards must
 // start, and which slices each shard hands to which (the migrate orders). Starting a part is the
 // caller's: `starters` start one and say whether it could; a worker that cannot start is left
 // out and no more are added; a shard that cannot start ends the adding of shards. Unit-tested in
-// tests/unit/change_planner_test.cpp; tests/unit/elastic_test.cpp drives it under random
+// tests/unit/master/change_planner_test.cpp; tests/unit/elastic_test.cpp drives it under random
 // changes with real shards.
 //
 // The orders: a slice moved twice within one change (to a shard added, then on to another)

@@ -4,9 +4,9 @@
 // step boundaries (the spec's schedule, `coach rescale`, `coach migrate`, a policy's resize),
 // the migrations whose new shard is starting ahead, and the change under way: its next
 // configuration, the parts it waits for, its migrate orders and the acknowledgements of its
-// transfers. The job master (actors/master_actor.cpp) asks it before each step opens whether a
+// transfers. The job master (master/job_master.hpp) asks it before each step opens whether a
 // change begins or the step must wait, plans the change with master::plan_change, and does the
-// sending; tests/unit/change_sequencer_test.cpp drives it alone.
+// sending; tests/unit/master/change_sequencer_test.cpp drives it alone.
 //
 // The rules: one change at a time; a change begins at the first step boundary at or after its
 // step once the transfers of the one before are acknowledged (until then the steps go on

@@ -1,8 +1,8 @@
 #pragma once
 // master::change_timer: how long each change of a running job took and what it cost the
 // steps around it (scheduler::change_report), as plain logic with an injected clock. The job
-// master (actors/master_actor.cpp) tells it of every completed step and of each change's
-// milestones; tests/unit/change_timer_test.cpp drives it with a manual clock.
+// master (master/job_master.hpp) tells it of every completed step and of each change's
+// milestones; tests/unit/master/change_timer_test.cpp drives it with a manual clock.
 //
 // Before a change: over the up to 20 steps completed before its request (not those waiting at
 // its boundary), the median gap between completed steps (step_ms), the longest gap less the

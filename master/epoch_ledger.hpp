@@ -1,12 +1,12 @@
 #pragma once
 // master::epoch_ledger: the statistics of a job's epochs while its steps run, as plain logic
-// with an injected clock. The job master (actors/master_actor.cpp) tells it when an epoch
+// with an injected clock. The job master (master/job_master.hpp) tells it when an epoch
 // begins, when each of its steps opens, the layout it ends with (workers and shards when its
 // last chunk is handed out), what each report of its chunks carried (samples, loss, compute
 // time), when its last chunk completed and its evaluation. An epoch's report
 // (scheduler::epoch_report) comes once, when the epoch is both complete and evaluated, in
 // whichever order those come; its time runs from its beginning to its last chunk's completion
-// (the evaluation is not included). tests/unit/epoch_ledger_test.cpp drives it with a manual
+// (the evaluation is not included). tests/unit/master/epoch_ledger_test.cpp drives it with a manual
 // clock.
 //
 // Threads: one owner (the master).

@@ -30,6 +30,7 @@
 #include "master/snapshot_assembler.hpp"
 #include "master/step_planner.hpp"
 #include "ps/adascale.hpp"
+#include "ps/consistency.hpp"
 #include "ps/job_config.hpp"
 #include "ps/training_state.hpp"
 #include "scheduler/clock.hpp"
@@ -207,6 +208,7 @@ class job_master {
   std::string request_change(change_request c);
   void report_layout();
   void send_config(const ps::job_config& c);
+  void send_configs(const std::vector<ps::job_config>& batch);
   void on_ack(const wire::wire_message& m);
   void stand_in(std::int64_t g, std::uint32_t r);
   void fail_job(coach::error why);
@@ -236,6 +238,7 @@ class job_master {
   bool cancelled_ = false;
   bool done_ = false;
   chunk_dispenser dispenser_;
+  std::unique_ptr<ps::consistency> mode_;  ///< the consistency mode's rules
   /// Who computes what at each step.
   step_planner planner_;
   std::vector<wire::wire_message> parked_;  ///< chunk requests waiting for the epoch to complete
@@ -263,6 +266,7 @@ class job_master {
   /// where its pushes go.
   std::map<std::int64_t, ps::job_config> configs_;
   std::map<std::uint32_t, std::int64_t> last_report_;  ///< by rank: the last step reported
+  std::map<std::uint32_t, std::int64_t> joined_at_;    ///< by added rank: its first step
   std::map<std::int64_t, step_trace> traces_;  ///< on_step: the steps granted, until complete
   ps::adascale_gain gain_;  ///< lr_scaling adascale: the shards' estimate, followed (follow_gain)
   double last_gain_ = 0;    ///< the gain of the last completed step (adascale; else 0)

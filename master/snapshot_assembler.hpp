@@ -10,8 +10,8 @@
 // snapshot: values, state and counters of the keys it owns) and assembled into a
 // training_state: the counters must agree on the version; the update counts and samples
 // applied may differ between shards after a worker's death (ps/shard.hpp, adopt), and the
-// larger is kept, as adopt does. The job master (actors/master_actor.cpp) sends the requests
-// and passes the answers in; tests/unit/snapshot_assembler_test.cpp drives it alone.
+// larger is kept, as adopt does. The job master (master/job_master.hpp) sends the requests
+// and passes the answers in; tests/unit/master/snapshot_assembler_test.cpp drives it alone.
 //
 // Threads: one owner (the master).
 

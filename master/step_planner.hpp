@@ -1,6 +1,6 @@
 #pragma once
 // master::step_planner: which worker computes what at each step of a job, as plain logic. The
-// job master (actors/master_actor.cpp) asks it when a worker asks for its next step and when a
+// job master (master/job_master.hpp) asks it when a worker asks for its next step and when a
 // worker reports one; it keeps the plan of every open step: the chunk of each member rank, the
 // grants handed out and the reports received. Bulk-synchronous (consistency `bsp`): a step
 // gives every member of its configuration one chunk (none when the epoch's chunks are all
@@ -12,7 +12,7 @@
 // at most S steps after the oldest step some member has not reported: it runs at most S steps
 // ahead of the slowest member (the worker computes from parameters at least S versions old;
 // actors/worker_actor.cpp). Asynchronous (`asp`): the master opens a step for each request,
-// with the requesting worker its only member. Unit-tested in tests/unit/step_planner_test.cpp.
+// with the requesting worker its only member. Unit-tested in tests/unit/master/step_planner_test.cpp.
 //
 // Threads: one owner (the master).
 

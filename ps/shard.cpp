@@ -114,7 +114,7 @@ result<int> shard::resume() {
 bool shard::maybe_apply(const piece_callback& on_piece) {
   for (auto r : members_)
     if (!pending_.contains(r)) return false;
-  apply(on_piece);
+  apply(on_piece, applied_);
   // The members of the step that opens now.
   if (auto it = schedule_.upper_bound(applied_); it != schedule_.begin())
     members_ = std::prev(it)->second;
@@ -122,20 +122,29 @@ bool shard::maybe_apply(const piece_callback& on_piece) {
 }
 
 result<int> shard::configure(const job_config& c) {
-  if (c.version <= config_version_) return 0;
-  config_version_ = c.version;
-  auto members = c.members;
-  std::sort(members.begin(), members.end());
-  members.erase(std::unique(members.begin(), members.end()), members.end());
-  const std::int64_t from = std::max(c.from_step, applied_);
-  schedule_.erase(schedule_.lower_bound(from), schedule_.end());
-  schedule_[from] = std::move(members);
-  assigned_.erase(assigned_.lower_bound(from), assigned_.end());
-  if (c.map.num_params() > 0)
-    assigned_[from] = c.map.ranges_of(id_);
-  else
-    assigned_[from] = std::nullopt;
-  if (from == applied_) members_ = schedule_[from];
+  return configure(std::span(&c, 1));
+}
+
+result<int> shard::configure(std::span<const job_config> batch) {
+  bool changed = false;
+  for (const auto& c : batch) {
+    if (c.version <= config_version_) continue;
+    changed = true;
+    config_version_ = c.version;
+    auto members = c.members;
+    std::sort(members.begin(), members.end());
+    members.erase(std::unique(members.begin(), members.end()), members.end());
+    const std::int64_t from = std::max(c.from_step, applied_);
+    schedule_.erase(schedule_.lower_bound(from), schedule_.end());
+    schedule_[from] = std::move(members);
+    assigned_.erase(assigned_.lower_bound(from), assigned_.end());
+    if (c.map.num_params() > 0)
+      assigned_[from] = c.map.ranges_of(id_);
+    else
+      assigned_[from] = std::nullopt;
+    if (from == applied_) members_ = schedule_[from];
+  }
+  if (!changed) return 0;
   // A removed member may have been the last one the open step waited for.
   int completed = !pending_.empty() && maybe_apply({}) ? 1 : 0;
   auto more = take_held();
@@ -404,7 +413,7 @@ void shard::relayout(std::vector<key_range> ranges, std::vector<float> values, s
   acc_.assign(std::min(total, options_.piece_floats), 0.0f);
 }
 
-void shard::apply(const piece_callback& on_piece) {
+void shard::apply(const piece_callback& on_piece, std::int64_t step) {
   // Sum in rank order (std::map iterates by rank): independent of arrival order.
   std::uint64_t samples = 0;
   double loss = 0;
@@ -486,6 +495,11 @@ void shard::apply(const piece_callback& on_piece) {
   if (adascale) last_stats_ = stats;
   last_samples_ = samples;
   last_loss_ = loss;
+  if (options_.on_applied) {
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> taken;
+    for (const auto& [rank, c] : pending_) taken.push_back({rank, c.samples});
+    options_.on_applied(step, taken);
+  }
   pending_.clear();
   ++applied_;
 }
@@ -509,7 +523,7 @@ result<bool> shard::push_alone(std::int64_t step, std::uint64_t config_version, 
   pending_.clear();
   pending_.emplace(c.rank, std::move(c));
   const std::int64_t before = applied_;
-  apply(on_piece);  // advances applied_ by one: put right below when `step` is a later one
+  apply(on_piece, step);  // advances applied_ by one: put right below when `step` is later
   if (step != before) {
     applied_ = before;
     applied_ahead_.insert(step);

@@ -99,6 +99,12 @@ struct shard_options {
   /// (a stand-in's empty push raced the dead worker's own, or the reverse) is dropped and
   /// counted (stale_dropped()).
   bool one_push_per_step = false;
+  /// Test hook: called as each step is applied, with the step and the (rank, samples) of every
+  /// contribution it took, in rank order (what tests/unit/elastic_test.cpp checks the
+  /// parameters against); empty: none.
+  std::function<void(std::int64_t step,
+                     const std::vector<std::pair<std::uint32_t, std::uint64_t>>& taken)>
+      on_applied;
 };
 
 /// A finished piece of a step's update: its values are final for version `version` and are not
@@ -153,6 +159,10 @@ class shard {
   /// removed member may have been the last one awaited). A configuration older than the
   /// newest seen is ignored; protocol_error if a held push turns out invalid (the first such).
   result<int> configure(const job_config& c);
+  /// The same for a re-issue of configurations (workers died: wire flag more_configs), oldest
+  /// first, taken as one: the open step is completed, and held pushes taken, only under the
+  /// last of them (one alone could give the open step an earlier step's members).
+  result<int> configure(std::span<const job_config> batch);
   /// The newest configuration version seen (0 before the first).
   std::uint64_t config_version() const noexcept { return config_version_; }
 
@@ -233,7 +243,8 @@ class shard {
   const adascale_gain& gain() const noexcept { return gain_; }
 
  private:
-  void apply(const piece_callback& on_piece);
+  /// Applies the pending contributions as step `step` (applied_ itself, but for asp).
+  void apply(const piece_callback& on_piece, std::int64_t step);
   /// Updates the n keys from `key` (at `off` in values_) with the step's gradient sum g: the
   /// optimizer, or the fold of the statistic ranges they meet.
   void update(std::size_t off, std::uint64_t key, std::size_t n, const float* g, float scale);

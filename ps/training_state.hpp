@@ -7,7 +7,7 @@
 // ps::shard). The update of a key depends on nothing but its value, its state, the step's
 // learning rate (a function of samples_applied) and Adam's step number (updates), so the steps
 // after a resume are bitwise those of the run that was not interrupted, however the vector is
-// cut into shards before and after (tests/unit/checkpoint_test.cpp).
+// cut into shards before and after (tests/unit/master/checkpoint_test.cpp).
 
 #include <cstddef>
 #include <cstdint>

@@ -7,7 +7,7 @@
 // first epoch from the start (master::chunk_dispenser), so a checkpoint within an epoch could
 // not be resumed bit for bit without also keeping the dispenser's place and the epoch's partial
 // statistics. The decision for an epoch is made as the step that hands out its last chunk opens
-// (the job master asks then for the shards' state at the epoch's end; actors/master_actor.cpp).
+// (the job master asks then for the shards' state at the epoch's end; master/job_master.cpp).
 
 #include <cstdint>
 #include <string>

@@ -260,8 +260,7 @@ result<void> parse_training(const spec_parser& p, const fields& top, job_spec& s
 /// the initial workers, or batch: {global: N}); a job whose consistency has no common step
 /// (asp, averaging:K) runs its batch per worker.
 result<void> resolve_batch(const spec_parser& p, job_spec& spec) {
-  const bool stepwise = spec.consistency.kind == consistency_kind::bsp ||
-                        spec.consistency.kind == consistency_kind::ssp;
+  const bool stepwise = ps::make_consistency(spec.consistency)->stepwise();
   if (spec.batch == batch_kind::global && spec.global_batch > 0 && !stepwise)
     return p.bad(errc::invalid_argument, spec.batch_line, "batch",
                  "global: N needs consistency bsp or ssp (asp and averaging:K have no common "
@@ -487,17 +486,7 @@ ps::optimizer_config shard_optimizer(const job_spec& spec, std::uint64_t train_r
 }
 
 std::string to_string(const consistency_config& c) {
-  switch (c.kind) {
-    case consistency_kind::bsp:
-      return "bsp";
-    case consistency_kind::ssp:
-      return coach::format("ssp:{}", c.staleness);
-    case consistency_kind::asp:
-      return "asp";
-    case consistency_kind::averaging:
-      return coach::format("averaging:{}", c.local_steps);
-  }
-  return "unknown";
+  return ps::make_consistency(c)->name();
 }
 
 std::uint32_t max_useful_workers(const job_spec& spec, std::size_t rows) {

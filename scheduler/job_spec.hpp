@@ -154,6 +154,7 @@
 #include "common/error.hpp"
 #include "kernels/backend.hpp"
 #include "ps/change_kind.hpp"
+#include "ps/consistency.hpp"
 #include "ps/optimizer.hpp"
 #include "scheduler/checkpoint_config.hpp"
 #include "worker/dataset.hpp"
@@ -172,14 +173,9 @@ struct count_range {
 enum class batch_kind { global, per_worker };
 
 /// How shards combine the gradients of a step (DESIGN.md "Data path of one step").
-enum class consistency_kind { bsp, ssp, asp, averaging };
-
-/// The `consistency:` field.
-struct consistency_config {
-  consistency_kind kind = consistency_kind::bsp;
-  int staleness = 0;    ///< ssp:S: how many steps a worker may run ahead of the slowest
-  int local_steps = 0;  ///< averaging:K: local steps between two averagings
-};
+/// The `consistency:` field (ps/consistency.hpp: the modes' rules).
+using consistency_kind = ps::consistency_kind;
+using consistency_config = ps::consistency_config;
 
 /// Limits of a worker run as a serverless function. 0 means unlimited.
 struct function_limits {

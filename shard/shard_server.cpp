@@ -78,9 +78,13 @@ std::vector<ps::key_range> shard_server::not_owned(std::vector<ps::key_range> as
 void shard_server::serve(std::int64_t v) {
   if (core_->options().one_push_per_step && v == core_->applied_steps()) {
     // asp: the version counts the steps applied without a gap, so it may jump past a
-    // version asked for: whoever waits for an older one gets this one.
+    // version asked for: whoever waits for an older one gets this one. The master's snapshot
+    // is answered under the version it asked for (asp's parameters are of no one version:
+    // these hold every step before it and some after), else it would wait for it forever.
     while (!waiting_.empty() && waiting_.begin()->first < v) {
       auto& older = waiting_.begin()->second;
+      for (auto& w : older)
+        if (w.version < 0) w.version = waiting_.begin()->first;
       auto& now = waiting_[v];
       now.insert(now.end(), older.begin(), older.end());
       waiting_.erase(waiting_.begin());
@@ -110,7 +114,7 @@ void shard_server::serve(std::int64_t v) {
   auto values = core_->share_values();
   std::shared_ptr<const void> owner = values;
   std::shared_ptr<const ps::slice_transfer> snapshot;  // made once, for the state requests
-  for (const auto& [dst, asked, state] : it->second) {
+  for (const auto& [dst, asked, state, label] : it->second) {
     if (state) {
       // The optimizer state is written in place by the next step: copied now, at version v.
       if (!snapshot) snapshot = std::make_shared<const ps::slice_transfer>(core_->snapshot());
@@ -119,7 +123,7 @@ void shard_server::serve(std::int64_t v) {
       ports_.send(std::move(m));
       continue;
     }
-    wire_message m = params_to(dst, v);
+    wire_message m = params_to(dst, dst == setup_.master && label >= 0 ? label : v);
     std::size_t off = 0;
     for (const auto& r : core_->ranges()) {
       auto add = [&](std::uint64_t b, std::uint64_t e) {
@@ -203,10 +207,15 @@ void shard_server::answer_applied() {
 void shard_server::on_configure(const wire_message& m) {
   auto c = read_configure(m, setup_.num_params, setup_.slice_size);
   if (!c) return report(c.error());
+  // A re-issue (workers died) is taken whole, at its last configuration.
+  batch_.push_back(std::move(*c));
+  if (m.hdr.flags & flag::more_configs) return;
+  const auto batch = std::move(batch_);
+  batch_.clear();
   // Steps completed here (a removed worker was the last awaited, or held pushes were taken)
   // are answered as a whole: their pushers get the version from serve().
   auto before = core_->applied_steps();
-  auto done = core_->configure(*c);
+  auto done = core_->configure(batch);
   if (!done) report(done.error());
   if (core_->applied_steps() > before) answer_applied();
 }
@@ -309,7 +318,7 @@ void shard_server::want(std::int64_t v, const endpoint& who, std::vector<ps::key
     if (!snapshots_asked_.insert(v).second) return;  // asked on the other path already
     if (snapshots_asked_.size() > 16) snapshots_asked_.erase(snapshots_asked_.begin());
   }
-  // asp: the steps go on without a worker that starts, so the version it pulls may be_ gone
+  // asp: the steps go on without a worker that starts, so the version it pulls may be gone
   // by the time it asks: it gets the current one (any version will do for it).
   if (pull && v < core_->applied_steps() && core_->options().one_push_per_step)
     v = core_->applied_steps();
@@ -493,7 +502,7 @@ void shard_server::serve_passed() {
 }
 
 /// Messages of the chain, and where a replicated shard's messages go. Returns true when `m`
-/// is to be_ handled as a shard's message here.
+/// is to be handled as a shard's message here.
 bool shard_server::chain_entry(wire_message& m) {
   switch (m.hdr.kind) {
     case msg_kind::replica_ack:

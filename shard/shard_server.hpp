@@ -86,6 +86,8 @@ class shard_server {
     wire::endpoint who;
     std::vector<ps::key_range> asked;  ///< empty: every key owned
     bool state = false;                ///< a snapshot with the optimizer state (flag::with_state)
+    /// asp: the version the master asked for, answered with a later one (-1: none such).
+    std::int64_t version = -1;
   };
 
   void report(const coach::error& e);
@@ -142,6 +144,8 @@ class shard_server {
   /// transfer, so this shard may not have it yet).
   std::uint64_t released_for_ = 0;
   std::vector<ps::slice_transfer> adoptions_;
+  /// A re-issue's configurations before its last (flag::more_configs): taken all at once.
+  std::vector<ps::job_config> batch_;
   /// Each answer of a step carries `answering_` as its `sent` token; the token's end
   /// (answers_left) sends the transfers that waited for it.
   std::shared_ptr<const void> answering_;

@@ -80,6 +80,11 @@ inline constexpr std::uint8_t snapshot = 8;
 inline constexpr std::uint8_t replica = 16;
 /// push, pull: sent again to a shard's new primary after a take_over (it may hold it already)
 inline constexpr std::uint8_t resent = 32;
+/// configure: more configurations of the same re-issue (workers died) follow for this receiver.
+/// A worker acts on none of them before the last, the one without it: a re-issue rewrites the
+/// configurations of several first steps, and one of them alone would give a later step an
+/// earlier step's shard map.
+inline constexpr std::uint8_t more_configs = 64;
 }  // namespace flag
 
 /// The metadata of a message: small, fixed, encoded as the header frame on the wire.

@@ -103,7 +103,8 @@ struct job_run {
   double ack_delivered_at = -1;  ///< the clock when the master got the last transfer_ack
   std::map<std::uint64_t, std::vector<ps::job_config>> configs_seen;  ///< by endpoint id
   std::vector<wire_message> orders;                                   ///< migrate orders, in order
-  bool hold_acks = false;  ///< keep transfer acknowledgements back
+  std::vector<wire_message> configures;  ///< every configure message sent, in order
+  bool hold_acks = false;                ///< keep transfer acknowledgements back
   std::vector<wire_message> held_acks;
   std::vector<wire_message> take_overs;  ///< take_over messages, to backups and workers
   /// The first step each worker got a grant of under each configuration version, and whether
@@ -130,6 +131,7 @@ struct job_run {
     job_master_ports p;
     p.send = [this](wire_message m) {
       if (m.hdr.kind == msg_kind::migrate) migrate_sent_at = now();
+      if (m.hdr.kind == msg_kind::configure) configures.push_back(m);
       queue.push_back([this, m] { deliver(m); });
     };
     p.evaluate = [this](param_snapshot snap) {
@@ -402,8 +404,9 @@ TEST(job_master, a_worker_that_joins_and_workers_that_leave_do_so_at_a_step_boun
   ASSERT_TRUE(j->run());
   ASSERT_TRUE(j->outcome && !j->outcome->failure);
   for (auto s = down; s <= j->outcome->result.steps - 1; ++s)
-    if (!j->granted_to[s].empty())
+    if (!j->granted_to[s].empty()) {
       EXPECT_EQ(j->granted_to[s], (std::set<std::uint32_t>{0})) << "step " << s;
+    }
   j->expect_every_sample_once(3);
   job_run::expect_params_of(j->outcome->result.params, j->outcome->result.steps);
   EXPECT_EQ(j->outcome->result.workers, 1u);
@@ -433,6 +436,42 @@ TEST(job_master, a_dead_workers_chunks_go_to_the_others_and_count_once) {
   EXPECT_EQ(j->master->config().members, (std::vector<std::uint32_t>{0, 2}));
   EXPECT_EQ(j->master->config().from_step, 3);
   EXPECT_TRUE(j->order_errors.empty()) << j->order_errors.front();
+}
+
+TEST(job_master, a_worker_that_dies_before_its_first_report_is_dropped_from_the_step_it_joined) {
+  auto j = start(2, 1, 3);
+  ASSERT_TRUE(j->run([&] { return j->last_granted >= 2; }));
+  EXPECT_EQ(j->master->rescale(3, 0), "");
+  ASSERT_TRUE(j->run([&] { return !j->started.empty(); }));
+  const auto joined = j->started[0].first_step;
+  j->hold_at[2] = joined;  // the new worker takes its first step and never reports it
+  ASSERT_TRUE(j->run([&] { return j->held[2].contains(joined); }));
+  // A later change while it holds that step: the re-issue then spans two configurations.
+  EXPECT_EQ(j->master->rescale(0, 2), "");
+  ASSERT_TRUE(j->run([&] { return j->master->config().version == 3; }));
+  j->alive.erase(2);
+  j->configures.clear();
+  j->master->workers_lost({2}, "killed by the test");
+  // The configurations from the step it joined at are re-issued without it (not those before:
+  // it had no part in them), and each worker takes the re-issue whole: every configure of it
+  // but the last to that worker says more follow.
+  std::map<std::uint64_t, std::vector<const wire_message*>> to_worker;
+  for (const auto& m : j->configures) {
+    const auto c = wire::read_configure(m, num_params, slice_size);
+    ASSERT_TRUE(c);
+    EXPECT_GE(c->from_step, joined);
+    EXPECT_FALSE(c->is_member(2));
+    if (m.hdr.dst.id >= 1000) to_worker[m.hdr.dst.id].push_back(&m);
+  }
+  ASSERT_EQ(to_worker.size(), 2u);
+  for (const auto& [id, ms] : to_worker) {
+    EXPECT_EQ(ms.size(), 2u);
+    for (std::size_t i = 0; i < ms.size(); ++i)
+      EXPECT_EQ((ms[i]->hdr.flags & flag::more_configs) != 0, i + 1 < ms.size()) << id;
+  }
+  ASSERT_TRUE(j->run());
+  ASSERT_TRUE(j->outcome && !j->outcome->failure);
+  j->expect_every_sample_once(3);
 }
 
 TEST(job_master, a_job_whose_every_worker_died_fails_naming_the_last_cause) {

@@ -166,9 +166,9 @@ TEST(shard_server, a_pull_waits_for_its_version_and_keys_owned_elsewhere_are_ans
   s.take(push(1, shard_at(0), 0, own, 1.0f, 1));
   bool values = false, moved = false;
   for (const auto& m : s.drain()) {
-    if (m.hdr.dst != worker_at(0) ||
-        m.hdr.kind == msg_kind::params && m.hdr.ranges.size() == 1 && m.hdr.ranges[0].begin == 0)
-      continue;  // the answers to the pushes
+    const bool push_answer =
+        m.hdr.kind == msg_kind::params && m.hdr.ranges.size() == 1 && m.hdr.ranges[0].begin == 0;
+    if (m.hdr.dst != worker_at(0) || push_answer) continue;  // the answers to the pushes
     if (m.hdr.kind == msg_kind::params) {
       values = true;
       EXPECT_EQ(m.hdr.ranges, (std::vector<ps::key_range>{{4, 8}}));
