@@ -23,7 +23,7 @@
 //             Ties: the node with more of the job's parts, then more room, then pool order.
 //
 // Every placement places every part it is asked for or none (all or nothing), and never takes
-// more than a node has free (the contract tests/unit/placement_test.cpp checks on each).
+// more than a node has free (the contract tests/unit/scheduler/placement_test.cpp checks on each).
 //
 // Cost: each part scans the pool's nodes once (O(nodes)); the simulator places ~10^5 parts on
 // 10^3 nodes per run.

@@ -1,6 +1,6 @@
 #pragma once
 // Small function-mode invocations for the tests of the invocation child and its runner
-// (tests/unit/invocation_test.cpp, tests/unit/function_runner_test.cpp): an MLP setup and a task
+// (tests/unit/worker/invocation_test.cpp, tests/unit/worker/function_runner_test.cpp): an MLP setup and a task
 // of random rows, both a pure function of their arguments.
 
 #include <algorithm>

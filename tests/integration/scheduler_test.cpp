@@ -4,7 +4,7 @@
 // is swapped four times under a running job, which grows and is never restarted; what a job's
 // own schedule moves away or sends away is free for the next job at once (the master reports
 // the change). Which job a policy starts, grows or shrinks is decided without processes:
-// tests/unit/job_registry_test.cpp.
+// tests/unit/scheduler/job_registry_test.cpp.
 #include <gtest/gtest.h>
 
 #include "tests/integration/process_harness.hpp"
