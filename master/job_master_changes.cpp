@@ -196,17 +196,12 @@ void job_master::report_layout() {
 /// Sends configuration `c` to every shard and to its member workers, before any grant that
 /// refers to it, and keeps it in `configs_`.
 void job_master::send_config(const ps::job_config& c) {
-  configs_[c.from_step] = c;
-  for (std::uint32_t k = 0; k < next_shard_; ++k)
-    ports_.send(make_configure(setup_.master, setup_.shard_ep(k), setup_.job, c));
-  for (auto r : c.members)
-    ports_.send(make_configure(setup_.master, setup_.worker_ep(r), setup_.job, c));
-  log::info("job {}: from step {}: {} worker(s), {} shard(s)", setup_.job, c.from_step,
-            c.members.size(), live_shards().size());
+  send_configs({c});
 }
 
-/// Sends a re-issue of configurations (oldest first) as send_config does, each receiver's all
-/// but the last flagged more_configs: a worker takes the batch as one.
+/// Sends configurations (oldest first: one, or a re-issue after a death) to every shard and to
+/// their member workers, each receiver's all but the last flagged more_configs (a receiver
+/// takes a re-issue as one), and keeps them in `configs_`.
 void job_master::send_configs(const std::vector<ps::job_config>& batch) {
   std::map<std::uint32_t, std::size_t> last;  // by rank: the last configuration it is sent
   for (std::size_t i = 0; i < batch.size(); ++i)
@@ -224,7 +219,8 @@ void job_master::send_configs(const std::vector<ps::job_config>& batch) {
       if (i < last[r]) m.hdr.flags = flag::more_configs;
       ports_.send(std::move(m));
     }
-    log::info("job {}: from step {}: {} worker(s)", setup_.job, c.from_step, c.members.size());
+    log::info("job {}: from step {}: {} worker(s), {} shard(s)", setup_.job, c.from_step,
+              c.members.size(), c.map.live_shards().size());
   }
 }
 

@@ -12,7 +12,8 @@
 // at most S steps after the oldest step some member has not reported: it runs at most S steps
 // ahead of the slowest member (the worker computes from parameters at least S versions old;
 // actors/worker_actor.cpp). Asynchronous (`asp`): the master opens a step for each request,
-// with the requesting worker its only member. Unit-tested in tests/unit/master/step_planner_test.cpp.
+// with the requesting worker its only member. Unit-tested in
+// tests/unit/master/step_planner_test.cpp.
 //
 // Threads: one owner (the master).
 

@@ -6,8 +6,8 @@
 // allocation, epoch and checkpoint to the job store, so that a restarted scheduler resumes
 // every job it knew. actors/cluster_scheduler translates messages into these calls and carries
 // out the orders (starting masters, telling nodes); unit tests drive it with a manual clock and
-// an in-memory store (tests/unit/scheduler/job_registry_test.cpp). docs/scheduler.md, "In the cluster
-// scheduler", describes the life of a job.
+// an in-memory store (tests/unit/scheduler/job_registry_test.cpp). docs/scheduler.md, "In the
+// cluster scheduler", describes the life of a job.
 //
 // A job's life (job_state): queued → running → succeeded | failed | cancelled, and
 // running → suspended → running when a policy stops it with its checkpoint kept. A running job

@@ -1,4 +1,5 @@
-// A child for tests/unit/worker/bounded_process_test.cpp: does one thing its arguments say, then exits.
+// A child for tests/unit/worker/bounded_process_test.cpp: does one thing its arguments say, then
+// exits.
 //   bounded_child exit N      exits with N
 //   bounded_child sleep MS    sleeps MS milliseconds, then exits 0
 //   bounded_child alloc MB    allocates and touches MB MiB, then exits 0; exits 3

@@ -1,7 +1,7 @@
 #pragma once
 // Small function-mode invocations for the tests of the invocation child and its runner
-// (tests/unit/worker/invocation_test.cpp, tests/unit/worker/function_runner_test.cpp): an MLP setup and a task
-// of random rows, both a pure function of their arguments.
+// (tests/unit/worker/invocation_test.cpp, tests/unit/worker/function_runner_test.cpp): an MLP setup
+// and a task of random rows, both a pure function of their arguments.
 
 #include <algorithm>
 #include <cstdint>

@@ -258,14 +258,6 @@ struct job_run {
     ask(r, s + 1);
   }
 
-  /// A held worker reports its step and goes on.
-  void release(std::uint32_t r) {
-    const auto s = hold_at.at(r);
-    hold_at.erase(r);
-    report(r, s, 0);
-    ask(r, s + 1);
-  }
-
   void to_shard(const wire_message& m) {
     switch (m.hdr.kind) {
       case msg_kind::configure:
