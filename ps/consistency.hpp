@@ -5,8 +5,9 @@
 // (make_consistency): `bsp` (every member's push of a step, summed in rank order), `ssp:S` (a
 // worker up to S steps ahead of the slowest), `asp` (each step one worker's, applied on arrival)
 // and `averaging:K` (K local steps, the pushes samples-weighted model deltas). The shard
-// (ps::shard via shard_rules), the job master (master::job_master), the worker actor and the
-// elastic property test ask it; nothing else branches on the mode. One contract suite,
+// (ps::shard via shard_rules), the job master (master::job_master), the worker
+// (worker::worker_server) and the elastic property test ask it; nothing else branches on the
+// mode. One contract suite,
 // tests/unit/ps/consistency_contract_test.cpp (`every_consistency`), runs over all four.
 
 #include <cstdint>
