@@ -55,6 +55,10 @@
 // "not authorized" at once instead of waiting for an answer that cannot come. The same monitor
 // tells when a peer's process is gone (its connection closed, the reconnection refused):
 // on_peer_gone, the scheduler's fast path to a node loss.
+//
+// The decisions that need no socket are plain classes that unit tests drive (transport/): the
+// peers and remembered clients (peer_table), each peer's connection state (connection_tracker),
+// the receive counters (receive_counter). actors/zmq_transport_impl.hpp has the I/O class.
 
 #include <chrono>
 #include <cstddef>
@@ -66,6 +70,8 @@
 #include "actors/curve_keys.hpp"
 #include "actors/transport.hpp"
 #include "common/error.hpp"
+#include "transport/connection_tracker.hpp"
+#include "transport/receive_counter.hpp"
 
 namespace coach::actors {
 
@@ -122,31 +128,10 @@ struct zmq_transport_options {
   int vague_failures_to_refuse = 2;
 };
 
-/// Counters of what arrived from other hosts.
-struct receive_stats {
-  std::uint64_t messages = 0;   ///< delivered to a local actor
-  std::uint64_t bytes = 0;      ///< of delivered messages, header included
-  std::uint64_t malformed = 0;  ///< undecodable header or frames that disagree with it
-  /// Of `malformed`: a header that decodes, followed by payload frames whose count or sizes
-  /// disagree with it (codec::check_frames).
-  std::uint64_t malformed_frames = 0;
-  std::uint64_t foreign = 0;      ///< another wire version
-  std::uint64_t unknown_dst = 0;  ///< no local actor at the destination
-  // Connections refused, by reason (actors/curve_keys.hpp, refusal_reason).
-  std::uint64_t refused_key = 0;        ///< CURVE: a client key that is not authorized
-  std::uint64_t refused_address = 0;    ///< no key here: a client not on loopback
-  std::uint64_t refused_mechanism = 0;  ///< no key offered to a CURVE server, or the reverse
-  std::uint64_t failed_handshakes = 0;  ///< undecryptable (another server key) or garbage
-  std::uint64_t refused() const noexcept {
-    return refused_key + refused_address + refused_mechanism + failed_handshakes;
-  }
-};
-
-/// The counts as one line, each as its field's name and value, in the order of the fields:
-/// "messages 12, bytes 3456, malformed 3, malformed_frames 1, foreign 0, unknown_dst 2,
-/// refused_key 0, refused_address 0, refused_mechanism 0, failed_handshakes 0" (coach-node
-/// prints it on stderr, docs/hostile-input.md).
-std::string to_string(const receive_stats& s);
+/// Counters of what arrived from other hosts, and their one-line text (to_string: coach-node
+/// prints it on stderr, docs/hostile-input.md): transport/receive_counter.hpp.
+using receive_stats = coach::transport_logic::receive_stats;
+using coach::transport_logic::to_string;
 
 class zmq_transport : public transport {
  public:
@@ -178,11 +163,8 @@ class zmq_transport : public transport {
   /// address, or it is unreachable) and ZeroMQ retries, or a connection was accepted but its
   /// handshake not answered within handshake_interval (a frozen or overloaded host, or not a
   /// Coach node) and ZeroMQ retries.
-  struct peer_contact {
-    bool connected = false;
-    bool connect_failed = false;
-    bool unanswered = false;
-  };
+  /// (transport/connection_tracker.hpp follows it from the connection's monitor events.)
+  using peer_contact = coach::transport_logic::peer_contact;
   /// Reads the connections' pending events first (from the calling thread).
   virtual peer_contact contact_of(std::uint32_t host) = 0;
   /// Why the last handshake with peer `host` failed ("not authorized: ..."), or empty when it
