@@ -26,14 +26,6 @@
 
 namespace coach::actors {
 
-/// The context of job `job` as any of its hosts sees it: the master on master_host, shard k on
-/// shard_hosts[k], worker r on worker_hosts[r]. `data` gives the model's input and output sizes.
-result<std::shared_ptr<job_context>> make_job_context(
-    std::uint64_t job, const scheduler::job_spec& spec,
-    std::shared_ptr<const worker::dataset_pair> data, std::shared_ptr<transport> net,
-    std::uint32_t master_host, const std::vector<std::uint32_t>& shard_hosts,
-    const std::vector<std::uint32_t>& worker_hosts);
-
 struct node_options {
   std::string name;                      ///< shown by `coach nodes`
   std::string address;                   ///< advertised data-path address

@@ -145,6 +145,14 @@ result<std::unique_ptr<kernels::backend>> make_worker_backend(const job_context&
                                                               std::uint32_t rank,
                                                               std::string_view who);
 
+/// The context of job `job` as any of its hosts sees it: the master on master_host, shard k on
+/// shard_hosts[k], worker r on worker_hosts[r]. `data` gives the model's input and output sizes.
+result<std::shared_ptr<job_context>> make_job_context(
+    std::uint64_t job, const scheduler::job_spec& spec,
+    std::shared_ptr<const worker::dataset_pair> data, std::shared_ptr<transport> net,
+    std::uint32_t master_host, const std::vector<std::uint32_t>& shard_hosts,
+    const std::vector<std::uint32_t>& worker_hosts);
+
 /// Endpoint ids of a job's actors on host 0 (the embedded cluster).
 endpoint master_endpoint(std::uint64_t job);
 endpoint shard_endpoint(std::uint64_t job, std::uint32_t shard);

@@ -18,48 +18,6 @@
 
 namespace coach::actors {
 
-result<std::shared_ptr<job_context>> make_job_context(
-    std::uint64_t job, const scheduler::job_spec& spec,
-    std::shared_ptr<const worker::dataset_pair> data, std::shared_ptr<transport> net,
-    std::uint32_t master_host, const std::vector<std::uint32_t>& shard_hosts,
-    const std::vector<std::uint32_t>& worker_hosts) {
-  auto model = worker::network::for_data(spec.model, data->train);
-  if (!model) return fail(model.error().code, "job '{}': {}", spec.name, model.error().message);
-  auto ctx = std::make_shared<job_context>(job_context{
-      .job = job,
-      .spec = spec,
-      .backend = kernels::backend_kind::cpu,
-      .data = data,
-      .model = std::move(*model),
-      .map = {},
-      .net = std::move(net),
-      .master = master_endpoint(job),
-      .shards = {},
-      .workers = {},
-  });
-  ctx->map = ps::shard_map::even(ctx->model.num_params(), spec.slice_size,
-                                 std::uint32_t(shard_hosts.size()));
-  ctx->master.host = master_host;
-  for (std::uint32_t k = 0; k < shard_hosts.size(); ++k) {
-    auto ep = shard_endpoint(job, k);
-    ep.host = shard_hosts[k];
-    ctx->shards.push_back(ep);
-  }
-  for (std::uint32_t r = 0; r < worker_hosts.size(); ++r) {
-    auto ep = worker_endpoint(job, r);
-    ep.host = worker_hosts[r];
-    ctx->workers.push_back(ep);
-  }
-  // The backend the job's workers here run on (the node agent then sets up their devices and
-  // host reduction: setup_job_devices).
-  if (ctx->spec.backend == kernels::backend_kind::auto_select)
-    ctx->backend =
-        kernels::cuda_device_present() ? kernels::backend_kind::cuda : kernels::backend_kind::cpu;
-  else
-    ctx->backend = ctx->spec.backend;
-  return ctx;
-}
-
 namespace {
 
 using clock_type = std::chrono::steady_clock;

@@ -11,49 +11,6 @@
 
 namespace coach::actors {
 
-endpoint master_endpoint(std::uint64_t job) {
-  return {0, (job << 32) | 1};
-}
-endpoint shard_endpoint(std::uint64_t job, std::uint32_t shard) {
-  return {0, (job << 32) | (0x10000u + shard)};
-}
-endpoint worker_endpoint(std::uint64_t job, std::uint32_t rank) {
-  return {0, (job << 32) | (0x100000u + rank)};
-}
-
-endpoint job_context::shard_ep(std::uint32_t k) const {
-  if (spec.replicas > 1)
-    if (auto head = added->head_of(k)) return *head;
-  if (k < shards.size()) return shards[k];
-  auto ep = shard_endpoint(job, k);
-  ep.host = added->host_of(false, k).value_or(master.host);
-  return ep;
-}
-
-endpoint job_context::replica_ep(std::uint32_t k, std::uint32_t i) const {
-  if (i == 0) return k < shards.size() ? shards[k] : shard_ep(k);
-  auto ep = shard_endpoint(job, k);
-  ep.id |= std::uint64_t(i) << 28;  // shard ids stay below 0x100000, ranks are small
-  ep.host = k < backup_hosts.size() ? backup_hosts[k].at(i - 1) : added->backups_of(k).at(i - 1);
-  return ep;
-}
-
-endpoint job_context::worker_ep(std::uint32_t r) const {
-  if (r < workers.size()) return workers[r];
-  auto ep = worker_endpoint(job, r);
-  ep.host = added->host_of(true, r).value_or(master.host);
-  return ep;
-}
-
-ps::job_config job_context::initial_config() const {
-  ps::job_config c;
-  c.version = 1;
-  c.from_step = 0;
-  for (std::uint32_t r = 0; r < workers.size(); ++r) c.members.push_back(r);
-  c.map = map;
-  return c;
-}
-
 namespace {
 
 /// (answers_atom): the answers of the last applied step have left this process.

@@ -78,8 +78,8 @@ result<const cuda_plugin_api*> find_plugin() {
     return bare;
   return fail(errc::unsupported,
               "this build has no CUDA backend: no {} and no libcoach_cuda.so on the library path "
-              "(build it with `cmake --build BUILD --target coach_cuda` on a host with the CUDA "
-              "toolkit, or COACH_CUDA=1 ./scripts/setup.sh)",
+              "(on a host with the CUDA toolkit: COACH_CUDA=1 ./scripts/setup.sh, or configure "
+              "with -DCOACH_ENABLE_CUDA=ON and `cmake --build BUILD --target coach_cuda`)",
               beside.lexically_normal().string());
 }
 
