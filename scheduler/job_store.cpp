@@ -11,9 +11,14 @@
 #include <utility>
 
 #include "common/format.hpp"
+#include "scheduler/sqlite.hpp"
 
 namespace coach::scheduler {
 namespace {
+
+using sqlite::sql_error;
+using sqlite::sql_transaction;
+using sqlite::statement;
 
 /// The schema this build reads and writes; a store with another version is refused rather than
 /// misread. docs/scheduler.md explains each table.
@@ -111,75 +116,6 @@ ALTER TABLE jobs ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN samples_per_epoch INTEGER NOT NULL DEFAULT 0;
 )sql";
 
-/// A prepared statement, finalized on destruction. Bind indices are 1-based, columns 0-based.
-class statement {
- public:
-  statement(sqlite3* db, const char* sql) {
-    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
-  }
-  ~statement() { sqlite3_finalize(stmt_); }
-  statement(const statement&) = delete;
-  statement& operator=(const statement&) = delete;
-
-  bool ok() const { return rc_ == SQLITE_OK || rc_ == SQLITE_ROW || rc_ == SQLITE_DONE; }
-  statement& bind(int i, std::int64_t v) {
-    if (ok()) rc_ = sqlite3_bind_int64(stmt_, i, v);
-    return *this;
-  }
-  statement& bind(int i, int v) { return bind(i, std::int64_t(v)); }
-  statement& bind(int i, std::uint64_t v) { return bind(i, std::int64_t(v)); }
-  /// NaN and infinities are stored as NULL (SQLite turns NaN into NULL anyway).
-  statement& bind(int i, double v) {
-    if (ok())
-      rc_ = std::isfinite(v) ? sqlite3_bind_double(stmt_, i, v) : sqlite3_bind_null(stmt_, i);
-    return *this;
-  }
-  statement& bind(int i, std::optional<double> v) { return v ? bind(i, *v) : bind_null(i); }
-  statement& bind(int i, std::string_view v) {
-    // An empty view may have a null data(), which SQLite would store as NULL, not "".
-    if (ok())
-      rc_ = sqlite3_bind_text(stmt_, i, v.empty() ? "" : v.data(), int(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  statement& bind_blob(int i, const void* data, std::size_t bytes) {
-    // A zero-length blob with a null pointer would be stored as NULL.
-    static const char empty = 0;
-    if (ok()) rc_ = sqlite3_bind_blob64(stmt_, i, bytes ? data : &empty, bytes, SQLITE_TRANSIENT);
-    return *this;
-  }
-  statement& bind_null(int i) {
-    if (ok()) rc_ = sqlite3_bind_null(stmt_, i);
-    return *this;
-  }
-  /// SQLITE_ROW, SQLITE_DONE, or an error code.
-  int step() {
-    if (!ok()) return rc_;
-    rc_ = sqlite3_step(stmt_);
-    return rc_;
-  }
-  std::int64_t integer(int c) const { return sqlite3_column_int64(stmt_, c); }
-  double real(int c) const {
-    return sqlite3_column_type(stmt_, c) == SQLITE_NULL ? std::numeric_limits<double>::quiet_NaN()
-                                                        : sqlite3_column_double(stmt_, c);
-  }
-  std::optional<double> optional_real(int c) const {
-    if (sqlite3_column_type(stmt_, c) == SQLITE_NULL) return std::nullopt;
-    return sqlite3_column_double(stmt_, c);
-  }
-  std::span<const std::byte> blob(int c) const {
-    const auto* p = static_cast<const std::byte*>(sqlite3_column_blob(stmt_, c));
-    return {p, p ? std::size_t(sqlite3_column_bytes(stmt_, c)) : 0};
-  }
-  std::string text(int c) const {
-    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, c));
-    return p ? std::string(p, std::size_t(sqlite3_column_bytes(stmt_, c))) : std::string();
-  }
-
- private:
-  sqlite3_stmt* stmt_ = nullptr;
-  int rc_ = SQLITE_OK;
-};
-
 std::string encode_nodes(std::span<const std::uint32_t> nodes) {
   std::string out;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
@@ -234,33 +170,6 @@ constexpr const char* job_columns =
     "requested_workers, min_shards, max_shards, requested_shards, gpus_per_worker, epochs_total, "
     "state, state_since, workers, shards, worker_nodes, shard_nodes, epochs_done, message, "
     "recoveries, failovers, resumes, samples_per_epoch";
-
-/// BEGIN IMMEDIATE ... COMMIT, rolled back unless commit() succeeds.
-class sql_transaction {
- public:
-  explicit sql_transaction(sqlite3* db) : db_(db) {
-    ok_ = sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK;
-  }
-  ~sql_transaction() {
-    if (ok_ && !done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  bool ok() const { return ok_; }
-  bool commit() {
-    done_ = sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) == SQLITE_OK;
-    return done_;
-  }
-
- private:
-  sqlite3* db_;
-  bool ok_ = false;
-  bool done_ = false;
-};
-
-std::unexpected<error> sql_error(sqlite3* db, const std::string& path, std::string_view what) {
-  return std::unexpected<error>(
-      error{errc::io_error, coach::format("job store '{}': {}: {}", path, what,
-                                          db ? sqlite3_errmsg(db) : "out of memory")});
-}
 
 result<job_record> read_job(const statement& s, const std::string& path) {
   job_record j;
