@@ -155,7 +155,8 @@ class job_registry {
                 const std::function<bool(std::uint64_t)>& busy = {});
 
   /// A launch order is carried out: counts the parts, marks the run, writes the store. Returns
-  /// the run's generation. `resumed`: from a checkpoint or after a suspend.
+  /// the run's generation. `resumed`: from a checkpoint or after a suspend. A job without a
+  /// checkpoint runs from the seed, from its first epoch (first_epoch() is 0 after this).
   std::uint32_t begin_run(registered_job& job, std::span<const std::uint32_t> workers,
                           std::span<const std::uint32_t> shards, bool resumed);
   /// The run's model is built (before begin_run): its shape, for the rebalancer, and its data
