@@ -189,8 +189,7 @@ struct scheduler_state {
                                    "holds is told to stop (the job went on without it)",
                                    id, hb.name));
       auto to_stop = left;
-      for (auto& [id, job] : reg->jobs())
-        if (job.stop_unsent.erase(hb.host)) to_stop.insert(id);
+      to_stop.merge(reg->seen(hb.host));
       for (const auto id : to_stop) send({hb.host, node_agent_id}, stop_job{id});
       poke();
     }
@@ -251,7 +250,7 @@ struct scheduler_state {
 
   /// Ends a job: records why, stops its run here and its parts on every node.
   void end(job_entry& job, job_state state, std::optional<coach::error> why) {
-    const auto id = job.status.job;
+    const auto id = job.id();
     if (job.over()) return;
     const auto hosts = reg->end(job, state, std::move(why));
     stop_on(id, hosts);
@@ -296,9 +295,9 @@ struct scheduler_state {
       return std::unexpected(*why);
     auto job = reg->add(std::move(*rec), *spec, (*data)->train.rows, req.token);
     if (!job) return std::unexpected(job.error());
-    runs[(*job)->status.job].data = std::move(*data);
+    runs[(*job)->id()].data = std::move(*data);
     poke();
-    return (*job)->status.job;
+    return (*job)->id();
   }
 
   void on_add_part(std::uint64_t id, std::uint32_t gen, added_part& part, std::string& node) {
@@ -316,10 +315,10 @@ struct scheduler_state {
       if (auto f = final_traffic.find(r.job);
           f != final_traffic.end() && f->second.first.erase(from))
         f->second.second.insert(from);
-      if (job->stopping.contains(from) && reg->stop_answered(*job, from)) poke();
+      if (job->stops().stopping(from) && reg->stop_answered(*job, from)) poke();
       return;
     }
-    if (job->over() || !job->launched) return;
+    if (job->over() || !job->launched()) return;
     auto a = runs[r.job].on_reply(env(), *job, from, r);
     if (!a) return end(*job, job_state::failed, a.error());
     if (*a == job_runner::answer::started) poke();  // a running job may be resized
@@ -331,12 +330,7 @@ struct scheduler_state {
     auto* job = reg->current(id, gen);
     if (!job) return;
     if (o.failure) return end(*job, job_state::failed, o.failure);
-    auto& st = job->status;
-    if (!std::isnan(o.result.test_accuracy) && !o.result.epochs.empty())
-      st.test_accuracy = o.result.test_accuracy;
-    st.changes = o.result.changes;
-    st.epochs_done =
-        std::max(st.epochs_done, job->first_epoch + std::uint32_t(o.result.epochs.size()));
+    reg->finished(*job, o.result);
     if (o.result.cancelled)
       return end(*job, job_state::cancelled,
                  coach::error{errc::cancelled, "cancelled by the user"});
@@ -348,13 +342,14 @@ struct scheduler_state {
   /// The spec's `output:`, when it has one: the final model written on this host. A job whose
   /// model cannot be written failed (its parameters would be lost), with the reason.
   result<void> write_output(job_entry& job, sched::job_result& r) {
-    auto spec = sched::parse_job_spec(job.rec.spec_yaml, job.rec.source_name, job.rec.base_dir);
+    auto spec =
+        sched::parse_job_spec(job.rec().spec_yaml, job.rec().source_name, job.rec().base_dir);
     if (!spec || spec->output.empty()) return {};
     // find, not []: a job without a runner here must not get an empty one.
-    const auto run = runs.find(job.status.job);
+    const auto run = runs.find(job.id());
     const auto data = run == runs.end() ? nullptr : run->second.data;
     if (r.params.empty() || !data)
-      return fail(errc::internal, "job {}: no final parameters to write to {}", job.status.job,
+      return fail(errc::internal, "job {}: no final parameters to write to {}", job.id(),
                   spec->output);
     r.class_names = data->train.class_names;
     r.transform = data->transform;
@@ -365,9 +360,8 @@ struct scheduler_state {
       return fail(ok.error().code,
                   "job {}: training finished (test accuracy {:.4f}) but its model "
                   "could not be written: {}",
-                  job.status.job, r.test_accuracy, ok.error().message);
-    note_job(job.status.job,
-             coach::format("job {}: model saved to {}", job.status.job, spec->output));
+                  job.id(), r.test_accuracy, ok.error().message);
+    note_job(job.id(), coach::format("job {}: model saved to {}", job.id(), spec->output));
     return {};
   }
 
@@ -422,8 +416,8 @@ struct scheduler_state {
         note_job(loss.job,
                  coach::format("job {} lost its parts on '{}'; it restarts from its checkpoint at "
                                "epoch {} on the nodes left ({:.1f} s of work lost)",
-                               loss.job, name, job->first_epoch + 1,
-                               job->status.recoveries_lost_s.back()));
+                               loss.job, name, job->first_epoch() + 1,
+                               job->status().recoveries_lost_s.back()));
         continue;
       }
       // Backups take over first: the configurations that drop the lost workers then go to
@@ -461,7 +455,7 @@ struct scheduler_state {
   std::string dashboard(bool admin) {
     std::vector<dashboard_job> jobs;
     for (const auto& [id, job] : reg->jobs())
-      jobs.push_back({snapshot(job, false), job.curve, reg->events(job, 0)});
+      jobs.push_back({snapshot(job, false), job.curve(), reg->events(job, 0)});
     std::vector<node_status> known;
     for (const auto& [host, n] : nodes.nodes())
       known.push_back({heartbeats.at(host), nodes.silent_for(host), n.alive});
@@ -527,7 +521,7 @@ struct scheduler_state {
       if (!job) return reply(job.error());
       const std::uint64_t id = r->job;
       const std::uint32_t w = r->workers, s = r->shards;
-      const auto gen = (*job)->generation;
+      const auto gen = (*job)->generation();
       return relay(self->request(runs[id].master(), timeout, rescale_atom::value, w, s),
                    [this, id, gen, w, s] {
                      if (auto* j = reg->current(id, gen)) reg->rescaled(*j, w, s);
@@ -576,7 +570,8 @@ struct scheduler_state {
       if (!job) return failed(job.error());
       if ((*job)->running()) {
         caf::anon_send(runs[c->job].master(), cancel_atom::value);
-        self->delayed_send(self, cancel_grace, cancel_due_atom::value, c->job, (*job)->generation);
+        self->delayed_send(self, cancel_grace, cancel_due_atom::value, c->job,
+                           (*job)->generation());
       } else  // waiting or still starting: nothing more will train
         end(**job, job_state::cancelled, coach::error{errc::cancelled, "cancelled by the user"});
       reply.body = ack_reply{};

@@ -47,8 +47,8 @@ result<std::shared_ptr<const ps::training_state>> resume_state(const ps::trainin
 
 result<void> job_runner::launch(const runner_env& env, sched::registered_job& job,
                                 const sched::launch_order& o) {
-  const std::uint64_t id = job.status.job;
-  const auto& rec = job.rec;
+  const std::uint64_t id = job.id();
+  const auto& rec = job.rec();
   auto spec = sched::parse_job_spec(rec.spec_yaml, rec.source_name, rec.base_dir);
   if (!spec) return std::unexpected(spec.error());
   if (!data) {  // resumed after a restart: load it now
@@ -68,27 +68,27 @@ result<void> job_runner::launch(const runner_env& env, sched::registered_job& jo
       make_job_context(id, *spec, data, env.net, sj.master_host, sj.shard_hosts, sj.worker_hosts);
   if (!made) return std::unexpected(made.error());
   auto ctx = std::move(*made);
-  const bool resumed = job.first_epoch > 0 || job.state == sched::job_state::suspended;
-  if (job.first_epoch > 0 && job.checkpoint) {
-    auto initial = resume_state(*job.checkpoint, *spec, ctx->model.num_params());
+  const bool resumed = job.first_epoch() > 0 || job.state() == sched::job_state::suspended;
+  // Without a checkpoint it runs from the seed, from the first epoch (begin_run says so).
+  if (job.first_epoch() > 0 && job.checkpoint()) {
+    auto initial = resume_state(*job.checkpoint(), *spec, ctx->model.num_params());
     if (!initial)
       return fail(initial.error().code, "job {}: its checkpoint: {}", id, initial.error().message);
     sj.initial = std::move(*initial);
     sj.first_step = sj.initial->version;
-  } else {
-    job.first_epoch = 0;  // no checkpoint: from the seed, from the first epoch
   }
   ctx_ = std::move(ctx);
-  job.model_bytes = double(ctx_->model.num_params()) * sizeof(float);
-  job.state_factor = 1.0 + double(scheduler::shard_optimizer(*spec).state_per_param());
-  job.batch_size = double(spec->batch_size);
-  job.global_batch = spec->fixed_global_batch() ? double(spec->global_batch) : 0.0;
-  job.status.samples_epoch = data->train.rows;
+  sched::run_shape shape;
+  shape.model_bytes = double(ctx_->model.num_params()) * sizeof(float);
+  shape.state_factor = 1.0 + double(scheduler::shard_optimizer(*spec).state_per_param());
+  shape.batch_size = double(spec->batch_size);
+  shape.global_batch = spec->fixed_global_batch() ? double(spec->global_batch) : 0.0;
+  env.reg->shaped(job, shape, data->train.rows);
   const std::uint32_t gen = env.reg->begin_run(job, o.workers, o.shards, resumed);
   sj.run = gen;
-  sj.backup_hosts = job.backups;  // placed by begin_run
-  ctx_->backup_hosts = job.backups;
-  for (auto h : job.hosts) {
+  sj.backup_hosts = job.backups();  // placed by begin_run
+  ctx_->backup_hosts = job.backups();
+  for (auto h : job.hosts()) {
     const auto* n = env.nodes->find(h);
     // The scheduler's own node may not have heartbeated yet (just restarted): it is this process.
     const bool own = !n && h == env.net->host_id();
@@ -97,7 +97,7 @@ result<void> job_runner::launch(const runner_env& env, sched::registered_job& jo
                         : own ? env.net->public_key()
                               : ""});
   }
-  spawn(env, id, gen, job.first_epoch, sj.first_step);
+  spawn(env, id, gen, job.first_epoch(), sj.first_step);
   // Phase 1: every shard; phase 2 (on their acknowledgements): every worker.
   start_ = std::move(sj);
   send_phase(env, job, false);
@@ -179,7 +179,7 @@ void job_runner::send_phase(const runner_env& env, const sched::registered_job& 
            std::any_of(start_.backup_hosts.begin(), start_.backup_hosts.end(),
                        [&](const auto& c) { return std::find(c.begin(), c.end(), h) != c.end(); });
   };
-  for (auto h : job.hosts) {
+  for (auto h : job.hosts()) {
     if (std::find(of.begin(), of.end(), h) == of.end() && !backup_here(h)) continue;
     pending_.insert(h);
     env.send(h, start_);
@@ -200,7 +200,7 @@ bool job_runner::has_part(const sched::registered_job& job, std::uint32_t host) 
              std::find(p.backups.begin(), p.backups.end(), host) != p.backups.end();
     });
   };
-  return job.hosts.contains(host) &&
+  return job.hosts().contains(host) &&
          (in(start_.shard_hosts) || in(start_.worker_hosts) || in_added(start_.added_shards) ||
           in_added(start_.added_workers) ||
           std::any_of(start_.backup_hosts.begin(), start_.backup_hosts.end(), in));
@@ -212,7 +212,7 @@ void job_runner::next_add(const runner_env& env, sched::registered_job& job) {
     auto host = env.reg->place(job, a.part.worker, a.node, *env.exec);
     if (!host) {
       // Listed anyway: the node lists stay indexed by rank and shard id.
-      (a.part.worker ? job.status.worker_nodes : job.status.shard_nodes).push_back("(not started)");
+      env.reg->part_unplaced(job, a.part.worker);
       caf::anon_send(master_, ready_atom::value, a.part.worker, a.part.id, host.error().message);
       adds_.pop_front();
       continue;
@@ -232,7 +232,7 @@ void job_runner::next_add(const runner_env& env, sched::registered_job& job) {
             {h, env.nodes->find(h)->last.address, env.nodes->find(h)->last.public_key});
     ctx_->added->place(a.part.worker, a.part.id, a.host, backups);  // the master's view
     // Every node that runs a part of the job hears of it (the new one included).
-    for (auto h : job.hosts)
+    for (auto h : job.hosts())
       if (has_part(job, h)) a.pending.insert(h);
     start_job msg = start_;
     msg.start = a.part;
@@ -244,8 +244,8 @@ void job_runner::next_add(const runner_env& env, sched::registered_job& job) {
                              : backups.size() > 1 ? ", its backups on "
                                                   : ", its backup on ",
                              env.nodes->name(backups[i]));
-    log::info("job {}: {} {} goes to {}", job.status.job, a.part.worker ? "worker" : "shard",
-              a.part.id, where);
+    log::info("job {}: {} {} goes to {}", job.id(), a.part.worker ? "worker" : "shard", a.part.id,
+              where);
   }
 }
 

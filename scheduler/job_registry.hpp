@@ -9,13 +9,14 @@
 // an in-memory store (tests/unit/scheduler/job_registry_test.cpp). docs/scheduler.md, "In the
 // cluster scheduler", describes the life of a job.
 //
-// A job's life (job_state): queued → running → succeeded | failed | cancelled, and
-// running → suspended → running when a policy stops it with its checkpoint kept. A running job
-// is launched (a run exists) and may still be starting: its status says queued until every
-// node acknowledged its parts (started()).
+// A job's life: registered_job.hpp. A node's free resources are what its heartbeats say
+// (node_table) less what this registry gave out (reserved()).
 //
-// Resources: a worker takes gpus_per_worker GPUs and 1 CPU, a shard 1 CPU. A node's free
-// resources are what its heartbeats say (node_table) less what this registry gave out.
+// Its parts, each in its own file: the jobs, loading and the store (job_registry.cpp);
+// admission and why a job waits (admission.cpp); a policy's decisions carried out
+// (job_registry_decide.cpp); a run followed (job_registry_run.cpp); lost nodes, failover and
+// stops (job_registry_nodes.cpp, replicas in replica_chains.cpp, stops in stop_tracker.cpp);
+// checkpoints (checkpoint_keeper.cpp); what coach status shows (job_registry_views.cpp).
 //
 // Threads: one owner (the scheduler actor).
 
@@ -34,6 +35,7 @@
 #include "common/error.hpp"
 #include "common/log_limiter.hpp"
 #include "ps/training_state.hpp"
+#include "scheduler/admission.hpp"
 #include "scheduler/allocation.hpp"
 #include "scheduler/clock.hpp"
 #include "scheduler/cluster_view.hpp"
@@ -46,90 +48,9 @@
 #include "scheduler/perf_tracker.hpp"
 #include "scheduler/policy.hpp"
 #include "scheduler/rebalance.hpp"
+#include "scheduler/registered_job.hpp"
 
 namespace coach::scheduler {
-
-/// One job as the registry keeps it.
-struct registered_job {
-  job_record rec;         ///< as stored: spec, ranges, model name
-  job_status status;      ///< what coach status shows
-  std::string placement;  ///< the spec's placement; empty: the scheduler's
-  /// The policy's state: queued (never ran), running (launched: starting or running),
-  /// suspended (stopped with its checkpoint kept), or an end state.
-  job_state state = job_state::queued;
-  double state_since = 0;
-
-  // The current run.
-  bool launched = false;
-  std::uint32_t generation = 0;  ///< +1 per launch and stop: reports of another run are stale
-  bool cancel_requested = false;
-  double started = 0;                   ///< when it (re)started running, wall seconds
-  allocation alloc;                     ///< its parts now
-  std::set<std::uint32_t> hosts;        ///< every host of the run, the master's included, not lost
-  std::set<std::uint32_t> shard_hosts;  ///< hosts that ran a shard of the run
-  /// Shard replicas (the spec's `replicas`; docs/design.md "Shard replicas"): the hosts of
-  /// each shard's backups by shard id, in chain order, as the run started them (backup i of
-  /// shard k on backups[k][i - 1]), and which of them still form each shard's chain: replicas
-  /// head..tail (0 the primary it started with).
-  std::uint32_t replicas = 1;
-  std::vector<std::vector<std::uint32_t>> backups;
-  struct chain {
-    std::uint32_t head = 0;
-    std::uint32_t tail = 0;
-  };
-  std::vector<chain> chains;
-  /// The job's shape, for the rebalancer (set by begin_run): parameter bytes, optimizer state
-  /// per parameter byte moved with a shard, samples per worker and step.
-  double model_bytes = 0;
-  double state_factor = 1;
-  double batch_size = 0;
-  double global_batch = 0;  ///< samples per step when fixed (job_spec::global_batch); else 0
-
-  // Resume: the next run starts at first_epoch from `checkpoint` (the training state after the
-  // epoch before: values, optimizer state and counters), once every node that ran a part of an
-  // earlier run has stopped it.
-  std::uint32_t first_epoch = 0;
-  std::shared_ptr<const ps::training_state> checkpoint;
-  std::uint32_t checkpoint_epoch = 0;  ///< the epoch `checkpoint` ends
-  double checkpoint_at = 0;            ///< when it came (wall seconds)
-  bool checkpoint_stored = true;       ///< in the store (else only here, until the next write)
-  /// When the store last took one of the job's checkpoints (or the job was submitted or read).
-  double stored_at = 0;
-  /// Seconds between stored checkpoints (the spec's checkpoint.store_every_s()).
-  double store_every_s = checkpoint_config::default_store_every_s;
-  /// A checkpoint that came before the record of the epoch it ends: taken once that record is
-  /// (so the store never holds a checkpoint ahead of its epochs' records).
-  std::optional<std::pair<std::uint32_t, std::shared_ptr<const ps::training_state>>>
-      held_checkpoint;
-  std::set<std::uint32_t> stopping;     ///< hosts whose stop of an earlier run is unanswered
-  std::set<std::uint32_t> stop_unsent;  ///< hosts of an earlier process's run not seen yet
-  double stops_asked_at = 0;            ///< when the stops of `stopping` were last sent
-
-  /// The performance model's record of this job (coach status --json "model"); from its first
-  /// epoch on.
-  std::optional<perf_tracker> perf;
-  /// Its history for `coach logs` (job_registry::note, note_epoch).
-  job_log log;
-  /// Its finished epochs' figures in order (the dashboard's curves), this run and the ones
-  /// before it since the scheduler started.
-  std::vector<epoch_report> curve;
-
-  bool over() const noexcept {
-    return state == job_state::succeeded || state == job_state::failed ||
-           state == job_state::cancelled;
-  }
-  bool waiting() const noexcept {
-    return !over() && !launched && (state == job_state::queued || state == job_state::suspended);
-  }
-  /// Waiting, and nothing of an earlier run is left anywhere.
-  bool may_start() const noexcept {
-    return waiting() && stopping.empty() && stop_unsent.empty() && !cancel_requested;
-  }
-  /// Launched and every part acknowledged its start.
-  bool running() const noexcept {
-    return launched && !over() && status.state == job_state::running;
-  }
-};
 
 /// What a decision asks of the caller.
 struct launch_order {
@@ -188,15 +109,6 @@ struct node_loss {
   std::vector<std::uint32_t> cut;
 };
 
-/// What a submission asks for (coach submit).
-struct submission {
-  std::string spec_yaml;
-  std::string source_name;
-  std::string base_dir;
-  std::uint32_t workers = 0;  ///< 0: as the spec says
-  std::uint32_t shards = 0;
-};
-
 class job_registry {
  public:
   using log_sink = std::function<void(const std::string&)>;
@@ -222,11 +134,11 @@ class job_registry {
                               std::uint64_t token = 0);
 
   registered_job* find(std::uint64_t id);
+  const registered_job* find(std::uint64_t id) const;
   /// The job if `generation` is its launched run; else null (a stale report).
   registered_job* current(std::uint64_t id, std::uint32_t generation);
   /// The job, running (every part started). Errors: not_found, invalid_argument saying why not.
   result<registered_job*> running_job(std::uint64_t id);
-  std::map<std::uint64_t, registered_job>& jobs() noexcept { return jobs_; }
   const std::map<std::uint64_t, registered_job>& jobs() const noexcept { return jobs_; }
 
   /// What this registry gave out on each host: the parts of every launched job.
@@ -243,11 +155,18 @@ class job_registry {
                 const std::function<bool(std::uint64_t)>& busy = {});
 
   /// A launch order is carried out: counts the parts, marks the run, writes the store. Returns
-  /// the run's generation. `resumed`: from a checkpoint or after a suspend.
+  /// the run's generation. `resumed`: from a checkpoint or after a suspend. A job without a
+  /// checkpoint runs from the seed, from its first epoch (first_epoch() is 0 after this).
   std::uint32_t begin_run(registered_job& job, std::span<const std::uint32_t> workers,
                           std::span<const std::uint32_t> shards, bool resumed);
+  /// The run's model is built (before begin_run): its shape, for the rebalancer, and its data
+  /// set's training rows.
+  void shaped(registered_job& job, const run_shape& shape, std::uint64_t samples_epoch);
   /// Every part acknowledged its start.
   void started(registered_job& job);
+  /// The run's master finished (succeeded or cancelled; the caller ends the job): its final
+  /// figures into the status (test accuracy when it measured one, changes, epochs done).
+  void finished(registered_job& job, const job_result& r);
   /// A resize order was refused by the master: the allocation it changed comes back.
   void restore(std::uint64_t id, std::uint32_t generation, const allocation& before);
   /// A user's rescale was accepted by the master (0: unchanged).
@@ -270,6 +189,9 @@ class job_registry {
   /// returns their hosts in chain order (fewer than replicas - 1 when too few nodes are usable).
   std::vector<std::uint32_t> part_placed(registered_job& job, bool worker, std::uint32_t id,
                                          std::uint32_t host);
+  /// No node could take one more part (a worker when `worker`): listed as not started, so that
+  /// the status's node lists stay indexed by rank and shard id.
+  void part_unplaced(registered_job& job, bool worker);
   /// Part `id` could not start: it is not counted.
   void part_failed(registered_job& job, bool worker, std::uint32_t id);
   /// A change took effect: the job's members and its shards owning slices. True when parts
@@ -299,6 +221,9 @@ class job_registry {
   /// Hosts of an earlier process's runs that are not alive now are taken for dead (called once
   /// the node timeout has passed since the scheduler started). True when a job may start now.
   bool forget_unseen();
+  /// Node `host` heartbeats (again): the jobs whose stop of an earlier process's run it was not
+  /// sent yet (taken out: the caller sends them now).
+  std::set<std::uint64_t> seen(std::uint32_t host);
   /// A node answered a stop of an earlier run of the job. True when none is left unanswered.
   bool stop_answered(registered_job& job, std::uint32_t host);
   /// Stops to ask again: per job, the live hosts whose stop has been unanswered for more than
@@ -318,15 +243,11 @@ class job_registry {
   void note(registered_job& job, std::string line, bool log = true);
   /// The job's history after event `after` (0: all it keeps), oldest first.
   std::vector<job_event> events(const registered_job& job, std::uint64_t after) const {
-    return job.log.since(after);
+    return job.log().since(after);
   }
   /// An epoch's line: in the history, not the log (one an epoch).
   void note_epoch(registered_job& job, std::string line);
   const std::shared_ptr<job_store>& store() const noexcept { return store_; }
-  /// Writes the job's allocation to the store.
-  /// Writes the job's recoveries, failovers and resumes to the store (job_store::set_history).
-  void record_history(const registered_job& job);
-  void record_allocation(const registered_job& job);
 
  private:
   template <class T>
@@ -337,16 +258,18 @@ class job_registry {
   void resize(registered_job& job, const job_view& v, const action& a, resource_pool& pool,
               const executor& exec, orders& out);
   void suspend(registered_job& job, resource_pool& pool, const std::string& policy, orders& out);
-  /// Stops the run to resume from its checkpoint later: suspended, waiting for the stops of
-  /// `stopping`; `why` goes to the store's state history.
-  /// Chooses the hosts of the job's shard backups for a run whose shards are on `shards`.
-  void place_backups_of(registered_job& job, std::span<const std::uint32_t> shards);
-  /// The same for shard `id` added on `host` while the job runs (part_placed).
-  std::vector<std::uint32_t> place_added_backups(registered_job& job, std::uint32_t id,
-                                                 std::uint32_t host);
+  /// The job's view for a policy; `lists` keeps what it points to.
+  job_view view_of(const registered_job& job, std::vector<std::vector<std::uint32_t>>& lists) const;
+  /// Live nodes that take work (the candidates for backups).
+  std::vector<std::uint32_t> usable_hosts() const;
+  /// Says which shards of the job run with fewer backups than asked (`usable` nodes).
+  void note_short_backups(registered_job& job, std::span<const std::uint32_t> shards,
+                          std::size_t usable);
   /// The job's replicas on `host` are lost: fills loss.heads and loss.cut. False when a shard
   /// had no copy left but there (the job recovers from its checkpoint instead).
   bool fail_over(registered_job& job, std::uint32_t host, node_loss& loss);
+  /// Stops the run to resume from its checkpoint later: suspended, waiting for the stops of
+  /// `stopping`; `why` goes to the store's state history.
   void stop_to_resume(registered_job& job, std::set<std::uint32_t> stopping,
                       const std::string& why);
   /// Writes the job's checkpoint to the store unless it is there.
@@ -354,6 +277,10 @@ class job_registry {
   void rebalance(resource_pool& pool, rebalancer& rebal,
                  const std::function<bool(std::uint64_t)>& busy, orders& out);
   void stop_run(registered_job& job);
+  /// Writes the job's allocation to the store.
+  void record_allocation(const registered_job& job);
+  /// Writes the job's recoveries, failovers and resumes to the store (job_store::set_history).
+  void record_history(const registered_job& job);
   double now() const { return to_seconds(wall_.now()); }
 
   std::shared_ptr<job_store> store_;
@@ -367,10 +294,6 @@ class job_registry {
   std::map<std::uint64_t, registered_job> jobs_;
   std::map<std::uint32_t, std::set<std::uint64_t>> left_on_;  ///< lose_node's, by host
 };
-
-/// Resources of one part: a worker takes its GPUs and a CPU, a shard a CPU.
-resources worker_cost(const job_record& r);
-resources shard_cost(const job_record& r);
 
 /// The performance model's view of a job (coach status --json "model"), one JSON object.
 std::string model_json(const registered_job& job, perf_model& model, std::string_view policy);

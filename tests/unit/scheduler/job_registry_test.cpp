@@ -88,21 +88,21 @@ class registry : public ::testing::Test {
     EXPECT_TRUE(rec) << rec.error().message;
     auto job = reg.add(std::move(*rec), *spec, 1000);
     EXPECT_TRUE(job) << job.error().message;
-    return (*job)->status.job;
+    return (*job)->id();
   }
   /// Decides and carries the launches out as the actor does, every part starting at once.
   orders decide(job_registry& reg) {
     auto o = reg.decide(*holder, *exec, nullptr);
     for (const auto& l : o.launches) {
       auto* job = reg.find(l.job);
-      job->batch_size = 32;
+      reg.shaped(*job, {.batch_size = 32}, job->status().samples_epoch);
       reg.begin_run(*job, l.workers, l.shards, false);
       reg.started(*job);
     }
     return o;
   }
   static std::vector<std::uint32_t> names_of(const registered_job& j, bool workers) {
-    return workers ? j.alloc.worker_hosts() : j.alloc.shard_hosts();
+    return workers ? j.alloc().worker_hosts() : j.alloc().shard_hosts();
   }
 
   manual_clock steady{at_seconds(100)};
@@ -127,8 +127,8 @@ TEST_F(registry, under_fifo_a_second_job_waits_for_the_cpus_of_the_first) {
   const auto b = submit(reg, spec_yaml("second", 60, "{min: 1, max: 3, initial: 3}", "1"));
   o = decide(reg);  // it needs 4 CPUs; 2 are free
   EXPECT_TRUE(o.empty());
-  EXPECT_EQ(reg.find(b)->status.state, job_state::queued);
-  EXPECT_EQ(reg.find(a)->status.state, job_state::running);
+  EXPECT_EQ(reg.find(b)->status().state, job_state::queued);
+  EXPECT_EQ(reg.find(a)->status().state, job_state::running);
   // coach status says why it waits; a third job that would fit waits behind it.
   EXPECT_EQ(reg.why_waiting(*reg.find(b)), "asks for 4 CPUs (3 worker(s) and 1 shard(s)), 2 free");
   EXPECT_EQ(reg.snapshot(*reg.find(b), nullptr, "fifo").waiting,
@@ -152,7 +152,7 @@ TEST_F(registry, under_fifo_a_second_job_waits_for_the_cpus_of_the_first) {
   ASSERT_EQ(o.launches.size(), 1u);
   EXPECT_EQ(o.launches[0].job, b);
   EXPECT_EQ(o.launches[0].workers.size(), 3u);
-  EXPECT_EQ(reg.find(b)->status.state, job_state::running);
+  EXPECT_EQ(reg.find(b)->status().state, job_state::running);
   // The store says so too.
   auto rec = store->job(b);
   ASSERT_TRUE(rec) << rec.error().message;
@@ -180,12 +180,12 @@ TEST_F(registry, under_elastic_fifo_the_first_job_grows_then_shrinks_to_admit_a_
   EXPECT_EQ(o.resizes[0].job, a);
   EXPECT_EQ(o.resizes[0].workers, 1u);
   EXPECT_EQ(o.resizes[0].shards, 0u) << "shards unchanged";
-  EXPECT_EQ(reg.find(a)->alloc.workers(), 1);
+  EXPECT_EQ(reg.find(a)->alloc().workers(), 1);
   ASSERT_EQ(o.launches.size(), 1u) << log;
   EXPECT_EQ(o.launches[0].job, b);
   EXPECT_EQ(o.launches[0].workers.size() + o.launches[0].shards.size(), 2u);
-  EXPECT_EQ(reg.find(b)->status.state, job_state::running);
-  EXPECT_EQ(reg.find(a)->status.state, job_state::running);
+  EXPECT_EQ(reg.find(b)->status().state, job_state::running);
+  EXPECT_EQ(reg.find(a)->status().state, job_state::running);
 }
 
 TEST_F(registry, swapping_to_elastic_fifo_grows_a_running_job_where_the_resize_planned) {
@@ -201,9 +201,9 @@ TEST_F(registry, swapping_to_elastic_fifo_grows_a_running_job_where_the_resize_p
   EXPECT_EQ(o.resizes[0].workers, 3u);
   EXPECT_EQ(o.resizes[0].shards, 0u);
   auto& job = *reg.find(a);
-  EXPECT_EQ(job.alloc.workers(), 3);
-  const std::vector<std::uint32_t> planned(job.alloc.planned_workers.begin(),
-                                           job.alloc.planned_workers.end());
+  EXPECT_EQ(job.alloc().workers(), 3);
+  const std::vector<std::uint32_t> planned(job.alloc().planned_workers.begin(),
+                                           job.alloc().planned_workers.end());
   ASSERT_EQ(planned.size(), 2u) << "until the master asks for them";
   // The master asks for the two new workers: they go where the resize planned them.
   for (std::uint32_t rank : {1u, 2u}) {
@@ -212,9 +212,9 @@ TEST_F(registry, swapping_to_elastic_fifo_grows_a_running_job_where_the_resize_p
     EXPECT_EQ(*h, planned[rank - 1]);
     reg.part_placed(job, true, rank, *h);
   }
-  EXPECT_TRUE(job.alloc.planned_workers.empty());
-  EXPECT_EQ(job.alloc.worker_at.size(), 3u);
-  EXPECT_EQ(job.status.worker_nodes.size(), 3u);
+  EXPECT_TRUE(job.alloc().planned_workers.empty());
+  EXPECT_EQ(job.alloc().worker_at.size(), 3u);
+  EXPECT_EQ(job.status().worker_nodes.size(), 3u);
   EXPECT_EQ(store->job(a)->workers, 3);
   EXPECT_TRUE(decide(reg).empty()) << "nothing left to grow into";
 }
@@ -233,7 +233,7 @@ TEST_F(registry, what_a_change_frees_is_free_for_the_next_job) {
   auto h = reg.place(first, false, "", *exec);  // the master asks for shard 1
   ASSERT_TRUE(h);
   reg.part_placed(first, false, 1, *h);
-  EXPECT_EQ(first.alloc.shards(), 2) << "both count until the move takes effect";
+  EXPECT_EQ(first.alloc().shards(), 2) << "both count until the move takes effect";
   const auto b = submit(reg, spec_yaml("second", 5, "1", "1"));
   EXPECT_TRUE(decide(reg).launches.empty());
   const std::vector<std::uint32_t> members{0}, live{1};
@@ -316,8 +316,8 @@ TEST_F(registry, a_store_that_fails_every_record_is_logged_a_line_a_second_at_mo
   const auto lines = std::count(log.begin(), log.end(), '\n');
   const auto refusals = occurrences(log, "job store: cannot record an epoch");
   EXPECT_GE(refusals, 1) << log;
-  EXPECT_LE(refusals, 2) << log;            // 2 when the epochs straddle a second
-  EXPECT_EQ(job.status.epochs_done, 200u);  // the job went on
+  EXPECT_LE(refusals, 2) << log;              // 2 when the epochs straddle a second
+  EXPECT_EQ(job.status().epochs_done, 200u);  // the job went on
   EXPECT_LT(lines, 220) << "one line an epoch at most besides the store's";
   store.reset();
   std::filesystem::remove(path);
@@ -343,8 +343,8 @@ TEST_F(registry, a_restart_says_which_epochs_are_trained_again_and_why) {
   log.clear();
   auto reg = make();
   ASSERT_TRUE(reg.load());
-  EXPECT_EQ(reg.find(behind)->first_epoch, 5u);
-  EXPECT_EQ(reg.find(none)->first_epoch, 0u);
+  EXPECT_EQ(reg.find(behind)->first_epoch(), 5u);
+  EXPECT_EQ(reg.find(none)->first_epoch(), 0u);
   EXPECT_NE(log.find("job 1 'behind' resumes at epoch 6 of 120: its last stored checkpoint is "
                      "after epoch 5, so epochs 6-8 are trained again"),
             std::string::npos)
@@ -364,7 +364,7 @@ TEST_F(registry, a_restarted_registry_resumes_a_running_job_from_its_checkpoint)
     id = submit(reg, spec_yaml("restart", 120, "{min: 1, max: 4, initial: 3}", "2", every_epoch));
     decide(reg);
     auto& job = *reg.find(id);
-    ASSERT_EQ(job.hosts.size(), 3u);
+    ASSERT_EQ(job.hosts().size(), 3u);
     end_epochs(reg, job, *holder->model(), 0, 4);
     reg.checkpoint(job, 4, state_of(10, 0.5f, 75));
   }  // the scheduler's process dies
@@ -373,26 +373,29 @@ TEST_F(registry, a_restarted_registry_resumes_a_running_job_from_its_checkpoint)
   ASSERT_TRUE(n);
   EXPECT_EQ(*n, 1u);
   auto& job = *reg.find(id);
-  EXPECT_EQ(job.state, job_state::suspended);
-  EXPECT_EQ(job.status.state, job_state::queued);
-  EXPECT_EQ(job.first_epoch, 5u);
-  EXPECT_EQ(job.status.epochs_done, 5u);
-  ASSERT_TRUE(job.checkpoint);
-  EXPECT_EQ(job.checkpoint->values, std::vector<float>(10, 0.5f));
-  EXPECT_EQ(job.checkpoint->state_a, std::vector<float>(10, -0.5f)) << "the optimizer state too";
-  EXPECT_EQ(job.checkpoint->version, 75);
-  EXPECT_EQ(job.checkpoint->samples_applied, 75u * 32u);
+  EXPECT_EQ(job.state(), job_state::suspended);
+  EXPECT_EQ(job.status().state, job_state::queued);
+  EXPECT_EQ(job.first_epoch(), 5u);
+  EXPECT_EQ(job.status().epochs_done, 5u);
+  ASSERT_TRUE(job.checkpoint());
+  EXPECT_EQ(job.checkpoint()->values, std::vector<float>(10, 0.5f));
+  EXPECT_EQ(job.checkpoint()->state_a, std::vector<float>(10, -0.5f)) << "the optimizer state too";
+  EXPECT_EQ(job.checkpoint()->version, 75);
+  EXPECT_EQ(job.checkpoint()->samples_applied, 75u * 32u);
   // Its parts on the other nodes must be stopped first (its parts here died with the process).
-  EXPECT_EQ(job.stop_unsent, (std::set<std::uint32_t>{2, 3}));
+  EXPECT_EQ(job.stops().unsent(), (std::set<std::uint32_t>{2, 3}));
   EXPECT_TRUE(decide(reg).launches.empty());
   EXPECT_NE(log.find("job 1 'restart' resumes at epoch 6 of 120"), std::string::npos) << log;
-  job.stop_unsent.clear();  // the actor sent the stops when the nodes heartbeat
+  // The actor sends the stops when the nodes heartbeat.
+  EXPECT_EQ(reg.seen(2), std::set<std::uint64_t>{id});
+  EXPECT_EQ(reg.seen(3), std::set<std::uint64_t>{id});
+  EXPECT_TRUE(reg.seen(3).empty()) << "sent once";
   EXPECT_FALSE(reg.stop_answered(job, 2));
   EXPECT_TRUE(reg.stop_answered(job, 3));
   auto o = reg.decide(*holder, *exec, nullptr);
   ASSERT_EQ(o.launches.size(), 1u);
   reg.begin_run(job, o.launches[0].workers, o.launches[0].shards, true);
-  EXPECT_EQ(job.status.resumes, 1u);
+  EXPECT_EQ(job.status().resumes, 1u);
   EXPECT_EQ(store->job(id)->state, job_state::running);
 }
 
@@ -410,26 +413,26 @@ TEST_F(registry, a_checkpoint_ahead_of_its_epoch_record_waits_for_it) {
     auto& job = *reg.find(id);
     end_epochs(reg, job, *holder->model(), 0, 2);
     reg.checkpoint(job, 2, state_of(4, 2.f));
-    EXPECT_EQ(job.checkpoint_epoch, 2u);
+    EXPECT_EQ(job.checkpoints().epoch(), 2u);
     reg.checkpoint(job, 3, state_of(4, 3.f));
-    EXPECT_EQ(job.checkpoint_epoch, 2u) << "held until epoch 3's record";
+    EXPECT_EQ(job.checkpoints().epoch(), 2u) << "held until epoch 3's record";
     EXPECT_EQ((*store->checkpoint(id))->epoch, 2u);
   }
   auto reg = make();
   ASSERT_TRUE(reg.load());
   auto& job = *reg.find(id);
-  EXPECT_EQ(job.first_epoch, 3u);
-  EXPECT_EQ(job.checkpoint->values, std::vector<float>(4, 2.f));
-  EXPECT_EQ(job.status.epoch_samples, (std::vector<std::uint64_t>{1000, 1000, 1000}));
+  EXPECT_EQ(job.first_epoch(), 3u);
+  EXPECT_EQ(job.checkpoint()->values, std::vector<float>(4, 2.f));
+  EXPECT_EQ(job.status().epoch_samples, (std::vector<std::uint64_t>{1000, 1000, 1000}));
 
   // Held, then stored once the record comes.
   end_epochs(reg, job, *holder->model(), 3, 3);
   reg.checkpoint(job, 4, state_of(4, 4.f));
-  EXPECT_EQ(job.checkpoint_epoch, 2u);
+  EXPECT_EQ(job.checkpoints().epoch(), 2u);
   end_epochs(reg, job, *holder->model(), 4, 4);
-  EXPECT_EQ(job.checkpoint_epoch, 4u);
+  EXPECT_EQ(job.checkpoints().epoch(), 4u);
   EXPECT_EQ((*store->checkpoint(id))->epoch, 4u);
-  EXPECT_EQ(job.checkpoint->values, std::vector<float>(4, 4.f));
+  EXPECT_EQ(job.checkpoint()->values, std::vector<float>(4, 4.f));
 }
 
 TEST_F(registry, a_job_in_the_store_ended_after_its_last_checkpoint_is_not_trained_again) {
@@ -445,8 +448,8 @@ TEST_F(registry, a_job_in_the_store_ended_after_its_last_checkpoint_is_not_train
   }
   auto reg = make();
   ASSERT_TRUE(reg.load());
-  EXPECT_EQ(reg.find(id)->state, job_state::succeeded);
-  EXPECT_EQ(reg.find(id)->status.state, job_state::succeeded);
+  EXPECT_EQ(reg.find(id)->state(), job_state::succeeded);
+  EXPECT_EQ(reg.find(id)->status().state, job_state::succeeded);
   EXPECT_TRUE(decide(reg).empty());
 }
 
@@ -459,9 +462,9 @@ TEST_F(registry, a_lost_node_with_only_workers_costs_them_a_node_with_a_shard_a_
   const auto id = submit(reg, spec_yaml("lossy", 50, "{min: 1, max: 2, initial: 2}", "1"));
   decide(reg);
   auto& job = *reg.find(id);
-  const auto shard_host = job.alloc.shard_at.at(0);
+  const auto shard_host = job.alloc().shard_at.at(0);
   std::uint32_t worker_host = 0, rank = 0;
-  for (const auto& [r, h] : job.alloc.worker_at)
+  for (const auto& [r, h] : job.alloc().worker_at)
     if (h != 1) worker_host = h, rank = r;
   ASSERT_NE(worker_host, 0u) << "a worker away from the scheduler's node";
   ASSERT_NE(shard_host, 1u) << "the shard away from the scheduler's node";
@@ -470,9 +473,9 @@ TEST_F(registry, a_lost_node_with_only_workers_costs_them_a_node_with_a_shard_a_
   EXPECT_FALSE(loss[0].fails);
   EXPECT_FALSE(loss[0].recovers);
   EXPECT_EQ(loss[0].ranks, std::vector<std::uint32_t>{rank});
-  EXPECT_EQ(job.alloc.workers(), 1);
-  EXPECT_EQ(job.status.workers, 1u);
-  EXPECT_TRUE(job.status.worker_nodes[rank].ends_with(" (lost)"));
+  EXPECT_EQ(job.alloc().workers(), 1);
+  EXPECT_EQ(job.status().workers, 1u);
+  EXPECT_TRUE(job.status().worker_nodes[rank].ends_with(" (lost)"));
   EXPECT_EQ(store->job(id)->workers, 1);
   // Taken for dead, the worker's node may only have been frozen: when it comes back it is told
   // to stop the job's parts it kept (once; an unrelated node has none to stop).
@@ -486,7 +489,7 @@ TEST_F(registry, a_lost_node_with_only_workers_costs_them_a_node_with_a_shard_a_
   reg.checkpoint(job, 2, state_of(10, 0.25f, 90));
   EXPECT_FALSE(*store->checkpoint(id)) << "stored only once a minute";
   wall.advance(seconds(12));
-  const auto before = job.hosts;
+  const auto before = job.hosts();
   loss = reg.lose_node(shard_host);
   ASSERT_EQ(loss.size(), 1u);
   EXPECT_FALSE(loss[0].fails);
@@ -494,12 +497,12 @@ TEST_F(registry, a_lost_node_with_only_workers_costs_them_a_node_with_a_shard_a_
   auto left = before;
   left.erase(shard_host);
   EXPECT_EQ(loss[0].stop_hosts, left) << "its master and parts on the nodes left are stopped";
-  EXPECT_EQ(job.state, job_state::suspended);
-  EXPECT_FALSE(job.launched);
-  EXPECT_EQ(job.first_epoch, 3u);
-  EXPECT_EQ(job.status.epochs_done, 3u);
-  ASSERT_EQ(job.status.recoveries_lost_s.size(), 1u);
-  EXPECT_DOUBLE_EQ(job.status.recoveries_lost_s[0], 12.0);
+  EXPECT_EQ(job.state(), job_state::suspended);
+  EXPECT_FALSE(job.launched());
+  EXPECT_EQ(job.first_epoch(), 3u);
+  EXPECT_EQ(job.status().epochs_done, 3u);
+  ASSERT_EQ(job.status().recoveries_lost_s.size(), 1u);
+  EXPECT_DOUBLE_EQ(job.status().recoveries_lost_s[0], 12.0);
   // The checkpoint is in the store now: a scheduler restart meanwhile resumes from it too.
   auto stored = store->checkpoint(id);
   ASSERT_TRUE(stored && *stored);
@@ -546,7 +549,7 @@ TEST_F(registry, a_loss_that_leaves_a_job_no_worker_recovers_instead_of_failing)
   decide(reg);
   auto& job = *reg.find(id);
   std::vector<std::uint32_t> worker_hosts;
-  for (const auto& [r, h] : job.alloc.worker_at) worker_hosts.push_back(h);
+  for (const auto& [r, h] : job.alloc().worker_at) worker_hosts.push_back(h);
   ASSERT_EQ(worker_hosts.size(), 2u);
   ASSERT_NE(worker_hosts[0], worker_hosts[1]) << "one worker a node";
   for (auto h : worker_hosts) ASSERT_NE(h, 1u) << "away from the scheduler's node";
@@ -558,8 +561,8 @@ TEST_F(registry, a_loss_that_leaves_a_job_no_worker_recovers_instead_of_failing)
   ASSERT_EQ(loss.size(), 1u);
   EXPECT_FALSE(loss[0].fails);
   EXPECT_TRUE(loss[0].recovers) << "no worker left: from the checkpoint, on the nodes left";
-  EXPECT_EQ(job.state, job_state::suspended);
-  EXPECT_EQ(job.status.recoveries_lost_s.size(), 1u);
+  EXPECT_EQ(job.state(), job_state::suspended);
+  EXPECT_EQ(job.status().recoveries_lost_s.size(), 1u);
 }
 
 TEST_F(registry, with_replicas_a_lost_primary_is_taken_over_and_a_lost_last_copy_recovers) {
@@ -571,39 +574,39 @@ TEST_F(registry, with_replicas_a_lost_primary_is_taken_over_and_a_lost_last_copy
   const auto id = submit(reg, spec_yaml("twice", 50, "2", "2", "replicas: 2\n"));
   decide(reg);
   auto& job = *reg.find(id);
-  ASSERT_EQ(job.backups.size(), 2u);
+  ASSERT_EQ(job.backups().size(), 2u);
   for (std::uint32_t k = 0; k < 2; ++k) {
-    ASSERT_EQ(job.backups[k].size(), 1u) << "one backup each";
-    EXPECT_NE(job.backups[k][0], job.alloc.shard_at.at(k)) << "never beside its primary";
-    EXPECT_TRUE(job.hosts.contains(job.backups[k][0])) << "its node runs a part of the job";
+    ASSERT_EQ(job.backups()[k].size(), 1u) << "one backup each";
+    EXPECT_NE(job.backups()[k][0], job.alloc().shard_at.at(k)) << "never beside its primary";
+    EXPECT_TRUE(job.hosts().contains(job.backups()[k][0])) << "its node runs a part of the job";
   }
   // Shard 0's primary's node is lost: its backup takes over; a backup of shard 1 there, if
   // any, leaves shard 1's chain.
-  const auto primary = job.alloc.shard_at.at(0), backup = job.backups[0][0];
+  const auto primary = job.alloc().shard_at.at(0), backup = job.backups()[0][0];
   auto loss = reg.lose_node(primary);
   ASSERT_EQ(loss.size(), 1u);
   EXPECT_FALSE(loss[0].fails);
   EXPECT_FALSE(loss[0].recovers);
   EXPECT_EQ(loss[0].heads, (std::vector<std::uint32_t>{0, 1}));
-  const bool cut = job.backups[1][0] == primary;
+  const bool cut = job.backups()[1][0] == primary;
   const auto cut_expected = cut ? std::vector<std::uint32_t>{1, 0} : std::vector<std::uint32_t>{};
   EXPECT_EQ(loss[0].cut, cut_expected);
-  EXPECT_EQ(job.alloc.shard_at.at(0), backup);
-  EXPECT_EQ(job.status.shard_nodes[0], table.name(backup));
-  EXPECT_EQ(job.status.failovers, 1u);
-  EXPECT_EQ(job.state, job_state::running);
+  EXPECT_EQ(job.alloc().shard_at.at(0), backup);
+  EXPECT_EQ(job.status().shard_nodes[0], table.name(backup));
+  EXPECT_EQ(job.status().failovers, 1u);
+  EXPECT_EQ(job.state(), job_state::running);
   // Then the node of its last copy: nothing is left to take over, the job recovers.
   loss = reg.lose_node(backup);
   ASSERT_EQ(loss.size(), 1u);
   EXPECT_TRUE(loss[0].recovers);
-  EXPECT_EQ(job.state, job_state::suspended);
+  EXPECT_EQ(job.state(), job_state::suspended);
   // Its history is in the store: a restarted scheduler shows the failover and the recovery.
   auto again = make();
   ASSERT_TRUE(again.load());
-  EXPECT_EQ(again.find(id)->status.failovers, 1u);
-  EXPECT_EQ(again.find(id)->status.recoveries_lost_s, job.status.recoveries_lost_s);
-  EXPECT_GT(job.status.samples_epoch, 0u);
-  EXPECT_EQ(again.find(id)->status.samples_epoch, job.status.samples_epoch);
+  EXPECT_EQ(again.find(id)->status().failovers, 1u);
+  EXPECT_EQ(again.find(id)->status().recoveries_lost_s, job.status().recoveries_lost_s);
+  EXPECT_GT(job.status().samples_epoch, 0u);
+  EXPECT_EQ(again.find(id)->status().samples_epoch, job.status().samples_epoch);
 }
 
 TEST_F(registry, a_shard_added_to_a_replicated_job_gets_a_backup_that_takes_over) {
@@ -614,7 +617,7 @@ TEST_F(registry, a_shard_added_to_a_replicated_job_gets_a_backup_that_takes_over
       submit(reg, spec_yaml("grown", 50, "2", "{min: 1, max: 2, initial: 1}", "replicas: 2\n"));
   decide(reg);
   auto& job = *reg.find(id);
-  ASSERT_EQ(job.backups.size(), 1u);
+  ASSERT_EQ(job.backups().size(), 1u);
   // The master asks for shard 1 (a rescale, or a migration of shard 0): it comes with a backup
   // on another node, away from the copies the job holds already while a node is free of them.
   auto h = reg.place(job, false, "", *exec);
@@ -622,17 +625,17 @@ TEST_F(registry, a_shard_added_to_a_replicated_job_gets_a_backup_that_takes_over
   const auto backups = reg.part_placed(job, false, 1, *h);
   ASSERT_EQ(backups.size(), 1u) << log;
   EXPECT_NE(backups[0], *h) << "never beside its primary";
-  EXPECT_NE(backups[0], job.alloc.shard_at.at(0)) << "a node free of copies was left";
-  EXPECT_NE(backups[0], job.backups[0][0]) << "a node free of copies was left";
-  EXPECT_TRUE(job.hosts.contains(backups[0])) << "its node runs a part of the job";
-  ASSERT_EQ(job.backups.size(), 2u);
-  EXPECT_EQ(job.backups[1], backups);
+  EXPECT_NE(backups[0], job.alloc().shard_at.at(0)) << "a node free of copies was left";
+  EXPECT_NE(backups[0], job.backups()[0][0]) << "a node free of copies was left";
+  EXPECT_TRUE(job.hosts().contains(backups[0])) << "its node runs a part of the job";
+  ASSERT_EQ(job.backups().size(), 2u);
+  EXPECT_EQ(job.backups()[1], backups);
 
   // Shard 0 is migrated away whole: the change takes effect with shard 1 alone. Shard 0's
   // chain is over, so losing its old nodes costs nothing.
   const std::vector<std::uint32_t> members{0, 1}, live{1};
   ASSERT_TRUE(reg.layout(job, members, live));
-  const auto old_backup = job.backups[0][0];
+  const auto old_backup = job.backups()[0][0];
   if (old_backup != *h && old_backup != backups[0]) {
     auto loss = reg.lose_node(old_backup);
     if (!loss.empty()) {
@@ -645,8 +648,8 @@ TEST_F(registry, a_shard_added_to_a_replicated_job_gets_a_backup_that_takes_over
   ASSERT_EQ(loss.size(), 1u);
   EXPECT_FALSE(loss[0].recovers);
   EXPECT_EQ(loss[0].heads, (std::vector<std::uint32_t>{1, 1}));
-  EXPECT_EQ(job.alloc.shard_at.at(1), backups[0]);
-  EXPECT_EQ(job.status.failovers, 1u);
+  EXPECT_EQ(job.alloc().shard_at.at(1), backups[0]);
+  EXPECT_EQ(job.status().failovers, 1u);
   // And then its last copy: the job recovers from its checkpoint.
   loss = reg.lose_node(backups[0]);
   ASSERT_EQ(loss.size(), 1u);
@@ -664,7 +667,7 @@ TEST_F(registry, the_store_takes_a_checkpoint_every_every_s_and_always_the_last)
   wall.advance(seconds(20));
   reg.checkpoint(job, 0, state_of(4, 1.f));
   EXPECT_FALSE(*store->checkpoint(id)) << "20 s after the submission";
-  EXPECT_EQ(job.checkpoint_epoch, 0u) << "kept here for a recovery";
+  EXPECT_EQ(job.checkpoints().epoch(), 0u) << "kept here for a recovery";
   end_epochs(reg, job, *holder->model(), 1, 1);
   wall.advance(seconds(15));
   reg.checkpoint(job, 1, state_of(4, 2.f));
@@ -686,15 +689,15 @@ TEST_F(registry, a_refused_resize_gives_the_allocation_back) {
   const auto id = submit(reg, spec_yaml("grow", 100, "{min: 1, max: 3, initial: 1}", "1"));
   decide(reg);
   ASSERT_TRUE(holder->set("elastic-fifo"));
-  const auto before = reg.find(id)->alloc;
+  const auto before = reg.find(id)->alloc();
   auto o = decide(reg);
   ASSERT_EQ(o.resizes.size(), 1u);
-  EXPECT_NE(reg.find(id)->alloc, before);
+  EXPECT_NE(reg.find(id)->alloc(), before);
   EXPECT_EQ(o.resizes[0].before, before);
   reg.restore(id, o.resizes[0].generation + 1, before);  // another run's answer: ignored
-  EXPECT_NE(reg.find(id)->alloc, before);
+  EXPECT_NE(reg.find(id)->alloc(), before);
   reg.restore(id, o.resizes[0].generation, before);
-  EXPECT_EQ(reg.find(id)->alloc, before);
+  EXPECT_EQ(reg.find(id)->alloc(), before);
   EXPECT_EQ(store->job(id)->workers, 1);
 }
 
@@ -705,15 +708,19 @@ TEST_F(registry, a_dltap_job_gets_one_shard_moved_beside_its_workers_at_most_onc
   const auto id = submit(reg, spec_yaml("near", 100, "2", "1", "placement: dltap\n"));
   decide(reg);
   auto& job = *reg.find(id);
-  ASSERT_EQ(job.status.placement, "dltap");
+  ASSERT_EQ(job.status().placement, "dltap");
   // The user moved its shard away from both workers (coach migrate): it runs apart.
-  const auto workers_on = job.alloc.worker_at.at(0);
-  ASSERT_EQ(job.alloc.worker_at.at(1), workers_on) << "dltap put both workers together";
+  const auto workers_on = job.alloc().worker_at.at(0);
+  ASSERT_EQ(job.alloc().worker_at.at(1), workers_on) << "dltap put both workers together";
   const std::uint32_t away = workers_on == 1 ? 2 : 1;
-  job.alloc.shard_at[0] = away;
-  job.model_bytes = 4e6;
-  job.status.samples_per_second = 6400;  // 100 steps/s of 2 × 32
-  job.status.samples_epoch = 1000;
+  reg.part_placed(job, false, 0, away);
+  reg.shaped(job, {.model_bytes = 4e6, .batch_size = 32}, 1000);
+  progress_event p;
+  p.samples_total = 1000;
+  p.samples_per_s = 6400;  // 100 steps/s of 2 × 32
+  p.workers = 2;
+  p.shards = 1;
+  reg.progress(job, p);
   rebalancer rebal(steady, {seconds(60), 2});
   auto o = reg.decide(*holder, *exec, &rebal);
   ASSERT_EQ(o.moves.size(), 1u) << log;
@@ -815,6 +822,43 @@ TEST_F(registry, a_long_jobs_epochs_do_not_push_its_start_out_of_its_history) {
   // A follower asking after the last one it has gets nothing new.
   EXPECT_TRUE(reg.events(job, all.back().seq).empty());
   EXPECT_EQ(reg.events(job, all[all.size() - 2].seq).size(), 1u);
+}
+
+}  // namespace
+}  // namespace coach::scheduler
+
+namespace coach::scheduler {
+namespace {
+
+TEST_F(registry, a_finished_run_shows_its_final_figures_and_unplaced_parts_keep_their_index) {
+  nodes(1, 4);
+  use("fifo");
+  auto reg = make();
+  const auto id = submit(reg, spec_yaml("fin", 5, "1", "1"));
+  decide(reg);
+  auto& job = *reg.find(id);
+  ASSERT_EQ(job.status().worker_nodes.size(), 1u);
+  const auto first = job.status().worker_nodes[0];
+  EXPECT_EQ(first, table.name(job.alloc().worker_at.at(0)));
+  reg.part_unplaced(job, true);
+  EXPECT_EQ(job.status().worker_nodes, (std::vector<std::string>{first, "(not started)"}));
+  EXPECT_EQ(job.status().shard_nodes.size(), 1u) << "the workers' list only";
+  job_result r;
+  r.test_accuracy = std::nan("");
+  r.epochs.resize(2);
+  r.changes.resize(1);
+  reg.finished(job, r);
+  EXPECT_TRUE(std::isnan(job.status().test_accuracy)) << "no accuracy measured";
+  EXPECT_EQ(job.status().changes.size(), 1u);
+  EXPECT_EQ(job.status().epochs_done, 2u);
+  r.test_accuracy = 0.75;
+  r.epochs.resize(5);
+  reg.finished(job, r);
+  EXPECT_EQ(job.status().test_accuracy, 0.75);
+  EXPECT_EQ(job.status().epochs_done, 5u);
+  r.epochs.resize(1);
+  reg.finished(job, r);
+  EXPECT_EQ(job.status().epochs_done, 5u) << "never fewer than it had";
 }
 
 }  // namespace
