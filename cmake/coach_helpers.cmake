@@ -17,6 +17,18 @@ function(coach_add_library name)
   if(NOT name MATCHES "^(kernels|ps|worker)$")
     set_target_properties(coach_${name} PROPERTIES UNITY_BUILD ${COACH_UNITY_BUILD})
   endif()
+  coach_control_optimization(coach_${name})
+endfunction()
+
+# coach_control_optimization(TARGET)
+# Release builds compile the control plane (everything but the data path's libraries: kernels,
+# ps, worker, wire, shard) with -O2 instead of CMake's -O3: its compile time is most of the
+# build's (CAF, CLI11, JSON), and -O3's extra inlining buys it nothing measurable
+# (docs/status.md: the programs' figures side by side).
+function(coach_control_optimization target)
+  if(NOT target MATCHES "^coach_(kernels|ps|worker|wire|shard)$")
+    target_compile_options(${target} PRIVATE $<$<AND:$<CONFIG:Release>,$<COMPILE_LANGUAGE:CXX>>:-O2>)
+  endif()
 endfunction()
 
 # coach_add_test(NAME LABEL label [TIMEOUT s] [SERIAL] SOURCES ... [DEPS ...])
