@@ -53,7 +53,10 @@ result<std::string> local_cluster::start(int n, int cpus, const fs::path& dir,
   const auto self = fs::read_symlink("/proc/self/exe", ec);
   const auto node = self.parent_path() / "coach-node";
   if (ec || !fs::exists(node))
-    return fail(errc::not_found, "cannot find coach-node beside this program ({})", node.string());
+    return fail(
+        errc::not_found,
+        "cannot find coach-node beside this program ({}): ./scripts/setup.sh --all builds it",
+        node.string());
   const std::string at = coach::format("127.0.0.1:{}", free_port());
   for (int i = 0; i < n; ++i) {
     std::vector<std::string> args{
