@@ -25,12 +25,12 @@
 #include "actors/roles.hpp"
 #include "common/log.hpp"
 #include "common/writable.hpp"
-#include "scheduler/checkpoint_file.hpp"
 #include "scheduler/executor.hpp"
 #include "scheduler/job_registry.hpp"
 #include "scheduler/node_table.hpp"
 #include "scheduler/policy.hpp"
 #include "scheduler/rebalance.hpp"
+#include "spec/checkpoint_file.hpp"
 
 namespace coach::actors {
 namespace {

@@ -16,11 +16,11 @@
 #include "actors/messages.hpp"
 #include "actors/transport.hpp"
 #include "common/error.hpp"
+#include "host/host_probe.hpp"
 #include "ps/job_config.hpp"
 #include "ps/training_state.hpp"
+#include "report/job_report.hpp"
 #include "scheduler/cluster_view.hpp"
-#include "scheduler/host_probe.hpp"
-#include "scheduler/job_report.hpp"
 #include "scheduler/job_status.hpp"
 
 namespace coach::actors {

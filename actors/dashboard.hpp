@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "actors/control.hpp"
-#include "scheduler/job_report.hpp"
+#include "report/job_report.hpp"
 #include "scheduler/job_status.hpp"
 
 namespace coach::actors {

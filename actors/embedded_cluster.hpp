@@ -12,10 +12,10 @@
 #include "actors/job_context.hpp"
 #include "actors/transport.hpp"
 #include "common/error.hpp"
-#include "scheduler/checkpoint_config.hpp"
-#include "scheduler/checkpoint_file.hpp"
-#include "scheduler/job_report.hpp"
-#include "scheduler/job_spec.hpp"
+#include "report/job_report.hpp"
+#include "spec/checkpoint_config.hpp"
+#include "spec/checkpoint_file.hpp"
+#include "spec/job_spec.hpp"
 
 namespace coach::actors {
 
@@ -53,7 +53,7 @@ struct train_options {
   /// Test hook: >= 0 cancels the job as step `cancel_at_step` opens (result.steps is then
   /// that step): where a Ctrl-C between steps would stop it, at a known step; -1: never.
   std::int64_t cancel_at_step = -1;
-  /// Checkpoints at epochs' ends (scheduler/checkpoint_config.hpp); an empty path: none.
+  /// Checkpoints at epochs' ends (spec/checkpoint_config.hpp); an empty path: none.
   scheduler::checkpoint_config checkpoint;
   /// A checkpoint file to resume from (coach train --resume): the run goes on from its epoch
   /// and step with its parameters and optimizer state, to the spec's epochs, and under BSP ends

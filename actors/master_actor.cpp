@@ -5,9 +5,9 @@
 #include <optional>
 
 #include "actors/roles.hpp"
+#include "common/clock.hpp"
 #include "common/log.hpp"
 #include "master/job_master.hpp"
-#include "scheduler/clock.hpp"
 
 namespace coach::actors {
 namespace {

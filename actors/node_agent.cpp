@@ -13,7 +13,7 @@
 #include "actors/roles.hpp"
 #include "common/huge_pages.hpp"
 #include "common/log.hpp"
-#include "scheduler/host_probe.hpp"
+#include "host/host_probe.hpp"
 #include "worker/dataset_cache.hpp"
 
 namespace coach::actors {

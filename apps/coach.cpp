@@ -30,9 +30,9 @@
 #include "coach_model.hpp"
 #include "common/writable.hpp"
 #include "kernels/backend.hpp"
-#include "scheduler/job_spec.hpp"
-#include "scheduler/report_plot.hpp"
-#include "scheduler/train_events.hpp"
+#include "report/report_plot.hpp"
+#include "report/train_events.hpp"
+#include "spec/job_spec.hpp"
 
 namespace {
 
@@ -156,7 +156,7 @@ int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t
     }
     opt.precision = *p;
   }
-  // --events: one JSON line per epoch and change while it runs (scheduler/train_events.hpp).
+  // --events: one JSON line per epoch and change while it runs (report/train_events.hpp).
   std::optional<coach::scheduler::train_events> events;
   std::mutex events_mu;  // the callbacks come from the job's actors
   if (!flags.events.empty()) {

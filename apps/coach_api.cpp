@@ -18,7 +18,7 @@
 #include "actors/address.hpp"
 #include "actors/api_client.hpp"
 #include "common/json.hpp"
-#include "scheduler/job_report.hpp"
+#include "report/job_report.hpp"
 
 namespace coach::apps {
 namespace {

@@ -4,7 +4,7 @@
 //   scaling     a grid of (workers, shards), each with 1, 2 and 3 copies of the job at once,
 //               spread over the nodes, and each alone on one node: epoch time and speed-up.
 //   prediction  the grid alone (one job at a time); the performance model fitted on its first
-//               half predicts the rest: error and regret (scheduler/experiment.hpp).
+//               half predicts the rest: error and regret (report/experiment.hpp).
 //   dynamic     a static and an elastic job, each while a program that is not Coach's holds
 //               the host's CPUs for a while: time, accuracy, workers held.
 //   policies    five elastic jobs 1 s apart under fifo, elastic-fifo, round-robin and coach,

@@ -2,7 +2,7 @@
 // `coach experiment STUDY`: the founding questions answered with real training jobs on a
 // cluster of coach-nodes, one already running (--at) or one started here for the study
 // (--local N). Each study writes a Markdown table and an SVG chart to --out
-// (docs/experiments.md). The arithmetic is scheduler/experiment.hpp; this runs the jobs.
+// (docs/experiments.md). The arithmetic is report/experiment.hpp; this runs the jobs.
 
 #include <cstdint>
 #include <string>

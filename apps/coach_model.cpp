@@ -7,7 +7,7 @@
 
 #include "common/format.hpp"
 #include "kernels/backend.hpp"
-#include "scheduler/checkpoint_file.hpp"
+#include "spec/checkpoint_file.hpp"
 #include "worker/model_file.hpp"
 #include "worker/network.hpp"
 

@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "scheduler/job_report.hpp"
-#include "scheduler/job_spec.hpp"
+#include "report/job_report.hpp"
+#include "spec/job_spec.hpp"
 
 namespace coach::apps {
 

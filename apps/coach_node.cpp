@@ -38,7 +38,7 @@
 #include "actors/metrics.hpp"
 #include "common/huge_pages.hpp"
 #include "common/log.hpp"
-#include "scheduler/host_probe.hpp"
+#include "host/host_probe.hpp"
 #include "scheduler/job_store.hpp"
 #include "scheduler/placement.hpp"
 #include "scheduler/policy.hpp"

@@ -1,5 +1,5 @@
 // coach-sim: the scheduling policies on a job trace, in a discrete-event simulation
-// (scheduler/sim.hpp), and a trace generator. docs/scheduler.md shows runs and their figures;
+// (sim/sim.hpp), and a trace generator. docs/scheduler.md shows runs and their figures;
 // examples/traces/README.md the file formats.
 //
 //   coach-sim --trace FILE --policy fifo|elastic-fifo|round-robin|coach|all
@@ -24,11 +24,11 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/job_report.hpp"
+#include "report/job_report.hpp"
 #include "scheduler/placement.hpp"
 #include "scheduler/policy.hpp"
-#include "scheduler/sim.hpp"
-#include "scheduler/trace.hpp"
+#include "sim/sim.hpp"
+#include "sim/trace.hpp"
 
 namespace {
 

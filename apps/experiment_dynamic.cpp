@@ -17,7 +17,7 @@
 
 #include "apps/experiment_studies.hpp"
 #include "common/format.hpp"
-#include "scheduler/experiment.hpp"
+#include "report/experiment.hpp"
 
 namespace coach::apps::experiment {
 namespace {
@@ -27,7 +27,7 @@ using namespace std::chrono_literals;
 
 /// A program that is not Coach's keeping CPUs busy: `n` spinning processes. Not this
 /// process's descendants, nor named coach...: a node counts those as Coach's own
-/// (scheduler/own_cpu.hpp). Each is a grandchild whose parent exits at once (init adopts it),
+/// (host/own_cpu.hpp). Each is a grandchild whose parent exits at once (init adopts it),
 /// named "cpu-hog".
 class cpu_hog {
  public:

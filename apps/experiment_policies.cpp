@@ -11,7 +11,7 @@
 
 #include "apps/experiment_studies.hpp"
 #include "common/format.hpp"
-#include "scheduler/experiment.hpp"
+#include "report/experiment.hpp"
 
 namespace coach::apps::experiment {
 namespace {

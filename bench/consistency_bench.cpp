@@ -29,7 +29,7 @@
 #include "actors/embedded_cluster.hpp"
 #include "common/format.hpp"
 #include "common/json.hpp"
-#include "scheduler/job_report.hpp"
+#include "report/job_report.hpp"
 
 namespace {
 

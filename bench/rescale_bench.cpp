@@ -58,7 +58,7 @@
 #include "common/format.hpp"
 #include "common/huge_pages.hpp"
 #include "common/json.hpp"
-#include "scheduler/job_report.hpp"
+#include "report/job_report.hpp"
 
 namespace {
 

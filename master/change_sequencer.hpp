@@ -25,10 +25,10 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.hpp"
 #include "master/change_planner.hpp"
 #include "ps/job_config.hpp"
-#include "scheduler/clock.hpp"
-#include "scheduler/job_spec.hpp"
+#include "spec/job_spec.hpp"
 
 namespace coach::master {
 

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/clock.hpp"
-#include "scheduler/job_report.hpp"
+#include "common/clock.hpp"
+#include "report/job_report.hpp"
 
 namespace coach::master {
 

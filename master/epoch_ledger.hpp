@@ -16,8 +16,8 @@
 #include <optional>
 #include <vector>
 
-#include "scheduler/clock.hpp"
-#include "scheduler/job_report.hpp"
+#include "common/clock.hpp"
+#include "report/job_report.hpp"
 
 namespace coach::master {
 

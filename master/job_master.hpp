@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.hpp"
 #include "common/error.hpp"
 #include "master/change_sequencer.hpp"
 #include "master/change_timer.hpp"
@@ -33,9 +34,8 @@
 #include "ps/consistency.hpp"
 #include "ps/job_config.hpp"
 #include "ps/training_state.hpp"
-#include "scheduler/clock.hpp"
-#include "scheduler/job_report.hpp"
-#include "scheduler/job_spec.hpp"
+#include "report/job_report.hpp"
+#include "spec/job_spec.hpp"
 #include "wire/message.hpp"
 #include "worker/invocation_counts.hpp"
 

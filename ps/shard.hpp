@@ -32,7 +32,7 @@
 // operations for every element), and their optimizer state stays zero. A piece is split at the
 // statistic ranges' edges, so an optimizer call may start anywhere; the backend's optimizer loops
 // round every element alike wherever a call starts (kernels/cpu/cpu_backend.cpp), so the result
-// does not depend on how the vector is cut either (tests/unit/scheduler/optimizer_extras_test.cpp).
+// does not depend on how the vector is cut either (tests/unit/spec/optimizer_extras_test.cpp).
 //
 // Not thread-safe: its actor calls it from one message handler at a time.
 

@@ -1,7 +1,7 @@
 #pragma once
 // ps::training_state: what the shards of a job hold at one version, for the whole parameter
 // vector: the values, the optimizer's state and the counters that position the optimizer. A
-// checkpoint keeps one (scheduler/checkpoint_file.hpp). The job master assembles it at an
+// checkpoint keeps one (spec/checkpoint_file.hpp). The job master assembles it at an
 // epoch's end from every shard's snapshot (shard::snapshot, master::snapshot_assembler::add_state);
 // a job resumed from it starts each shard from its part (slice_of, adopted by an empty
 // ps::shard). The update of a key depends on nothing but its value, its state, the step's

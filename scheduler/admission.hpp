@@ -12,9 +12,9 @@
 
 #include "common/error.hpp"
 #include "scheduler/cluster_view.hpp"
-#include "scheduler/job_spec.hpp"
 #include "scheduler/job_store.hpp"
 #include "scheduler/registered_job.hpp"
+#include "spec/job_spec.hpp"
 
 namespace coach::scheduler {
 

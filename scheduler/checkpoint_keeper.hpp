@@ -15,7 +15,7 @@
 #include <utility>
 
 #include "ps/training_state.hpp"
-#include "scheduler/checkpoint_config.hpp"
+#include "spec/checkpoint_config.hpp"
 
 namespace coach::scheduler {
 

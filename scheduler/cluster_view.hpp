@@ -1,7 +1,7 @@
 #pragma once
 // scheduler::cluster_view and job_view: what a scheduling policy sees of the cluster and its jobs.
 // Plain values, independent of CAF and of the wire, so that the cluster scheduler (actors/) and
-// the simulator (scheduler/sim) hand the very same inputs to the very same policy code.
+// the simulator (sim/sim) hand the very same inputs to the very same policy code.
 
 #include <cstdint>
 #include <optional>
@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "scheduler/clock.hpp"
+#include "common/clock.hpp"
 
 namespace coach::scheduler {
 

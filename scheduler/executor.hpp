@@ -1,7 +1,7 @@
 #pragma once
 // scheduler::executor: carries out what a policy decided, through a placement. The one piece
 // that turns an action (start, resize, suspend) into parts on nodes, shared by the cluster
-// scheduler (actors/cluster_scheduler) and the simulator (scheduler/sim), so that both place a
+// scheduler (actors/cluster_scheduler) and the simulator (sim/sim), so that both place a
 // decision the same way.
 //
 // Each job is placed by its own placement (the spec's `placement:`) or the executor's default

@@ -32,23 +32,23 @@
 #include <string_view>
 #include <vector>
 
+#include "common/clock.hpp"
 #include "common/error.hpp"
 #include "common/log_limiter.hpp"
 #include "ps/training_state.hpp"
+#include "report/perf_tracker.hpp"
 #include "scheduler/admission.hpp"
 #include "scheduler/allocation.hpp"
-#include "scheduler/clock.hpp"
 #include "scheduler/cluster_view.hpp"
 #include "scheduler/executor.hpp"
 #include "scheduler/job_log.hpp"
-#include "scheduler/job_spec.hpp"
 #include "scheduler/job_status.hpp"
 #include "scheduler/job_store.hpp"
 #include "scheduler/node_table.hpp"
-#include "scheduler/perf_tracker.hpp"
 #include "scheduler/policy.hpp"
 #include "scheduler/rebalance.hpp"
 #include "scheduler/registered_job.hpp"
+#include "spec/job_spec.hpp"
 
 namespace coach::scheduler {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "report/job_report.hpp"
 #include "scheduler/cluster_view.hpp"
-#include "scheduler/job_report.hpp"
 
 namespace coach::scheduler {
 

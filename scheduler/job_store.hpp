@@ -22,8 +22,8 @@
 
 #include "common/error.hpp"
 #include "ps/training_state.hpp"
+#include "report/perf_model.hpp"
 #include "scheduler/cluster_view.hpp"
-#include "scheduler/perf_model.hpp"
 
 struct sqlite3;
 

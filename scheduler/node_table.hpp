@@ -14,7 +14,7 @@
 //                parts and lags by a minute, so it cannot say what a new part would get;
 //   free memory = measured.
 //
-// Plain logic with an injected clock (scheduler/clock.hpp): tests drive liveness with a
+// Plain logic with an injected clock (common/clock.hpp): tests drive liveness with a
 // manual_clock. Threads: none; the owner (the scheduler actor) calls it from one thread.
 
 #include <algorithm>
@@ -25,10 +25,10 @@
 #include <string_view>
 #include <vector>
 
+#include "common/clock.hpp"
 #include "common/error.hpp"
-#include "scheduler/clock.hpp"
+#include "host/host_probe.hpp"
 #include "scheduler/cluster_view.hpp"
-#include "scheduler/host_probe.hpp"
 
 namespace coach::scheduler {
 

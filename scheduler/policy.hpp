@@ -5,7 +5,7 @@
 // A policy looks at the cluster and at every job that is queued, running or suspended, and
 // returns what should change: start a waiting job with w workers and p shards, resize a running
 // one, suspend one (it keeps its progress: state lives in the shards and is checkpointed). The
-// same code serves the cluster scheduler (actors/) and the simulator (scheduler/sim), which
+// same code serves the cluster scheduler (actors/) and the simulator (sim/sim), which
 // carry the actions out. The four policies (docs/scheduler.md gives each rule in full):
 //
 //   fifo          jobs start in submission order at what they asked for; the first that does
@@ -35,10 +35,10 @@
 #include <string_view>
 #include <vector>
 
+#include "common/clock.hpp"
 #include "common/error.hpp"
-#include "scheduler/clock.hpp"
+#include "report/perf_model.hpp"
 #include "scheduler/cluster_view.hpp"
-#include "scheduler/perf_model.hpp"
 #include "scheduler/resource_pool.hpp"
 
 namespace coach::scheduler {

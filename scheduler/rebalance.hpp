@@ -23,7 +23,7 @@
 #include <optional>
 #include <vector>
 
-#include "scheduler/clock.hpp"
+#include "common/clock.hpp"
 #include "scheduler/resource_pool.hpp"
 
 namespace coach::scheduler {

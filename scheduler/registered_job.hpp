@@ -20,13 +20,13 @@
 #include <vector>
 
 #include "ps/training_state.hpp"
+#include "report/job_report.hpp"
+#include "report/perf_tracker.hpp"
 #include "scheduler/allocation.hpp"
 #include "scheduler/checkpoint_keeper.hpp"
 #include "scheduler/job_log.hpp"
-#include "scheduler/job_report.hpp"
 #include "scheduler/job_status.hpp"
 #include "scheduler/job_store.hpp"
-#include "scheduler/perf_tracker.hpp"
 #include "scheduler/replica_chains.hpp"
 #include "scheduler/stop_tracker.hpp"
 

@@ -1,7 +1,7 @@
 #pragma once
 // worker::invocation_counts: how a function-mode worker's invocations ended, as the job report
 // and `coach status` show them. A header of its own, without the runner's process machinery,
-// for the reports that carry it (scheduler/job_report.hpp); counted by worker::function_runner.
+// for the reports that carry it (report/job_report.hpp); counted by worker::function_runner.
 
 #include <algorithm>
 #include <cstdint>

@@ -21,7 +21,7 @@
 //                     arrays (absent when empty): x' = (x - offset[c]) / scale[c]
 //   and whatever else the writer adds (coach.name, coach.epochs, coach.test_accuracy).
 //
-// A checkpoint (scheduler/checkpoint_file.hpp) is such a file with the optimizer state as more
+// A checkpoint (spec/checkpoint_file.hpp) is such a file with the optimizer state as more
 // tensors (pack_tensors with a prefix) and its own metadata entry.
 
 #include <cstdint>

@@ -21,7 +21,7 @@
 
 #include "actors/embedded_cluster.hpp"
 #include "kernels/backend.hpp"
-#include "scheduler/job_spec.hpp"
+#include "spec/job_spec.hpp"
 #include "tests/helpers/run_coach.hpp"
 #include "worker/dataset.hpp"
 #include "worker/model_file.hpp"

@@ -13,7 +13,7 @@
 #include "actors/embedded_cluster.hpp"
 #include "common/json.hpp"
 #include "ps/adascale.hpp"
-#include "scheduler/job_report.hpp"
+#include "report/job_report.hpp"
 
 namespace coach::actors {
 namespace {

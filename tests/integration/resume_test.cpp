@@ -22,7 +22,7 @@
 #include <thread>
 
 #include "actors/embedded_cluster.hpp"
-#include "scheduler/checkpoint_file.hpp"
+#include "spec/checkpoint_file.hpp"
 #include "tests/helpers/run_coach.hpp"
 #include "worker/model_file.hpp"
 

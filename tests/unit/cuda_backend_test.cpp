@@ -35,7 +35,7 @@
 #include "kernels/backend.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "master/chunk_dispenser.hpp"
-#include "scheduler/job_spec.hpp"
+#include "spec/job_spec.hpp"
 #include "worker/device_reducer.hpp"
 #include "worker/host_reducer.hpp"
 #include "worker/network.hpp"

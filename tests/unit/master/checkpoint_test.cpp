@@ -19,9 +19,9 @@
 #include "master/snapshot_assembler.hpp"
 #include "ps/shard.hpp"
 #include "ps/training_state.hpp"
-#include "scheduler/checkpoint_config.hpp"
-#include "scheduler/checkpoint_file.hpp"
-#include "scheduler/job_spec.hpp"
+#include "spec/checkpoint_config.hpp"
+#include "spec/checkpoint_file.hpp"
+#include "spec/job_spec.hpp"
 
 namespace coach {
 namespace {

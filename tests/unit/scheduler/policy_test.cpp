@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "scheduler/clock.hpp"
+#include "common/clock.hpp"
 #include "scheduler/resource_pool.hpp"
 
 namespace coach::scheduler {

@@ -1,0 +1,583 @@
+// spec/job_spec.cpp: the public functions of job_spec.hpp and the top level of a spec;
+// the dataset, model and optimizer sections are read by job_spec_{data,model,optimizer}.cpp,
+// every field through the generic reader of spec_parser.hpp.
+#include "spec/job_spec.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <new>
+#include <optional>
+#include <sstream>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "spec/job_spec_sections.hpp"
+#include "spec/spec_parser.hpp"
+
+namespace coach::scheduler {
+namespace detail {
+namespace {
+
+constexpr std::size_t max_name_length = 128;
+constexpr std::uintmax_t max_spec_bytes = 1 << 20;  // a job spec is a small text file
+constexpr std::int64_t int_max = std::numeric_limits<int>::max();
+/// Copies of a shard at most (a primary and three backups).
+constexpr std::int64_t max_replicas = 4;
+
+result<void> parse_name(const spec_parser& p, const fields& top, job_spec& spec) {
+  const entry* e = top.find("name");
+  if (e == nullptr) return p.missing(top, "name");
+  auto s = p.get_string(*e);
+  if (!s) return std::unexpected(std::move(s.error()));
+  const bool ok_chars = std::all_of(s->begin(), s->end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
+  });
+  if (s->empty() || s->size() > max_name_length || !ok_chars) {
+    return p.bad(*e, "must be 1 to {} letters, digits, '.', '_' or '-', got {}", max_name_length,
+                 describe(e->value));
+  }
+  spec.name = std::move(*s);
+  return {};
+}
+
+result<void> parse_consistency(const spec_parser& p, const entry& e, job_spec& spec) {
+  constexpr std::string_view forms = "bsp, ssp:S, asp, averaging:K";
+  if (!e.value.IsScalar()) return p.bad(e, "must be one of {}, got {}", forms, describe(e.value));
+  const std::string& text = e.value.Scalar();
+  consistency_config c;
+  const auto parameter = [&](std::string_view prefix, std::string_view what,
+                             int lo) -> result<int> {
+    const std::string_view arg =
+        text.size() > prefix.size() ? std::string_view(text).substr(prefix.size()) : "";
+    int v = 0;
+    const auto [ptr, ec] = std::from_chars(arg.data(), arg.data() + arg.size(), v);
+    if (ec != std::errc() || ptr != arg.data() + arg.size() || arg.empty() || v < lo) {
+      return p.bad(e, "needs {} as an integer >= {} after '{}' (e.g. '{}{}'), got '{}'", what, lo,
+                   prefix, prefix, lo + 2, printable(text));
+    }
+    return v;
+  };
+  if (text == "bsp") {
+    c.kind = consistency_kind::bsp;
+  } else if (text == "asp") {
+    c.kind = consistency_kind::asp;
+  } else if (text == "ssp" || text.starts_with("ssp:")) {
+    auto s = parameter("ssp:", "the staleness", 0);
+    if (!s) return std::unexpected(std::move(s.error()));
+    c.kind = consistency_kind::ssp;
+    c.staleness = *s;
+  } else if (text == "averaging" || text.starts_with("averaging:")) {
+    auto k = parameter("averaging:", "the local steps", 1);
+    if (!k) return std::unexpected(std::move(k.error()));
+    c.kind = consistency_kind::averaging;
+    c.local_steps = *k;
+  } else {
+    return p.bad(e, "must be one of {}, got {}", forms, describe(e.value));
+  }
+  spec.consistency = c;
+  return {};
+}
+
+result<count_range> parse_count_range(const spec_parser& p, const entry& e) {
+  count_range r;
+  if (e.value.IsScalar()) {
+    auto n = p.get_int(e, 1, int_max);
+    if (!n) return std::unexpected(std::move(n.error()));
+    r.min = r.max = r.initial = int(*n);
+    return r;
+  }
+  if (!e.value.IsMap()) {
+    return p.bad(e, "must be an integer or a map {{min, max, initial}}, got {}", describe(e.value));
+  }
+  auto f = p.open_map(e, {"min", "max", "initial"});
+  if (!f) return std::unexpected(std::move(f.error()));
+  std::optional<int> min, max, initial;
+  for (std::string_view key : {"min", "max", "initial"}) {
+    const entry* k = f->find(key);
+    if (k == nullptr) continue;
+    auto v = p.get_int(*k, 1, int_max);
+    if (!v) return std::unexpected(std::move(v.error()));
+    (key == "min" ? min : key == "max" ? max : initial) = int(*v);
+  }
+  r.min = min.value_or(1);
+  r.initial = initial.value_or(r.min);
+  r.max = max.value_or(std::max(r.min, r.initial));
+  if (!(r.min <= r.initial && r.initial <= r.max)) {
+    return p.bad(e, "needs min <= initial <= max, got min {}, initial {}, max {}", r.min, r.initial,
+                 r.max);
+  }
+  return r;
+}
+
+result<void> parse_function(const spec_parser& p, const entry& e, job_spec& spec) {
+  auto f = p.open_map(e, {"deadline_s", "memory_mb", "chunks_per_invocation"});
+  if (!f) return std::unexpected(std::move(f.error()));
+  function_limits limits;
+  if (const entry* d = f->find("deadline_s")) {
+    auto v = p.get_number(*d, 0.0, false, std::numeric_limits<double>::infinity(), false);
+    if (!v) return std::unexpected(std::move(v.error()));
+    limits.deadline_s = *v;
+  }
+  if (const entry* m = f->find("memory_mb")) {
+    auto v = p.get_uint(*m, 0);
+    if (!v) return std::unexpected(std::move(v.error()));
+    limits.memory_mb = *v;
+  }
+  if (const entry* c = f->find("chunks_per_invocation")) {
+    auto v = p.get_int(*c, 1, 1'000'000);
+    if (!v) return std::unexpected(std::move(v.error()));
+    limits.chunks_per_invocation = std::uint32_t(*v);
+  }
+  if (spec.precision != kernels::math_precision::fp32)
+    return p.bad(e,
+                 "function workers compute in fp32 only (precision: {} asks for products they "
+                 "do not run); drop precision or function",
+                 kernels::to_string(spec.precision));
+  spec.function = limits;
+  return {};
+}
+
+/// The one change of a schedule entry `f` (workers, shards or migrate) into `a`.
+result<void> parse_change(const spec_parser& p, const fields& f, const entry& item,
+                          const job_spec& spec, schedule_action& a) {
+  int given = 0;
+  for (std::string_view key : {"workers", "shards", "migrate"}) {
+    const entry* k = f.find(key);
+    if (k == nullptr) continue;
+    if (++given > 1)
+      return p.bad(*k, "is a second change in one entry; give one of workers, shards, migrate");
+    const auto& range = key == "workers" ? spec.workers : spec.shards;
+    if (key == "migrate") {
+      auto v = p.get_int(*k, 0, std::numeric_limits<std::uint32_t>::max());
+      if (!v) return std::unexpected(std::move(v.error()));
+      a.kind = schedule_action::kind_type::migrate;
+      a.value = std::uint32_t(*v);
+    } else {
+      auto v = p.get_int(*k, range.min, range.max);
+      if (!v) return std::unexpected(std::move(v.error()));
+      a.kind = key == "workers" ? schedule_action::kind_type::workers
+                                : schedule_action::kind_type::shards;
+      a.value = std::uint32_t(*v);
+    }
+  }
+  if (given == 0)
+    return p.bad(errc::invalid_argument, f.line(), item.path,
+                 "needs one change: workers, shards or migrate");
+  return {};
+}
+
+result<void> parse_schedule(const spec_parser& p, const entry& e, job_spec& spec) {
+  if (!e.value.IsSequence())
+    return p.bad(e, "must be a list of changes such as {{at_step: 20, workers: 3}}, got {}",
+                 describe(e.value));
+  for (std::size_t i = 0; i < e.value.size(); ++i) {
+    // The item stands as its own key, so a missing field names the item's line.
+    const entry item{e.value[i], e.value[i], coach::format("{}[{}]", e.path, i)};
+    auto f = p.open_map(item, {"at_step", "workers", "shards", "migrate"});
+    if (!f) return std::unexpected(std::move(f.error()));
+    schedule_action a;
+    const entry* at = f->find("at_step");
+    if (at == nullptr) return p.missing(*f, "at_step");
+    auto step = p.get_int(*at, 1, std::int64_t(1e12));
+    if (!step) return std::unexpected(std::move(step.error()));
+    a.at_step = *step;
+    if (!spec.schedule.empty() && a.at_step <= spec.schedule.back().at_step)
+      return p.bad(*at, "must be greater than the previous change's ({}), got {}",
+                   spec.schedule.back().at_step, a.at_step);
+    if (auto r = parse_change(p, *f, item, spec, a); !r) return r;
+    spec.schedule.push_back(a);
+  }
+  return {};
+}
+
+/// batch_size and epochs (required), consistency and seed. `consistency_line` gets the line of
+/// a valid consistency.
+result<void> parse_training(const spec_parser& p, const fields& top, job_spec& spec,
+                            int& consistency_line) {
+  const entry* e = top.find("batch_size");
+  const entry* b = top.find("batch");
+  if (e && b) return p.bad(*b, "give batch_size or batch, not both");
+  if (e == nullptr && b == nullptr) return p.missing(top, "batch_size");
+  if (e) {
+    auto batch = p.get_int(*e, 1, max_width);
+    if (!batch) return std::unexpected(std::move(batch.error()));
+    spec.batch_size = int(*batch);
+    spec.batch = batch_kind::global;  // batch_size × the initial workers, fixed (resolve_batch)
+    spec.batch_line = spec_parser::line_of(*e);
+  } else {
+    auto f = p.open_map(*b, {"global", "per_worker", "lr_scaling"});
+    if (!f) return std::unexpected(std::move(f.error()));
+    const entry* g = f->find("global");
+    const entry* w = f->find("per_worker");
+    if ((g == nullptr) == (w == nullptr)) return p.bad(*b, "give one of global: N, per_worker: N");
+    auto n = p.get_int(g ? *g : *w, 1, max_width);
+    if (!n) return std::unexpected(std::move(n.error()));
+    spec.batch = g ? batch_kind::global : batch_kind::per_worker;
+    if (g)
+      spec.global_batch = int(*n);
+    else
+      spec.batch_size = int(*n);
+    spec.batch_line = spec_parser::line_of(*b);
+    if (const entry* l = f->find("lr_scaling")) {
+      if (g) return p.bad(*l, "applies to per_worker: N (a global batch does not change)");
+      auto k = p.get_enum<ps::lr_scaling_kind>(*l,
+                                               {{"none", ps::lr_scaling_kind::none},
+                                                {"linear", ps::lr_scaling_kind::linear},
+                                                {"sqrt", ps::lr_scaling_kind::sqrt},
+                                                {"adascale", ps::lr_scaling_kind::adascale}},
+                                               "none, linear, sqrt, adascale");
+      if (!k) return std::unexpected(std::move(k.error()));
+      spec.optimizer.lr_scaling = *k;
+    }
+  }
+
+  e = top.find("epochs");
+  if (e == nullptr) return p.missing(top, "epochs");
+  auto epochs = p.get_int(*e, 1, int_max);
+  if (!epochs) return std::unexpected(std::move(epochs.error()));
+  spec.epochs = int(*epochs);
+
+  if ((e = top.find("consistency"))) {
+    if (auto r = parse_consistency(p, *e, spec); !r) return r;
+    consistency_line = spec_parser::line_of(*e);
+  }
+  if ((e = top.find("seed"))) {
+    auto v = p.get_uint(*e, 0);
+    if (!v) return std::unexpected(std::move(v.error()));
+    spec.seed = *v;
+  }
+  return {};
+}
+
+/// After consistency and workers: the global batch of a job that keeps it fixed (batch_size ×
+/// the initial workers, or batch: {global: N}); a job whose consistency has no common step
+/// (asp, averaging:K) runs its batch per worker.
+result<void> resolve_batch(const spec_parser& p, job_spec& spec) {
+  const bool stepwise = ps::make_consistency(spec.consistency)->stepwise();
+  if (spec.batch == batch_kind::global && spec.global_batch > 0 && !stepwise)
+    return p.bad(errc::invalid_argument, spec.batch_line, "batch",
+                 "global: N needs consistency bsp or ssp (asp and averaging:K have no common "
+                 "step); give per_worker: N");
+  if (spec.batch == batch_kind::global && !stepwise) spec.batch = batch_kind::per_worker;
+  if (spec.batch != batch_kind::global) {
+    spec.global_batch = 0;
+    if (spec.optimizer.lr_scaling != ps::lr_scaling_kind::none) {
+      if (!stepwise)
+        return p.bad(errc::invalid_argument, spec.batch_line, "batch.lr_scaling",
+                     "needs consistency bsp or ssp (a step of asp or averaging:K is one "
+                     "worker's)");
+      // The rate as configured holds at the initial workers' global batch.
+      spec.optimizer.reference_batch =
+          std::uint64_t(spec.batch_size) * std::uint64_t(std::max(1, spec.workers.initial));
+    }
+    return {};
+  }
+  const int initial = std::max(1, spec.workers.initial);
+  if (spec.global_batch == 0) {
+    if (std::int64_t(spec.batch_size) * initial > max_width)
+      return p.bad(errc::invalid_argument, spec.batch_line, "batch_size",
+                   "times the initial workers ({}) must be at most {}", initial, max_width);
+    spec.global_batch = spec.batch_size * initial;
+  } else {
+    spec.batch_size = std::max(1, spec.global_batch / initial);
+  }
+  return {};
+}
+
+/// workers, shards, gpus_per_worker, backend, precision, slice_size, host_reduce, placement and
+/// replicas.
+result<void> parse_resources(const spec_parser& p, const fields& top, job_spec& spec) {
+  const entry* e = nullptr;
+  if ((e = top.find("workers"))) {
+    auto v = parse_count_range(p, *e);
+    if (!v) return std::unexpected(std::move(v.error()));
+    spec.workers = *v;
+  }
+  if ((e = top.find("shards"))) {
+    auto v = parse_count_range(p, *e);
+    if (!v) return std::unexpected(std::move(v.error()));
+    spec.shards = *v;
+  }
+  if ((e = top.find("gpus_per_worker"))) {
+    auto v = p.get_int(*e, 0, int_max);
+    if (!v) return std::unexpected(std::move(v.error()));
+    spec.gpus_per_worker = int(*v);
+  }
+  if ((e = top.find("backend"))) {
+    auto s = p.get_string(*e);
+    if (!s) return std::unexpected(std::move(s.error()));
+    auto kind = kernels::parse_backend_kind(*s);
+    if (!kind) return p.bad(*e, "must be one of auto, cpu, cuda, got {}", describe(e->value));
+    spec.backend = *kind;
+  }
+  if ((e = top.find("precision"))) {
+    auto v = p.get_enum<kernels::math_precision>(*e,
+                                                 {{"fp32", kernels::math_precision::fp32},
+                                                  {"tf32", kernels::math_precision::tf32},
+                                                  {"bf16", kernels::math_precision::bf16}},
+                                                 "fp32, tf32, bf16");
+    if (!v) return std::unexpected(std::move(v.error()));
+    spec.precision = *v;
+  }
+  if ((e = top.find("slice_size"))) {
+    auto v = p.get_uint(*e, 1);
+    if (!v) return std::unexpected(std::move(v.error()));
+    if (*v > std::numeric_limits<std::uint32_t>::max()) {
+      return p.bad(*e, "must be in [1, {}], got {}", std::numeric_limits<std::uint32_t>::max(), *v);
+    }
+    spec.slice_size = std::size_t(*v);
+  }
+  if ((e = top.find("host_reduce"))) {
+    auto v = p.get_enum<bool>(*e, {{"true", true}, {"false", false}}, "true, false");
+    if (!v) return std::unexpected(std::move(v.error()));
+    spec.host_reduce = *v;
+  }
+  if ((e = top.find("placement"))) {
+    auto v = p.get_enum<std::string>(
+        *e,
+        {{"spread", "spread"}, {"best-fit", "best-fit"}, {"random", "random"}, {"dltap", "dltap"}},
+        "spread, best-fit, random, dltap");
+    if (!v) return std::unexpected(std::move(v.error()));
+    spec.placement = *v;
+  }
+  if ((e = top.find("replicas"))) {
+    auto v = p.get_int(*e, 1, max_replicas);
+    if (!v) return std::unexpected(std::move(v.error()));
+    // A backup takes over a step in flight from the pushes the workers send it again, which
+    // only the bulk-synchronous step boundary makes exact (docs/design.md "Shard replicas").
+    if (*v > 1 && spec.consistency.kind != consistency_kind::bsp)
+      return p.bad(*e, "must be 1 with consistency {} (backups need bsp), got {}",
+                   to_string(spec.consistency), *v);
+    spec.replicas = std::uint32_t(*v);
+  }
+  return {};
+}
+
+/// `checkpoint: {path, every_s}` and `output: FILE`, paths made absolute against base_dir.
+result<void> parse_outputs(const spec_parser& p, const fields& top, const std::string& base_dir,
+                           job_spec& spec) {
+  if (const entry* e = top.find("checkpoint")) {
+    auto f = p.open_map(*e, {"path", "every_s"});
+    if (!f) return std::unexpected(std::move(f.error()));
+    const entry* path = f->find("path");
+    const entry* every = f->find("every_s");
+    // Without a path, every_s alone still sets how often a cluster scheduler's store takes one.
+    if (path == nullptr && every == nullptr) return p.missing(*f, "path");
+    if (path != nullptr) {
+      auto v = p.get_string(*path);
+      if (!v) return std::unexpected(std::move(v.error()));
+      if (v->empty()) return p.bad(*path, "must not be empty");
+      spec.checkpoint.path = resolve_path(base_dir, *v);
+    }
+    if (every != nullptr) {
+      auto s = p.get_number(*every, 0.0, false, std::numeric_limits<double>::infinity(), true);
+      if (!s) return std::unexpected(std::move(s.error()));
+      spec.checkpoint.every_s = *s;
+      spec.checkpoint.every_s_given = true;
+    }
+  }
+  if (const entry* e = top.find("output")) {
+    auto v = p.get_string(*e);
+    if (!v) return std::unexpected(std::move(v.error()));
+    if (v->empty()) return p.bad(*e, "must not be empty");
+    spec.output = resolve_path(base_dir, *v);
+  }
+  return {};
+}
+
+/// The fields of the document `root`, which must be a map of the known top-level fields.
+result<fields> open_top(const spec_parser& p, const YAML::Node& root) {
+  if (root.IsNull()) {
+    return fail(errc::invalid_argument, "{}:{}: the document is empty; expected a map of fields",
+                p.source(), spec_parser::line_of(root, 1));
+  }
+  if (!root.IsMap()) {
+    return fail(errc::invalid_argument, "{}:{}: the top level must be a map of fields, got {}",
+                p.source(), spec_parser::line_of(root, 1), describe(root));
+  }
+  return p.open_map(
+      root, "", spec_parser::line_of(root, 1),
+      {"name",     "dataset",     "model",      "optimizer",   "batch_size", "batch",
+       "epochs",   "consistency", "seed",       "workers",     "shards",     "gpus_per_worker",
+       "backend",  "precision",   "slice_size", "host_reduce", "placement",  "replicas",
+       "function", "schedule",    "checkpoint", "output"});
+}
+
+/// Parses one document into a job_spec, the fields in the order of the spec, so that the
+/// first field at fault is the one reported.
+result<job_spec> parse_spec(const spec_parser& p, const YAML::Node& root,
+                            const std::string& base_dir) {
+  auto top = open_top(p, root);
+  if (!top) return std::unexpected(std::move(top.error()));
+
+  job_spec spec;
+  if (auto r = parse_name(p, *top, spec); !r) return std::unexpected(std::move(r.error()));
+  if (auto r = parse_dataset(p, *top, base_dir, spec); !r) {
+    return std::unexpected(std::move(r.error()));
+  }
+  if (auto r = parse_model(p, *top, spec); !r) return std::unexpected(std::move(r.error()));
+  if (auto r = parse_optimizer(p, *top, spec); !r) return std::unexpected(std::move(r.error()));
+  int consistency_line = 0;
+  if (auto r = parse_training(p, *top, spec, consistency_line); !r) {
+    return std::unexpected(std::move(r.error()));
+  }
+  if (auto r = parse_resources(p, *top, spec); !r) return std::unexpected(std::move(r.error()));
+  if (const entry* e = top->find("function")) {
+    if (auto r = parse_function(p, *e, spec); !r) return std::unexpected(std::move(r.error()));
+  }
+  if (auto r = resolve_batch(p, spec); !r) return std::unexpected(std::move(r.error()));
+  // After workers and shards: a change is checked against their ranges.
+  if (const entry* e = top->find("schedule")) {
+    if (auto r = parse_schedule(p, *e, spec); !r) return std::unexpected(std::move(r.error()));
+  }
+  if (auto r = parse_outputs(p, *top, base_dir, spec); !r) {
+    return std::unexpected(std::move(r.error()));
+  }
+  // Model averaging runs the optimizer on the workers, where it has no state across rounds.
+  if (spec.consistency.kind == consistency_kind::averaging &&
+      spec.optimizer.kind == ps::optimizer_kind::adam) {
+    return std::unexpected(
+        error{errc::invalid_argument,
+              coach::format("{}:{}: field 'consistency': averaging trains each worker with sgd or "
+                            "momentum from the pulled parameters; optimizer adam is not supported "
+                            "with it",
+                            p.source(), consistency_line)});
+  }
+  return spec;
+}
+
+/// The model section alone (a map), as parse_spec reads it.
+result<worker::model_config> parse_model_section(const spec_parser& p, const YAML::Node& model) {
+  YAML::Node root(YAML::NodeType::Map);
+  root["model"] = model;
+  auto top = p.open_map(root, "", 1, {"model"});
+  if (!top) return std::unexpected(std::move(top.error()));
+  job_spec spec;
+  if (auto r = parse_model(p, *top, spec); !r) return std::unexpected(std::move(r.error()));
+  return spec.model;
+}
+
+}  // namespace
+}  // namespace detail
+
+ps::optimizer_config shard_optimizer(const job_spec& spec) {
+  if (spec.consistency.kind != consistency_kind::averaging) return spec.optimizer;
+  ps::optimizer_config avg;
+  avg.kind = ps::optimizer_kind::sgd;
+  avg.sgd = kernels::sgd_options{1.0f, 0.0f, 0.0f};
+  return avg;
+}
+
+ps::optimizer_config shard_optimizer(const job_spec& spec, std::uint64_t train_rows,
+                                     std::vector<ps::statistic_range> statistics) {
+  ps::optimizer_config opt = shard_optimizer(spec);
+  opt.samples_per_epoch = train_rows;
+  opt.epochs = spec.epochs;
+  // Under averaging the statistics are averaged like every other key.
+  if (spec.consistency.kind != consistency_kind::averaging) opt.statistics = std::move(statistics);
+  return opt;
+}
+
+std::string to_string(const consistency_config& c) {
+  return ps::make_consistency(c)->name();
+}
+
+std::uint32_t max_useful_workers(const job_spec& spec, std::size_t rows) {
+  const std::size_t r = std::max<std::size_t>(rows, 1);
+  std::size_t n = spec.fixed_global_batch()
+                      ? std::min<std::size_t>(std::size_t(spec.global_batch), r)
+                      : (r + std::size_t(std::max(spec.batch_size, 1)) - 1) /
+                            std::size_t(std::max(spec.batch_size, 1));
+  n = std::clamp<std::size_t>(n, 1, std::numeric_limits<std::uint32_t>::max());
+  return std::uint32_t(n);
+}
+
+std::optional<error> too_many_workers(const job_spec& spec, std::size_t rows, std::uint32_t workers,
+                                      std::string_view what) {
+  const auto most = max_useful_workers(spec, rows);
+  if (workers <= most) return std::nullopt;
+  const std::string why =
+      spec.fixed_global_batch()
+          ? coach::format(
+                "a step of the global batch of {} gives each of at most {} workers a "
+                "sample",
+                spec.global_batch, most)
+          : coach::format("an epoch of {} rows holds {} batches of {}", rows, most,
+                          spec.batch_size);
+  return error{errc::invalid_argument,
+               coach::format("{} {}: {}: more workers would have nothing to train (at most {})",
+                             what, workers, why, most)};
+}
+
+result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view source_name) {
+  return parse_job_spec(yaml_text, source_name, {});
+}
+
+result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view source_name,
+                                std::string_view base_dir) {
+  const std::string source(source_name.empty() ? "<job spec>" : source_name);
+  try {
+    auto root = detail::load_single_document(std::string(yaml_text), source);
+    if (!root) return std::unexpected(std::move(root.error()));
+    return detail::parse_spec(detail::spec_parser(source), *root, std::string(base_dir));
+  } catch (const YAML::Exception& e) {
+    // ParserException and the rest: yaml-cpp's message may quote the offending character.
+    return fail(errc::parse_error, "{}:{}: malformed YAML: {}", source,
+                e.mark.line >= 0 ? e.mark.line + 1 : 1, detail::printable(e.msg, 200));
+  } catch (const std::bad_alloc&) {
+    return fail(errc::resource_exhausted, "{}: out of memory while parsing", source);
+  } catch (const std::exception& e) {
+    return fail(errc::parse_error, "{}: cannot parse: {}", source,
+                detail::printable(e.what(), 200));
+  }
+}
+
+result<worker::model_config> parse_model_yaml(std::string_view yaml_text,
+                                              std::string_view source_name) {
+  const std::string source(source_name.empty() ? "<model>" : source_name);
+  try {
+    auto root = detail::load_single_document(std::string(yaml_text), source);
+    if (!root) return std::unexpected(std::move(root.error()));
+    return detail::parse_model_section(detail::spec_parser(source), *root);
+  } catch (const std::exception& e) {
+    return fail(errc::parse_error, "{}: cannot parse the model: {}", source,
+                detail::printable(e.what(), 200));
+  }
+}
+
+result<job_spec> load_job_spec(const std::string& path) {
+  try {
+    std::error_code ec;
+    const auto st = std::filesystem::status(path, ec);
+    if (st.type() == std::filesystem::file_type::not_found) {
+      return fail(errc::not_found, "{}: job spec file not found", path);
+    }
+    if (st.type() == std::filesystem::file_type::directory) {
+      return fail(errc::io_error, "{}: is a directory, expected a job spec file", path);
+    }
+    const auto size = std::filesystem::file_size(path, ec);
+    if (!ec && size > detail::max_spec_bytes) {
+      return fail(errc::invalid_argument, "{}: is {} bytes; a job spec may have at most {}", path,
+                  size, detail::max_spec_bytes);
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return fail(errc::io_error, "{}: cannot open the job spec file", path);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (in.bad()) return fail(errc::io_error, "{}: cannot read the job spec file", path);
+    return parse_job_spec(text.str(), path);
+  } catch (const std::bad_alloc&) {
+    return fail(errc::resource_exhausted, "{}: out of memory while reading", path);
+  } catch (const std::exception& e) {
+    return fail(errc::io_error, "{}: cannot read the job spec file: {}", path, e.what());
+  }
+}
+
+}  // namespace coach::scheduler

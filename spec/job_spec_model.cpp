@@ -1,0 +1,261 @@
+// spec/job_spec_model.cpp: the `model:` section of a job spec and its list of layers
+// (job_spec_sections.hpp).
+#include <initializer_list>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "spec/job_spec_sections.hpp"
+
+namespace coach::scheduler::detail {
+namespace {
+
+using worker::layer_kind;
+
+constexpr std::string_view layer_kinds =
+    "dense, conv2d, max_pool2d, avg_pool2d, flatten, dropout, batch_norm, relu, tanh, sigmoid, "
+    "gelu";
+
+const std::initializer_list<std::pair<std::string_view, layer_kind>> layer_names = {
+    {"dense", layer_kind::dense},
+    {"conv2d", layer_kind::conv2d},
+    {"max_pool2d", layer_kind::max_pool2d},
+    {"avg_pool2d", layer_kind::avg_pool2d},
+    {"flatten", layer_kind::flatten},
+    {"dropout", layer_kind::dropout},
+    {"batch_norm", layer_kind::batch_norm},
+    {"relu", layer_kind::relu},
+    {"tanh", layer_kind::tanh},
+    {"sigmoid", layer_kind::sigmoid},
+    {"gelu", layer_kind::gelu}};
+
+/// The largest kernel, stride and padding of a layer.
+constexpr std::int64_t max_window = 1024;
+
+/// A layer given by its name alone (`- relu`); the last in the list when `last`.
+result<worker::layer_config> parse_layer_name(const spec_parser& p, const entry& item, bool last) {
+  worker::layer_config l;
+  auto k = p.get_enum<layer_kind>(item, layer_names, layer_kinds);
+  if (!k) return std::unexpected(std::move(k.error()));
+  l.kind = *k;
+  if (l.kind == layer_kind::conv2d)
+    return p.bad(item,
+                 "conv2d needs its channels and kernel: {{type: conv2d, channels: N, "
+                 "kernel: K}}");
+  if (l.kind == layer_kind::dense && !last)
+    return p.bad(item,
+                 "dense needs its units ({{type: dense, units: N}}); only the last layer "
+                 "may leave them out");
+  return l;
+}
+
+/// The fields of a layer map of kind `kind`: `type` and the options of that kind.
+result<fields> open_layer(const spec_parser& p, const entry& item, layer_kind kind) {
+  switch (kind) {
+    case layer_kind::dense:
+      return p.open_map(item, {"type", "units"});
+    case layer_kind::conv2d:
+      return p.open_map(item, {"type", "channels", "kernel", "stride", "padding"});
+    case layer_kind::max_pool2d:
+    case layer_kind::avg_pool2d:
+      return p.open_map(item, {"type", "kernel", "stride", "padding"});
+    case layer_kind::dropout:
+      return p.open_map(item, {"type", "p"});
+    case layer_kind::batch_norm:
+      return p.open_map(item, {"type", "momentum", "epsilon"});
+    default:
+      return p.open_map(item, {"type"});
+  }
+}
+
+/// Reads the integer field `key` of `lf` in [lo, hi] into `into`; false when it is not there.
+result<bool> int_field(const spec_parser& p, const fields& lf, std::string_view key,
+                       std::int64_t lo, std::int64_t hi, int& into) {
+  const entry* fe = lf.find(key);
+  if (fe == nullptr) return false;
+  auto v = p.get_int(*fe, lo, hi);
+  if (!v) return std::unexpected(std::move(v.error()));
+  into = int(*v);
+  return true;
+}
+
+/// The window of a conv2d (channels and kernel required) or a pooling layer: kernel, stride,
+/// padding (smaller than the kernel).
+result<void> parse_window(const spec_parser& p, const fields& lf, worker::layer_config& l) {
+  result<bool> got = false;
+  if (l.kind == layer_kind::conv2d) {
+    got = int_field(p, lf, "channels", 1, 65536, l.channels);
+    if (!got) return std::unexpected(std::move(got.error()));
+    if (!*got) return p.missing(lf, "channels");
+    got = int_field(p, lf, "kernel", 1, max_window, l.kernel);
+    if (!got) return std::unexpected(std::move(got.error()));
+    if (!*got) return p.missing(lf, "kernel");
+  } else {
+    got = int_field(p, lf, "kernel", 1, max_window, l.kernel);
+    if (!got) return std::unexpected(std::move(got.error()));
+  }
+  got = int_field(p, lf, "stride", 1, max_window, l.stride);
+  if (!got) return std::unexpected(std::move(got.error()));
+  got = int_field(p, lf, "padding", 0, max_window, l.padding);
+  if (!got) return std::unexpected(std::move(got.error()));
+  if (const entry* pe = lf.find("padding")) {
+    const int window = l.kernel != 0 ? l.kernel : 2;
+    if (l.padding >= window)
+      return p.bad(*pe,
+                   "must be smaller than the kernel ({}) so that every window touches "
+                   "the input, got {}",
+                   window, l.padding);
+  }
+  return {};
+}
+
+/// The options of a layer map `lf` for l.kind; `last`: the last layer (dense may leave out
+/// its units).
+result<void> parse_layer_options(const spec_parser& p, const fields& lf, bool last,
+                                 worker::layer_config& l) {
+  switch (l.kind) {
+    case layer_kind::dense: {
+      auto got = int_field(p, lf, "units", 1, max_width, l.units);
+      if (!got) return std::unexpected(std::move(got.error()));
+      if (!*got && !last) return p.missing(lf, "units");
+      return {};
+    }
+    case layer_kind::conv2d:
+    case layer_kind::max_pool2d:
+    case layer_kind::avg_pool2d:
+      return parse_window(p, lf, l);
+    case layer_kind::dropout:
+      if (const entry* fe = lf.find("p")) {
+        auto v = p.get_float(*fe, 0.0, false, 1.0, true);
+        if (!v) return std::unexpected(std::move(v.error()));
+        l.p = *v;
+      }
+      return {};
+    case layer_kind::batch_norm:
+      if (const entry* fe = lf.find("momentum")) {
+        auto v = p.get_float(*fe, 0.0, true, 1.0, false);
+        if (!v) return std::unexpected(std::move(v.error()));
+        l.momentum = *v;
+      }
+      if (const entry* fe = lf.find("epsilon")) {
+        auto v = p.get_float(*fe, 0.0, true, 1.0, false);
+        if (!v) return std::unexpected(std::move(v.error()));
+        l.epsilon = *v;
+      }
+      return {};
+    default:
+      return {};
+  }
+}
+
+/// A layer given as a map with a `type` (`- {type: dense, units: 10}`), item of the list `e`.
+result<worker::layer_config> parse_layer_map(const spec_parser& p, const entry& e,
+                                             const entry& item, bool last) {
+  if (!item.value.IsMap())
+    return p.bad(item, "must be a layer name or a map with a 'type', got {}", describe(item.value));
+  const YAML::Node type = item.value["type"];
+  if (!type) return p.bad(item, "needs a 'type' (one of {})", layer_kinds);
+  const entry type_entry{e.key, type, item.path + ".type"};
+  auto k = p.get_enum<layer_kind>(type_entry, layer_names, layer_kinds);
+  if (!k) return std::unexpected(std::move(k.error()));
+  worker::layer_config l;
+  l.kind = *k;
+  auto lf = open_layer(p, item, l.kind);
+  if (!lf) return std::unexpected(std::move(lf.error()));
+  if (auto ok = parse_layer_options(p, *lf, last, l); !ok) {
+    return std::unexpected(std::move(ok.error()));
+  }
+  return l;
+}
+
+/// `layers`: a non-empty list of layers whose last is dense.
+result<void> parse_layers(const spec_parser& p, const entry& e,
+                          std::vector<worker::layer_config>& out) {
+  if (!e.value.IsSequence() || e.value.size() == 0)
+    return p.bad(e, "must be a non-empty list of layers, got {}", describe(e.value));
+  const std::size_t count = e.value.size();
+  for (std::size_t i = 0; i < count; ++i) {
+    const entry item{e.key, e.value[i], coach::format("{}[{}]", e.path, i)};
+    const bool last = i + 1 == count;
+    auto l =
+        item.value.IsScalar() ? parse_layer_name(p, item, last) : parse_layer_map(p, e, item, last);
+    if (!l) return std::unexpected(std::move(l.error()));
+    out.push_back(*l);
+  }
+  if (out.back().kind != layer_kind::dense) {
+    const entry item{e.key, e.value[count - 1], coach::format("{}[{}]", e.path, count - 1)};
+    return p.bad(item,
+                 "must be dense: the last layer gives the class scores (softmax "
+                 "cross-entropy follows it), got {}",
+                 worker::to_string(out.back().kind));
+  }
+  return {};
+}
+
+/// The mlp shorthand: `hidden` widths and `activation`.
+result<void> parse_mlp(const spec_parser& p, const fields& f, worker::model_config& model) {
+  if (const entry* e = f.find("hidden")) {
+    if (!e->value.IsSequence()) {
+      return p.bad(*e, "must be a list of layer widths, got {}", describe(e->value));
+    }
+    std::vector<int> widths;
+    for (std::size_t i = 0; i < e->value.size(); ++i) {
+      const entry item{e->key, e->value[i], coach::format("{}[{}]", e->path, i)};
+      auto w = p.get_int(item, 1, max_width);
+      if (!w) return std::unexpected(std::move(w.error()));
+      widths.push_back(int(*w));
+    }
+    model.hidden = std::move(widths);
+  }
+  if (const entry* e = f.find("activation")) {
+    auto v = p.get_enum<worker::activation>(*e, {{"relu", worker::activation::relu}}, "relu");
+    if (!v) return std::unexpected(std::move(v.error()));
+    model.act = *v;
+  }
+  return {};
+}
+
+/// `input_shape`: [channels, height, width].
+result<void> parse_input_shape(const spec_parser& p, const entry& e, worker::model_config& model) {
+  if (!e.value.IsSequence() || e.value.size() != 3)
+    return p.bad(e, "must be a list [channels, height, width], got {}", describe(e.value));
+  for (std::size_t i = 0; i < 3; ++i) {
+    const entry item{e.key, e.value[i], coach::format("{}[{}]", e.path, i)};
+    auto v = p.get_int(item, 1, max_width);
+    if (!v) return std::unexpected(std::move(v.error()));
+    model.input_shape[i] = int(*v);
+  }
+  return {};
+}
+
+}  // namespace
+
+result<void> parse_model(const spec_parser& p, const fields& top, job_spec& spec) {
+  const entry* m = top.find("model");
+  if (m == nullptr) return p.missing(top, "model");
+  auto f = p.open_map(*m, {"type", "hidden", "activation", "layers", "input_shape"});
+  if (!f) return std::unexpected(std::move(f.error()));
+  const entry* layers = f->find("layers");
+  spec.model.type = layers != nullptr ? "layers" : "mlp";
+  if (const entry* e = f->find("type")) {
+    auto v = p.get_enum<int>(*e, {{"mlp", 0}, {"layers", 1}}, "mlp, layers");
+    if (!v) return std::unexpected(std::move(v.error()));
+    spec.model.type = *v == 0 ? "mlp" : "layers";
+  }
+  const bool mlp = spec.model.type == "mlp";
+  if (mlp && layers != nullptr)
+    return p.bad(*layers, "is for type layers; type mlp takes 'hidden' (and 'activation')");
+  if (!mlp && layers == nullptr) return p.missing(*f, "layers");
+  for (const char* only_mlp : {"hidden", "activation"}) {
+    if (const entry* e = f->find(only_mlp); e != nullptr && !mlp)
+      return p.bad(*e, "is for type mlp; with 'layers' each layer is listed");
+  }
+  if (auto r = parse_mlp(p, *f, spec.model); !r) return r;
+  if (const entry* e = f->find("input_shape")) {
+    if (auto r = parse_input_shape(p, *e, spec.model); !r) return r;
+  }
+  if (layers != nullptr) return parse_layers(p, *layers, spec.model.layers);
+  return {};
+}
+
+}  // namespace coach::scheduler::detail

@@ -1,0 +1,36 @@
+#pragma once
+// scheduler::detail: the readers of the larger sections of a job spec (spec/job_spec.hpp),
+// one source each: dataset (job_spec_data.cpp), model and its layers (job_spec_model.cpp),
+// optimizer and its schedule (job_spec_optimizer.cpp). spec/job_spec.cpp reads the rest
+// and calls them in the order of the fields, so that the first field at fault is reported.
+// Private to the job_spec*.cpp sources.
+
+#include <cstdint>
+#include <string>
+
+#include "common/error.hpp"
+#include "spec/job_spec.hpp"
+#include "spec/spec_parser.hpp"
+
+namespace coach::scheduler::detail {
+
+/// The largest batch size and hidden width, and the largest |label_column|.
+inline constexpr std::int64_t max_width = 1 << 20;
+
+/// `path` made absolute against `base_dir` (empty: the working directory), normalized; `path`
+/// itself where that fails.
+std::string resolve_path(const std::string& base_dir, const std::string& path);
+
+/// Reads the required `dataset:` section of `top` into spec.dataset. A relative path is
+/// resolved against `base_dir` (empty: the working directory) and stored absolute.
+result<void> parse_dataset(const spec_parser& p, const fields& top, const std::string& base_dir,
+                           job_spec& spec);
+
+/// Reads the required `model:` section of `top` into spec.model.
+result<void> parse_model(const spec_parser& p, const fields& top, job_spec& spec);
+
+/// Reads the required `optimizer:` section of `top` into spec.optimizer (it looks at
+/// `consistency:` too: clip_norm and a schedule are refused with averaging:K).
+result<void> parse_optimizer(const spec_parser& p, const fields& top, job_spec& spec);
+
+}  // namespace coach::scheduler::detail
