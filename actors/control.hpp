@@ -20,6 +20,7 @@
 #include "ps/job_config.hpp"
 #include "ps/training_state.hpp"
 #include "report/job_report.hpp"
+#include "scheduler/cluster_messages.hpp"
 #include "scheduler/cluster_view.hpp"
 #include "scheduler/job_status.hpp"
 
@@ -28,19 +29,26 @@ namespace coach::actors {
 /// Bytes one job sent from one host to another (transport.hpp).
 using job_link_traffic = link_traffic;
 
-/// A node agent's periodic report of itself.
-struct node_heartbeat {
-  std::string name;        ///< coach-node --name
-  std::string address;     ///< its data-path socket, "tcp://IP:PORT"
-  std::string public_key;  ///< its CURVE public key (Z85); empty: it has none
-  std::uint32_t host = 0;
-  scheduler::host_resources resources;  ///< measured, as --cpus/--gpus set them
-  std::uint32_t actors_running = 0;     ///< shards and workers this node runs
-  std::uint64_t sequence = 0;           ///< +1 per heartbeat of one node process
-  std::int64_t unix_time_ms = 0;
-  bool draining = false;  ///< SIGTERM received: takes no new work, leaves when its work ends
-  std::vector<job_link_traffic> traffic;  ///< cumulative, what this node's transport sent
-};
+// A node's heartbeat, its answer to a command, and the job API (scheduler/cluster_messages.hpp).
+using scheduler::ack_reply;
+using scheduler::api_reply;
+using scheduler::api_request;
+using scheduler::cancel_request;
+using scheduler::command_reply;
+using scheduler::logs_reply;
+using scheduler::logs_request;
+using scheduler::migrate_request;
+using scheduler::node_heartbeat;
+using scheduler::node_status;
+using scheduler::nodes_reply;
+using scheduler::nodes_request;
+using scheduler::policy_reply;
+using scheduler::policy_request;
+using scheduler::rescale_request;
+using scheduler::status_reply;
+using scheduler::status_request;
+using scheduler::submit_reply;
+using scheduler::submit_request;
 
 /// A shard or worker added to a running job (docs/design.md "Elastic jobs"), with the
 /// configuration it starts under.
@@ -115,90 +123,11 @@ struct stop_job {
   std::uint64_t job = 0;
 };
 
-/// Node -> scheduler: the answer to a start_job or stop_job.
-struct command_reply {
-  std::uint64_t job = 0;
-  std::optional<coach::error> failure;  ///< empty: done
-  bool stopped = false;                 ///< answers a stop_job
-};
-
 /// One enum for a job's life across the project (scheduler/cluster_view.hpp).
 using job_state = scheduler::job_state;
 
 /// What `coach status` shows of one job (scheduler/job_status.hpp).
 using job_status = scheduler::job_status;
-
-/// What `coach nodes` shows of one node.
-struct node_status {
-  node_heartbeat last;       ///< its latest heartbeat
-  double seconds_since = 0;  ///< since that heartbeat arrived
-  bool alive = true;         ///< false once heartbeats stopped (the node is listed as dead)
-};
-
-// The job API: one request from the CLI, one reply from the scheduler.
-struct submit_request {
-  std::string spec_yaml;
-  std::string source_name;
-  std::string base_dir;
-  std::uint32_t workers = 0;  ///< 0: as the spec says
-  std::uint32_t shards = 0;
-  /// Random per submit (0: none): a request sent again with the same token is answered with the
-  /// job the first one stored, never a second job (safe retries across a scheduler restart).
-  std::uint64_t token = 0;
-};
-struct status_request {
-  std::uint64_t job = 0;  ///< 0: every job
-};
-struct nodes_request {};
-struct cancel_request {
-  std::uint64_t job = 0;
-};
-/// coach rescale JOB --workers N [--shards M] (0: unchanged).
-struct rescale_request {
-  std::uint64_t job = 0;
-  std::uint32_t workers = 0;
-  std::uint32_t shards = 0;
-};
-/// coach migrate JOB --shard K --to NODE.
-struct migrate_request {
-  std::uint64_t job = 0;
-  std::uint32_t shard = 0;
-  std::string to_node;
-};
-/// coach policy get | coach policy set NAME.
-struct policy_request {
-  std::optional<std::string> set;  ///< empty: get
-};
-/// coach logs JOB [-f]: the job's history after event `after` (0: all kept).
-struct logs_request {
-  std::uint64_t job = 0;
-  std::uint64_t after = 0;
-};
-using api_request = std::variant<submit_request, status_request, nodes_request, cancel_request,
-                                 rescale_request, migrate_request, policy_request, logs_request>;
-
-struct submit_reply {
-  std::uint64_t job = 0;
-};
-struct status_reply {
-  std::vector<job_status> jobs;
-};
-struct nodes_reply {
-  std::vector<node_status> nodes;
-};
-struct ack_reply {};
-struct policy_reply {
-  std::string active;  ///< the policy in force after the request
-};
-struct logs_reply {
-  std::vector<scheduler::job_event> events;  ///< oldest first
-  bool over = false;                         ///< the job ended: nothing more will come
-};
-/// A reply is either what was asked for or the error that prevented it.
-struct api_reply {
-  std::optional<coach::error> failure;
-  std::variant<ack_reply, submit_reply, status_reply, nodes_reply, policy_reply, logs_reply> body;
-};
 
 /// Everything that travels as msg_kind::control.
 using control_message =

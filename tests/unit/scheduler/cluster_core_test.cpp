@@ -1,0 +1,358 @@
+// scheduler::cluster_core: the cluster scheduler without an actor system or sockets. Nodes
+// heartbeat by call, time is two manual clocks, jobs live in an in-memory store and a data set
+// made here; every port records what it was asked, and the tests check what a node, a job's
+// master or a user would get: which stops go where, which runs start where, the job API's
+// replies and their error text.
+
+#include "scheduler/cluster_core.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <tuple>
+
+namespace coach::scheduler {
+namespace {
+
+std::string spec_yaml(const std::string& name, int workers, int shards) {
+  return "name: " + name +
+         "\ndataset: {format: csv, path: digits.csv, test_fraction: 0.2}\n"
+         "model: {type: mlp, hidden: [64], activation: relu}\n"
+         "optimizer: {type: momentum, learning_rate: 0.05, momentum: 0.9}\n"
+         "batch_size: 32\nepochs: 2\nworkers: " +
+         std::to_string(workers) + "\nshards: " + std::to_string(shards) + "\nbackend: cpu\n";
+}
+
+class cluster_core_test : public ::testing::Test {
+ protected:
+  manual_clock steady{at_seconds(100)};
+  manual_clock wall{at_seconds(1.7e9)};
+  std::vector<std::string> notes;
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> stops;  ///< (host, job)
+  std::vector<std::tuple<std::uint32_t, std::string, std::string>> peers;
+  int decides = 0;
+  std::vector<time_point> expires;
+  std::vector<std::tuple<std::uint64_t, std::uint32_t, std::chrono::seconds>> cancel_dues;
+  std::vector<launch_order> launches;
+  std::vector<job_data> launched_data;
+  std::vector<std::uint64_t> stopped_runs, dropped_runs, cancels;
+  std::vector<std::pair<std::uint64_t, std::vector<std::uint32_t>>> lost_workers;
+  std::vector<std::tuple<std::uint64_t, std::uint32_t, std::uint32_t>> rescales;
+  std::vector<change_answer> answers;  ///< of rescale and migrate, in order
+  job_data data;
+  std::optional<cluster_core> core;
+
+  void SetUp() override {
+    auto d = std::make_shared<worker::dataset_pair>();
+    d->train.rows = 1000;
+    d->test.rows = 200;
+    d->train.features = d->test.features = 64;
+    d->train.classes = d->test.classes = 10;
+    data = d;
+  }
+
+  void make(cluster_core_setup setup = {}) {
+    setup.self_host = 1;
+    setup.steady = &steady;
+    setup.wall = &wall;
+    setup.rebalance_interval = seconds(0);
+    cluster_core_ports p;
+    p.note = [this](const std::string& l) { notes.push_back(l); };
+    p.stop_job = [this](std::uint32_t h, std::uint64_t j) { stops.emplace_back(h, j); };
+    p.add_peer = [this](std::uint32_t h, const std::string& a, const std::string& k) {
+      peers.emplace_back(h, a, k);
+    };
+    p.decide_soon = [this] { ++decides; };
+    p.expire_soon = [this](time_point t) { expires.push_back(t); };
+    p.cancel_due_in = [this](std::uint64_t j, std::uint32_t g, std::chrono::seconds s) {
+      cancel_dues.emplace_back(j, g, s);
+    };
+    p.load_data = [this](const job_spec&) -> result<job_data> { return data; };
+    // As the actor's job_runner does: the run is counted in the registry.
+    p.launch = [this](registered_job& job, const launch_order& o, job_data d) -> result<void> {
+      launches.push_back(o);
+      launched_data.push_back(d);
+      core->registry().begin_run(job, o.workers, o.shards, false);
+      return {};
+    };
+    p.stop_run = [this](std::uint64_t j) { stopped_runs.push_back(j); };
+    p.drop_run = [this](std::uint64_t j) { dropped_runs.push_back(j); };
+    p.busy = [](std::uint64_t) { return false; };
+    // A start answered without a failure starts the whole run.
+    p.start_answered = [this](registered_job& job, std::uint32_t,
+                              const command_reply& r) -> result<bool> {
+      if (r.failure) return std::unexpected(*r.failure);
+      core->registry().started(job);
+      return true;
+    };
+    p.rescale = [this](std::uint64_t j, std::uint32_t w, std::uint32_t s, change_answer a) {
+      rescales.emplace_back(j, w, s);
+      answers.push_back(std::move(a));
+    };
+    p.migrate = [this](std::uint64_t, std::uint32_t, std::string, change_answer a) {
+      answers.push_back(std::move(a));
+    };
+    p.cancel = [this](std::uint64_t j) { cancels.push_back(j); };
+    p.take_over = [](std::uint64_t, std::vector<std::uint32_t>, std::vector<std::uint32_t>) {};
+    p.lose_workers = [this](std::uint64_t j, std::vector<std::uint32_t> ranks) {
+      lost_workers.emplace_back(j, std::move(ranks));
+    };
+    core.emplace(std::move(setup), std::move(p));
+  }
+
+  static node_heartbeat hb(std::uint32_t host, std::string name) {
+    node_heartbeat h;
+    h.host = host;
+    h.name = std::move(name);
+    h.address = "tcp://10.0.0." + std::to_string(host) + ":7000";
+    h.public_key = "key" + std::to_string(host);
+    h.resources.cpus_total = 4;
+    h.resources.cpus_free = 4;
+    h.resources.memory_total = h.resources.memory_free = 8ull << 30;
+    return h;
+  }
+
+  /// The reply to a request answered now.
+  api_reply ask(const api_request& req) {
+    std::optional<api_reply> got;
+    core->request(req, [&](api_reply r) { got = std::move(r); });
+    EXPECT_TRUE(got.has_value());
+    return got ? *got : api_reply{};
+  }
+
+  /// Submits a job; its id.
+  std::uint64_t submit(int workers, int shards) {
+    auto r = ask(submit_request{spec_yaml("j", workers, shards), "job.yaml", "/tmp", 0, 0, 0});
+    EXPECT_FALSE(r.failure) << r.failure->message;
+    return std::get<submit_reply>(r.body).job;
+  }
+
+  /// Nodes b (host 2) and c (host 3) heartbeat; a job of 2 workers and 1 shard is submitted,
+  /// placed, and (when `start`) every node of it answers its start.
+  std::uint64_t running_job(bool start = true) {
+    core->heartbeat(hb(2, "b"));
+    core->heartbeat(hb(3, "c"));
+    const auto id = submit(2, 1);
+    core->decide();
+    EXPECT_EQ(launches.size(), 1u);
+    if (start)
+      for (auto h : core->registry().find(id)->hosts()) core->command_answered(h, {id, {}, false});
+    return id;
+  }
+
+  bool noted(const std::string& line) const {
+    return std::find(notes.begin(), notes.end(), line) != notes.end();
+  }
+};
+
+TEST_F(cluster_core_test, a_node_that_heartbeats_is_listed_and_reached) {
+  make();
+  EXPECT_EQ(notes.back(), "policy fifo, placement dltap, job store ':memory:' (0 job(s))");
+  core->heartbeat(hb(2, "b"));
+  EXPECT_TRUE(noted("node 'b' joined (host 2, tcp://10.0.0.2:7000)"));
+  ASSERT_EQ(peers.size(), 1u);
+  EXPECT_EQ(peers[0], std::make_tuple(2u, std::string("tcp://10.0.0.2:7000"), std::string("key2")));
+  EXPECT_EQ(decides, 1);  // what is free changed
+  // Its own host is not a peer of the scheduler.
+  core->heartbeat(hb(1, "a"));
+  EXPECT_EQ(peers.size(), 1u);
+  steady.advance(seconds(1.5));
+  auto r = ask(nodes_request{});
+  ASSERT_FALSE(r.failure);
+  const auto& listed = std::get<nodes_reply>(r.body).nodes;
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[1].last.name, "b");
+  EXPECT_EQ(listed[1].last.address, "tcp://10.0.0.2:7000");
+  EXPECT_DOUBLE_EQ(listed[1].seconds_since, 1.5);
+  EXPECT_TRUE(listed[1].alive);
+  // The same node with a new key (rotated) is reached anew; with the same, not.
+  core->heartbeat(hb(2, "b"));
+  EXPECT_EQ(peers.size(), 1u);
+  auto rekeyed = hb(2, "b");
+  rekeyed.public_key = "key2b";
+  core->heartbeat(rekeyed);
+  ASSERT_EQ(peers.size(), 2u);
+  EXPECT_EQ(std::get<2>(peers[1]), "key2b");
+}
+
+TEST_F(cluster_core_test, a_silent_node_is_lost_at_the_node_timeout) {
+  make();  // node timeout 5 s, checked every 0.5 s
+  core->heartbeat(hb(2, "b"));
+  for (int i = 0; i < 10; ++i) {  // up to 5 s of silence: alive
+    steady.advance(seconds(0.5));
+    core->tick();
+  }
+  EXPECT_TRUE(expires.empty());
+  steady.advance(seconds(0.5));
+  core->tick();
+  ASSERT_EQ(expires.size(), 1u);
+  EXPECT_DOUBLE_EQ(to_seconds(expires[0]), 105.5);
+  // A heartbeat read before the owner judges keeps the node alive.
+  core->heartbeat(hb(2, "b"));
+  core->expire(expires[0]);
+  EXPECT_TRUE(core->nodes().find(2)->alive);
+  // Silent again: lost.
+  for (int i = 0; i < 11; ++i) {
+    steady.advance(seconds(0.5));
+    core->tick();
+  }
+  ASSERT_EQ(expires.size(), 2u);
+  core->expire(expires[1]);
+  EXPECT_TRUE(noted("node 'b' stopped heartbeating"));
+  EXPECT_FALSE(core->nodes().find(2)->alive);
+  EXPECT_FALSE(core->node_statuses()[0].alive);
+}
+
+TEST_F(cluster_core_test, a_submit_is_admitted_and_started_where_it_is_placed) {
+  make();
+  core->heartbeat(hb(2, "b"));
+  core->heartbeat(hb(3, "c"));
+  const int before = decides;
+  const auto id = submit(2, 1);
+  EXPECT_EQ(id, 1u);
+  EXPECT_EQ(decides, before);  // a decision is queued already
+  core->decide();
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_EQ(launches[0].job, 1u);
+  EXPECT_EQ(launches[0].workers.size(), 2u);
+  EXPECT_EQ(launches[0].shards.size(), 1u);
+  for (auto h : launches[0].workers) EXPECT_TRUE(h == 2 || h == 3);
+  EXPECT_EQ(launched_data[0], data);  // the data set loaded at submit
+  auto r = ask(status_request{id});
+  ASSERT_FALSE(r.failure);
+  const auto& s = std::get<status_reply>(r.body).jobs.at(0);
+  EXPECT_EQ(s.workers, 2u);
+  EXPECT_EQ(s.shards, 1u);
+  EXPECT_EQ(s.state, job_state::queued);  // until every part answered its start
+  for (auto h : core->registry().find(id)->hosts()) core->command_answered(h, {id, {}, false});
+  r = ask(status_request{id});
+  EXPECT_EQ(std::get<status_reply>(r.body).jobs.at(0).state, job_state::running);
+}
+
+TEST_F(cluster_core_test, a_submit_with_more_workers_than_rows_is_refused) {
+  make();
+  core->heartbeat(hb(2, "b"));
+  data = [] {
+    auto d = std::make_shared<worker::dataset_pair>();
+    d->train.rows = 1;
+    d->test.rows = 1;
+    return job_data(d);
+  }();
+  auto r = ask(submit_request{spec_yaml("j", 2, 1), "job.yaml", "/tmp", 0, 0, 0});
+  ASSERT_TRUE(r.failure);
+  EXPECT_EQ(r.failure->code, errc::invalid_argument);
+  EXPECT_NE(r.failure->message.find("workers.initial"), std::string::npos) << r.failure->message;
+  EXPECT_TRUE(core->registry().jobs().empty());
+}
+
+TEST_F(cluster_core_test, a_failed_start_fails_the_job_and_stops_its_parts) {
+  make();
+  const auto id = running_job(false);
+  const auto hosts = core->registry().find(id)->hosts();
+  core->command_answered(*hosts.begin(),
+                         {id, coach::error{errc::invalid_argument, "no such data set"}, false});
+  auto r = ask(status_request{id});
+  const auto& s = std::get<status_reply>(r.body).jobs.at(0);
+  EXPECT_EQ(s.state, job_state::failed);
+  EXPECT_EQ(s.error, "no such data set");
+  EXPECT_EQ(dropped_runs, std::vector<std::uint64_t>{id});
+  for (auto h : hosts)
+    EXPECT_NE(std::find(stops.begin(), stops.end(), std::make_pair(h, id)), stops.end()) << h;
+  // Its nodes' answers to the stop are taken; the job stays failed.
+  for (auto h : hosts) core->command_answered(h, {id, {}, true});
+  EXPECT_EQ(core->registry().find(id)->state(), job_state::failed);
+}
+
+TEST_F(cluster_core_test, a_lost_shard_node_restarts_the_job_from_its_checkpoint) {
+  make();
+  const auto id = running_job();
+  const std::uint32_t lost = launches[0].shards[0];
+  const std::string name = lost == 2 ? "b" : "c";
+  core->peer_gone(lost);
+  EXPECT_TRUE(noted("node '" + name + "' closed its connections"));
+  EXPECT_EQ(stopped_runs, std::vector<std::uint64_t>{id});
+  for (const auto& [h, j] : stops) EXPECT_NE(h, lost);
+  EXPECT_TRUE(noted("job 1 lost its parts on '" + name +
+                    "'; it restarts from its checkpoint at epoch 1 on the nodes left (0.0 s of "
+                    "work lost)"))
+      << ::testing::PrintToString(notes);
+  // The scheduler's own host is never lost this way.
+  core->peer_gone(1);
+  EXPECT_EQ(stopped_runs.size(), 1u);
+}
+
+TEST_F(cluster_core_test, a_cancelled_run_that_does_not_stop_is_ended_after_the_grace) {
+  make();
+  const auto id = running_job();
+  const auto gen = core->registry().find(id)->generation();
+  auto r = ask(cancel_request{id});
+  ASSERT_FALSE(r.failure);
+  EXPECT_TRUE(std::holds_alternative<ack_reply>(r.body));
+  EXPECT_EQ(cancels, std::vector<std::uint64_t>{id});
+  ASSERT_EQ(cancel_dues.size(), 1u);
+  EXPECT_EQ(cancel_dues[0], std::make_tuple(id, gen, std::chrono::seconds(3)));
+  core->cancel_due(id, gen);
+  EXPECT_TRUE(
+      noted("job 1 did not stop at a step within 3 s of its cancel; its parts are "
+            "stopped where they are"));
+  EXPECT_EQ(core->registry().find(id)->state(), job_state::cancelled);
+  EXPECT_EQ(dropped_runs, std::vector<std::uint64_t>{id});
+  // Cancelled again: already over.
+  r = ask(cancel_request{id});
+  ASSERT_TRUE(r.failure);
+  EXPECT_EQ(r.failure->message, "job 1 already cancelled");
+}
+
+TEST_F(cluster_core_test, a_rescale_goes_to_the_master_and_its_answer_to_the_user) {
+  make();
+  // Not running yet: refused here.
+  core->heartbeat(hb(2, "b"));
+  core->heartbeat(hb(3, "c"));
+  const auto queued = submit(2, 1);
+  auto r = ask(rescale_request{queued, 3, 0});
+  ASSERT_TRUE(r.failure);
+  EXPECT_EQ(r.failure->message, "job 1 is waiting for resources; it has no workers");
+  core->decide();
+  for (auto h : core->registry().find(queued)->hosts())
+    core->command_answered(h, {queued, {}, false});
+  // Forwarded: the reply waits for the master.
+  std::vector<api_reply> got;
+  core->request(rescale_request{queued, 3, 0}, [&](api_reply a) { got.push_back(std::move(a)); });
+  EXPECT_TRUE(got.empty());
+  ASSERT_EQ(rescales.size(), 1u);
+  EXPECT_EQ(rescales[0], std::make_tuple(queued, 3u, 0u));
+  answers[0](std::string("a change is in flight"));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].failure->code, errc::invalid_argument);
+  EXPECT_EQ(got[0].failure->message, "a change is in flight");
+  core->request(rescale_request{queued, 3, 0}, [&](api_reply a) { got.push_back(std::move(a)); });
+  answers[1](std::unexpected(coach::error{errc::internal, "the job master did not answer: x"}));
+  EXPECT_EQ(got[1].failure->message, "the job master did not answer: x");
+  core->request(rescale_request{queued, 3, 0}, [&](api_reply a) { got.push_back(std::move(a)); });
+  answers[2](std::string());
+  EXPECT_FALSE(got[2].failure);
+  // Migrate: checked here first.
+  r = ask(migrate_request{queued, 0, ""});
+  EXPECT_EQ(r.failure->message, "--to NODE is empty");
+}
+
+TEST_F(cluster_core_test, unknown_jobs_and_actions_are_answered_with_their_error) {
+  make();
+  auto r = ask(status_request{7});
+  ASSERT_TRUE(r.failure);
+  EXPECT_EQ(r.failure->code, errc::not_found);
+  EXPECT_EQ(r.failure->message, "no job 7");
+  r = ask(logs_request{7, 0});
+  EXPECT_EQ(r.failure->message, "no job 7");
+  EXPECT_EQ(core->dashboard_action("cancel", "x1"), "'x1' is no job id");
+  EXPECT_EQ(core->dashboard_action("reboot", ""), "unknown action 'reboot'");
+  EXPECT_EQ(core->dashboard_action("cancel", "7"), "no job 7");
+  EXPECT_EQ(core->dashboard_action("policy", "round-robin"), "");
+  EXPECT_EQ(core->policy_name(), "round-robin");
+  EXPECT_TRUE(noted("policy is now round-robin"));
+  r = ask(policy_request{});
+  EXPECT_EQ(std::get<policy_reply>(r.body).active, "round-robin");
+}
+
+}  // namespace
+}  // namespace coach::scheduler
