@@ -1,6 +1,8 @@
 #pragma once
 // bench/recovery_cluster.hpp: recovery_bench's cluster: four coach-node processes on loopback
-// (node-a the scheduler), a job API client, losing a node (SIGKILL or SIGSTOP), every child
+// (node-a the scheduler; each counts only the CPUs Coach reserved, --cpu-accounting reserved,
+// so that other programs' load, a build or the test suite beside it, never keeps its jobs
+// queued), a job API client, losing a node (SIGKILL or SIGSTOP), every child
 // killed on SIGINT/SIGTERM. Header-only; included by bench/recovery_bench.cpp alone.
 
 #include <signal.h>
@@ -94,11 +96,12 @@ class cluster {
     const std::string timeout = coach::format("{}", node_timeout_s);
     launch("node-a", exe,
            {"--exit-with-parent", "--listen", at_, "--scheduler", "--store", "", "--name", "node-a",
-            "--heartbeat", "0.25", "--node-timeout", timeout, "--rebalance-interval", "0"});
+            "--heartbeat", "0.25", "--node-timeout", timeout, "--rebalance-interval", "0",
+            "--cpu-accounting", "reserved"});
     for (const char* name : {"node-b", "node-c", "node-d"})
       launch(name, exe,
              {"--exit-with-parent", "--listen", free_address(), "--join", at_, "--name", name,
-              "--heartbeat", "0.25"});
+              "--heartbeat", "0.25", "--cpu-accounting", "reserved"});
     for (auto& n : nodes_)
       if (n.proc.pid <= 0) return fail(errc::internal, "cannot start {}", exe);
     auto security = actors::load_security("", "", "");
