@@ -1,0 +1,166 @@
+"""Coach's side of the external-process protocol (docs/wire.md "External compute processes"),
+played in Python for the tests of the `coach` package: a socket pair, the shared-memory file,
+and the messages. Either spawns a script (`FakeCoach(script)`) or leaves the script's end of the
+channel to the caller (`FakeCoach()`, then `script_env()`), for a script run in this process.
+"""
+import json
+import mmap
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PACKAGE = os.path.join(ROOT, "python")
+_counter = 0
+
+
+class FakeCoach:
+    """One process's channel. Methods raise AssertionError on an unexpected answer."""
+
+    def __init__(self, script=None, args=(), seed=7, job=3, python=None, env=None, timeout=60):
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.fd = theirs.detach()  # the script's end: a spawned script's, or this process's
+        self.sock.settimeout(timeout)
+        self._rfile = self.sock.makefile("rb")
+        self.seed, self.job = seed, job
+        self.shm_path = None
+        self.params = self.grads = None
+        self.proc, self._stderr = None, []
+        if script is None:
+            return
+        full_env = dict(os.environ, **self.script_env(), **(env or {}))
+        self.proc = subprocess.Popen(
+            [python or sys.executable, os.path.abspath(script), *args],
+            cwd=os.path.dirname(os.path.abspath(script)), env=full_env, pass_fds=(self.fd,),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        os.close(self.fd)
+        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._reader.start()
+
+    def script_env(self):
+        """The variables Coach adds to a script's environment (a script run in this process
+        takes over self.fd: coach.init owns it)."""
+        path = os.environ.get("PYTHONPATH")
+        return {"COACH_CONTROL_FD": str(self.fd), "COACH_PROTOCOL": "1",
+                "COACH_SEED": str(self.seed), "COACH_JOB": str(self.job),
+                "PYTHONPATH": PACKAGE + (os.pathsep + path if path else "")}
+
+    def _read_stderr(self):
+        for line in self.proc.stderr:
+            self._stderr.append(line.decode("utf-8", "replace"))
+
+    @property
+    def stderr(self):
+        return "".join(self._stderr)
+
+    # -- the channel --
+
+    def send(self, msg):
+        self.send_raw(json.dumps(msg).encode() + b"\n")
+
+    def send_raw(self, data):
+        self.sock.sendall(data)
+
+    def receive(self):
+        """The next message as a dict, or None when the process closed its end."""
+        line = self._rfile.readline()
+        if not line:
+            return None
+        assert line.endswith(b"\n"), f"a line cut off: {line[:80]!r}"
+        return json.loads(line)
+
+    def expect(self, op):
+        msg = self.receive()
+        assert msg is not None and msg["op"] == op, f"expected {op}, got {msg!r:.300}" + (
+            f"; stderr: {self.stderr}" if self.proc else "")
+        return msg
+
+    # -- the handshake --
+
+    def hello(self):
+        return self.expect("hello")
+
+    def layout(self, floats, send_initial=True):
+        """Creates the shared file as Coach does (O_EXCL, 0600) and sends `layout`."""
+        global _counter
+        _counter += 1
+        self.shm_path = f"/dev/shm/coach-test-{os.getpid()}-{_counter}"
+        grads_offset = (4 * floats + 63) // 64 * 64
+        size = grads_offset + 4 * floats
+        fd = os.open(self.shm_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            self._mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.params = np.frombuffer(self._mm, np.float32, floats, 0)
+        self.grads = np.frombuffer(self._mm, np.float32, floats, grads_offset)
+        self.send({"op": "layout", "shm": self.shm_path, "floats": floats,
+                   "grads_offset": grads_offset, "send_initial": send_initial})
+
+    def answer(self):
+        """The process's answer to `layout` (`initial` or `ready`); unlinks the shared file."""
+        msg = self.receive()
+        self.unlink()
+        assert msg is not None, f"no answer to layout; stderr: {self.stderr}"
+        return msg
+
+    def handshake(self, send_initial=True):
+        """hello, layout, initial/ready: returns the hello."""
+        hello = self.hello()
+        self.layout(sum(_size(t["shape"]) for t in hello["tensors"]), send_initial)
+        answer = self.answer()
+        assert answer["op"] == ("initial" if send_initial else "ready"), answer
+        return hello
+
+    def unlink(self):
+        if self.shm_path and os.path.exists(self.shm_path):
+            os.unlink(self.shm_path)
+
+    # -- the work --
+
+    def step(self, step, indices, rank=0, params=None):
+        """Writes `params` (if given), sends a step, returns its `done`."""
+        if params is not None:
+            self.params[:] = params
+        self.send({"op": "step", "step": step, "rank": rank, "indices": [int(i) for i in indices]})
+        done = self.expect("done")
+        assert done["step"] == step and done["samples"] == len(indices), done
+        return done
+
+    def evaluate(self, epoch):
+        self.send({"op": "evaluate", "epoch": epoch})
+        done = self.expect("evaluated")
+        assert done["epoch"] == epoch, done
+        return done
+
+    def stop(self):
+        self.send({"op": "stop"})
+
+    def wait(self, timeout=60):
+        """The process's exit code (it must end within `timeout`)."""
+        rc = self.proc.wait(timeout)
+        self._reader.join(timeout)
+        return rc
+
+    def close(self):
+        self.unlink()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc is not None:
+            self._reader.join(10)
+            self.proc.stderr.close()
+        self._rfile.close()
+        self.sock.close()
+
+
+def _size(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
