@@ -159,6 +159,29 @@ class FakeCoach:
         self.sock.close()
 
 
+def beside(fake, coach_side):
+    """Runs coach_side(fake) in a thread (a script runs in this one); returns result(), which
+    waits for it and returns its value or raises its exception."""
+    out = {}
+
+    def run():
+        try:
+            out["value"] = coach_side(fake)
+        except BaseException as e:  # raised by result()
+            out["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def result(timeout=30):
+        thread.join(timeout)
+        assert not thread.is_alive(), "the harness thread did not end"
+        if "error" in out:
+            raise out["error"]
+        return out.get("value")
+    return result
+
+
 def _size(shape):
     n = 1
     for d in shape:

@@ -6,7 +6,6 @@ scripts spawned as Coach spawns them, and scripts run in this process beside a h
 import os
 import subprocess
 import sys
-import threading
 import unittest
 from unittest import mock
 
@@ -18,7 +17,7 @@ sys.path[:0] = [HERE, os.path.join(os.path.dirname(os.path.dirname(HERE)), "pyth
 
 import coach  # noqa: E402
 import softmax_worker as sw  # noqa: E402
-from fake_coach import FakeCoach  # noqa: E402
+from fake_coach import FakeCoach, beside  # noqa: E402
 
 SOFTMAX = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples", "numpy",
                        "softmax_worker.py")
@@ -150,26 +149,10 @@ class InProcess(unittest.TestCase):
     """The script runs here (its errors are caught as exceptions); the harness in a thread."""
 
     def pair(self, coach_side, tensors=(("w", (3,), "param"),), **kw):
-        """Runs coach_side(fake) in a thread, inits a job here; returns (job, results)."""
+        """Runs coach_side(fake) in a thread, inits a job here; returns (job, its result())."""
         fake = FakeCoach(timeout=10)
         self.addCleanup(fake.close)
-        results = {}
-
-        def run():
-            try:
-                results["value"] = coach_side(fake)
-            except BaseException as e:  # noqa: B902 - reported by done()
-                results["error"] = e
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-
-        def done():
-            thread.join(10)
-            if "error" in results:
-                raise results["error"]
-            return results.get("value")
-
+        done = beside(fake, coach_side)
         with mock.patch.dict(os.environ, fake.script_env()):
             job = coach.init(list(tensors), samples=kw.pop("samples", 10), **kw)
         self.addCleanup(job.close)
