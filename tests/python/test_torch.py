@@ -115,11 +115,12 @@ class TorchTest(unittest.TestCase):
         self.assertEqual(model.bn.num_batches_tracked.dtype, torch.int64)
         self.assertEqual(list(job.steps()), [])
 
-    def check_gradients(self, reduction="mean"):
+    def check_gradients(self, reduction="mean", device="cpu", tolerance=1e-6):
         """Three steps (the second after zero_grad(set_to_none=True)) against plain PyTorch on
         the same parameters and batches. Returns the job."""
-        model = make_net(extras=True)
+        model = make_net(extras=True).to(device)
         reference = copy.deepcopy(model)
+        x, y = self.X.to(device), self.Y.to(device)
         layout = ct.layout(model)
 
         def coach_side(fake):
@@ -137,7 +138,7 @@ class TorchTest(unittest.TestCase):
         for k, step in enumerate(job.steps()):
             if k == 1:
                 model.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(self.X[step.indices]), self.Y[step.indices],
+            loss = F.cross_entropy(model(x[step.indices]), y[step.indices],
                                    reduction=reduction)
             loss.backward()
             step.push(loss)
@@ -145,16 +146,15 @@ class TorchTest(unittest.TestCase):
             n = len(indices)
             load(reference, params)
             reference.zero_grad()
-            loss = F.cross_entropy(reference(self.X[indices]), self.Y[indices],
-                                   reduction=reduction)
+            loss = F.cross_entropy(reference(x[indices]), y[indices], reduction=reduction)
             loss.backward()
             scale = n if reduction == "mean" else 1
             self.assertAlmostEqual(done["loss_sum"] / (loss.item() * scale), 1, places=6)
             state = dict(reference.named_parameters(), **dict(reference.named_buffers()))
             for name, (begin, end, kind) in slots(layout).items():
                 want = state[name].grad * scale if kind == "param" else state[name].detach() * n
-                got, want = grads[begin:end], want.numpy().reshape(-1)
-                self.assertLessEqual(np.abs(got - want).max(), 1e-6 * np.abs(want).max(),
+                got, want = grads[begin:end], want.cpu().numpy().reshape(-1)
+                self.assertLessEqual(np.abs(got - want).max(), tolerance * np.abs(want).max(),
                                      f"{name}: {got} != {want}")
         return job
 
@@ -171,8 +171,23 @@ class TorchTest(unittest.TestCase):
         self.assertEqual(len(job._local), 9)
         self.assertNotEqual(job.model.conv.weight.data_ptr(), job.core.params.ctypes.data)
 
+    @unittest.skipUnless(torch and torch.cuda.is_available(), "no CUDA device")
+    def test_a_cuda_model_is_copied_in_and_out(self):
+        torch.backends.cudnn.deterministic = True
+        job = self.check_gradients(device="cuda", tolerance=1e-5)
+        self.assertEqual(len(job._local), 9)
+        self.assertTrue(job._pstage.is_pinned() and job._gstage.is_pinned())
+        self.assertEqual(job.model.conv.weight.device.type, "cuda")
+
+    @unittest.skipUnless(torch and torch.cuda.is_available(), "no CUDA device")
+    def test_a_cuda_model_evaluates_on_the_regions_parameters(self):
+        self.check_evaluate("cuda")
+
     def test_evaluate_answers_evaluated(self):
-        x_test, y_test = data(100)
+        self.check_evaluate("cpu")
+
+    def check_evaluate(self, device):
+        x_test, y_test = (t.to(device) for t in data(100))
         seen = []
 
         def evaluate(model):
@@ -180,7 +195,7 @@ class TorchTest(unittest.TestCase):
             out = model(x_test)
             accuracy = (out.argmax(1) == y_test).float().mean()
             loss = F.cross_entropy(out, y_test)
-            return (loss, accuracy) if len(seen) == 1 else {"loss": loss.item(), "samples": 50,
+            return (loss, accuracy) if len(seen) == 1 else {"loss": loss.item(), "samples": 200,
                                                             "accuracy": accuracy.item()}
 
         def coach_side(fake):
@@ -190,7 +205,7 @@ class TorchTest(unittest.TestCase):
             fake.stop()
             return fake.params.copy(), answers
 
-        model, reference = make_net(), make_net()
+        model, reference = make_net().to(device), make_net().to(device)
         job, result = self.connect(model, coach_side, evaluate=evaluate, test_samples=100)
         self.assertEqual(list(job.steps()), [])
         params, answers = result()
@@ -200,7 +215,7 @@ class TorchTest(unittest.TestCase):
             out = reference(x_test)
         loss = F.cross_entropy(out, y_test).item()
         correct = int((out.argmax(1) == y_test).sum())
-        for answer, samples in zip(answers, [100, 50]):
+        for answer, samples in zip(answers, [100, 200]):
             self.assertEqual((answer["samples"], answer["correct"]),
                              (samples, round(correct * samples / 100)))
             self.assertAlmostEqual(answer["loss_sum"] / (loss * samples), 1, places=5)
