@@ -6,10 +6,12 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <thread>
 
 #include "actors/roles.hpp"
 #include "common/format.hpp"
 #include "worker/dataset.hpp"
+#include "worker/external_pool.hpp"
 
 namespace coach::actors {
 namespace {
@@ -42,13 +44,33 @@ struct checkpoint_timing {
   checkpoint_timing(double every_s, std::uint32_t epochs) : schedule(every_s, epochs, clock) {}
 };
 
+/// A script's model: its first process started and its layout registered (into spec.model),
+/// and the data set as Coach sees it (the script's sizes). Other models: the spec's data set.
+result<worker::dataset_pair> prepare_model(scheduler::job_spec& spec, const train_options& opt) {
+  if (!spec.model.script) return worker::load_dataset(spec.dataset, spec.seed);
+  // Each process of the script gets an equal share of the cores.
+  const std::uint32_t workers =
+      std::max<std::uint32_t>(1, opt.workers ? opt.workers : std::uint32_t(spec.workers.initial));
+  const int threads = int(std::max(1u, std::thread::hardware_concurrency() / workers));
+  auto so = worker::script_options_for(*spec.model.script, spec.seed, 1, opt.python, threads);
+  if (!so) return std::unexpected(so.error());
+  auto model = worker::start_script_model(std::move(*so));
+  if (!model) return std::unexpected(model.error());
+  log::info("{}: {} tensors, {} parameters, {} training and {} test samples ({})",
+            spec.model.script->path, (*model)->layout.tensors.size(), (*model)->layout.floats,
+            (*model)->layout.samples, (*model)->layout.test_samples, (*model)->layout.framework);
+  spec.model.external = *model;
+  return worker::script_dataset((*model)->layout);
+}
+
 }  // namespace
 
-result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec,
+result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec_in,
                                              const train_options& opt) {
   if (opt.checkpoint.enabled())
     if (auto ok = check_checkpoint_path(opt.checkpoint); !ok) return std::unexpected(ok.error());
-  auto data = worker::load_dataset(spec.dataset, spec.seed);
+  scheduler::job_spec spec = spec_in;
+  auto data = prepare_model(spec, opt);
   if (!data) return std::unexpected(data.error());
   for (const auto& w : data->warnings) log::warn("{}", w);
   auto net = worker::network::for_data(spec.model, data->train);

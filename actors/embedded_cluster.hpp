@@ -64,6 +64,8 @@ struct train_options {
   std::function<void(const scheduler::checkpoint_info&)> on_resume;
   /// Called on the calling thread after each checkpoint, written or failed (after on_epoch).
   std::function<void(const checkpoint_written&)> on_checkpoint;
+  /// A script's model: the interpreter that runs it (empty: worker::default_python()).
+  std::string python;
 };
 
 /// Runs `spec` to completion (or cancellation) and returns its result, final parameters

@@ -8,6 +8,7 @@
 #include "common/clock.hpp"
 #include "common/log.hpp"
 #include "master/job_master.hpp"
+#include "worker/external_pool.hpp"
 
 namespace coach::actors {
 namespace {
@@ -134,15 +135,49 @@ struct evaluator_state {
   std::unique_ptr<kernels::backend> be;
   std::unique_ptr<worker::network_runner> runner;
   float* params = nullptr;
+  /// A script's model: the process of the script that evaluates (taken at the first epoch).
+  std::unique_ptr<worker::external_process> process;
   static inline const char* name = "coach.evaluator";
   ~evaluator_state() {
     if (be) be->free(params);
   }
 };
 
+/// A script's model: epoch `snap.epoch`'s parameters evaluated by a process of the script. A
+/// failure is logged and counts nothing (total 0).
+eval_result evaluate_external(evaluator_state& st, const job_context& ctx,
+                              const param_snapshot& snap) {
+  eval_result r{snap.epoch, 0, 0, 0};
+  const auto& model = *ctx.model.external();
+  if (model.layout.test_samples == 0) return r;
+  if (!st.process) {
+    auto p = model.pool->take(coach::format("job {} evaluator", ctx.job));
+    if (!p) {
+      log::error("job {}: cannot evaluate epoch {}: {}", ctx.job, snap.epoch, p.error().message);
+      return r;
+    }
+    st.process = std::move(*p);
+  }
+  auto ev = st.process->evaluate(snap.epoch, snap.values->data());
+  if (!ev) {
+    log::error("job {}: cannot evaluate epoch {}: {}", ctx.job, snap.epoch, ev.error().message);
+    st.process.reset();  // a fresh one for the next epoch
+    return r;
+  }
+  return eval_result{snap.epoch, std::int64_t(ev->correct), std::int64_t(ev->samples),
+                     ev->loss_sum};
+}
+
 caf::behavior evaluator_actor(caf::stateful_actor<evaluator_state>* self,
                               std::shared_ptr<const job_context> ctx) {
   auto& st = self->state;
+  if (ctx->model.external()) {
+    return {
+        [self, ctx](eval_atom, param_snapshot& snap, caf::actor& reply_to) {
+          self->send(reply_to, eval_atom::value, evaluate_external(self->state, *ctx, snap));
+        },
+    };
+  }
   // A cuda job's test set is evaluated on a GPU, shared with the workers (at real sizes the cpu
   // would take longer than an epoch), in fp32: the first device this process's workers may use,
   // or, where none run here (a cluster's master), device 0 when the process sees one.

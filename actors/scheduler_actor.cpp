@@ -40,6 +40,8 @@ result<std::uint64_t> start_job(caf::stateful_actor<scheduler_state>* self, job_
   auto model = worker::network::for_data(spec.model, req.data->train);
   if (!model) return fail(model.error().code, "job '{}': {}", spec.name, model.error().message);
   auto resolved = spec.backend;
+  if (spec.model.script)  // the script's process computes; the worker only moves vectors
+    resolved = kernels::backend_kind::cpu;
   if (resolved == kernels::backend_kind::auto_select)
     resolved = gpus > 0 ? kernels::backend_kind::cuda : kernels::backend_kind::cpu;
   auto ctx = std::make_shared<job_context>(job_context{

@@ -73,6 +73,7 @@ result<worker::worker_server_setup> server_setup(std::shared_ptr<const job_conte
   // COACH_COPY_OVERLAP=0 turns the overlap off (to measure what it gains: docs/cuda.md).
   const char* overlap = std::getenv("COACH_COPY_OVERLAP");
   s.copy_overlap = !(overlap && std::string_view(overlap) == "0");
+  if (const auto& ext = ctx->model.external()) s.external = ext->pool;
   if (ctx->spec.function) {
     auto fns = make_functions(*ctx, s.consistency->pushes_deltas(), s.local);
     if (!fns) return std::unexpected(fns.error());

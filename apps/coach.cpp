@@ -62,6 +62,7 @@ struct train_flags {
   std::string events;             ///< --events FILE
   std::string checkpoint;         ///< --checkpoint FILE
   std::optional<double> every_s;  ///< --checkpoint-every SECONDS
+  std::string python;             ///< --python PATH: a script model's interpreter
 };
 
 /// Two of a run's outputs on one file (after resolving ".", ".." and links): the flags and the
@@ -115,6 +116,7 @@ int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t
   coach::actors::train_options opt;
   opt.workers = workers;
   opt.shards = shards;
+  opt.python = flags.python;
   if (flags.every_s && flags.checkpoint.empty() && !spec->checkpoint.enabled()) {
     std::fprintf(stderr, "coach: --checkpoint-every needs --checkpoint FILE\n");
     return 2;
@@ -195,8 +197,9 @@ int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t
   std::signal(SIGINT, on_sigint);
   std::signal(SIGTERM, on_sigint);
 
-  std::fprintf(stderr, "coach: training '%s' on %s\n", spec->name.c_str(),
-               spec->dataset.path.c_str());
+  std::fprintf(stderr, "coach: training '%s' %s %s\n", spec->name.c_str(),
+               spec->model.script ? "with" : "on",
+               spec->model.script ? spec->model.script->path.c_str() : spec->dataset.path.c_str());
   auto result = coach::actors::train_embedded(*spec, opt);
   if (tty) std::fprintf(stderr, "\r\033[K");
   if (!result) {
@@ -319,6 +322,9 @@ int main(int argc, char** argv) {
   train->add_option("--backend", tf.backend, "auto | cpu | cuda (default: the spec's backend)");
   train->add_option("--precision", tf.precision,
                     "fp32 | tf32 | bf16: the workers' matrix products (default: the spec's)");
+  train->add_option("--python", tf.python,
+                    "Interpreter for a script's model (model: {script: ...}; default: "
+                    "$COACH_PYTHON, else /opt/coach-venv/bin/python, else python3)");
   train->add_option("--report", tf.report_path, "Write a JSON report of the run to this file");
   train->add_option("--events", tf.events,
                     "Write one JSON line per epoch and per change to this file while it runs");

@@ -413,16 +413,22 @@ result<fields> open_top(const spec_parser& p, const YAML::Node& root) {
 /// Parses one document into a job_spec, the fields in the order of the spec, so that the
 /// first field at fault is the one reported.
 result<job_spec> parse_spec(const spec_parser& p, const YAML::Node& root,
-                            const std::string& base_dir) {
+                            const std::string& base_dir, const std::string& script_dir) {
   auto top = open_top(p, root);
   if (!top) return std::unexpected(std::move(top.error()));
 
   job_spec spec;
   if (auto r = parse_name(p, *top, spec); !r) return std::unexpected(std::move(r.error()));
-  if (auto r = parse_dataset(p, *top, base_dir, spec); !r) {
-    return std::unexpected(std::move(r.error()));
+  if (!detail::names_a_script(*top)) {
+    if (auto r = parse_dataset(p, *top, base_dir, spec); !r) {
+      return std::unexpected(std::move(r.error()));
+    }
+  } else if (const entry* d = top->find("dataset")) {
+    return p.bad(*d, "is for a model of layers; a script reads its own data");
   }
   if (auto r = parse_model(p, *top, spec); !r) return std::unexpected(std::move(r.error()));
+  if (spec.model.script)
+    spec.model.script->path = resolve_path(script_dir, spec.model.script->path);
   if (auto r = parse_optimizer(p, *top, spec); !r) return std::unexpected(std::move(r.error()));
   int consistency_line = 0;
   if (auto r = parse_training(p, *top, spec, consistency_line); !r) {
@@ -438,6 +444,9 @@ result<job_spec> parse_spec(const spec_parser& p, const YAML::Node& root,
     if (auto r = parse_schedule(p, *e, spec); !r) return std::unexpected(std::move(r.error()));
   }
   if (auto r = parse_outputs(p, *top, base_dir, spec); !r) {
+    return std::unexpected(std::move(r.error()));
+  }
+  if (auto r = detail::check_script_model(p, *top, spec); !r) {
     return std::unexpected(std::move(r.error()));
   }
   // Model averaging runs the optimizer on the workers, where it has no state across rounds.
@@ -521,12 +530,15 @@ result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view sou
 }
 
 result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view source_name,
-                                std::string_view base_dir) {
+                                std::string_view base_dir, std::string_view spec_dir) {
   const std::string source(source_name.empty() ? "<job spec>" : source_name);
   try {
     auto root = detail::load_single_document(std::string(yaml_text), source);
     if (!root) return std::unexpected(std::move(root.error()));
-    return detail::parse_spec(detail::spec_parser(source), *root, std::string(base_dir));
+    // A script is found beside its spec (the spec file's folder; else as a data path is).
+    const std::string script_dir(spec_dir.empty() ? base_dir : spec_dir);
+    return detail::parse_spec(detail::spec_parser(source), *root, std::string(base_dir),
+                              script_dir);
   } catch (const YAML::Exception& e) {
     // ParserException and the rest: yaml-cpp's message may quote the offending character.
     return fail(errc::parse_error, "{}:{}: malformed YAML: {}", source,
@@ -572,7 +584,8 @@ result<job_spec> load_job_spec(const std::string& path) {
     std::ostringstream text;
     text << in.rdbuf();
     if (in.bad()) return fail(errc::io_error, "{}: cannot read the job spec file", path);
-    return parse_job_spec(text.str(), path);
+    const auto dir = std::filesystem::absolute(path, ec).parent_path().string();
+    return parse_job_spec(text.str(), path, {}, dir);
   } catch (const std::bad_alloc&) {
     return fail(errc::resource_exhausted, "{}: out of memory while reading", path);
   } catch (const std::exception& e) {

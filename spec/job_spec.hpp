@@ -266,9 +266,11 @@ std::optional<error> too_many_workers(const job_spec& spec, std::size_t rows, st
 result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view source_name);
 
 /// As above, resolving a relative dataset path against `base_dir` (the submitter's working
-/// directory, when the spec travels to a daemon) instead of this process's; empty: the cwd.
+/// directory, when the spec travels to a daemon) instead of this process's; empty: the cwd. A
+/// relative script path (model: {script: ...}) resolves against `spec_dir` (the spec file's
+/// folder), or base_dir when that is empty.
 result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view source_name,
-                                std::string_view base_dir);
+                                std::string_view base_dir, std::string_view spec_dir = {});
 
 /// Reads the file at `path` and parses it (errors name the file). not_found when it is missing.
 result<job_spec> load_job_spec(const std::string& path);

@@ -228,17 +228,82 @@ result<void> parse_input_shape(const spec_parser& p, const entry& e, worker::mod
   return {};
 }
 
+/// A script's model: `script` (a file), `args` (a list of strings), `start_timeout_s`.
+result<void> parse_script(const spec_parser& p, const fields& f, worker::model_config& model) {
+  for (const char* native : {"hidden", "activation", "layers", "input_shape"})
+    if (const entry* e = f.find(native))
+      return p.bad(*e, "is for a model of layers; a script builds its own model");
+  const entry* e = f.find("script");
+  if (e == nullptr) return p.missing(f, "script");
+  auto path = p.get_string(*e);
+  if (!path) return std::unexpected(std::move(path.error()));
+  if (path->empty()) return p.bad(*e, "must name the script's file");
+  worker::script_config sc;
+  sc.path = *path;
+  if (const entry* a = f.find("args")) {
+    if (!a->value.IsSequence())
+      return p.bad(*a, "must be a list of the script's arguments, got {}", describe(a->value));
+    for (std::size_t i = 0; i < a->value.size(); ++i) {
+      const entry item{a->key, a->value[i], coach::format("{}[{}]", a->path, i)};
+      auto v = p.get_string(item);
+      if (!v) return std::unexpected(std::move(v.error()));
+      sc.args.push_back(*v);
+    }
+  }
+  if (const entry* t = f.find("start_timeout_s")) {
+    auto v = p.get_number(*t, 0, true, 86400, false);
+    if (!v) return std::unexpected(std::move(v.error()));
+    sc.start_timeout_s = *v;
+  }
+  model.type = "script";
+  model.script = std::move(sc);
+  return {};
+}
+
 }  // namespace
+
+bool names_a_script(const fields& top) {
+  const entry* m = top.find("model");
+  if (m == nullptr || !m->value.IsMap()) return false;
+  if (m->value["script"]) return true;
+  const YAML::Node type = m->value["type"];
+  return type && type.IsScalar() && type.Scalar() == "script";
+}
+
+result<void> check_script_model(const spec_parser& p, const fields& top, const job_spec& spec) {
+  if (!spec.model.script) return {};
+  if (const entry* e = top.find("function"))
+    return p.bad(*e, "is for a model of layers: a script's process is not a bounded function");
+  if (spec.consistency.kind == consistency_kind::averaging)
+    return p.bad(*top.find("consistency"),
+                 "averaging runs a model of layers on the workers; a script's model takes bsp, "
+                 "ssp:S or asp");
+  if (const entry* e = top.find("gpus_per_worker"); e != nullptr && spec.gpus_per_worker > 0)
+    return p.bad(*e, "is for a model of layers; a script puts its model on a device itself");
+  if (const entry* e = top.find("backend");
+      e != nullptr && spec.backend == kernels::backend_kind::cuda)
+    return p.bad(*e, "is for a model of layers; a script puts its model on a device itself");
+  return {};
+}
 
 result<void> parse_model(const spec_parser& p, const fields& top, job_spec& spec) {
   const entry* m = top.find("model");
   if (m == nullptr) return p.missing(top, "model");
-  auto f = p.open_map(*m, {"type", "hidden", "activation", "layers", "input_shape"});
+  auto f = p.open_map(*m, {"type", "hidden", "activation", "layers", "input_shape", "script",
+                           "args", "start_timeout_s"});
   if (!f) return std::unexpected(std::move(f.error()));
+  const entry* type_entry = f->find("type");
+  const bool script =
+      f->find("script") != nullptr || (type_entry != nullptr && type_entry->value.IsScalar() &&
+                                       type_entry->value.Scalar() == "script");
+  if (script) return parse_script(p, *f, spec.model);
+  for (const char* only_script : {"args", "start_timeout_s"})
+    if (const entry* e = f->find(only_script))
+      return p.bad(*e, "is for a script's model (model: {{script: FILE}})");
   const entry* layers = f->find("layers");
   spec.model.type = layers != nullptr ? "layers" : "mlp";
   if (const entry* e = f->find("type")) {
-    auto v = p.get_enum<int>(*e, {{"mlp", 0}, {"layers", 1}}, "mlp, layers");
+    auto v = p.get_enum<int>(*e, {{"mlp", 0}, {"layers", 1}}, "mlp, layers, script");
     if (!v) return std::unexpected(std::move(v.error()));
     spec.model.type = *v == 0 ? "mlp" : "layers";
   }

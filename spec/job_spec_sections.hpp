@@ -28,6 +28,11 @@ result<void> parse_dataset(const spec_parser& p, const fields& top, const std::s
 
 /// Reads the required `model:` section of `top` into spec.model.
 result<void> parse_model(const spec_parser& p, const fields& top, job_spec& spec);
+/// Whether the spec's model is a script (`model: {script: ...}` or `type: script`).
+bool names_a_script(const fields& top);
+/// What a script's model cannot run with (function mode, averaging, a device backend for the
+/// native worker), as the error at the field at fault; called once the spec is read.
+result<void> check_script_model(const spec_parser& p, const fields& top, const job_spec& spec);
 
 /// Reads the required `optimizer:` section of `top` into spec.optimizer (it looks at
 /// `consistency:` too: clip_norm and a schedule are refused with averaging:K).

@@ -4,6 +4,8 @@
 // (expanded_layers()).
 
 #include <array>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,9 +47,25 @@ struct layer_config {
   friend bool operator==(const layer_config&, const layer_config&) = default;
 };
 
+struct external_model;
+
+/// `model: {script: PATH, args: [...], start_timeout_s: S}`: a user's script computes the steps
+/// (docs/python.md; the protocol in docs/wire.md).
+struct script_config {
+  std::string path;  ///< absolute once the spec is loaded (relative: the spec's folder)
+  std::vector<std::string> args;  ///< after the script's path
+  double start_timeout_s = 120;   ///< from its start to its hello
+  friend bool operator==(const script_config&, const script_config&) = default;
+};
+
 /// The model of a job.
 struct model_config {
-  std::string type = "mlp";  ///< "mlp" (the shorthand) or "layers" (an explicit list)
+  std::string type = "mlp";  ///< "mlp" (the shorthand), "layers" (an explicit list) or "script"
+  /// type "script": the script; its layout comes from its first process (`external`).
+  std::optional<script_config> script;
+  /// A script's model once its first process registered it (worker/external_layout.hpp); null
+  /// before that and for the other types.
+  std::shared_ptr<const external_model> external;
   /// mlp: hidden layer widths, each >= 1; may be empty (softmax regression).
   std::vector<int> hidden{128};
   activation act = activation::relu;

@@ -29,12 +29,6 @@ std::size_t dtype_bytes(std::string_view dtype) {
   return 0;
 }
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 template <class T>
 std::string json_array(const std::vector<T>& v) {
   return json(v).dump();

@@ -219,12 +219,35 @@ result<network> network::build(const model_config& cfg, sample_shape input, int 
 }
 
 result<network> network::for_data(const model_config& cfg, const dataset& data) {
+  if (cfg.script) {
+    if (!cfg.external)
+      return fail(errc::invalid_argument,
+                  "the script {}'s model is not registered yet (its first process registers it)",
+                  cfg.script->path);
+    return external(cfg.external);
+  }
   sample_shape shape = data.shape;
   if (shape == sample_shape{0, 0, 0}) shape = {1, 1, int(data.features)};
   return build(cfg, shape, data.classes);
 }
 
+network network::external(std::shared_ptr<const external_model> model) {
+  network n;
+  for (const auto& t : model->layout.tensors)
+    if (t.kind == tensor_kind::buffer)
+      n.statistics_.push_back({{t.offset, t.offset + t.size()}, 1.0f});
+  n.num_params_ = model->layout.floats;
+  n.external_ = std::move(model);
+  return n;
+}
+
 std::vector<param_tensor> network::tensors() const {
+  if (external_) {
+    std::vector<param_tensor> out;
+    for (const auto& t : external_->layout.tensors)
+      out.push_back({t.name, t.shape, t.offset, false});
+    return out;
+  }
   std::vector<param_tensor> out;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const layer& l = layers_[i];
@@ -266,6 +289,12 @@ bool network::has_training_mode() const noexcept {
 
 void network::init_params(std::span<float> params, std::uint64_t seed) const {
   COACH_ENFORCE(params.size() == num_params_, "init_params: wrong size");
+  if (external_) {
+    COACH_ENFORCE(external_->initial && external_->initial->size() == num_params_,
+                  "init_params: the script's initial values are missing");
+    std::copy(external_->initial->begin(), external_->initial->end(), params.begin());
+    return;
+  }
   // A pure function of (seed, parameterized layer): uniform in [-limit, limit] with
   // limit = sqrt(6 / fan_in), drawn from a 64-bit Mersenne Twister mapped to floats by hand
   // (std::uniform_real_distribution is implementation-defined, and runs must be reproducible

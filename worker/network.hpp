@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "common/error.hpp"
 #include "kernels/backend.hpp"
 #include "worker/dataset.hpp"
+#include "worker/external_layout.hpp"
 #include "worker/model_config.hpp"
 
 namespace coach::worker {
@@ -75,14 +77,25 @@ class network {
   /// that is not dense or whose units differ from the classes, an input_shape that does not
   /// match the data.
   static result<network> build(const model_config& cfg, sample_shape input, int classes);
-  /// As build() for a data set: its shape (or 1 x 1 x features) and classes.
+  /// As build() for a data set: its shape (or 1 x 1 x features) and classes; for a script's
+  /// model (cfg.external set), external(cfg.external).
   static result<network> for_data(const model_config& cfg, const dataset& data);
+  /// A model that a user's script computes: no layers; its tensors, in the layout's order, and
+  /// its statistic ranges (the `buffer` tensors, momentum 1: the shards keep the samples-weighted
+  /// mean of the values the workers push) from the registered layout; its initial values those
+  /// the first process registered.
+  static network external(std::shared_ptr<const external_model> model);
+  /// The script's model, or null for a network of layers.
+  const std::shared_ptr<const external_model>& external() const noexcept { return external_; }
 
   std::size_t num_params() const noexcept { return num_params_; }
   const std::vector<layer>& layers() const noexcept { return layers_; }
-  sample_shape input_shape() const noexcept { return layers_.front().in; }
-  int inputs() const noexcept { return int(layers_.front().in_size()); }
-  int classes() const noexcept { return int(layers_.back().out_size()); }
+  /// The layers' input and classes ({0, 0, 0} and 0 for a script's model).
+  sample_shape input_shape() const noexcept {
+    return layers_.empty() ? sample_shape{0, 0, 0} : layers_.front().in;
+  }
+  int inputs() const noexcept { return layers_.empty() ? 0 : int(layers_.front().in_size()); }
+  int classes() const noexcept { return layers_.empty() ? 0 : int(layers_.back().out_size()); }
   /// Batch norm's running statistics (not trained by gradients).
   const std::vector<statistic_range>& statistic_ranges() const noexcept { return statistics_; }
   /// The named tensors, in layer order.
@@ -92,10 +105,12 @@ class network {
 
   /// Fills `params` (host memory, num_params() floats) with the initial values for `seed`:
   /// He-uniform weights (fan-in C R S for conv2d), zero biases, batch norm gamma 1, beta 0,
-  /// running mean 0 and variance 1. A pure function of (architecture, seed).
+  /// running mean 0 and variance 1. A pure function of (architecture, seed). A script's model:
+  /// the values its first process registered (seeded by the job's seed there).
   void init_params(std::span<float> params, std::uint64_t seed) const;
 
  private:
+  std::shared_ptr<const external_model> external_;
   std::vector<layer> layers_;
   std::vector<statistic_range> statistics_;
   std::size_t num_params_ = 0;

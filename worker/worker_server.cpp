@@ -36,7 +36,9 @@ worker_server::worker_server(worker_server_setup setup, worker_server_ports port
   // A fixed global batch: this worker's share of a step may grow to all of it as workers
   // leave; the runner grows its buffers then (sized for the whole batch up front, W workers
   // held W x the global batch, which grows with W: issue 37's workers: 1000).
-  runner_ = std::make_unique<network_runner>(*setup_.model, *be_, setup_.batch_size);
+  // A script's model runs in the script's process: no layers here.
+  if (!setup_.external)
+    runner_ = std::make_unique<network_runner>(*setup_.model, *be_, setup_.batch_size);
   if (mode.pushes_deltas()) averager_ = std::make_unique<local_averaging>(*be_, n_, setup_.local);
   grads_ = std::make_unique<buffer_pool>(n_);
   if (!host_backend_ && !setup_.functions && !averager_ && !setup_.device_reducer &&
@@ -55,6 +57,7 @@ worker_server::~worker_server() {
     be_->free(params_);
     be_->free(grad_);
   }
+  if (process_) process_->stop();  // its steps() end: the script runs on to its end
   if (setup_.devices) setup_.devices->release(setup_.job, setup_.rank);  // for a later worker
 }
 
@@ -359,6 +362,22 @@ result<invocation_result> worker_server::invoke(const float* w,
   return setup_.functions->run(t);
 }
 
+result<double> worker_server::compute_external(const float* w,
+                                               std::span<const std::uint32_t> indices, float* out) {
+  if (indices.empty()) {  // nothing granted: a zero gradient (and no statistics)
+    std::fill_n(out, n_, 0.0f);
+    return 0.0;
+  }
+  if (!process_) {
+    auto p = setup_.external->take(coach::format("worker {}", setup_.rank));
+    if (!p) return std::unexpected(p.error());
+    process_ = std::move(*p);
+  }
+  auto r = process_->step(step_, setup_.rank, w, indices, out);
+  if (!r) return std::unexpected(r.error());
+  return r->loss_sum;
+}
+
 /// Whether a grant's local steps cut its indices exactly, each at most a batch.
 bool worker_server::valid_local_steps(std::span<const std::uint32_t> indices,
                                       std::span<const std::uint32_t> sizes) const {
@@ -389,7 +408,14 @@ bool worker_server::compute(const wire_message& g, const float* w, float* out, d
   samples = indices.size();
   const std::uint64_t noise = noise_key(setup_.rank, step_);
   const auto& train = setup_.data->train;
-  if (setup_.functions && !indices.empty()) {
+  if (setup_.external) {
+    auto r = compute_external(w, indices, out);
+    if (!r) {
+      ports_.fail(std::move(r.error()));
+      return false;
+    }
+    loss = *r;
+  } else if (setup_.functions && !indices.empty()) {
     auto r = invoke(w, indices, sizes, noise);
     if (!r) {
       ports_.fail(std::move(r.error()));

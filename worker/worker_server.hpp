@@ -36,6 +36,7 @@
 #include "worker/dataset.hpp"
 #include "worker/device_assignment.hpp"
 #include "worker/device_reducer.hpp"
+#include "worker/external_pool.hpp"
 #include "worker/function_runner.hpp"
 #include "worker/host_reducer.hpp"
 #include "worker/local_averaging.hpp"
@@ -69,6 +70,9 @@ struct worker_server_setup {
   std::shared_ptr<worker::device_assignment> devices;
   /// Function mode: each step computed by a bounded invocation; null otherwise.
   std::unique_ptr<worker::function_runner> functions;
+  /// A script's model: each step computed by a process of the script taken from this pool (at
+  /// the first step; stopped when the worker ends); null otherwise.
+  std::shared_ptr<worker::external_pool> external;
   /// A device worker copies each layer's gradient to pinned host memory while the layers before
   /// it compute, where nothing else needs the whole gradient on the device first
   /// (COACH_COPY_OVERLAP=0 turns it off).
@@ -134,6 +138,9 @@ class worker_server {
   bool push_reduced(std::uint64_t samples, std::shared_ptr<const float_buffer> grad);
   result<invocation_result> invoke(const float* w, std::span<const std::uint32_t> indices,
                                    std::span<const std::uint32_t> sizes, std::uint64_t noise);
+  /// A script's step: its process computes the gradient of `indices` from `w` into `out`.
+  result<double> compute_external(const float* w, std::span<const std::uint32_t> indices,
+                                  float* out);
   bool valid_local_steps(std::span<const std::uint32_t> indices,
                          std::span<const std::uint32_t> sizes) const;
   /// The grant's step computed from `w` into `out`; false when it failed (reported).
@@ -206,6 +213,8 @@ class worker_server {
   /// The step's snapshot request (flag::snapshot, with_state), from its grant to its pushes.
   std::uint8_t push_flags_ = 0;
   std::vector<std::uint32_t> local_members_;  ///< host reduction: scratch of push_reduced
+  /// A script's model: the process computing this worker's steps (taken at the first step).
+  std::unique_ptr<external_process> process_;
   /// Shard replicas: this worker's pushes of its last step, by shard, until the next step's:
   /// sent again to a backup that takes over before they were answered (on_take_over).
   std::vector<std::pair<std::uint32_t, wire::wire_message>> last_pushes_;

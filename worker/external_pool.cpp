@@ -1,0 +1,130 @@
+// worker/external_pool.cpp: the processes of one job's script (external_pool.hpp).
+#include "worker/external_pool.hpp"
+
+#include "common/format.hpp"
+#include "common/log.hpp"
+
+namespace coach::worker {
+
+external_pool::external_pool(script_options opt) : opt_(std::move(opt)) {}
+
+external_pool::~external_pool() {
+  std::vector<std::unique_ptr<external_process>> kept;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    kept.swap(kept_);
+  }
+  changed_.notify_all();
+  for (auto& t : starters_)
+    if (t.joinable()) t.join();
+  for (auto& p : kept) p->stop(std::chrono::seconds(2));
+  std::lock_guard lock(mutex_);
+  for (auto& p : kept_) p->stop(std::chrono::seconds(2));
+}
+
+result<std::unique_ptr<external_process>> external_pool::start_one(std::string who) {
+  auto p = external_process::start(opt_, std::move(who));
+  if (!p) return std::unexpected(p.error());
+  auto ok = (*p)->handshake(&layout_, nullptr);
+  if (!ok) return std::unexpected(ok.error());
+  return std::move(*p);
+}
+
+result<void> external_pool::register_first() {
+  auto p = external_process::start(opt_, "first process");
+  if (!p) return std::unexpected(p.error());
+  std::vector<float> values;
+  auto layout = (*p)->handshake(nullptr, &values);
+  if (!layout) return std::unexpected(layout.error());
+  std::lock_guard lock(mutex_);
+  layout_ = std::move(*layout);
+  initial_ = std::make_shared<const std::vector<float>>(std::move(values));
+  kept_.push_back(std::move(*p));
+  ++started_;
+  return {};
+}
+
+void external_pool::register_known(external_layout layout,
+                                   std::shared_ptr<const std::vector<float>> initial) {
+  std::lock_guard lock(mutex_);
+  layout_ = std::move(layout);
+  initial_ = std::move(initial);
+}
+
+result<std::unique_ptr<external_process>> external_pool::take(std::string who) {
+  std::unique_lock lock(mutex_);
+  // One being started is nearer to ready than one not started yet.
+  changed_.wait(lock, [&] { return !kept_.empty() || starting_ == 0 || stopping_; });
+  if (!kept_.empty()) {
+    auto p = std::move(kept_.front());
+    kept_.erase(kept_.begin());
+    top_up(lock);
+    p->rename(std::move(who));
+    return p;
+  }
+  ++started_;
+  lock.unlock();
+  auto p = start_one(std::move(who));
+  lock.lock();
+  top_up(lock);
+  return p;
+}
+
+void external_pool::keep_warm(std::size_t n) {
+  std::unique_lock lock(mutex_);
+  warm_target_ = n;
+  top_up(lock);
+}
+
+std::size_t external_pool::warm() const {
+  std::lock_guard lock(mutex_);
+  return kept_.size();
+}
+
+void external_pool::top_up(std::unique_lock<std::mutex>&) {
+  while (!stopping_ && kept_.size() + starting_ < warm_target_) {
+    ++starting_;
+    const auto who = coach::format("warm process {}", ++started_);
+    starters_.emplace_back([this, who] {
+      auto p = start_one(who);
+      std::lock_guard lock(mutex_);
+      --starting_;
+      if (!p)
+        log::warn("{}", p.error().message);
+      else if (stopping_)
+        (*p)->stop(std::chrono::seconds(2));
+      else
+        kept_.push_back(std::move(*p));
+      changed_.notify_all();
+    });
+  }
+}
+
+result<std::shared_ptr<const external_model>> start_script_model(script_options opt) {
+  auto pool = std::make_shared<external_pool>(std::move(opt));
+  if (auto ok = pool->register_first(); !ok) return std::unexpected(ok.error());
+  auto model = std::make_shared<external_model>();
+  model->layout = pool->layout();
+  model->initial = pool->initial();
+  model->pool = std::move(pool);
+  return std::shared_ptr<const external_model>(std::move(model));
+}
+
+result<script_options> script_options_for(const script_config& script, std::uint64_t seed,
+                                          std::uint64_t job, std::string python, int threads) {
+  auto package = find_python_package();
+  if (!package) return std::unexpected(package.error());
+  script_options o;
+  o.python = python.empty() ? default_python() : std::move(python);
+  o.script = script.path;
+  o.args = script.args;
+  o.package_dir = std::move(*package);
+  o.seed = seed;
+  o.job = job;
+  o.start_timeout_s = script.start_timeout_s;
+  o.threads = threads;
+  return o;
+}
+
+}  // namespace coach::worker

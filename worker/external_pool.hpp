@@ -1,0 +1,80 @@
+#pragma once
+// worker::external_pool: the processes of one job's script in this process. The first one
+// registers the job's layout and initial values (register_first); every later one is checked
+// against them. take() hands out a process that finished its handshake: one kept warm when
+// there is one (its interpreter and framework loaded, its model built), else one started then.
+// keep_warm(n) starts processes ahead, in the background, so that a worker joining mid-epoch
+// pays a step, not an import.
+//
+// Thread-safe: workers and the evaluator take processes from their own threads.
+
+#include <condition_variable>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.hpp"
+#include "worker/external_layout.hpp"
+#include "worker/external_process.hpp"
+#include "worker/model_config.hpp"
+
+namespace coach::worker {
+
+class external_pool {
+ public:
+  explicit external_pool(script_options opt);
+  /// Stops the processes kept, and waits for those being started.
+  ~external_pool();
+  external_pool(const external_pool&) = delete;
+  external_pool& operator=(const external_pool&) = delete;
+
+  /// Starts the job's first process and takes its layout and initial values (blocking); the
+  /// process is kept for the first take(). Errors: the handshake's.
+  result<void> register_first();
+  /// Registers a layout and initial values known already (a job resumed, or started elsewhere).
+  void register_known(external_layout layout, std::shared_ptr<const std::vector<float>> initial);
+  const external_layout& layout() const noexcept { return layout_; }
+  std::shared_ptr<const std::vector<float>> initial() const noexcept { return initial_; }
+  const script_options& options() const noexcept { return opt_; }
+
+  /// A process ready for steps, named `who`: a kept one, else one started now. Errors: the
+  /// start's or the handshake's (a later process whose layout differs: one line naming the
+  /// tensor).
+  result<std::unique_ptr<external_process>> take(std::string who);
+  /// Keeps `n` processes started ahead from now on (started in the background).
+  void keep_warm(std::size_t n);
+  /// Processes kept ready now (tests, logs).
+  std::size_t warm() const;
+
+ private:
+  /// Starts processes until `warm_target_` are kept or starting (lock held).
+  void top_up(std::unique_lock<std::mutex>& lock);
+  result<std::unique_ptr<external_process>> start_one(std::string who);
+
+  script_options opt_;
+  external_layout layout_;
+  std::shared_ptr<const std::vector<float>> initial_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::unique_ptr<external_process>> kept_;
+  std::size_t starting_ = 0;
+  std::size_t warm_target_ = 0;
+  std::size_t started_ = 0;  ///< processes started so far (names them)
+  bool stopping_ = false;
+  std::vector<std::thread> starters_;
+};
+
+/// A script's model ready to run: a pool for `opt` whose first process registered the layout
+/// and initial values (kept for the first take()). Errors: the first process's.
+result<std::shared_ptr<const external_model>> start_script_model(script_options opt);
+
+/// The options a job's script runs with: its path, arguments and timeout from the spec, the
+/// job's seed, `python` (empty: default_python()), and `threads` for each process's framework
+/// (0: not set). Errors: not_found when the `coach` package cannot be found.
+result<script_options> script_options_for(const script_config& script, std::uint64_t seed,
+                                          std::uint64_t job, std::string python, int threads);
+
+}  // namespace coach::worker

@@ -1,0 +1,135 @@
+#pragma once
+// worker::external_process: one process of a user's script that computes a worker's steps (or
+// evaluates the epochs), and Coach's side of its channel (docs/wire.md "External compute
+// processes"): a Unix socket pair for one-line JSON messages, a shared-memory file holding the
+// parameters and the gradient, and a pipe from the process's stderr, whose lines are logged and
+// the last of which name a process that failed.
+//
+// start() runs the script and returns at once (several processes import their framework in
+// parallel); handshake() waits for its `hello` and registers the layout (the job's first
+// process: its initial values come back) or checks it against the registered one. step() and
+// evaluate() hand the parameters over through the shared file and wait for the answer; a
+// process that dies meanwhile (its socket closes) is an error naming its exit status and the
+// last lines of its stderr, at once. Junk on the channel ends the process.
+//
+// Not thread-safe: one owner at a time (a worker, the evaluator, or the pool that keeps it).
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "worker/external_layout.hpp"
+
+namespace coach::worker {
+
+/// A step's answer and where its time went.
+struct external_step {
+  double loss_sum = 0;
+  std::uint64_t samples = 0;
+  double copy_in_s = 0;   ///< parameters into the shared file
+  double compute_s = 0;   ///< from the `step` message sent to its `done`
+  double copy_out_s = 0;  ///< the gradient out of the shared file
+};
+
+/// An evaluation's answer.
+struct external_eval {
+  std::uint32_t epoch = 0;
+  std::uint64_t samples = 0;
+  std::uint64_t correct = 0;
+  double loss_sum = 0;
+};
+
+class external_process {
+ public:
+  /// Starts the script (`who` names it in messages and logs: "worker 1"). Errors: io_error
+  /// when it cannot be started (the interpreter missing, no socket), naming the interpreter.
+  static result<std::unique_ptr<external_process>> start(const script_options& opt,
+                                                         std::string who);
+  /// Kills and reaps a process still running; unmaps and removes the shared file.
+  ~external_process();
+  external_process(const external_process&) = delete;
+  external_process& operator=(const external_process&) = delete;
+
+  /// Waits for the process's `hello` (at most opt.start_timeout_s) and answers it. With
+  /// `registered` null this is the job's first process: its layout is taken and its initial
+  /// values are written into `initial`. Otherwise the layout must equal `registered`: a
+  /// difference is refused (the process exits) and is the error (invalid_argument, one line).
+  /// Errors: io_error when the process ended first (its exit status and last stderr lines) or
+  /// did not say hello in time (naming the timeout); protocol_error for junk.
+  result<external_layout> handshake(const external_layout* registered, std::vector<float>* initial);
+
+  /// Step `step` of worker `rank` on the samples `indices`: `params` (layout.floats) handed
+  /// over, the gradient of the sum of the samples' losses (and each buffer's value times the
+  /// samples) written into `grad`. Errors as handshake's, and invalid_argument when the
+  /// process said it failed (its message) or answered with other samples than asked.
+  result<external_step> step(std::int64_t step, std::uint32_t rank, const float* params,
+                             std::span<const std::uint32_t> indices, float* grad);
+
+  /// Runs the script's evaluation on `params`. Errors as step's; unsupported when the script
+  /// did not register an evaluation (test_samples 0).
+  result<external_eval> evaluate(std::uint32_t epoch, const float* params);
+
+  /// Sends `stop`, waits up to `grace` for the process to end, then kills it.
+  void stop(std::chrono::milliseconds grace = std::chrono::seconds(10)) noexcept;
+  /// SIGKILL now (a test's failing machine); the next call sees it dead.
+  void kill() noexcept;
+
+  pid_t pid() const noexcept { return pid_; }
+  const std::string& who() const noexcept { return who_; }
+  /// Names it anew (a warm process taken by worker 3).
+  void rename(std::string who) { who_ = std::move(who); }
+  /// Whether handshake() succeeded and the process has not failed since.
+  bool ready() const noexcept { return ready_; }
+
+ private:
+  external_process() = default;
+  result<void> send(const std::string& line);
+  /// The next line from the process; `deadline` bounds the wait (none: wait while it lives).
+  result<std::string> receive(std::optional<std::chrono::steady_clock::time_point> deadline,
+                              std::string_view during);
+  /// Drains what stderr has, logging complete lines; false at its end.
+  bool drain_stderr();
+  /// The process ended (its socket closed) `during` something: reaps it and says how.
+  error ended(std::string_view during);
+  /// Ends the process for `why` and returns it as the error.
+  error refuse(error why);
+  result<void> map_shared(std::size_t floats);
+
+  std::string who_;
+  std::string script_name_;
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  int sock_ = -1;
+  int err_ = -1;
+  std::string in_;  ///< bytes from the socket not yet returned as lines
+  std::string err_buf_;
+  std::deque<std::string> tail_;  ///< the last lines of its stderr
+  std::chrono::milliseconds start_timeout_{120000};
+  std::string shm_path_;
+  void* map_ = nullptr;
+  std::size_t map_bytes_ = 0;
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
+  std::size_t floats_ = 0;
+  std::uint64_t test_samples_ = 0;
+  bool ready_ = false;
+};
+
+/// Where the `coach` Python package is: $COACH_PYTHON_PACKAGE when set; else python/ found
+/// beside or above this program (a source tree's build) or share/coach/python of its prefix.
+/// Errors: not_found naming the places looked at.
+result<std::string> find_python_package();
+
+/// The interpreter for scripts when none is named: $COACH_PYTHON, else /opt/coach-venv's
+/// python where it exists, else python3.
+std::string default_python();
+
+}  // namespace coach::worker
