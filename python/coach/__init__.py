@@ -43,16 +43,14 @@ def _is_int(x):
 
 
 def _number(x):
-    """x as a finite float, or None when it is not one."""
-    if isinstance(x, (bool, np.bool_)):
-        return None
-    if not isinstance(x, (numbers.Real, np.number)):
-        try:  # a 0-d array, a one-element tensor
+    """x (a number, a 0-d array, a one-element tensor) as a finite float, or None."""
+    if not isinstance(x, (numbers.Real, np.number)) and hasattr(x, "item"):
+        try:
             x = x.item()
         except Exception:
             return None
-        if not isinstance(x, numbers.Real) or isinstance(x, bool):
-            return None
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (numbers.Real, np.number)):
+        return None
     x = float(x)
     return x if math.isfinite(x) else None
 
@@ -125,13 +123,6 @@ class Job:
         """The float32 view (the tensor's shape) of tensor ``name`` in the gradient region."""
         return self._view(name)[1]
 
-    def offset(self, name):
-        """(first float, floats) of tensor ``name`` in the flat vector."""
-        for t in self._tensors:
-            if t[0] == name:
-                return t[3], t[4]
-        raise CoachError(f"no tensor named {name!r} in this job's layout")
-
     def _view(self, name):
         try:
             return self._views[name]
@@ -164,7 +155,7 @@ class Job:
     def close(self):
         """Closes the channel (the views stay valid). Coach sees the process as ended."""
         global _job
-        if self._state not in ("refused",):
+        if self._state != "refused":
             self._state = "closed"
         self._rfile.close()
         self._sock.close()
@@ -197,6 +188,14 @@ class Job:
             self._send({"op": "error", "message": _one_line(message)})
         except CoachError:
             pass
+
+    def _call(self, fn):
+        """fn(self), the script's code: what it raises is sent as ``error``, then raised."""
+        try:
+            return fn(self)
+        except BaseException as e:
+            self._fail(f"{type(e).__name__}: {e}")
+            raise
 
     def _junk(self, what):
         return self._error(f"Coach sent junk on the control channel: {what}")
@@ -282,11 +281,7 @@ class Job:
     def _evaluate(self, epoch):
         if self._evaluate_fn is None:
             raise self._junk(f"evaluate (epoch {epoch}) came to a script without evaluate")
-        try:
-            result = self._evaluate_fn(self)
-        except BaseException as e:
-            self._fail(f"{type(e).__name__}: {e}")
-            raise
+        result = self._call(self._evaluate_fn)
         if not isinstance(result, (tuple, list)) or len(result) != 3:
             raise self._error(f"evaluate returned {result!r:.60}: give (loss_sum, correct, "
                               "samples)")
@@ -319,16 +314,9 @@ class Job:
             raise self._junk(f"grads_offset {offset} (a multiple of 64, at least {4 * floats})")
         self._map(path, floats, offset)
         self.first = first
-        if first:
-            if initial is not None:
-                try:
-                    initial(self)
-                except BaseException as e:
-                    self._fail(f"{type(e).__name__}: {e}")
-                    raise
-            self._send({"op": "initial"})
-        else:
-            self._send({"op": "ready"})
+        if first and initial is not None:
+            self._call(initial)
+        self._send({"op": "initial" if first else "ready"})
         self._state = "running"
 
     def _map(self, path, floats, offset):
@@ -342,6 +330,8 @@ class Job:
             if have < size:
                 raise self._junk(f"shared memory {path} has {have} bytes, the layout {size}")
             mm = mmap.mmap(fd, size)
+        except (OSError, ValueError) as e:
+            raise self._error(f"cannot map Coach's shared memory {path}: {e}") from None
         finally:
             os.close(fd)
         self.params = np.frombuffer(mm, np.float32, floats, 0)
