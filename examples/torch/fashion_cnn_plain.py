@@ -31,8 +31,9 @@ class CNN(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
+@torch.no_grad()
 def evaluate(model, x, y):
-    """(mean loss, accuracy) over x, y, in batches of 1000."""
+    """(mean loss, accuracy) of the model (in eval mode) over x, y, in batches of 1000."""
     loss, correct = 0.0, 0
     for i in range(0, len(x), 1000):
         out = model(x[i:i + 1000])
@@ -70,9 +71,7 @@ def main():
             schedule.step()
             loss_sum += loss.item() * len(idx)
         rate = len(x_train) / (time.time() - start)
-        model.eval()
-        with torch.no_grad():
-            test_loss, accuracy = evaluate(model, x_test, y_test)
+        test_loss, accuracy = evaluate(model.eval(), x_test, y_test)
         print(f"epoch {epoch}: train loss {loss_sum / len(x_train):.4f}, test loss {test_loss:.4f}, "
               f"test accuracy {accuracy:.4f}, {rate:.0f} samples/s", flush=True)
 
