@@ -184,6 +184,31 @@ class InProcess(unittest.TestCase):
                 self.assertEqual(done(), str(caught.exception))
                 job.close()
 
+    def test_junk_in_the_handshake_raises_from_init(self):
+        layout = {"op": "layout", "shm": "/dev/shm/coach-test-none", "floats": 3,
+                  "grads_offset": 64, "send_initial": True}
+        for answer, says in [({"op": "banana"}, "'banana' where layout or refused was due"),
+                             (dict(layout, floats=4), "layout of 4 floats where the tensors "
+                                                      "hold 3"),
+                             (dict(layout, grads_offset=8), "grads_offset 8"),
+                             (dict(layout, send_initial=1), "field 'send_initial' is 1"),
+                             (layout, "cannot open Coach's shared memory")]:
+            with self.subTest(says=says):
+                fake = FakeCoach(timeout=10)
+                self.addCleanup(fake.close)
+
+                def coach_side(fake):
+                    fake.hello()
+                    fake.send(answer)
+                    return fake.expect("error")["message"]
+
+                done = beside(fake, coach_side)
+                with mock.patch.dict(os.environ, fake.script_env()):
+                    with self.assertRaises(coach.CoachError) as caught:
+                        coach.init([("w", (3,), "param")], samples=10)
+                self.assertIn(says, str(caught.exception))
+                self.assertEqual(done(), str(caught.exception))
+
     def test_push_twice_unpushed_steps_and_bad_losses_raise(self):
         def coach_side(fake):
             fake.handshake()
