@@ -84,15 +84,17 @@ def _shares(tensor):
 
 
 class Step:
-    """One training step: ``step``, ``rank``, ``indices`` (an int64 CPU tensor of training-sample
-    indices), ``samples`` (their count). Compute the loss, call backward(), then push(loss)."""
+    """One training step: ``step``, ``rank``, ``indices`` (the int64 NumPy array of training-sample
+    indices: ``x[step.indices]`` works for a tensor on any device; ``torch.from_numpy`` makes it
+    a tensor without a copy), ``samples`` (their count). Compute the loss, call backward(), then
+    push(loss)."""
 
-    __slots__ = ("_job", "_core", "indices")
+    __slots__ = ("_job", "_core")
 
     def __init__(self, job, core_step):
         self._job, self._core = job, core_step
-        self.indices = torch.from_numpy(core_step.indices)
 
+    indices = property(lambda self: self._core.indices)
     step = property(lambda self: self._core.step)
     rank = property(lambda self: self._core.rank)
     samples = property(lambda self: self._core.samples)

@@ -136,10 +136,11 @@ class TorchTest(unittest.TestCase):
 
         job, result = self.connect(model, coach_side, loss_reduction=reduction)
         for k, step in enumerate(job.steps()):
+            self.assertEqual(step.indices.dtype, np.int64)
             if k == 1:
                 model.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x[step.indices]), y[step.indices],
-                                   reduction=reduction)
+            idx = torch.from_numpy(step.indices) if k == 2 else step.indices  # either works
+            loss = F.cross_entropy(model(x[idx]), y[idx], reduction=reduction)
             loss.backward()
             step.push(loss)
         for params, indices, done, grads in result():
