@@ -1,0 +1,128 @@
+// A script's model (model: {script: ...}) through the embedded cluster, as `coach train` runs it:
+// the NumPy softmax worker (examples/numpy/softmax_worker.py, over the `coach` package) learns its
+// planted data; rescaled 2 -> 4 -> 1 processes mid-epoch, every step covers the samples of the
+// same step of a run that never rescales, with the same loss within 1e-4; a process SIGKILLed
+// mid-epoch loses its worker, and the job still trains every sample of every epoch once. Needs
+// Debian's python3 with NumPy (python3-numpy); skips with the reason otherwise.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include "actors/embedded_cluster.hpp"
+
+namespace coach::actors {
+namespace {
+
+const std::string python = "/usr/bin/python3";
+
+bool have_numpy() {
+  static const bool ok = std::system((python + " -c 'import numpy' >/dev/null 2>&1").c_str()) == 0;
+  return ok;
+}
+
+#define NEED_NUMPY() \
+  if (!have_numpy()) \
+  GTEST_SKIP() << python << " cannot import numpy (apt-get install python3-numpy)"
+
+scheduler::job_spec spec_of(const std::string& script, const std::string& more) {
+  const std::string yaml = "name: script-model\nmodel: {script: " + script +
+                           "}\n"
+                           "optimizer: {type: sgd, learning_rate: 0.05}\n"
+                           "batch: {global: 64}\nconsistency: bsp\nseed: 7\n"
+                           "workers: {min: 1, max: 4, initial: 2}\nshards: 2\nslice_size: 16\n" +
+                           more;
+  auto spec = scheduler::parse_job_spec(yaml, "script-model.yaml", COACH_SOURCE_DIR);
+  EXPECT_TRUE(spec) << (spec ? "" : spec.error().to_string());
+  return *spec;
+}
+
+struct run {
+  coach::result<scheduler::job_result> result;
+  std::vector<step_trace> steps;  ///< by step
+};
+
+run train(const scheduler::job_spec& spec) {
+  std::mutex mu;
+  std::vector<step_trace> steps;
+  train_options opt;
+  opt.python = python;
+  opt.on_step = [&](const step_trace& t) {
+    std::lock_guard lock(mu);
+    steps.push_back(t);
+  };
+  auto r = train_embedded(spec, opt);
+  std::sort(steps.begin(), steps.end(),
+            [](const step_trace& a, const step_trace& b) { return a.step < b.step; });
+  return {std::move(r), std::move(steps)};
+}
+
+TEST(script_model, the_numpy_worker_learns_its_planted_data) {
+  NEED_NUMPY();
+  auto r = train(spec_of("examples/numpy/softmax_worker.py", "epochs: 3\n"));
+  ASSERT_TRUE(r.result) << r.result.error().to_string();
+  ASSERT_EQ(r.result->epochs.size(), 3u);
+  EXPECT_EQ(r.result->num_params, 33u);
+  EXPECT_EQ(r.result->workers, 2u);
+  // The planted labels carry Gumbel noise: 0.91 measured after 3 epochs (0.64 from the start).
+  EXPECT_GE(r.result->test_accuracy, 0.88);
+  EXPECT_LT(r.result->epochs.back().train_loss, r.result->epochs.front().train_loss);
+  std::size_t samples = 0;
+  for (const auto& s : r.steps) samples += s.samples.size();
+  EXPECT_EQ(samples, 3u * 2000u) << "every sample of every epoch once";
+}
+
+TEST(script_model, processes_rescaled_2_4_1_mid_epoch_train_as_a_run_that_never_rescales) {
+  NEED_NUMPY();
+  const auto plain = train(spec_of("examples/numpy/softmax_worker.py", "epochs: 1\n"));
+  const auto rescaled = train(spec_of("examples/numpy/softmax_worker.py",
+                                      "epochs: 1\nschedule:\n  - {at_step: 5, workers: 4}\n"
+                                      "  - {at_step: 14, workers: 1}\n"));
+  ASSERT_TRUE(plain.result) << plain.result.error().to_string();
+  ASSERT_TRUE(rescaled.result) << rescaled.result.error().to_string();
+  ASSERT_EQ(plain.steps.size(), 32u);  // 2000 samples, 64 a step
+  ASSERT_EQ(rescaled.steps.size(), plain.steps.size());
+  std::size_t samples = 0;
+  double worst = 0;
+  for (std::size_t s = 0; s < plain.steps.size(); ++s) {
+    const auto& a = plain.steps[s];
+    const auto& b = rescaled.steps[s];
+    ASSERT_EQ(b.step, a.step);
+    EXPECT_EQ(b.samples, a.samples) << "step " << s << " covers other samples";
+    samples += a.samples.size();
+    const double la = a.loss_sum / double(a.samples.size());
+    const double lb = b.loss_sum / double(b.samples.size());
+    worst = std::max(worst, std::abs(la - lb));
+    EXPECT_NEAR(lb, la, 1e-4) << "step " << s;
+  }
+  EXPECT_EQ(samples, 2000u) << "every sample once";
+  std::printf("32 steps, largest per-step mean-loss difference %.3g\n", worst);
+  EXPECT_EQ(rescaled.steps[4].members, 2u);
+  EXPECT_EQ(rescaled.steps[8].members, 4u);
+  EXPECT_EQ(rescaled.steps[20].members, 1u);
+  EXPECT_EQ(rescaled.result->test_accuracy, plain.result->test_accuracy);
+}
+
+TEST(script_model, a_process_killed_mid_epoch_loses_its_worker_and_no_sample) {
+  NEED_NUMPY();
+  // tests/python/scripts/external_worker.py: 100 samples; worker 1's process kills itself
+  // (SIGKILL) when it is given step 3 of the first epoch.
+  auto spec = spec_of("tests/python/scripts/external_worker.py", "epochs: 2\n");
+  spec.model.script->args = {"kill-at-step:3:1"};
+  spec.global_batch = 16;
+  const auto r = train(spec);
+  ASSERT_TRUE(r.result) << r.result.error().to_string();
+  ASSERT_EQ(r.result->epochs.size(), 2u);
+  // Its chunk went back to the queue: every sample of every epoch processed exactly once.
+  for (const auto& e : r.result->epochs) EXPECT_EQ(e.samples, 100u) << "epoch " << e.epoch;
+  EXPECT_EQ(r.result->workers, 1u) << "the killed worker left the job";
+  ASSERT_GT(r.steps.size(), 5u);
+  EXPECT_EQ(r.steps[2].members, 2u);
+  EXPECT_EQ(r.steps.back().members, 1u);
+}
+
+}  // namespace
+}  // namespace coach::actors
