@@ -83,7 +83,7 @@ std::vector<char*> pointers(std::vector<std::string>& v) {
 }
 
 /// At most `n` bytes of `text` for a message, with what cannot be printed escaped.
-std::string quoted(std::string_view text, std::size_t n = 80) {
+std::string shown(std::string_view text, std::size_t n = 80) {
   std::string out;
   for (char c : text.substr(0, n)) {
     if (c >= 0x20 && c < 0x7f)
@@ -96,6 +96,14 @@ std::string quoted(std::string_view text, std::size_t n = 80) {
 }
 
 }  // namespace
+
+std::string external_totals::summary() const {
+  const double per = steps ? 1000.0 / double(steps) : 0;
+  return coach::format(
+      "{} steps: parameters in {:.3f} ms, the script's copies {:.3f} ms, its compute {:.3f} ms, "
+      "gradient out {:.3f} ms a step",
+      steps, copy_in_s * per, handoff_s * per, (compute_s - handoff_s) * per, copy_out_s * per);
+}
 
 result<std::string> find_python_package() {
   if (const char* env = std::getenv("COACH_PYTHON_PACKAGE"); env && *env) {
@@ -325,7 +333,7 @@ error external_process::ended(std::string_view during) {
   std::string last;
   const std::size_t from = tail_.size() > 3 ? tail_.size() - 3 : 0;
   for (std::size_t i = from; i < tail_.size(); ++i)
-    last += (last.empty() ? "" : " | ") + quoted(tail_[i], 300);
+    last += (last.empty() ? "" : " | ") + shown(tail_[i], 300);
   return error{errc::io_error, coach::format("{} ({}, pid {}) {} {}{}{}", script_name_, who_, pid_,
                                              how, during, last.empty() ? "" : ": ", last)};
 }
@@ -410,7 +418,7 @@ result<external_layout> external_process::handshake(const external_layout* regis
     return std::unexpected(refuse(error{
         errc::protocol_error, coach::format("{}: script process {} sent '{}' where its hello was "
                                             "due",
-                                            who_, pid_, quoted(*line))}));
+                                            who_, pid_, shown(*line))}));
   auto layout = parse_hello(*line);
   std::optional<std::string> refused;
   if (!layout)
@@ -440,10 +448,10 @@ result<external_layout> external_process::handshake(const external_layout* regis
     if (r.is_object() && r.value("op", "") == "error")
       return std::unexpected(refuse(
           error{errc::invalid_argument,
-                coach::format("{}: {}", who_, quoted(r.value("message", std::string("?")), 300))}));
+                coach::format("{}: {}", who_, shown(r.value("message", std::string("?")), 300))}));
     return std::unexpected(refuse(error{
         errc::protocol_error, coach::format("{}: script process {} sent '{}' where '{}' was due",
-                                            who_, pid_, quoted(*reply), want)}));
+                                            who_, pid_, shown(*reply), want)}));
   }
   // Mapped by both: nothing is left behind whichever ends first.
   ::unlink(shm_path_.c_str());
@@ -482,7 +490,7 @@ result<external_step> external_process::step(std::int64_t step, std::uint32_t ra
   if (op == "error")
     return std::unexpected(refuse(error{
         errc::invalid_argument, coach::format("{}: step {} failed in the script: {}", who_, step,
-                                              quoted(r.value("message", std::string("?")), 300))}));
+                                              shown(r.value("message", std::string("?")), 300))}));
   const auto samples = r.is_object() ? r.find("samples") : r.end();
   const auto loss = r.is_object() ? r.find("loss_sum") : r.end();
   if (op != "done" || r.value("step", std::int64_t(-1)) != step || samples == r.end() ||
@@ -490,7 +498,7 @@ result<external_step> external_process::step(std::int64_t step, std::uint32_t ra
     return std::unexpected(
         refuse(error{errc::protocol_error,
                      coach::format("{}: script process {} sent '{}' where step {}'s done was due",
-                                   who_, pid_, quoted(*line), step)}));
+                                   who_, pid_, shown(*line), step)}));
   out.samples = samples->get<std::uint64_t>();
   out.loss_sum = loss->is_null() ? std::nan("") : loss->get<double>();
   if (out.samples != indices.size())
@@ -498,9 +506,16 @@ result<external_step> external_process::step(std::int64_t step, std::uint32_t ra
         refuse(error{errc::invalid_argument,
                      coach::format("{}: the script computed {} samples of step {}; it was given {}",
                                    who_, out.samples, step, indices.size())}));
+  if (auto h = r.find("handoff_s"); h != r.end() && h->is_number() && h->get<double>() >= 0)
+    out.handoff_s = std::min(h->get<double>(), out.compute_s);
   t0 = clock_type::now();
   std::memcpy(grad, grads_, floats_ * sizeof(float));
   out.copy_out_s = seconds_since(t0);
+  ++totals_.steps;
+  totals_.copy_in_s += out.copy_in_s;
+  totals_.compute_s += out.compute_s;
+  totals_.handoff_s += out.handoff_s;
+  totals_.copy_out_s += out.copy_out_s;
   return out;
 }
 
@@ -521,7 +536,7 @@ result<external_eval> external_process::evaluate(std::uint32_t epoch, const floa
     return std::unexpected(
         refuse(error{errc::invalid_argument,
                      coach::format("{}: evaluating epoch {} failed in the script: {}", who_, epoch,
-                                   quoted(r.value("message", std::string("?")), 300))}));
+                                   shown(r.value("message", std::string("?")), 300))}));
   external_eval out;
   try {
     if (op != "evaluated" || r.at("epoch").get<std::int64_t>() != std::int64_t(epoch))
@@ -534,7 +549,7 @@ result<external_eval> external_process::evaluate(std::uint32_t epoch, const floa
     return std::unexpected(refuse(
         error{errc::protocol_error,
               coach::format("{}: script process {} sent '{}' where epoch {}'s evaluation was due",
-                            who_, pid_, quoted(*line), epoch)}));
+                            who_, pid_, shown(*line), epoch)}));
   }
   if (out.correct > out.samples)
     return std::unexpected(

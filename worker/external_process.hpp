@@ -36,7 +36,20 @@ struct external_step {
   std::uint64_t samples = 0;
   double copy_in_s = 0;   ///< parameters into the shared file
   double compute_s = 0;   ///< from the `step` message sent to its `done`
+  double handoff_s = 0;   ///< of compute_s: the script's own copies (`done`'s handoff_s)
   double copy_out_s = 0;  ///< the gradient out of the shared file
+};
+
+/// A process's steps so far, summed: where the handoff's time goes.
+struct external_totals {
+  std::uint64_t steps = 0;
+  double copy_in_s = 0;
+  double compute_s = 0;  ///< the round trips, the script's handoff included
+  double handoff_s = 0;
+  double copy_out_s = 0;
+  /// "938 steps: parameters in 0.052 ms, the script's copies 0.410 ms, its compute 4.101 ms,
+  /// gradient out 0.041 ms a step"
+  std::string summary() const;
 };
 
 /// An evaluation's answer.
@@ -86,6 +99,7 @@ class external_process {
   const std::string& who() const noexcept { return who_; }
   /// Names it anew (a warm process taken by worker 3).
   void rename(std::string who) { who_ = std::move(who); }
+  const external_totals& totals() const noexcept { return totals_; }
   /// Whether handshake() succeeded and the process has not failed since.
   bool ready() const noexcept { return ready_; }
 
@@ -121,6 +135,7 @@ class external_process {
   std::size_t floats_ = 0;
   std::uint64_t test_samples_ = 0;
   bool ready_ = false;
+  external_totals totals_;
 };
 
 /// Where the `coach` Python package is: $COACH_PYTHON_PACKAGE when set; else python/ found

@@ -57,7 +57,11 @@ worker_server::~worker_server() {
     be_->free(params_);
     be_->free(grad_);
   }
-  if (process_) process_->stop();  // its steps() end: the script runs on to its end
+  if (process_) {
+    if (process_->totals().steps > 0)
+      log::info("worker {}: {}", setup_.rank, process_->totals().summary());
+    process_->stop();  // its steps() end: the script runs on to its end
+  }
   if (setup_.devices) setup_.devices->release(setup_.job, setup_.rank);  // for a later worker
 }
 

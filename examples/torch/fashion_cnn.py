@@ -47,14 +47,16 @@ def main():
     ap.add_argument("--train-limit", type=int, default=0, help="the first N training samples (0: all)")
     ap.add_argument("--test-limit", type=int, default=0, help="the first N test samples (0: all)")
     ap.add_argument("--data", default=DEFAULT_DATA, help="the folder of the IDX .gz files")
+    ap.add_argument("--device", default="cpu", help="where the model trains: cpu, cuda, ...")
     args = ap.parse_args()
 
-    x_train, y_train, x_test, y_test = load_fashion(args.data, args.train_limit, args.test_limit)
-    model = CNN()
+    data = load_fashion(args.data, args.train_limit, args.test_limit)
+    x_train, y_train, x_test, y_test = (t.to(args.device) for t in data)
+    model = CNN().to(args.device)
     job = ct.init(model, samples=len(x_train), test_samples=len(x_test),
                   evaluate=lambda model: evaluate(model, x_test, y_test))
     for step in job.steps():  # this worker's share of each step, in the spec's seeded order
-        idx = torch.from_numpy(step.indices)
+        idx = torch.from_numpy(step.indices).to(args.device)
         loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
         loss.backward()
         step.push(loss)  # the shards apply the spec's optimizer

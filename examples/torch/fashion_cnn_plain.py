@@ -51,19 +51,21 @@ def main():
     ap.add_argument("--test-limit", type=int, default=0, help="the first N test samples (0: all)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--data", default=DEFAULT_DATA, help="the folder of the IDX .gz files")
+    ap.add_argument("--device", default="cpu", help="where the model trains: cpu, cuda, ...")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(42)
 
-    x_train, y_train, x_test, y_test = load_fashion(args.data, args.train_limit, args.test_limit)
-    model = CNN()
+    data = load_fashion(args.data, args.train_limit, args.test_limit)
+    x_train, y_train, x_test, y_test = (t.to(args.device) for t in data)
+    model = CNN().to(args.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     steps = args.epochs * ((len(x_train) + args.batch - 1) // args.batch)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps)  # per step, down to 0
     for epoch in range(1, args.epochs + 1):
         model.train()
         start, loss_sum = time.time(), 0.0
-        for idx in torch.randperm(len(x_train)).split(args.batch):  # a seeded shuffle each epoch
+        for idx in torch.randperm(len(x_train), device=args.device).split(args.batch):  # shuffled
             loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
             optimizer.zero_grad()
             loss.backward()

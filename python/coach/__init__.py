@@ -68,11 +68,14 @@ class Step:
     of training-sample indices in [0, samples)) and ``samples`` (their count). Fill the job's
     gradient region, then call ``push(loss_sum)`` once."""
 
-    __slots__ = ("step", "rank", "indices", "samples", "_job", "_pushed")
+    __slots__ = ("step", "rank", "indices", "samples", "handoff_s", "_job", "_pushed")
 
     def __init__(self, job, step, rank, indices):
         self._job, self.step, self.rank, self.indices = job, step, rank, indices
         self.samples = len(indices)
+        #: seconds an adapter spent moving this step's tensors between the shared regions and
+        #: the model (copies to and from a device); sent with ``done`` for Coach's breakdown
+        self.handoff_s = 0.0
         self._pushed = False
 
     @property
@@ -275,8 +278,10 @@ class Job:
                              "number")
         step._pushed = True
         self._current = None
-        self._send({"op": "done", "step": step.step, "samples": step.samples,
-                    "loss_sum": loss})
+        done = {"op": "done", "step": step.step, "samples": step.samples, "loss_sum": loss}
+        if step.handoff_s > 0:
+            done["handoff_s"] = float(step.handoff_s)
+        self._send(done)
 
     def _evaluate(self, epoch):
         if self._evaluate_fn is None:

@@ -14,6 +14,7 @@ this module seeds torch, numpy and random with COACH_SEED when Coach set it.
 """
 import os
 import random
+import time
 
 import numpy as np
 import torch
@@ -136,7 +137,9 @@ class Job:
         """Yields each Step, the model holding the step's parameters; answers evaluations while
         waiting. Ends on Coach's stop (the model then holds the last step's parameters)."""
         for core_step in self.core.steps():
+            start = time.perf_counter()
             self._attach(grads=True)
+            core_step.handoff_s += time.perf_counter() - start
             yield Step(self, core_step)
 
     def serve(self):
@@ -189,6 +192,7 @@ class Job:
         value = None if loss is None else coach._number(loss)
         if value is None and loss is not None:
             raise CoachError(f"step {core_step.step}: loss {loss!r:.60} is not a finite number")
+        start = time.perf_counter()
         n = core_step.samples
         scale = n if self._mean else 1
         staged = []
@@ -215,6 +219,7 @@ class Job:
             factor = n if e.kind == "buffer" else scale
             if factor != 1:
                 e.gview.mul_(factor)
+        core_step.handoff_s += time.perf_counter() - start
         core_step.push(None if value is None else value * scale)
 
     def _evaluate(self, core):
