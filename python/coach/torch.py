@@ -84,6 +84,76 @@ def _shares(tensor):
     return tensor.device.type == "cpu"
 
 
+def _one_cuda_device(entries):
+    """The CUDA device that holds every registered tensor, or None."""
+    devices = {e.tensor().device for e in entries}
+    device = devices.pop() if len(devices) == 1 else None
+    return device if device is not None and device.type == "cuda" else None
+
+
+class _FlatDevice:
+    """A model whose every registered tensor is on one CUDA device: its tensors become views of
+    one flat device buffer (their gradients of another), so a step's parameters go in with one
+    copy and its gradient comes out with one, from and to the shared regions (pinned with
+    cudaHostRegister where the driver allows), instead of a few per tensor."""
+
+    def __init__(self, core, entries, device):
+        self.entries = entries
+        n = core.params.size
+        self.hparams, self.hgrads = torch.from_numpy(core.params), torch.from_numpy(core.grads)
+        self.dparams = torch.empty(n, device=device)
+        self.dgrads = torch.zeros(n, device=device)
+        self.pinned = all(self._pin(t) for t in (self.hparams, self.hgrads))
+        offset = 0
+        for e in entries:
+            size = int(np.prod(e.shape, dtype=np.int64))
+            e.flat = slice(offset, offset + size)
+            offset += size
+
+    @staticmethod
+    def _pin(host):
+        try:
+            rc = torch.cuda.cudart().cudaHostRegister(host.data_ptr(),
+                                                      host.numel() * host.element_size(), 0)
+            return int(rc) == 0
+        except Exception:  # noqa: BLE001 (not pinned: the copies still work, slower)
+            return False
+
+    @torch.no_grad()
+    def attach(self, grads):
+        self.dparams.copy_(self.hparams, non_blocking=self.pinned)
+        if grads:
+            self.dgrads.zero_()
+        for e in self.entries:
+            t = e.tensor()
+            view = self.dparams[e.flat].view(e.shape)
+            if t.data_ptr() != view.data_ptr():
+                t.data = view
+            if grads and e.kind == "param":
+                g = self.dgrads[e.flat].view(e.shape)
+                if t.grad is None or t.grad.data_ptr() != g.data_ptr():
+                    t.grad = g
+
+    @torch.no_grad()
+    def push(self, samples, scale, check_shape):
+        for e in self.entries:
+            t = e.tensor()
+            if e.kind == "param" and t.grad is not None:
+                check_shape(e, t.grad)
+                if t.grad.data_ptr() != self.dgrads[e.flat].data_ptr():
+                    self.dgrads[e.flat].copy_(t.grad.flatten())
+        if scale != 1:
+            self.dgrads.mul_(scale)
+        for e in self.entries:
+            if e.kind == "buffer":
+                t = e.tensor()
+                check_shape(e, t)
+                self.dgrads[e.flat].copy_(t.flatten()).mul_(samples)
+        self.hgrads.copy_(self.dgrads, non_blocking=self.pinned)
+        if self.dgrads.is_cuda:
+            torch.cuda.current_stream(self.dgrads.device).synchronize()
+
+
 class Step:
     """One training step: ``step``, ``rank``, ``indices`` (the int64 NumPy array of training-sample
     indices: ``x[step.indices]`` works for a tensor on any device; ``torch.from_numpy`` makes it
@@ -128,6 +198,11 @@ class Job:
                 staged = e.stage[1]
         self._local = [e for e in entries if e.local]
         self._cuda = any(e.tensor().device.type == "cuda" for e in self._local)
+        device = _one_cuda_device(entries)
+        self._flat = None  # every tensor on one CUDA device: one copy each way (_FlatDevice)
+        if device is not None:
+            self._flat = _FlatDevice(core, entries, device)
+            self._local, staged = [], 0
         pin = self._cuda and torch.cuda.is_available()
         self._pstage = torch.empty(staged, pin_memory=pin) if staged else None
         self._gstage = torch.empty(staged, pin_memory=pin) if staged else None
@@ -157,6 +232,9 @@ class Job:
     def _attach(self, grads):
         """The model's tensors hold the parameter region's values: CPU ones as views of it (and
         their gradients as views of the gradient region), others by copy."""
+        if self._flat is not None:
+            self._flat.attach(grads)
+            return
         for e in self._entries:
             t = e.tensor()
             if e.local:
@@ -195,17 +273,18 @@ class Job:
         start = time.perf_counter()
         n = core_step.samples
         scale = n if self._mean else 1
+        if self._flat is not None:
+            self._flat.push(n, scale, lambda e, t: self._check_shape(core, e, t))
+            core_step.handoff_s += time.perf_counter() - start
+            core_step.push(None if value is None else value * scale)
+            return
         staged = []
         for e in self._entries:
             t = e.tensor()
             value_or_grad = t if e.kind == "buffer" else t.grad
             if value_or_grad is None:
                 continue  # no gradient: its slot stays 0
-            if tuple(value_or_grad.shape) != e.shape:
-                what = "value" if e.kind == "buffer" else "gradient"
-                raise core._error(f"the {what} of {e.name!r} has shape "
-                                  f"{list(value_or_grad.shape)} where the layout has "
-                                  f"{list(e.shape)}")
+            self._check_shape(core, e, value_or_grad)
             if e.local:
                 self._slice(self._gstage, e).copy_(value_or_grad, non_blocking=True)
                 staged.append(e)
@@ -221,6 +300,14 @@ class Job:
                 e.gview.mul_(factor)
         core_step.handoff_s += time.perf_counter() - start
         core_step.push(None if value is None else value * scale)
+
+    @staticmethod
+    def _check_shape(core, e, value_or_grad):
+        if tuple(value_or_grad.shape) != e.shape:
+            what = "value" if e.kind == "buffer" else "gradient"
+            raise core._error(f"the {what} of {e.name!r} has shape "
+                              f"{list(value_or_grad.shape)} where the layout has "
+                              f"{list(e.shape)}")
 
     def _evaluate(self, core):
         self._attach(grads=False)

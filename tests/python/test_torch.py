@@ -172,13 +172,25 @@ class TorchTest(unittest.TestCase):
         self.assertEqual(len(job._local), 9)
         self.assertNotEqual(job.model.conv.weight.data_ptr(), job.core.params.ctypes.data)
 
+    def test_a_model_on_one_device_moves_with_one_copy_each_way(self):
+        # The CUDA path's logic (_FlatDevice) run on the CPU: its tensors views of one flat
+        # buffer of its own, the regions copied in and out whole.
+        with mock.patch.object(ct, "_one_cuda_device", lambda entries: torch.device("cpu")):
+            job = self.check_gradients()
+        flat = job._flat
+        self.assertIsNotNone(flat)
+        self.assertEqual(job._entries[0].tensor().data_ptr(), flat.dparams.data_ptr())
+        self.assertNotEqual(flat.dparams.data_ptr(), job.core.params.ctypes.data)
+
     @unittest.skipUnless(torch and torch.cuda.is_available(), "no CUDA device")
     def test_a_cuda_model_is_copied_in_and_out(self):
         torch.backends.cudnn.deterministic = True
         job = self.check_gradients(device="cuda", tolerance=1e-5)
-        self.assertEqual(len(job._local), 9)
-        self.assertTrue(job._pstage.is_pinned() and job._gstage.is_pinned())
+        flat = job._flat  # every tensor on one device: views of one flat device buffer
+        self.assertIsNotNone(flat)
+        self.assertTrue(flat.pinned, "the shared regions registered as pinned memory")
         self.assertEqual(job.model.conv.weight.device.type, "cuda")
+        self.assertEqual(job._entries[0].tensor().data_ptr(), flat.dparams.data_ptr())
 
     @unittest.skipUnless(torch and torch.cuda.is_available(), "no CUDA device")
     def test_a_cuda_model_evaluates_on_the_regions_parameters(self):
