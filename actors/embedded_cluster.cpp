@@ -59,6 +59,10 @@ result<worker::dataset_pair> prepare_model(scheduler::job_spec& spec, const trai
   log::info("{}: {} tensors, {} parameters, {} training and {} test samples ({})",
             spec.model.script->path, (*model)->layout.tensors.size(), (*model)->layout.floats,
             (*model)->layout.samples, (*model)->layout.test_samples, (*model)->layout.framework);
+  // The first workers' processes start now, side by side, while the job is set up; the
+  // registering process evaluates.
+  (*model)->pool->prestart(workers);
+  (*model)->pool->keep_warm(std::size_t(spec.model.script->warm));
   spec.model.external = *model;
   return worker::script_dataset((*model)->layout);
 }

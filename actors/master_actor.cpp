@@ -151,7 +151,7 @@ eval_result evaluate_external(evaluator_state& st, const job_context& ctx,
   const auto& model = *ctx.model.external();
   if (model.layout.test_samples == 0) return r;
   if (!st.process) {
-    auto p = model.pool->take(coach::format("job {} evaluator", ctx.job));
+    auto p = model.pool->take_for_evaluation(coach::format("job {} evaluator", ctx.job));
     if (!p) {
       log::error("job {}: cannot evaluate epoch {}: {}", ctx.job, snap.epoch, p.error().message);
       return r;

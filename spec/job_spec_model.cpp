@@ -228,7 +228,7 @@ result<void> parse_input_shape(const spec_parser& p, const entry& e, worker::mod
   return {};
 }
 
-/// A script's model: `script` (a file), `args` (a list of strings), `start_timeout_s`.
+/// A script's model: `script` (a file), `args` (a list of strings), `start_timeout_s`, `warm`.
 result<void> parse_script(const spec_parser& p, const fields& f, worker::model_config& model) {
   for (const char* native : {"hidden", "activation", "layers", "input_shape"})
     if (const entry* e = f.find(native))
@@ -249,6 +249,11 @@ result<void> parse_script(const spec_parser& p, const fields& f, worker::model_c
       if (!v) return std::unexpected(std::move(v.error()));
       sc.args.push_back(*v);
     }
+  }
+  if (const entry* w = f.find("warm")) {
+    auto v = p.get_int(*w, 0, 64);
+    if (!v) return std::unexpected(std::move(v.error()));
+    sc.warm = int(*v);
   }
   if (const entry* t = f.find("start_timeout_s")) {
     auto v = p.get_number(*t, 0, true, 86400, false);
@@ -290,14 +295,14 @@ result<void> parse_model(const spec_parser& p, const fields& top, job_spec& spec
   const entry* m = top.find("model");
   if (m == nullptr) return p.missing(top, "model");
   auto f = p.open_map(*m, {"type", "hidden", "activation", "layers", "input_shape", "script",
-                           "args", "start_timeout_s"});
+                           "args", "start_timeout_s", "warm"});
   if (!f) return std::unexpected(std::move(f.error()));
   const entry* type_entry = f->find("type");
   const bool script =
       f->find("script") != nullptr || (type_entry != nullptr && type_entry->value.IsScalar() &&
                                        type_entry->value.Scalar() == "script");
   if (script) return parse_script(p, *f, spec.model);
-  for (const char* only_script : {"args", "start_timeout_s"})
+  for (const char* only_script : {"args", "start_timeout_s", "warm"})
     if (const entry* e = f->find(only_script))
       return p.bad(*e, "is for a script's model (model: {{script: FILE}})");
   const entry* layers = f->find("layers");

@@ -21,6 +21,7 @@ external_pool::~external_pool() {
   for (auto& p : kept) p->stop(std::chrono::seconds(2));
   std::lock_guard lock(mutex_);
   for (auto& p : kept_) p->stop(std::chrono::seconds(2));
+  if (first_) first_->stop(std::chrono::seconds(2));
 }
 
 result<std::unique_ptr<external_process>> external_pool::start_one(std::string who) {
@@ -40,7 +41,7 @@ result<void> external_pool::register_first() {
   std::lock_guard lock(mutex_);
   layout_ = std::move(*layout);
   initial_ = std::make_shared<const std::vector<float>>(std::move(values));
-  kept_.push_back(std::move(*p));
+  first_ = std::move(*p);
   ++started_;
   return {};
 }
@@ -52,8 +53,24 @@ void external_pool::register_known(external_layout layout,
   initial_ = std::move(initial);
 }
 
+result<std::unique_ptr<external_process>> external_pool::take_for_evaluation(std::string who) {
+  std::unique_lock lock(mutex_);
+  if (!first_) {
+    lock.unlock();
+    return take(std::move(who));
+  }
+  auto p = std::move(first_);
+  p->rename(std::move(who));
+  return p;
+}
+
 result<std::unique_ptr<external_process>> external_pool::take(std::string who) {
   std::unique_lock lock(mutex_);
+  if (first_ && layout_.test_samples == 0) {  // no evaluator will ask for it
+    auto p = std::move(first_);
+    p->rename(std::move(who));
+    return p;
+  }
   // One being started is nearer to ready than one not started yet.
   changed_.wait(lock, [&] { return !kept_.empty() || starting_ == 0 || stopping_; });
   if (!kept_.empty()) {
@@ -82,8 +99,17 @@ std::size_t external_pool::warm() const {
   return kept_.size();
 }
 
+void external_pool::prestart(std::size_t n) {
+  std::lock_guard lock(mutex_);
+  for (std::size_t i = 0; i < n && !stopping_; ++i) start_in_background();
+}
+
 void external_pool::top_up(std::unique_lock<std::mutex>&) {
-  while (!stopping_ && kept_.size() + starting_ < warm_target_) {
+  while (!stopping_ && kept_.size() + starting_ < warm_target_) start_in_background();
+}
+
+void external_pool::start_in_background() {
+  {
     ++starting_;
     const auto who = coach::format("warm process {}", ++started_);
     starters_.emplace_back([this, who] {

@@ -40,11 +40,18 @@ class external_pool {
   std::shared_ptr<const std::vector<float>> initial() const noexcept { return initial_; }
   const script_options& options() const noexcept { return opt_; }
 
-  /// A process ready for steps, named `who`: a kept one, else one started now. Errors: the
-  /// start's or the handshake's (a later process whose layout differs: one line naming the
-  /// tensor).
+  /// A process ready for steps, named `who`: a warm one, else one being started, else one
+  /// started now; the registering process only where the script does not evaluate (it is kept
+  /// for take_for_evaluation). Errors: the start's or the handshake's (a later process whose
+  /// layout differs: one line naming the tensor).
   result<std::unique_ptr<external_process>> take(std::string who);
-  /// Keeps `n` processes started ahead from now on (started in the background).
+  /// As take(), but the registering process first: it is loaded already and idle while the
+  /// workers' processes start.
+  result<std::unique_ptr<external_process>> take_for_evaluation(std::string who);
+  /// Starts `n` processes now, in the background (a job's first workers: in parallel).
+  void prestart(std::size_t n);
+  /// Keeps `n` processes started ahead from now on (started in the background), so that a
+  /// worker that joins takes one that is ready.
   void keep_warm(std::size_t n);
   /// Processes kept ready now (tests, logs).
   std::size_t warm() const;
@@ -52,6 +59,8 @@ class external_pool {
  private:
   /// Starts processes until `warm_target_` are kept or starting (lock held).
   void top_up(std::unique_lock<std::mutex>& lock);
+  /// Starts one process in the background, kept when ready (lock held).
+  void start_in_background();
   result<std::unique_ptr<external_process>> start_one(std::string who);
 
   script_options opt_;
@@ -59,6 +68,7 @@ class external_pool {
   std::shared_ptr<const std::vector<float>> initial_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
+  std::unique_ptr<external_process> first_;  ///< the registering process, until taken
   std::vector<std::unique_ptr<external_process>> kept_;
   std::size_t starting_ = 0;
   std::size_t warm_target_ = 0;

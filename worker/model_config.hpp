@@ -55,6 +55,9 @@ struct script_config {
   std::string path;  ///< absolute once the spec is loaded (relative: the spec's folder)
   std::vector<std::string> args;  ///< after the script's path
   double start_timeout_s = 120;   ///< from its start to its hello
+  /// Processes each node keeps started ahead (interpreter and framework loaded, model built),
+  /// so that a worker that joins computes at once.
+  int warm = 1;
   friend bool operator==(const script_config&, const script_config&) = default;
 };
 

@@ -175,8 +175,10 @@ TEST(external_pool, a_warm_process_is_ready_before_it_is_taken) {
   NEED_NUMPY();
   external_pool pool(options("normal"));
   ASSERT_TRUE(pool.register_first());
-  auto first = pool.take("worker 0");  // the registering process, kept for the first taker
+  // The registering process is kept for the evaluator (the script evaluates).
+  auto first = pool.take_for_evaluation("job 1 evaluator");
   ASSERT_TRUE(first);
+  EXPECT_EQ((*first)->who(), "job 1 evaluator");
   EXPECT_EQ(pool.warm(), 0u);
   pool.keep_warm(1);
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
