@@ -17,6 +17,10 @@ install(FILES ${PROJECT_SOURCE_DIR}/deploy/systemd/coach-node.service
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/systemd/coach-node.default
         DESTINATION /etc/default RENAME coach-node)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/examples/ DESTINATION ${CMAKE_INSTALL_DATADIR}/coach/examples)
+# The Python package that scripts run as workers import (worker::find_python_package looks in
+# share/coach/python beside the programs' prefix).
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/coach DESTINATION ${CMAKE_INSTALL_DATADIR}/coach/python
+        PATTERN __pycache__ EXCLUDE)
 install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/deploy/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/deploy

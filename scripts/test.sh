@@ -21,6 +21,9 @@ for tool in promtool:prometheus chromium:chromium systemd-analyze:systemd; do
   install "${tool#*:}" || { $sudo apt-get update -qq && install "${tool#*:}"; } ||
     echo "test: ${tool#*:} not installed; the tests that need it skip"
 done
+# PyTorch (from PyPI, into the venv at /opt/coach-venv or $COACH_VENV) for the tests of
+# PyTorch scripts as workers (label torch); without it those tests skip, saying so.
+./scripts/torch-venv.sh || echo "test: no PyTorch venv; the tests labelled torch skip"
 build=${BUILD_DIR:-build}
 # Everything setup.sh leaves out: the tests, the benchmarks, the CUDA plugin where the toolkit is.
 cmake --build "$build" -j "$(nproc)"

@@ -120,9 +120,6 @@ result<std::string> find_python_package() {
     for (int up = 0; up < 4 && !dir.empty(); ++up, dir = dir.parent_path())
       places.push_back(dir / "python");
   }
-#ifdef COACH_SOURCE_PYTHON_DIR
-  places.emplace_back(COACH_SOURCE_PYTHON_DIR);
-#endif
   std::string looked;
   for (const auto& p : places) {
     if (std::filesystem::exists(p / "coach" / "__init__.py", ec)) return p.string();
