@@ -183,6 +183,7 @@ result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec_in,
   outcome->result.class_names = kept->train.class_names;
   outcome->result.transform = kept->transform;
   outcome->result.sample_shape = kept->train.shape;
+  outcome->result.external = spec.model.external;
   outcome->result.features = kept->train.features;
   outcome->result.classes = kept->train.classes;
   return std::move(outcome->result);

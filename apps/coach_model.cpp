@@ -48,6 +48,11 @@ result<loaded_model> load_model(const std::string& path) {
   if (!classes_text) return std::unexpected(classes_text.error());
   auto model = scheduler::parse_model_yaml(*model_text, path + " (coach.model)");
   if (!model) return std::unexpected(model.error());
+  if (model->script)
+    return fail(errc::unsupported,
+                "{}: a script's model ({}): load it with its framework, e.g. "
+                "model.load_state_dict(safetensors.torch.load_file(\"{}\")) (docs/python.md)",
+                path, model->script->path, path);
   int classes = 0;
   if (std::sscanf(classes_text->c_str(), "%d", &classes) != 1 || classes < 2)
     return fail(errc::invalid_argument, "{}: coach.classes '{}' is not a class count", path,

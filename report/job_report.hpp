@@ -4,12 +4,14 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/json.hpp"
 #include "worker/dataset.hpp"
+#include "worker/external_layout.hpp"
 #include "worker/invocation_counts.hpp"
 
 namespace coach::scheduler {
@@ -112,6 +114,9 @@ struct job_result {
   std::array<int, 3> sample_shape{0, 0, 0};
   std::size_t features = 0;
   int classes = 0;
+  /// A script's model: its registered layout (the saved model's tensors); null otherwise. Not
+  /// written to the report.
+  std::shared_ptr<const worker::external_model> external;
 };
 
 /// Whether training has diverged by epoch `e`'s end: its training loss is not a finite number

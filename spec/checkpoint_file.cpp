@@ -190,7 +190,9 @@ result<void> write_model(const std::string& path, const job_spec& spec, const jo
   shape_of.shape = result.sample_shape;
   shape_of.features = result.features;
   shape_of.classes = result.classes;
-  auto net = worker::network::for_data(spec.model, shape_of);
+  auto model = spec.model;
+  if (model.script && !model.external) model.external = result.external;
+  auto net = worker::network::for_data(model, shape_of);
   if (!net) return std::unexpected(std::move(net.error()));
   if (net->num_params() != result.params.size())
     return fail(errc::invalid_argument, "{}: the run has {} parameters, the model {}", path,

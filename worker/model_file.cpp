@@ -1,5 +1,7 @@
 #include "worker/model_file.hpp"
 
+#include "worker/external_pool.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -181,6 +183,10 @@ result<safetensors_file> read_safetensors(const std::string& path) {
 }
 
 std::string model_yaml(const network& net) {
+  if (const auto& ext = net.external()) {  // a script's model: its framework loads it
+    const auto name = std::filesystem::path(ext->pool->options().script).filename().string();
+    return coach::format("{{script: {}}}", json(name).dump());
+  }
   std::string out;
   const auto in = net.input_shape();
   out += coach::format("{{type: layers, input_shape: [{}, {}, {}], layers: [", in[0], in[1], in[2]);
