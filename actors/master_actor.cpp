@@ -102,8 +102,13 @@ caf::behavior master_actor(caf::stateful_actor<master_state>* self,
     if (it == s.watched.end()) return;
     const auto rank = it->second;
     s.watched.erase(it);
-    if (dm.reason != caf::exit_reason::normal)
-      s.master->workers_lost({rank}, caf::to_string(dm.reason));
+    if (dm.reason != caf::exit_reason::normal) {
+      // A worker that failed says why in one line (its message), not CAF's rendering of it.
+      const auto& why = dm.reason.context();
+      s.master->workers_lost({rank}, why.size() == 1 && why.match_element<std::string>(0)
+                                         ? why.get_as<std::string>(0)
+                                         : caf::to_string(dm.reason));
+    }
   });
   self->attach_functor([workers = st.worker_actors] {
     for (auto& w : *workers) caf::anon_send_exit(w, caf::exit_reason::user_shutdown);

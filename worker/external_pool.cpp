@@ -1,6 +1,8 @@
 // worker/external_pool.cpp: the processes of one job's script (external_pool.hpp).
 #include "worker/external_pool.hpp"
 
+#include <filesystem>
+
 #include "common/format.hpp"
 #include "common/log.hpp"
 
@@ -139,6 +141,13 @@ result<std::shared_ptr<const external_model>> start_script_model(script_options 
 
 result<script_options> script_options_for(const script_config& script, std::uint64_t seed,
                                           std::uint64_t job, std::string python, int threads) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(script.path, ec);
+  if (st.type() == std::filesystem::file_type::not_found)
+    return fail(errc::not_found, "model.script: no file {}", script.path);
+  if (st.type() == std::filesystem::file_type::directory)
+    return fail(errc::invalid_argument, "model.script: {} is a directory, not a script",
+                script.path);
   auto package = find_python_package();
   if (!package) return std::unexpected(package.error());
   script_options o;

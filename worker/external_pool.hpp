@@ -83,7 +83,8 @@ result<std::shared_ptr<const external_model>> start_script_model(script_options 
 
 /// The options a job's script runs with: its path, arguments and timeout from the spec, the
 /// job's seed, `python` (empty: default_python()), and `threads` for each process's framework
-/// (0: not set). Errors: not_found when the `coach` package cannot be found.
+/// (0: not set). Errors: not_found when the script or the `coach` package cannot be found,
+/// invalid_argument when the script is a directory.
 result<script_options> script_options_for(const script_config& script, std::uint64_t seed,
                                           std::uint64_t job, std::string python, int threads);
 

@@ -336,9 +336,8 @@ error external_process::ended(std::string_view during) {
 }
 
 error external_process::refuse(error why) {
-  kill();
+  kill();  // the caller reports `why`
   ready_ = false;
-  log::warn("{}", why.message);
   return why;
 }
 
