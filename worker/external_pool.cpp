@@ -1,6 +1,8 @@
 // worker/external_pool.cpp: the processes of one job's script (external_pool.hpp).
 #include "worker/external_pool.hpp"
 
+#include <signal.h>
+
 #include <filesystem>
 
 #include "common/format.hpp"
@@ -11,25 +13,37 @@ namespace coach::worker {
 external_pool::external_pool(script_options opt) : opt_(std::move(opt)) {}
 
 external_pool::~external_pool() {
-  std::vector<std::unique_ptr<external_process>> kept;
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
-    kept.swap(kept_);
+    // Those still starting are killed: their handshakes end at once.
+    for (pid_t pid : starting_pids_) ::kill(pid, SIGKILL);
   }
   changed_.notify_all();
   for (auto& t : starters_)
     if (t.joinable()) t.join();
-  for (auto& p : kept) p->stop(std::chrono::seconds(2));
+  // The rest end side by side.
   std::lock_guard lock(mutex_);
-  for (auto& p : kept_) p->stop(std::chrono::seconds(2));
-  if (first_) first_->stop(std::chrono::seconds(2));
+  if (first_) kept_.push_back(std::move(first_));
+  for (auto& p : kept_) p->request_stop();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (auto& p : kept_) p->finish_stop(until);
 }
 
 result<std::unique_ptr<external_process>> external_pool::start_one(std::string who) {
   auto p = external_process::start(opt_, std::move(who));
   if (!p) return std::unexpected(p.error());
+  const pid_t pid = (*p)->pid();
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return fail(errc::cancelled, "the job's processes are stopping");
+    starting_pids_.insert(pid);
+  }
   auto ok = (*p)->handshake(&layout_, nullptr);
+  {
+    std::lock_guard lock(mutex_);
+    starting_pids_.erase(pid);
+  }
   if (!ok) return std::unexpected(ok.error());
   return std::move(*p);
 }
@@ -118,12 +132,13 @@ void external_pool::start_in_background() {
       auto p = start_one(who);
       std::lock_guard lock(mutex_);
       --starting_;
-      if (!p)
-        log::warn("{}", p.error().message);
-      else if (stopping_)
+      if (!p) {
+        if (!stopping_) log::warn("{}", p.error().message);
+      } else if (stopping_) {
         (*p)->stop(std::chrono::seconds(2));
-      else
+      } else {
         kept_.push_back(std::move(*p));
+      }
       changed_.notify_all();
     });
   }

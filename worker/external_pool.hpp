@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -71,6 +72,7 @@ class external_pool {
   std::unique_ptr<external_process> first_;  ///< the registering process, until taken
   std::vector<std::unique_ptr<external_process>> kept_;
   std::size_t starting_ = 0;
+  std::set<pid_t> starting_pids_;  ///< started, their handshake not done
   std::size_t warm_target_ = 0;
   std::size_t started_ = 0;  ///< processes started so far (names them)
   bool stopping_ = false;

@@ -347,13 +347,22 @@ void external_process::kill() noexcept {
 }
 
 void external_process::stop(std::chrono::milliseconds grace) noexcept {
+  request_stop();
+  finish_stop(clock_type::now() + grace);
+}
+
+void external_process::request_stop() noexcept {
   if (pid_ <= 0 || reaped_) return;
   if (ready_) {
     const std::string line = "{\"op\":\"stop\"}\n";
     (void)::send(sock_, line.data(), line.size(), MSG_NOSIGNAL);
   }
   ready_ = false;
-  const auto until = clock_type::now() + grace;
+}
+
+void external_process::finish_stop(clock_type::time_point until) noexcept {
+  if (pid_ <= 0 || reaped_) return;
+  const auto since = clock_type::now();
   while (clock_type::now() < until) {
     if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
       reaped_ = true;
@@ -367,8 +376,8 @@ void external_process::stop(std::chrono::milliseconds grace) noexcept {
     }
   }
   if (!reaped_) {
-    log::warn("{}: script process {} did not end within {} ms of stop; killed", who_, pid_,
-              grace.count());
+    log::warn("{}: script process {} did not end within {:.1f} s of stop; killed", who_, pid_,
+              std::chrono::duration<double>(clock_type::now() - since).count());
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
     reaped_ = true;

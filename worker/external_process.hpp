@@ -92,6 +92,10 @@ class external_process {
 
   /// Sends `stop`, waits up to `grace` for the process to end, then kills it.
   void stop(std::chrono::milliseconds grace = std::chrono::seconds(10)) noexcept;
+  /// stop() in two halves, so that several processes end side by side: send `stop` ...
+  void request_stop() noexcept;
+  /// ... and wait until `until` for the process to end, then kill it.
+  void finish_stop(std::chrono::steady_clock::time_point until) noexcept;
   /// SIGKILL now (a test's failing machine); the next call sees it dead.
   void kill() noexcept;
 
