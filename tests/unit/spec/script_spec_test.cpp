@@ -1,0 +1,96 @@
+// A job spec whose model is a user's script (model: {script: ...}): the script's path resolved
+// against the spec's folder, its arguments and start-up settings read, and what a script's model
+// cannot run with refused in one line naming the field.
+#include <gtest/gtest.h>
+
+#include "spec/job_spec.hpp"
+
+namespace coach::scheduler {
+namespace {
+
+const std::string base = R"(name: torch-job
+model: {script: train.py, args: [--lr, "0.1"], start_timeout_s: 30, warm: 2}
+optimizer: {type: adam, learning_rate: 0.001}
+batch: {global: 64}
+epochs: 2
+)";
+
+error error_of(const std::string& text) {
+  auto r = parse_job_spec(text, "job.yaml", "/submitter", "/specs/dir");
+  EXPECT_FALSE(r) << "parsed although it should not:\n" << text;
+  if (r) return {};
+  EXPECT_EQ(r.error().message.find('\n'), std::string::npos) << "not one line";
+  return r.error();
+}
+
+TEST(script_spec, the_script_is_found_beside_its_spec_with_its_arguments) {
+  auto s = parse_job_spec(base, "job.yaml", "/submitter", "/specs/dir");
+  ASSERT_TRUE(s) << s.error().to_string();
+  EXPECT_EQ(s->model.type, "script");
+  ASSERT_TRUE(s->model.script);
+  EXPECT_EQ(s->model.script->path, "/specs/dir/train.py");
+  EXPECT_EQ(s->model.script->args, (std::vector<std::string>{"--lr", "0.1"}));
+  EXPECT_EQ(s->model.script->start_timeout_s, 30);
+  EXPECT_EQ(s->model.script->warm, 2);
+  EXPECT_EQ(s->model.external, nullptr) << "registered by its first process, not the parser";
+  // Without the spec's folder (a spec sent as text), against the submitter's directory.
+  auto t = parse_job_spec(base, "job.yaml", "/submitter");
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(t->model.script->path, "/submitter/train.py");
+  auto defaults = parse_job_spec(
+      "name: j\nmodel: {script: /abs/t.py}\noptimizer: {type: sgd}\nbatch_size: 8\nepochs: 1\n",
+      "job.yaml");
+  ASSERT_TRUE(defaults) << defaults.error().to_string();
+  EXPECT_EQ(defaults->model.script->path, "/abs/t.py");
+  EXPECT_EQ(defaults->model.script->start_timeout_s, 120);
+  EXPECT_EQ(defaults->model.script->warm, 1);
+}
+
+TEST(script_spec, what_a_script_cannot_run_with_is_refused_at_its_field) {
+  EXPECT_EQ(error_of(base + "dataset: {format: idx, path: /data}\n").message,
+            "job.yaml:6: field 'dataset' is for a model of layers; a script reads its own data");
+  EXPECT_EQ(error_of(base + "function: {deadline_s: 10}\n").message,
+            "job.yaml:6: field 'function' is for a model of layers: a script's process is not a "
+            "bounded function");
+  EXPECT_EQ(error_of(base + "backend: cuda\n").message,
+            "job.yaml:6: field 'backend' is for a model of layers; a script puts its model on a "
+            "device itself");
+  EXPECT_EQ(error_of(base + "gpus_per_worker: 1\n").message,
+            "job.yaml:6: field 'gpus_per_worker' is for a model of layers; a script puts its "
+            "model on a device itself");
+  const std::string sgd = "optimizer: {type: sgd, learning_rate: 0.1}\n";
+  std::string averaging = base;
+  averaging.replace(averaging.find("optimizer:"),
+                    averaging.find("batch:") - averaging.find("optimizer:"), sgd);
+  averaging.replace(averaging.find("batch:"), averaging.find("epochs:") - averaging.find("batch:"),
+                    "batch: {per_worker: 16}\n");
+  EXPECT_NE(error_of(averaging + "consistency: averaging:4\n")
+                .message.find("a script's model takes bsp, ssp:S or asp"),
+            std::string::npos);
+}
+
+TEST(script_spec, bad_script_fields_name_the_field) {
+  auto model = [](const std::string& m) {
+    return "name: j\nmodel: " + m + "\noptimizer: {type: sgd}\nbatch_size: 8\n";
+  };
+  EXPECT_NE(error_of(model("{script: t.py, layers: [dense]}"))
+                .message.find(
+                    "field 'model.layers' is for a model of layers; a script builds its own model"),
+            std::string::npos);
+  EXPECT_NE(error_of(model("{script: t.py, args: --lr}"))
+                .message.find("must be a list of the script's arguments"),
+            std::string::npos);
+  EXPECT_NE(error_of(model("{script: \"\"}")).message.find("must name the script's file"),
+            std::string::npos);
+  EXPECT_NE(error_of(model("{script: t.py, warm: 100}")).message.find("warm"), std::string::npos);
+  EXPECT_NE(error_of(model("{script: t.py, start_timeout_s: 0}")).message.find("start_timeout_s"),
+            std::string::npos);
+  EXPECT_NE(error_of(model("{type: script}")).message.find("script"), std::string::npos);
+  EXPECT_NE(error_of("name: j\ndataset: {format: csv, path: d.csv}\nmodel: {hidden: [8], args: "
+                     "[x]}\noptimizer: {type: sgd}\nbatch_size: 8\n")
+                .message.find("is for a script's model (model: {script: FILE})"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace coach::scheduler
