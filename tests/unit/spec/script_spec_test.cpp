@@ -50,8 +50,8 @@ TEST(script_spec, what_a_script_cannot_run_with_is_refused_at_its_field) {
   EXPECT_EQ(error_of(base + "dataset: {format: idx, path: /data}\n").message,
             "job.yaml:6: field 'dataset' is for a model of layers; a script reads its own data");
   EXPECT_EQ(error_of(base + "function: {deadline_s: 10}\n").message,
-            "job.yaml:6: field 'function' is for a model of layers: a script's process is not a "
-            "bounded function");
+            "job.yaml:6: field 'function' is not supported with a script's model yet (its "
+            "processes run unbounded)");
   EXPECT_EQ(error_of(base + "backend: cuda\n").message,
             "job.yaml:6: field 'backend' is for a model of layers; a script puts its model on a "
             "device itself");
