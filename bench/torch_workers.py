@@ -246,7 +246,10 @@ def last_epoch(report):
     e = report["epochs"][-1]
     return {"epoch": e["epoch"], "of": len(report["epochs"]), "samples_per_s": e["samples_per_s"],
             "steps": e["steps"], "samples": e["samples"], "seconds": e["seconds"],
-            "test_accuracy": e["test_accuracy"], "all_epochs": [x["samples_per_s"] for x in
+            "test_accuracy": e["test_accuracy"],
+            "step_ms": 1000 * e["seconds"] / max(1, e["steps"]),
+            "compute_ms_per_worker_step": 1000 * e.get("compute_seconds", 0) / max(1, e["steps"])
+            / max(1, e.get("workers", 1)), "all_epochs": [x["samples_per_s"] for x in
                                                                 report["epochs"]]}
 
 
@@ -284,6 +287,9 @@ def speed(args, tmp):
         log(f"  Coach PyTorch workers: {tw['samples_per_s']:.0f} samples/s (epoch {tw['epoch']} of "
             f"{tw['of']}, {tw['steps']} steps; every epoch {', '.join(f'{x:.0f}' for x in tw['all_epochs'])}); "
             f"OMP_NUM_THREADS of its {len(c.omp)} script processes: {', '.join(tw['omp_threads'])}")
+        log(f"    its epoch {tw['epoch']}: {tw['step_ms']:.1f} ms a step, each worker's compute "
+            f"{tw['compute_ms_per_worker_step']:.1f} ms a step (the report's compute_seconds / "
+            f"steps / workers); DDP: {64000 / ddp['samples_per_s']:.1f} ms a step in all")
         for line in tw["breakdown"]:
             log(f"    {line}")
         n = Coach(args, native_spec(tmp, args.samples, args.epochs), tmp, "native-speed")
@@ -291,7 +297,8 @@ def speed(args, tmp):
         nat = last_epoch(nrep)
         nat.update(command=" ".join(n.cmd), wall_s=n.seconds)
         log(f"  Coach native CNN: {nat['samples_per_s']:.0f} samples/s (epoch {nat['epoch']} of "
-            f"{nat['of']}, {nat['steps']} steps; every epoch {', '.join(f'{x:.0f}' for x in nat['all_epochs'])})")
+            f"{nat['of']}, {nat['steps']} steps; every epoch {', '.join(f'{x:.0f}' for x in nat['all_epochs'])}; "
+            f"{nat['step_ms']:.1f} ms a step, compute {nat['compute_ms_per_worker_step']:.1f} ms)")
         rounds.append({"ddp": ddp, "coach_torch": tw, "coach_native": nat,
                        "torch_over_ddp": tw["samples_per_s"] / ddp["samples_per_s"],
                        "torch_over_native": tw["samples_per_s"] / nat["samples_per_s"]})

@@ -473,7 +473,7 @@ TEST(job_spec, unknown_enum_values_list_the_allowed_ones) {
                "  path", "  path: /d\n  format: parquet",
                "job.yaml:4: field 'dataset.format' must be one of idx, csv, npy, got 'parquet'"},
            bad_case{"model", "model: {type: cnn}",
-                    "job.yaml:4: field 'model.type' must be one of mlp, layers, got 'cnn'"},
+                    "job.yaml:4: field 'model.type' must be one of mlp, layers, script, got 'cnn'"},
            bad_case{"model", "model: {activation: tanh}",
                     "job.yaml:4: field 'model.activation' must be one of relu, got 'tanh'"},
            bad_case{"host_reduce", "host_reduce: yes-please",
