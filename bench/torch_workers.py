@@ -21,7 +21,7 @@
    kill -> socket EOF of a bare PyTorch process computing the same CNN, under the same load.
 
     python3 bench/torch_workers.py [--coach build/apps/coach] [--python /opt/coach-venv/bin/python]
-        [--samples 12000] [--epochs 2] [--rounds 1] [--join-samples 6400] [--join-step 20]
+        [--samples 12000] [--epochs 2] [--rounds 2] [--join-samples 6400] [--join-step 20]
         [--join-late-step 150] [--loss-samples 6400] [--loss-at-step 40] [--json OUT.json]
         [--keep DIR] [--parts speed,join,loss] [--quick]
 
@@ -114,6 +114,32 @@ def uptime():
         return "?"
 
 
+class Others:
+    """The CPU the rest of the machine used while a run ran: all CPUs' busy time (/proc/stat,
+    steal included) less this bench's and its reaped children's (os.times), as a share of the
+    cores over the run's wall time."""
+
+    def __init__(self):
+        self.t, self.busy, self.ours = time.time(), self._busy(), self._ours()
+
+    @staticmethod
+    def _busy():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return (sum(v[:8]) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+
+    @staticmethod
+    def _ours():
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def share(self):
+        """The others' CPU as a fraction of all cores (0.5: one of 2 cores busy all along)."""
+        wall = time.time() - self.t
+        others = (self._busy() - self.busy) - (self._ours() - self.ours)
+        return max(0.0, others / wall / (os.cpu_count() or 1)) if wall > 0 else 0.0
+
+
 def children(pid):
     """Pids of the processes whose parent is pid."""
     out = []
@@ -155,6 +181,7 @@ class Coach:
         env.pop("OMP_NUM_THREADS", None)  # Coach sets it for the script's processes
         env.update(env_extra or {})
         self.start = time.time()
+        self.others = Others()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=env, text=True)
         self.err, self.out, self.omp = [], [], {}
@@ -186,6 +213,7 @@ class Coach:
         for t in self.readers:
             t.join()
         self.seconds = time.time() - self.start
+        self.others_share = self.others.share()
         if self.proc.returncode != 0:
             tail = "\n".join(l for _, l in (self.out + self.err)[-15:])
             raise RuntimeError(f"{' '.join(self.cmd)} exited {self.proc.returncode}:\n{tail}")
@@ -260,6 +288,7 @@ def run_ddp(args, steps_per_epoch, epochs):
            str(warmup), "--batch", "64", "--train-limit", str(args.samples)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     t0 = time.time()
+    others = Others()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
@@ -267,46 +296,83 @@ def run_ddp(args, steps_per_epoch, epochs):
     if not m:
         raise RuntimeError(f"torch_ddp.py printed no samples/s:\n{p.stdout}")
     return {"samples_per_s": float(m.group(1)), "steps": steps_per_epoch, "warmup_steps": warmup,
+            "others_cpu": others.share(),
             "wall_s": time.time() - t0, "command": "OMP_NUM_THREADS=1 " + " ".join(cmd),
             "lines": [l for l in p.stdout.splitlines() if l.startswith("ddp:")]}
 
 
+def speed_torch(args, tmp):
+    c = Coach(args, torch_spec(tmp, "torch-speed", args.samples, args.epochs), tmp, "torch-speed")
+    rep = c.wait(args.timeout)
+    tw = last_epoch(rep)
+    tw.update(breakdown=c.breakdown(), omp_threads=sorted(set(c.omp.values())),
+              processes=len(c.omp), command=" ".join(c.cmd), wall_s=c.seconds,
+              others_cpu=c.others_share)
+    log(f"  Coach PyTorch workers: {tw['samples_per_s']:.0f} samples/s (epoch {tw['epoch']} of "
+        f"{tw['of']}, {tw['steps']} steps; every epoch {', '.join(f'{x:.0f}' for x in tw['all_epochs'])}); "
+        f"OMP_NUM_THREADS of its {len(c.omp)} script processes: {', '.join(tw['omp_threads'])}; "
+        f"other processes used {100 * tw['others_cpu']:.0f} % of the cores meanwhile)")
+    log(f"    its epoch {tw['epoch']}: {tw['step_ms']:.1f} ms a step, each worker's compute "
+        f"{tw['compute_ms_per_worker_step']:.1f} ms a step (the report's compute_seconds / "
+        f"steps / workers)")
+    for line in tw["breakdown"]:
+        log(f"    {line}")
+    return tw
+
+
+def speed_native(args, tmp):
+    n = Coach(args, native_spec(tmp, args.samples, args.epochs), tmp, "native-speed")
+    nat = last_epoch(n.wait(args.timeout))
+    nat.update(command=" ".join(n.cmd), wall_s=n.seconds, others_cpu=n.others_share)
+    log(f"  Coach native CNN: {nat['samples_per_s']:.0f} samples/s (epoch {nat['epoch']} of "
+        f"{nat['of']}, {nat['steps']} steps; every epoch {', '.join(f'{x:.0f}' for x in nat['all_epochs'])}; "
+        f"{nat['step_ms']:.1f} ms a step, compute {nat['compute_ms_per_worker_step']:.1f} ms; "
+        f"other processes {100 * nat['others_cpu']:.0f} % of the cores)")
+    return nat
+
+
+def speed_ddp(args, steps_per_epoch):
+    ddp = run_ddp(args, steps_per_epoch, args.epochs)
+    log(f"  DDP gloo: {ddp['samples_per_s']:.0f} samples/s ({ddp['steps']} timed steps after "
+        f"{ddp['warmup_steps']} warm-up; {64000 / ddp['samples_per_s']:.1f} ms a step; other "
+        f"processes {100 * ddp['others_cpu']:.0f} % of the cores)")
+    return ddp
+
+
 def speed(args, tmp):
+    """Each side once a round; the order reversed every other round (load drifts)."""
     steps_per_epoch = args.samples // 64  # 64 a step; DDP drops the last partial batch
     rounds = []
     for r in range(args.rounds):
-        log(f"speed, round {r + 1}/{args.rounds} (load {uptime()})")
-        ddp = run_ddp(args, steps_per_epoch, args.epochs)
-        log(f"  DDP gloo: {ddp['samples_per_s']:.0f} samples/s ({ddp['steps']} timed steps after "
-            f"{ddp['warmup_steps']} warm-up)")
-        c = Coach(args, torch_spec(tmp, "torch-speed", args.samples, args.epochs), tmp, "torch-speed")
-        rep = c.wait(args.timeout)
-        tw = last_epoch(rep)
-        tw.update(breakdown=c.breakdown(), omp_threads=sorted(set(c.omp.values())),
-                  processes=len(c.omp), command=" ".join(c.cmd), wall_s=c.seconds)
-        log(f"  Coach PyTorch workers: {tw['samples_per_s']:.0f} samples/s (epoch {tw['epoch']} of "
-            f"{tw['of']}, {tw['steps']} steps; every epoch {', '.join(f'{x:.0f}' for x in tw['all_epochs'])}); "
-            f"OMP_NUM_THREADS of its {len(c.omp)} script processes: {', '.join(tw['omp_threads'])}")
-        log(f"    its epoch {tw['epoch']}: {tw['step_ms']:.1f} ms a step, each worker's compute "
-            f"{tw['compute_ms_per_worker_step']:.1f} ms a step (the report's compute_seconds / "
-            f"steps / workers); DDP: {64000 / ddp['samples_per_s']:.1f} ms a step in all")
-        for line in tw["breakdown"]:
-            log(f"    {line}")
-        n = Coach(args, native_spec(tmp, args.samples, args.epochs), tmp, "native-speed")
-        nrep = n.wait(args.timeout)
-        nat = last_epoch(nrep)
-        nat.update(command=" ".join(n.cmd), wall_s=n.seconds)
-        log(f"  Coach native CNN: {nat['samples_per_s']:.0f} samples/s (epoch {nat['epoch']} of "
-            f"{nat['of']}, {nat['steps']} steps; every epoch {', '.join(f'{x:.0f}' for x in nat['all_epochs'])}; "
-            f"{nat['step_ms']:.1f} ms a step, compute {nat['compute_ms_per_worker_step']:.1f} ms)")
-        rounds.append({"ddp": ddp, "coach_torch": tw, "coach_native": nat,
-                       "torch_over_ddp": tw["samples_per_s"] / ddp["samples_per_s"],
-                       "torch_over_native": tw["samples_per_s"] / nat["samples_per_s"]})
-        log(f"  ratios: Coach-torch / DDP {rounds[-1]['torch_over_ddp']:.2f}, "
-            f"Coach-torch / Coach-native {rounds[-1]['torch_over_native']:.2f}")
-    return {"samples": args.samples, "epochs": args.epochs, "rounds": rounds,
-            "torch_over_ddp": statistics.median(r["torch_over_ddp"] for r in rounds),
-            "torch_over_native": statistics.median(r["torch_over_native"] for r in rounds)}
+        order = ["ddp", "coach_torch", "coach_native"]
+        if r % 2:
+            order.reverse()
+        log(f"speed, round {r + 1}/{args.rounds}: {', '.join(order)} (load {uptime()})")
+        got = {}
+        for side in order:
+            if side == "ddp":
+                got[side] = speed_ddp(args, steps_per_epoch)
+            elif side == "coach_torch":
+                got[side] = speed_torch(args, tmp)
+            else:
+                got[side] = speed_native(args, tmp)
+        got["torch_over_ddp"] = got["coach_torch"]["samples_per_s"] / got["ddp"]["samples_per_s"]
+        got["torch_over_native"] = (got["coach_torch"]["samples_per_s"]
+                                    / got["coach_native"]["samples_per_s"])
+        got["order"] = order
+        rounds.append(got)
+        log(f"  ratios: Coach-torch / DDP {got['torch_over_ddp']:.2f}, "
+            f"Coach-torch / Coach-native {got['torch_over_native']:.2f}")
+    out = {"samples": args.samples, "epochs": args.epochs, "rounds": rounds}
+    for key in ("torch_over_ddp", "torch_over_native"):
+        out[key] = statistics.median(r[key] for r in rounds)
+    for side in ("ddp", "coach_torch", "coach_native"):
+        out[side + "_samples_per_s"] = statistics.median(r[side]["samples_per_s"] for r in rounds)
+    log(f"speed, median of {len(rounds)} round(s): DDP {out['ddp_samples_per_s']:.0f}, Coach "
+        f"PyTorch workers {out['coach_torch_samples_per_s']:.0f}, Coach native "
+        f"{out['coach_native_samples_per_s']:.0f} samples/s; Coach-torch / DDP "
+        f"{out['torch_over_ddp']:.2f}, Coach-torch / Coach-native {out['torch_over_native']:.2f}")
+    return out
 
 
 def probe_script(tmp, name):
@@ -594,7 +660,7 @@ def main():
                     help="kill at this step or a later one, once the survivor pushed its share")
     ap.add_argument("--teardown-reps", type=int, default=3,
                     help="kills of a bare torch process (the teardown control)")
-    ap.add_argument("--rounds", type=int, default=1, help="speed runs, each side once a round")
+    ap.add_argument("--rounds", type=int, default=2, help="speed runs, each side once a round")
     ap.add_argument("--parts", default="speed,join,loss")
     ap.add_argument("--timeout", type=float, default=600, help="seconds, each run")
     ap.add_argument("--json", help="write every figure to this file")
