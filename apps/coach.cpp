@@ -451,6 +451,12 @@ int main(int argc, char** argv) {
   submit->add_option("--shards", shards, "Shards (default: the spec's shards.initial)")
       ->check(CLI::Range(1u, 1u << 20));
   submit->add_flag("--wait", wait, "Show progress until the job ends; exit 0 only if it succeeds");
+  std::string submit_python;
+  submit->add_option("--python", submit_python,
+                     "A script's model (model: {script: ...}): the interpreter that runs its first "
+                     "process here, which registers the model before the job is sent with the "
+                     "files of the script's folder (default: $COACH_PYTHON, else "
+                     "/opt/coach-venv/bin/python, else python3)");
   add_at(submit);
   auto* status = app.add_subcommand("status", "Show the jobs of a cluster, or one job");
   status->add_option("JOB", job, "Job id (default: every job)");
@@ -527,9 +533,13 @@ int main(int argc, char** argv) {
                  "COACH_SCHEDULER\n");
     return 2;
   }
-  // What can be checked here is, before the scheduler is asked anything.
+  // What can be checked here is, before the scheduler is asked anything: a script's model is
+  // registered here (its first process run, its files packed).
+  coach::apps::submit_input submission;
   if (*submit) {
     if (const int rc = coach::apps::check_submit(submit_path); rc != 0) return rc;
+    if (const int rc = coach::apps::prepare_submit(submit_path, submit_python, submission); rc != 0)
+      return rc;
   }
   if (*rescale) {
     if (const int rc = coach::apps::check_rescale(workers, shards); rc != 0) return rc;
@@ -540,7 +550,7 @@ int main(int argc, char** argv) {
   struct release_at_exit {
     ~release_at_exit() { coach::apps::release_scheduler(); }
   } release;
-  if (*submit) return coach::apps::run_submit(address, submit_path, workers, shards, wait, json);
+  if (*submit) return coach::apps::run_submit(address, submission, workers, shards, wait, json);
   if (*status) return coach::apps::run_status(address, job, json);
   if (*nodes) return coach::apps::run_nodes(address, json);
   if (*rescale) return coach::apps::run_rescale(address, job, workers, shards, json);
