@@ -444,7 +444,10 @@ int main(int argc, char** argv) {
                     "else the public key of --key: a cluster-wide key)");
     cmd->add_flag("--json", json, "Print JSON instead of a table");
   };
-  auto* submit = app.add_subcommand("submit", "Submit a job to a cluster of coach-nodes");
+  auto* submit = app.add_subcommand(
+      "submit",
+      "Submit a job to a cluster of coach-nodes (a script's model: its first process runs here, "
+      "and the files of its folder, at most 64 MiB, go with the job)");
   submit->add_option("JOB", submit_path, "Job spec (YAML)")->required();
   submit->add_option("--workers", workers, "Workers (default: the spec's workers.initial)")
       ->check(CLI::Range(1u, 1u << 20));

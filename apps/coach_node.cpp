@@ -6,6 +6,10 @@
 // the working directory; --store '' keeps it in memory. A scheduler started on an existing store
 // resumes every job it holds (docs/scheduler.md, "In the cluster scheduler").
 //
+// Script jobs (model: {script: ...}, docs/python.md): the node writes the files that came with
+// the job into $TMPDIR/coach-node-NAME/job-ID.XXXXXX and runs its workers' processes from there
+// with --python.
+//
 // Authentication (docs/security.md): with --key every connection is CURVE and only keys in
 // --authorized-keys may connect; without a key, only loopback addresses may.
 //
