@@ -39,6 +39,10 @@ struct node_options {
   /// scheduler takes off what it may give; false (reserved) reports none, so only what Coach
   /// reserved counts (a host given to Coach alone, or tests that share a machine).
   bool external_cpus = true;
+  /// Where the processes of script jobs' workers run here (coach-node --python; the folder
+  /// their files are written into, $TMPDIR/coach-node-NAME). Each gets OMP_NUM_THREADS = this
+  /// node's CPUs / the job's workers here.
+  worker::script_host script;
 };
 
 /// Spawns the node agent (a detached actor: it loads data sets and samples the host). It binds
@@ -70,6 +74,10 @@ struct scheduler_options {
   /// The address other nodes reach this one at (coach-node --advertise); empty: the transport's
   /// bound address. Peer lists name it for parts here before this node's first heartbeat.
   std::string address;
+  /// Where script jobs' evaluators run their processes (as node_options::script), and this
+  /// node's CPUs (--cpus; 0: the host's), shared by a job's evaluator and its workers here.
+  worker::script_host script;
+  std::uint32_t cpus = 0;
 };
 
 /// Spawns the cluster scheduler (detached) bound at {host, scheduler_id}: keeps the cluster view

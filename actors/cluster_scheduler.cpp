@@ -39,7 +39,9 @@ constexpr auto change_timeout = std::chrono::seconds(10);
 struct scheduler_state {
   std::shared_ptr<zmq_transport> net;
   endpoint self_ep;
-  std::string address;  ///< scheduler_options::address
+  std::string address;         ///< scheduler_options::address
+  worker::script_host script;  ///< scheduler_options::script
+  std::uint32_t cpus = 0;      ///< scheduler_options::cpus
   sched::steady_clock_source steady;
   sched::wall_clock wall;
   std::map<std::uint64_t, job_runner> runs;
@@ -54,7 +56,9 @@ struct scheduler_state {
             &core->nodes(),
             &core->registry(),
             &core->exec(),
-            address.empty() ? net->bound_address() : address};
+            address.empty() ? net->bound_address() : address,
+            script,
+            cpus};
   }
 
   void send(const endpoint& dst, const control_message& m) {
@@ -90,9 +94,10 @@ struct scheduler_state {
     };
     p.load_data = [](const sched::job_spec& spec) { return load_job_data(spec); };
     p.launch = [this](sched::registered_job& job, const sched::launch_order& o,
-                      sched::job_data data) {
+                      sched::job_data data, sched::job_script script) {
       auto& run = runs[job.id()];
       run.data = std::move(data);
+      run.script = std::move(script);
       return run.launch(env(), job, o);
     };
     p.stop_run = [this](std::uint64_t job) { runs[job].stop(env()); };
@@ -156,6 +161,8 @@ caf::behavior cluster_scheduler(caf::stateful_actor<scheduler_state>* self,
   st.self_ep = {host, scheduler_id};
   st.self = self;
   st.address = opt.address;
+  st.script = opt.script;
+  st.cpus = opt.cpus;
   sched::cluster_core_setup setup;
   setup.self_host = host;
   setup.node_timeout = std::chrono::duration_cast<sched::seconds>(opt.node_timeout);

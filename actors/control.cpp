@@ -6,9 +6,11 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <span>
 
 #include "common/log.hpp"
 #include "common/log_limiter.hpp"
+#include "worker/script_bundle.hpp"
 
 namespace coach::actors {
 
@@ -69,17 +71,102 @@ wire_message make_control(const endpoint& src, const endpoint& dst, const contro
   const std::size_t size = bytes->size();
   msg.frames.push_back(frame{std::move(bytes), data, size});
   // A resumed job's values and optimizer state go as raw floats next to the Cap'n Proto
-  // message: no copy into a builder, and no Cap'n Proto size limit on a large model.
-  if (const auto* sj = std::get_if<start_job>(&m); sj && sj->initial) {
-    const auto& s = sj->initial;
-    msg.frames.push_back(frame::of(s, s->values.data(), s->values.size()));
-    if (!s->state_a.empty())
-      msg.frames.push_back(frame::of(s, s->state_a.data(), s->state_a.size()));
-    if (!s->state_b.empty())
-      msg.frames.push_back(frame::of(s, s->state_b.data(), s->state_b.size()));
+  // message: no copy into a builder, and no Cap'n Proto size limit on a large model. So do a
+  // script's initial values and its files.
+  const worker::script_payload* script = nullptr;
+  if (const auto* sj = std::get_if<start_job>(&m)) {
+    if (const auto& s = sj->initial) {
+      msg.frames.push_back(frame::of(s, s->values.data(), s->values.size()));
+      if (!s->state_a.empty())
+        msg.frames.push_back(frame::of(s, s->state_a.data(), s->state_a.size()));
+      if (!s->state_b.empty())
+        msg.frames.push_back(frame::of(s, s->state_b.data(), s->state_b.size()));
+    }
+    script = sj->script.get();
+  } else if (const auto* q = std::get_if<api_request>(&m)) {
+    if (const auto* sub = std::get_if<submit_request>(q); sub && sub->script) {
+      script = sub->script.get();
+      const auto& v = script->initial;
+      msg.frames.push_back(v ? frame::of(v, v->data(), v->size()) : frame{});
+    }
+  }
+  if (script) {
+    const auto& b = script->bundle;
+    msg.frames.push_back(b ? frame::of(b, b->data(), b->size()) : frame{});
   }
   return msg;
 }
+
+namespace {
+
+/// Floats copied out of a frame (a ZeroMQ frame need not be aligned for floats, and the
+/// receiver keeps its own copy); nothing when its bytes are not whole f32s.
+std::optional<std::vector<float>> floats_of(const frame& f) {
+  if (f.bytes % sizeof(float) != 0) return std::nullopt;
+  std::vector<float> v(f.bytes / sizeof(float));
+  if (f.bytes > 0) std::memcpy(v.data(), f.data, f.bytes);
+  return v;
+}
+
+/// `script` with the bundle of frame `f` (copied). Errors: over the packed bundle's limit.
+result<std::shared_ptr<const worker::script_payload>> with_bundle(
+    const std::shared_ptr<const worker::script_payload>& script, const frame& f) {
+  if (f.bytes > worker::max_packed_bundle_bytes)
+    return fail(errc::protocol_error, "its script's bundle has {} bytes (at most {})", f.bytes,
+                worker::max_packed_bundle_bytes);
+  auto p = std::make_shared<worker::script_payload>(*script);
+  p->bundle = std::make_shared<const std::vector<std::byte>>(f.data, f.data + f.bytes);
+  return p;
+}
+
+/// A startJob's frames after the first: its initial state (values, then the optimizer's), then
+/// its script's bundle when it has a script. A message string on failure.
+std::optional<std::string> read_start_frames(start_job& sj, std::span<const frame> extra) {
+  if (sj.script) {
+    if (extra.empty()) return "startJob has a script and no bundle frame";
+    auto s = with_bundle(sj.script, extra.back());
+    if (!s) return "startJob: " + s.error().message;
+    sj.script = std::move(*s);
+    extra = extra.first(extra.size() - 1);
+  }
+  if (extra.empty()) return std::nullopt;
+  if (extra.size() > 3)
+    return coach::format("startJob has {} initial state frames (at most 3)", extra.size());
+  auto s = std::make_shared<ps::training_state>();
+  s->version = sj.first_step;
+  std::vector<float>* parts[] = {&s->values, &s->state_a, &s->state_b};
+  for (std::size_t i = 0; i < extra.size(); ++i) {
+    auto v = floats_of(extra[i]);
+    if (!v)
+      return coach::format("startJob initial {} of {} bytes are not whole f32s",
+                           i == 0 ? "parameters" : "optimizer state", extra[i].bytes);
+    *parts[i] = std::move(*v);
+  }
+  s->updates = sj.initial_updates;
+  s->samples_applied = sj.initial_samples_applied;
+  sj.initial = std::move(s);
+  return std::nullopt;
+}
+
+/// A submit's frames after the first: with a script, its initial values then its bundle.
+std::optional<std::string> read_submit_frames(submit_request& q, std::span<const frame> extra) {
+  if (!q.script && extra.empty()) return std::nullopt;
+  if (!q.script || extra.size() != 2)
+    return coach::format("submit has {} payload frames ({} with a script)", extra.size() + 1,
+                         q.script ? 3 : 1);
+  auto v = floats_of(extra[0]);
+  if (!v)
+    return coach::format("submit's script initial values of {} bytes are not whole f32s",
+                         extra[0].bytes);
+  auto s = with_bundle(q.script, extra[1]);
+  if (!s) return "submit: " + s.error().message;
+  auto p = std::make_shared<worker::script_payload>(**s);
+  p->initial = std::make_shared<const std::vector<float>>(std::move(*v));
+  q.script = std::move(p);
+  return std::nullopt;
+}
+
+}  // namespace
 
 std::optional<control_message> read_control(const wire_message& m) {
   if (m.hdr.kind != msg_kind::control || m.frames.empty()) return std::nullopt;
@@ -92,26 +179,21 @@ std::optional<control_message> read_control(const wire_message& m) {
     return std::nullopt;
   };
   if (!msg) return drop(msg.error().message);
-  if (m.frames.size() == 1) return std::move(*msg);
-  auto* sj = std::get_if<start_job>(&*msg);
-  if (!sj || m.frames.size() > 4)
-    return drop(coach::format("control message has {} payload frames (1, or 2 to 4 for a startJob)",
-                              m.frames.size()));
-  auto s = std::make_shared<ps::training_state>();
-  s->version = sj->first_step;
-  std::vector<float>* parts[] = {&s->values, &s->state_a, &s->state_b};
-  for (std::size_t i = 1; i < m.frames.size(); ++i) {
-    const auto& f = m.frames[i];
-    if (f.bytes % sizeof(float) != 0)
-      return drop(coach::format("startJob initial {} of {} bytes are not whole f32s",
-                                i == 1 ? "parameters" : "optimizer state", f.bytes));
-    // Copied: a ZeroMQ frame need not be aligned for floats, and the shards keep their own copy.
-    parts[i - 1]->resize(f.bytes / sizeof(float));
-    if (f.bytes > 0) std::memcpy(parts[i - 1]->data(), f.data, f.bytes);
+  const auto extra = std::span<const frame>(m.frames).subspan(1);
+  std::optional<std::string> why;
+  if (auto* sj = std::get_if<start_job>(&*msg)) {
+    why = read_start_frames(*sj, extra);
+  } else if (auto* sub = std::get_if<api_request>(&*msg)
+                             ? std::get_if<submit_request>(&std::get<api_request>(*msg))
+                             : nullptr) {
+    why = read_submit_frames(*sub, extra);
+  } else if (!extra.empty()) {
+    why = coach::format(
+        "control message has {} payload frames (1, more only for a startJob or "
+        "a script's submit)",
+        m.frames.size());
   }
-  s->updates = sj->initial_updates;
-  s->samples_applied = sj->initial_samples_applied;
-  sj->initial = std::move(s);
+  if (why) return drop(*why);
   return std::move(*msg);
 }
 

@@ -23,6 +23,7 @@
 #include "scheduler/cluster_messages.hpp"
 #include "scheduler/cluster_view.hpp"
 #include "scheduler/job_status.hpp"
+#include "worker/script_job.hpp"
 
 namespace coach::actors {
 
@@ -116,6 +117,10 @@ struct start_job {
   /// The job's run (the scheduler's generation of it) this start belongs to: a node holding
   /// parts of another run (it was taken for dead and they went on) stops them first.
   std::uint32_t run = 0;
+  /// A script's model: its entry, layout and files (the bundle: the message's last payload
+  /// frame), without initial values (the shards get them as `initial`); null for other models.
+  /// A node makes its copy of the files from the first it gets for the job.
+  std::shared_ptr<const worker::script_payload> script;
 };
 
 /// Scheduler -> node: stop every actor of the job (it ended, failed or was cancelled).
@@ -159,9 +164,12 @@ result<control_message> decode(std::span<const std::byte> bytes);
 /// Builds the wire_message carrying `m` from `src` to `dst`.
 wire_message make_control(const endpoint& src, const endpoint& dst, const control_message& m);
 /// The control message `m` carries; nothing for a message of another kind, or (logged on stderr
-/// as dropped, naming the sender's host) for one that does not decode. A second payload frame
-/// is accepted only on a startJob, as its initial parameters (a whole number of f32); any other
-/// extra frame drops the message.
+/// as dropped, naming the sender's host) for one that does not decode. More payload frames are
+/// accepted only on a startJob (its initial state, up to three frames of whole f32s, then its
+/// script's bundle when it has a script) and on a submit with a script (its initial values,
+/// whole f32s, then its bundle, at most worker::max_packed_bundle_bytes); any other extra
+/// frame, or one missing, drops the message. A bundle's contents are its receiver's to check
+/// (worker::unpack_bundle).
 std::optional<control_message> read_control(const wire_message& m);
 
 }  // namespace coach::actors

@@ -98,6 +98,7 @@ start_job get_start_job(schema::StartJob::Reader r) {
   };
   s.added_shards = get_parts(r.getAddedShards(), "startJob addedShards");
   s.added_workers = get_parts(r.getAddedWorkers(), "startJob addedWorkers");
+  if (r.hasScript()) s.script = get_script(r.getScript(), "startJob");
   if (r.hasStart()) {
     const auto p = r.getStart();
     if (!p.hasConfig()) refuse("startJob start has no config");

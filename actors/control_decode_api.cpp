@@ -103,7 +103,8 @@ api_request get_request(schema::Request::Reader r) {
           .base_dir = get_text(s.getBaseDir(), "submit baseDir"),
           .workers = s.getWorkers(),
           .shards = s.getShards(),
-          .token = s.getToken()};
+          .token = s.getToken(),
+          .script = s.hasScript() ? get_script(s.getScript(), "submit") : nullptr};
     }
     case schema::Request::STATUS:
       if (!r.hasStatus()) refuse("job API request status is null");

@@ -98,6 +98,13 @@ void put_heartbeat(schema::Heartbeat::Builder b, const node_heartbeat& h) {
   }
 }
 
+/// A script's model: its entry and layout (never cut: the receiver refuses one over
+/// worker::max_layout_json_bytes); its initial values and files go as payload frames.
+void put_script(schema::ScriptModel::Builder b, const worker::script_payload& p) {
+  put_text([&](unsigned n) { return b.initEntry(n); }, p.entry);
+  put_text([&](unsigned n) { return b.initLayout(n); }, p.layout_json, p.layout_json.size());
+}
+
 void put_start_job(schema::StartJob::Builder b, const start_job& s) {
   b.setJob(s.job);
   b.setWorkersPhase(s.workers_phase);
@@ -129,6 +136,7 @@ void put_start_job(schema::StartJob::Builder b, const start_job& s) {
   put_parts(b.initAddedWorkers(static_cast<unsigned>(s.added_workers.size())), s.added_workers);
   b.setFirstStep(s.first_step);
   b.setRun(s.run);
+  if (s.script) put_script(b.initScript(), *s.script);
   if (s.initial) {
     b.setInitialUpdates(s.initial->updates);
     b.setInitialSamplesApplied(s.initial->samples_applied);
@@ -160,6 +168,7 @@ void put_request(schema::Request::Builder b, const api_request& r) {
           s.setWorkers(q.workers);
           s.setShards(q.shards);
           s.setToken(q.token);
+          if (q.script) put_script(s.initScript(), *q.script);
         } else if constexpr (std::is_same_v<T, status_request>) {
           b.initStatus().setJob(q.job);
         } else if constexpr (std::is_same_v<T, nodes_request>) {

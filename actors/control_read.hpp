@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -108,6 +109,17 @@ std::vector<scheduler::gpu_hold> get_gpus_held(List list, const std::vector<int>
     out.push_back({g.getJob(), g.getRank(), static_cast<int>(device), g.getOwn()});
   }
   return out;
+}
+
+/// A script's model (entry and layout; its initial values and files come as payload frames,
+/// read_control puts them in).
+inline std::shared_ptr<const worker::script_payload> get_script(schema::ScriptModel::Reader r,
+                                                                std::string_view what) {
+  auto p = std::make_shared<worker::script_payload>();
+  p->entry = get_text(r.getEntry(), coach::format("{} script entry", what));
+  p->layout_json = get_text(r.getLayout(), coach::format("{} script layout", what),
+                            worker::max_layout_json_bytes);
+  return p;
 }
 
 /// The readers of the cluster's messages that the job API's replies also carry

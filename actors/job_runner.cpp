@@ -3,6 +3,7 @@
 #include "common/log.hpp"
 
 #include <algorithm>
+#include <thread>
 
 #include "actors/roles.hpp"
 #include "worker/dataset_cache.hpp"
@@ -43,6 +44,26 @@ result<std::shared_ptr<const ps::training_state>> resume_state(const ps::trainin
   return std::shared_ptr<const ps::training_state>(std::move(s));
 }
 
+/// What the run's shards start from: its checkpoint when it resumes from one, a script's
+/// registered initial values when it runs from the first epoch; null: the model's seeded
+/// initialization.
+result<std::shared_ptr<const ps::training_state>> start_state(
+    const sched::registered_job& job, const sched::job_spec& spec, std::size_t num_params,
+    const worker::script_payload* script) {
+  if (job.first_epoch() > 0 && job.checkpoint()) {
+    auto s = resume_state(*job.checkpoint(), spec, num_params);
+    if (!s) return fail(s.error().code, "its checkpoint: {}", s.error().message);
+    return s;
+  }
+  if (!spec.model.script) return std::shared_ptr<const ps::training_state>{};
+  if (!script || !script->initial) return fail(errc::internal, "its script's values are not here");
+  ps::training_state registered;  // version 0: a new run
+  registered.values = *script->initial;
+  auto s = resume_state(registered, spec, num_params);
+  if (!s) return fail(s.error().code, "its script's initial values: {}", s.error().message);
+  return s;
+}
+
 }  // namespace
 
 result<void> job_runner::launch(const runner_env& env, sched::registered_job& job,
@@ -64,19 +85,24 @@ result<void> job_runner::launch(const runner_env& env, sched::registered_job& jo
   sj.master_host = env.self_ep.host;
   sj.worker_hosts = o.workers;
   sj.shard_hosts = o.shards;
+  if (spec->model.script)
+    if (auto ok = prepare_script(env, job, *spec, o); !ok) return ok;
   auto made =
       make_job_context(id, *spec, data, env.net, sj.master_host, sj.shard_hosts, sj.worker_hosts);
   if (!made) return std::unexpected(made.error());
   auto ctx = std::move(*made);
   const bool resumed = job.first_epoch() > 0 || job.state() == sched::job_state::suspended;
-  // Without a checkpoint it runs from the seed, from the first epoch (begin_run says so).
-  if (job.first_epoch() > 0 && job.checkpoint()) {
-    auto initial = resume_state(*job.checkpoint(), *spec, ctx->model.num_params());
-    if (!initial)
-      return fail(initial.error().code, "job {}: its checkpoint: {}", id, initial.error().message);
+  // Without a checkpoint it runs from the seed, or a script's registered initial values, from
+  // the first epoch (begin_run says so).
+  auto initial = start_state(job, *spec, ctx->model.num_params(), script.get());
+  if (!initial) return fail(initial.error().code, "job {}: {}", id, initial.error().message);
+  if (*initial) {
     sj.initial = std::move(*initial);
     sj.first_step = sj.initial->version;
   }
+  if (spec->model.script)  // the files and layout travel; the values go to the shards above
+    sj.script = std::make_shared<const worker::script_payload>(
+        worker::script_payload{script->entry, script->layout_json, nullptr, script->bundle});
   ctx_ = std::move(ctx);
   sched::run_shape shape;
   shape.model_bytes = double(ctx_->model.num_params()) * sizeof(float);
@@ -168,7 +194,29 @@ void job_runner::stop(const runner_env& env) {
   ctx_.reset();
   start_ = start_job{};
   pending_.clear();
+  have_script_.clear();
   adds_.clear();
+}
+
+result<void> job_runner::prepare_script(const runner_env& env, sched::registered_job& job,
+                                        sched::job_spec& spec, const sched::launch_order& o) {
+  if (!script) return fail(errc::internal, "job {}: its script's model is not here", job.id());
+  // The evaluator's process shares this node's CPUs with the job's workers here.
+  const auto here = std::count(o.workers.begin(), o.workers.end(), env.self_ep.host);
+  const std::uint32_t cpus =
+      env.cpus ? env.cpus : std::max(1u, std::thread::hardware_concurrency());
+  const int threads = int(std::max<std::uint32_t>(1, cpus / std::uint32_t(here + 1)));
+  auto model =
+      worker::open_submitted(*script, script->initial, *spec.model.script, spec.seed, job.id(),
+                             env.script, threads, coach::format("job-{}-evaluator", job.id()));
+  if (!model) return fail(model.error().code, "job {}: {}", job.id(), model.error().message);
+  spec.model.external = std::move(*model);
+  return {};
+}
+
+void job_runner::send_start(const runner_env& env, std::uint32_t host, start_job msg) {
+  if (have_script_.contains(host)) msg.script.reset();
+  env.send(host, msg);
 }
 
 void job_runner::send_phase(const runner_env& env, const sched::registered_job& job, bool workers) {
@@ -182,7 +230,7 @@ void job_runner::send_phase(const runner_env& env, const sched::registered_job& 
   for (auto h : job.hosts()) {
     if (std::find(of.begin(), of.end(), h) == of.end() && !backup_here(h)) continue;
     pending_.insert(h);
-    env.send(h, start_);
+    send_start(env, h, start_);
   }
 }
 
@@ -236,7 +284,7 @@ void job_runner::next_add(const runner_env& env, sched::registered_job& job) {
       if (has_part(job, h)) a.pending.insert(h);
     start_job msg = start_;
     msg.start = a.part;
-    for (auto h : a.pending) env.send(h, msg);
+    for (auto h : a.pending) send_start(env, h, msg);
     std::string where = coach::format("'{}'", env.nodes->name(a.host));
     for (std::size_t i = 0; i < backups.size(); ++i)
       where += coach::format("{}'{}'",
@@ -251,6 +299,11 @@ void job_runner::next_add(const runner_env& env, sched::registered_job& job) {
 
 result<job_runner::answer> job_runner::on_reply(const runner_env& env, sched::registered_job& job,
                                                 std::uint32_t from, const command_reply& r) {
+  // A node that started its part holds the script's files for the run; one that failed may not.
+  if (r.failure)
+    have_script_.erase(from);
+  else if (start_.script)
+    have_script_.insert(from);
   if (pending_.empty() && !adds_.empty() && adds_.front().sent) {
     auto& a = adds_.front();
     if (r.failure && !a.failure) a.failure = r.failure;

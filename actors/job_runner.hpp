@@ -24,6 +24,7 @@
 #include "scheduler/job_registry.hpp"
 #include "scheduler/node_table.hpp"
 #include "worker/dataset.hpp"
+#include "worker/script_job.hpp"
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(coach::actors::added_part)
 
@@ -49,6 +50,10 @@ struct runner_env {
   scheduler::job_registry* reg = nullptr;
   const scheduler::executor* exec = nullptr;
   std::string own_address;  ///< where other nodes reach this one
+  /// Where the evaluators of script jobs run their processes here (this node's interpreter and
+  /// folder), and this node's CPUs, shared among its processes of a job (0: the host's).
+  worker::script_host script;
+  std::uint32_t cpus = 0;
   void send(std::uint32_t host, const control_message& m) const;
 };
 
@@ -58,6 +63,8 @@ result<std::shared_ptr<const worker::dataset_pair>> load_job_data(const schedule
 class job_runner {
  public:
   std::shared_ptr<const worker::dataset_pair> data;  ///< loaded at submit (or at launch)
+  /// A script job's model as its submitter registered it (null for other jobs).
+  std::shared_ptr<const worker::script_payload> script;
 
   /// Starts a run where `o` placed it: counts it in the registry (begin_run), spawns the master
   /// and evaluator here, tells the shards' nodes to start them. Errors (nothing started): the
@@ -92,12 +99,20 @@ class job_runner {
   };
   void spawn(const runner_env& env, std::uint64_t id, std::uint32_t gen, std::uint32_t first,
              std::int64_t first_step);
+  /// A script job: its model here, for the evaluator; the start's script and, for a new run,
+  /// its initial values.
+  result<void> prepare_script(const runner_env& env, scheduler::registered_job& job,
+                              scheduler::job_spec& spec, const scheduler::launch_order& o);
   void send_phase(const runner_env& env, const scheduler::registered_job& job, bool workers);
+  /// Sends `msg` to `host`, with the script's files only while the node has not acknowledged a
+  /// start of this run (it has them then).
+  void send_start(const runner_env& env, std::uint32_t host, start_job msg);
   void next_add(const runner_env& env, scheduler::registered_job& job);
   bool has_part(const scheduler::registered_job& job, std::uint32_t host) const;
 
-  start_job start_;                  ///< what every node of the job was told
-  std::set<std::uint32_t> pending_;  ///< hosts that have not acknowledged the current phase
+  start_job start_;                      ///< what every node of the job was told
+  std::set<std::uint32_t> pending_;      ///< hosts that have not acknowledged the current phase
+  std::set<std::uint32_t> have_script_;  ///< hosts that acknowledged a start with the script
   caf::actor master_, evaluator_, relay_;
   std::shared_ptr<job_context> ctx_;
   std::deque<part_add> adds_;  ///< one at a time, in the order asked

@@ -6,6 +6,7 @@
 #include <future>
 #include <map>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "actors/cluster.hpp"
@@ -15,6 +16,7 @@
 #include "common/log.hpp"
 #include "host/host_probe.hpp"
 #include "worker/dataset_cache.hpp"
+#include "worker/script_job.hpp"
 
 namespace coach::actors {
 
@@ -148,6 +150,44 @@ struct agent_state {
     for (const auto& w : data.data->warnings) log::warn("job '{}': {}", job_name, w);
   }
 
+  /// The data set a job's parts here see: its spec's, loaded (one copy per process); for a
+  /// script's model, the script's sizes, with the model made for this node (`spec.model.
+  /// external`): its files written into a folder of their own, a pool that runs the processes
+  /// of the job's workers here, each with OMP_NUM_THREADS = this node's CPUs / those workers.
+  result<std::shared_ptr<const worker::dataset_pair>> job_data(const start_job& sj,
+                                                               scheduler::job_spec& spec) {
+    if (!spec.model.script) {
+      auto data = while_heartbeating([cfg = spec.dataset, seed = spec.seed] {
+        return worker::load_dataset_shared_tracked(cfg, seed);  // one copy per process
+      });
+      if (!data) return fail(data.error().code, "node '{}': {}", opt.name, data.error().message);
+      print_warnings(sj.job, spec.name, *data);
+      return std::move(data->data);
+    }
+    if (!sj.script)
+      return fail(errc::invalid_argument, "node '{}': job {}'s script did not come with its start",
+                  opt.name, sj.job);
+    const auto here = std::count(sj.worker_hosts.begin(), sj.worker_hosts.end(), opt.host);
+    const std::uint32_t cpus = opt.cpus.value_or(std::max(1u, std::thread::hardware_concurrency()));
+    const int threads =
+        int(std::max<std::uint32_t>(1, cpus / std::uint32_t(std::max<long>(1, here))));
+    // No initial values kept here: the shards start from the start's `initial` (the values the
+    // submitter registered, or a checkpoint's), and a process needs only the layout.
+    auto model = while_heartbeating([&] {
+      return worker::open_submitted(*sj.script, nullptr, *spec.model.script, spec.seed, sj.job,
+                                    opt.script, threads, coach::format("job-{}", sj.job));
+    });
+    if (!model) {
+      // A bundle whose paths leave its folder is hostile input: said in one line, nothing run.
+      log::warn("node '{}': job {}: {}", opt.name, sj.job, model.error().message);
+      return fail(model.error().code, "node '{}': job {}: {}", opt.name, sj.job,
+                  model.error().message);
+    }
+    spec.model.external = std::move(*model);
+    return std::make_shared<const worker::dataset_pair>(
+        worker::script_dataset(spec.model.external->layout));
+  }
+
   /// Starts this node's shards (phase 1) or workers (phase 2) of a job.
   result<void> start(const start_job& sj) {
     // Parts of another run of the job are still here: the scheduler took this node for dead
@@ -168,14 +208,11 @@ struct agent_state {
       part.run = sj.run;
       auto spec = scheduler::parse_job_spec(sj.spec_yaml, sj.source_name, sj.base_dir);
       if (!spec) return std::unexpected(spec.error());
-      auto data = while_heartbeating([cfg = spec->dataset, seed = spec->seed] {
-        return worker::load_dataset_shared_tracked(cfg, seed);  // one copy per process
-      });
-      if (!data) return fail(data.error().code, "node '{}': {}", opt.name, data.error().message);
-      print_warnings(sj.job, spec->name, *data);
+      auto data = job_data(sj, *spec);
+      if (!data) return std::unexpected(data.error());
       for (const auto& p : sj.peers)
         if (p.host != opt.host) net->add_peer(p.host, p.address, p.public_key);
-      auto made = make_job_context(sj.job, *spec, std::move(data->data), net, sj.master_host,
+      auto made = make_job_context(sj.job, *spec, std::move(*data), net, sj.master_host,
                                    sj.shard_hosts, sj.worker_hosts);
       if (!made) return std::unexpected(made.error());
       part.ctx = std::move(*made);
@@ -202,6 +239,10 @@ struct agent_state {
           }
       };
       if (!sj.initial) {
+        if (const auto& ext = ctx->model.external(); ext && !ext->initial)
+          return fail(errc::invalid_argument,
+                      "node '{}': job {}: a script's shards came without initial values", opt.name,
+                      sj.job);
         const auto initial = while_heartbeating([&model = ctx->model, seed = ctx->spec.seed] {
           std::vector<float> p(model.num_params());
           model.init_params(p, seed);

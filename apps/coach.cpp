@@ -444,13 +444,22 @@ int main(int argc, char** argv) {
                     "else the public key of --key: a cluster-wide key)");
     cmd->add_flag("--json", json, "Print JSON instead of a table");
   };
-  auto* submit = app.add_subcommand("submit", "Submit a job to a cluster of coach-nodes");
+  auto* submit = app.add_subcommand(
+      "submit",
+      "Submit a job to a cluster of coach-nodes (a script's model: its first process runs here, "
+      "and the files of its folder, at most 64 MiB, go with the job)");
   submit->add_option("JOB", submit_path, "Job spec (YAML)")->required();
   submit->add_option("--workers", workers, "Workers (default: the spec's workers.initial)")
       ->check(CLI::Range(1u, 1u << 20));
   submit->add_option("--shards", shards, "Shards (default: the spec's shards.initial)")
       ->check(CLI::Range(1u, 1u << 20));
   submit->add_flag("--wait", wait, "Show progress until the job ends; exit 0 only if it succeeds");
+  std::string submit_python;
+  submit->add_option("--python", submit_python,
+                     "A script's model (model: {script: ...}): the interpreter that runs its first "
+                     "process here, which registers the model before the job is sent with the "
+                     "files of the script's folder (default: $COACH_PYTHON, else "
+                     "/opt/coach-venv/bin/python, else python3)");
   add_at(submit);
   auto* status = app.add_subcommand("status", "Show the jobs of a cluster, or one job");
   status->add_option("JOB", job, "Job id (default: every job)");
@@ -527,9 +536,13 @@ int main(int argc, char** argv) {
                  "COACH_SCHEDULER\n");
     return 2;
   }
-  // What can be checked here is, before the scheduler is asked anything.
+  // What can be checked here is, before the scheduler is asked anything: a script's model is
+  // registered here (its first process run, its files packed).
+  coach::apps::submit_input submission;
   if (*submit) {
     if (const int rc = coach::apps::check_submit(submit_path); rc != 0) return rc;
+    if (const int rc = coach::apps::prepare_submit(submit_path, submit_python, submission); rc != 0)
+      return rc;
   }
   if (*rescale) {
     if (const int rc = coach::apps::check_rescale(workers, shards); rc != 0) return rc;
@@ -540,7 +553,7 @@ int main(int argc, char** argv) {
   struct release_at_exit {
     ~release_at_exit() { coach::apps::release_scheduler(); }
   } release;
-  if (*submit) return coach::apps::run_submit(address, submit_path, workers, shards, wait, json);
+  if (*submit) return coach::apps::run_submit(address, submission, workers, shards, wait, json);
   if (*status) return coach::apps::run_status(address, job, json);
   if (*nodes) return coach::apps::run_nodes(address, json);
   if (*rescale) return coach::apps::run_rescale(address, job, workers, shards, json);

@@ -47,10 +47,14 @@ int exit_code_of(const coach::error& e) {
   }
 }
 
+}  // namespace
+
 int report_error(const coach::error& e) {
   std::fprintf(stderr, "coach: %s\n", e.message.c_str());
   return exit_code_of(e);
 }
+
+namespace {
 
 std::uint64_t cross_host_bytes(const actors::job_status& s) {
   std::uint64_t n = 0;
@@ -341,17 +345,13 @@ std::string resolve_at(const std::string& at) {
   return env ? env : "";
 }
 
-int run_submit(const std::string& at, const std::string& spec_path, std::uint32_t workers,
+int run_submit(const std::string& at, const submit_input& in, std::uint32_t workers,
                std::uint32_t shards, bool wait, bool json) {
-  std::ifstream in(spec_path);
-  if (!in) return report_error({errc::not_found, spec_path + ": job spec file not found"});
-  std::stringstream text;
-  text << in.rdbuf();
   actors::submit_request req;
-  req.spec_yaml = text.str();
-  req.source_name = spec_path;
-  std::error_code ec;
-  req.base_dir = std::filesystem::current_path(ec).string();
+  req.spec_yaml = in.spec_yaml;
+  req.source_name = in.source_name;
+  req.base_dir = in.base_dir;
+  req.script = in.script;
   req.workers = workers;
   req.shards = shards;
   // The token makes the request safe to send again: a scheduler that stored the job and

@@ -6,11 +6,17 @@
 // Ctrl-C: the job keeps running).
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "actors/curve_keys.hpp"
+#include "common/error.hpp"
+#include "worker/script_job.hpp"
 
 namespace coach::apps {
+
+/// The exit code of a failure (docs/errors.md), after its one line on stderr ("coach: ...").
+int report_error(const coach::error& e);
 
 /// The key every later command authenticates with (actors/curve_keys.hpp, load_security).
 void use_security(actors::transport_security security);
@@ -35,7 +41,23 @@ void release_scheduler() noexcept;
 int check_submit(const std::string& spec_path);
 int check_rescale(std::uint32_t workers, std::uint32_t shards);
 
-int run_submit(const std::string& at, const std::string& spec_path, std::uint32_t workers,
+/// What `coach submit` sends: the spec as read, and a script's model registered here.
+struct submit_input {
+  std::string spec_yaml;
+  std::string source_name;                               ///< the spec's path, as given
+  std::string base_dir;                                  ///< the working directory
+  std::shared_ptr<const worker::script_payload> script;  ///< null: not a script's model
+};
+
+/// Reads the spec; for a script's model (model: {script: ...}), registers it here, before the
+/// scheduler is asked anything (apps/coach_submit.cpp): the files of the script's folder packed
+/// (at most worker::max_bundle_bytes), its first process run with `python` (empty: the
+/// default), its layout and initial values taken, the process stopped. 0, or the exit code
+/// after one line on stderr: 2 bad input (a folder over the limit), 1 the script failed (its
+/// stderr lines logged before).
+int prepare_submit(const std::string& spec_path, const std::string& python, submit_input& out);
+
+int run_submit(const std::string& at, const submit_input& in, std::uint32_t workers,
                std::uint32_t shards, bool wait, bool json);
 int run_status(const std::string& at, std::uint64_t job, bool json);
 int run_nodes(const std::string& at, bool json);

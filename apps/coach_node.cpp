@@ -6,6 +6,10 @@
 // the working directory; --store '' keeps it in memory. A scheduler started on an existing store
 // resumes every job it holds (docs/scheduler.md, "In the cluster scheduler").
 //
+// Script jobs (model: {script: ...}, docs/python.md): the node writes the files that came with
+// the job into $TMPDIR/coach-node-NAME/job-ID.XXXXXX and runs its workers' processes from there
+// with --python.
+//
 // Authentication (docs/security.md): with --key every connection is CURVE and only keys in
 // --authorized-keys may connect; without a key, only loopback addresses may.
 //
@@ -23,9 +27,11 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 #include <atomic>
+#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <thread>
@@ -61,6 +67,19 @@ void self_stop(caf::actor_system& sys, const caf::actor& agent, const caf::actor
   caf::scoped_actor self{sys};
   self->send_exit(agent, caf::exit_reason::user_shutdown);
   if (sched) self->send_exit(sched, caf::exit_reason::user_shutdown);
+}
+
+/// Where this node writes the files of script jobs: $TMPDIR/coach-node-NAME (the name's
+/// characters other than letters, digits, '.', '_' and '-' as '_').
+std::string script_root(const std::string& name) {
+  std::string safe;
+  for (const char c : name)
+    safe +=
+        std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' ? c : '_';
+  std::error_code ec;
+  auto tmp = std::filesystem::temp_directory_path(ec);
+  if (ec) tmp = "/tmp";
+  return (tmp / ("coach-node-" + safe)).string();
 }
 
 bool is_wildcard(const std::string& address) {
@@ -171,6 +190,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--log-file", log_file,
                  "Append the log to this file instead of stderr (its directory must exist)");
+  std::string python;
+  app.add_option("--python", python,
+                 "Interpreter for the processes of script jobs' workers (model: {script: ...}) "
+                 "on this node, and their evaluators on the scheduler's (default: "
+                 "$COACH_PYTHON, else /opt/coach-venv/bin/python, else python3)");
   bool exit_with_parent = false;
   app.add_flag("--exit-with-parent", exit_with_parent,
                "Die (SIGKILL) when the process that started this one exits: for tests and "
@@ -305,6 +329,8 @@ int main(int argc, char** argv) {
     so.rebalance_interval = std::chrono::milliseconds(long(rebalance_s * 1000));
     so.rr_slice = std::chrono::seconds(long(rr_slice_s));
     so.address = address;
+    so.script = {python, script_root(name.empty() ? address : name)};
+    so.cpus = cpus;
     sched = actors::spawn_cluster_scheduler(sys, *net, host, std::move(so));
   }
   actors::node_options no;
@@ -319,6 +345,7 @@ int main(int argc, char** argv) {
               cpus, have);
   no.gpus = gpus;
   no.heartbeat = std::chrono::milliseconds(long(heartbeat_s * 1000));
+  no.script = {python, script_root(no.name)};
   auto agent = actors::spawn_node_agent(sys, *net, no);
 
   // /metrics: the node agent's families, the transport's, and the scheduler's where it runs.

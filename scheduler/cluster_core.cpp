@@ -1,5 +1,6 @@
 // scheduler/cluster_core.cpp: the cluster scheduler's logic (cluster_core.hpp): nodes, decisions,
-// runs and their ends. The job API is in cluster_core_api.cpp.
+// runs and their ends. The job API is in cluster_core_api.cpp, script jobs' models in
+// cluster_core_script.cpp.
 #include "scheduler/cluster_core.hpp"
 
 #include <cstdlib>
@@ -148,15 +149,25 @@ void cluster_core::launch(const launch_order& l) {
   if (!job) return;
   auto& data = data_[l.job];
   auto ok = [&]() -> result<void> {
-    if (!data) {
-      const auto& rec = job->rec();
-      auto spec = parse_job_spec(rec.spec_yaml, rec.source_name, rec.base_dir);
-      if (!spec) return std::unexpected(spec.error());
+    const auto& rec = job->rec();
+    auto spec = parse_job_spec(rec.spec_yaml, rec.source_name, rec.base_dir);
+    if (!spec) return std::unexpected(spec.error());
+    job_script script;
+    if (spec->model.script) {
+      auto s = script_of(l.job);
+      if (!s) return std::unexpected(s.error());
+      script = std::move(*s);
+      if (!data) {
+        auto m = worker::payload_model(*script, nullptr);
+        if (!m) return std::unexpected(m.error());
+        data = std::make_shared<const worker::dataset_pair>(worker::script_dataset((*m)->layout));
+      }
+    } else if (!data) {
       auto loaded = ports_.load_data(*spec);
       if (!loaded) return std::unexpected(loaded.error());
       data = std::move(*loaded);
     }
-    return ports_.launch(*job, l, data);
+    return ports_.launch(*job, l, data, std::move(script));
   }();
   if (!ok) end(*job, job_state::failed, ok.error());
 }
@@ -192,6 +203,8 @@ void cluster_core::end(registered_job& job, job_state state, std::optional<coach
   if (!hosts.empty()) final_traffic_[id] = {hosts, {}};
   ports_.drop_run(id);
   data_.erase(id);
+  scripts_.erase(id);
+  if (auto dropped = reg_->store()->drop_script(id); !dropped) ports_.note(dropped.error().message);
   rebal_.forget(id);
   holder_->model()->forget_job(id);
   poke();  // what it held is free
@@ -221,8 +234,9 @@ result<std::uint64_t> cluster_core::submit(const submit_request& req) {
   auto rec =
       reg_->admit(*spec, {req.spec_yaml, req.source_name, req.base_dir, req.workers, req.shards});
   if (!rec) return std::unexpected(rec.error());
-  // The master and evaluator run here and need the data set (its test half, its size).
-  auto data = ports_.load_data(*spec);
+  // The master and evaluator run here and need the data set (its test half, its size); a
+  // script's is the sizes its submitter registered.
+  auto data = spec->model.script || req.script ? check_script(*spec, req) : ports_.load_data(*spec);
   if (!data) return std::unexpected(data.error());
   const std::uint32_t asked = req.workers ? req.workers : std::uint32_t(spec->workers.initial);
   if (auto why = too_many_workers(*spec, (*data)->train.rows, asked,
@@ -230,6 +244,11 @@ result<std::uint64_t> cluster_core::submit(const submit_request& req) {
     return std::unexpected(*why);
   auto job = reg_->add(std::move(*rec), *spec, (*data)->train.rows, req.token);
   if (!job) return std::unexpected(job.error());
+  if (req.script)
+    if (auto kept = keep_script((*job)->id(), req.script); !kept) {
+      end(**job, job_state::failed, kept.error());
+      return std::unexpected(kept.error());
+    }
   data_[(*job)->id()] = std::move(*data);
   poke();
   return (*job)->id();
@@ -295,6 +314,9 @@ void cluster_core::done(std::uint64_t id, std::uint32_t gen, std::optional<coach
 result<void> cluster_core::write_output(registered_job& job, job_result& r) {
   auto spec = parse_job_spec(job.rec().spec_yaml, job.rec().source_name, job.rec().base_dir);
   if (!spec || spec->output.empty()) return {};
+  if (auto ok = with_script_layout(job.id(), *spec); !ok)
+    return fail(ok.error().code, "job {}: its model could not be written: {}", job.id(),
+                ok.error().message);
   // find, not []: a job without its data here must not get an empty entry.
   const auto found = data_.find(job.id());
   const auto data = found == data_.end() ? nullptr : found->second;

@@ -63,6 +63,9 @@ struct cluster_core_setup {
 /// refused; an error (internal) when it did not answer.
 using change_answer = std::function<void(result<std::string>)>;
 using job_data = std::shared_ptr<const worker::dataset_pair>;
+/// A script job's model as its submitter registered it (worker/script_job.hpp); null for other
+/// jobs.
+using job_script = std::shared_ptr<const worker::script_payload>;
 
 /// What the core does outside itself.
 struct cluster_core_ports {
@@ -85,9 +88,10 @@ struct cluster_core_ports {
   std::function<result<job_data>(const job_spec&)> load_data;
 
   // A job's run in the owner's process (actors::job_runner).
-  /// Starts a run where `o` placed it (calls the registry's shaped and begin_run). Errors:
-  /// nothing started (the core ends the job with the error).
-  std::function<result<void>(registered_job&, const launch_order& o, job_data)> launch;
+  /// Starts a run where `o` placed it (calls the registry's shaped and begin_run), with the
+  /// job's script when its model is one. Errors: nothing started (the core ends the job with
+  /// the error).
+  std::function<result<void>(registered_job&, const launch_order& o, job_data, job_script)> launch;
   /// Stops the run's master and evaluator (the core tells the nodes).
   std::function<void(std::uint64_t job)> stop_run;
   /// Stops the run and forgets it (the job ended).
@@ -185,6 +189,16 @@ class cluster_core {
   void end(registered_job& job, job_state state, std::optional<coach::error> why);
   void lost(std::uint32_t host, std::string_view how);
   result<std::uint64_t> submit(const submit_request& req);
+  // A script job's model (cluster_core_script.cpp).
+  /// A submitted script checked (its layout, initial values and files: hostile input), and the
+  /// data set its job runs on as Coach sees it (the script's sizes).
+  result<job_data> check_script(const job_spec& spec, const submit_request& req);
+  /// Keeps a new job's script here and in the store.
+  result<void> keep_script(std::uint64_t id, job_script script);
+  /// The job's script: kept here, else read from the store (a restarted scheduler).
+  result<job_script> script_of(std::uint64_t id);
+  /// A script job's spec with its model's layout (for write_model); unchanged for others.
+  result<void> with_script_layout(std::uint64_t id, job_spec& spec);
   result<void> write_output(registered_job& job, job_result& r);
   /// Rescale and migrate go to the job's master; false for other requests.
   bool forward(const api_request& req, const std::function<void(api_reply)>& reply);
@@ -203,6 +217,7 @@ class cluster_core {
   std::optional<policy_holder> holder_;
   std::optional<job_registry> reg_;
   std::map<std::uint64_t, job_data> data_;  ///< each job's data set, loaded at submit or launch
+  std::map<std::uint64_t, job_script> scripts_;  ///< script jobs' models, kept at submit or launch
   time_point born_{}, last_decision_{};
   bool decide_queued_ = false;
 };

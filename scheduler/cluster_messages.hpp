@@ -5,6 +5,7 @@
 // them in coach::actors, where the control codec carries them as Cap'n Proto (docs/wire.md).
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -14,6 +15,7 @@
 #include "host/host_probe.hpp"
 #include "report/job_report.hpp"
 #include "scheduler/job_status.hpp"
+#include "worker/script_job.hpp"
 
 namespace coach::scheduler {
 
@@ -55,6 +57,9 @@ struct submit_request {
   /// Random per submit (0: none): a request sent again with the same token is answered with the
   /// job the first one stored, never a second job (safe retries across a scheduler restart).
   std::uint64_t token = 0;
+  /// A script's model (model: {script: ...}): its layout, initial values and files, registered
+  /// by the submitter (worker/script_job.hpp); null for other models.
+  std::shared_ptr<const worker::script_payload> script;
 };
 struct status_request {
   std::uint64_t job = 0;  ///< 0: every job

@@ -96,6 +96,12 @@ CREATE TABLE IF NOT EXISTS checkpoints (
   samples_applied INTEGER NOT NULL DEFAULT 0,
   state_a         BLOB,
   state_b         BLOB);
+CREATE TABLE IF NOT EXISTS job_scripts (
+  job     INTEGER PRIMARY KEY REFERENCES jobs(id),
+  entry   TEXT NOT NULL,
+  layout  TEXT NOT NULL,
+  initial BLOB NOT NULL,
+  bundle  BLOB NOT NULL);
 )sql";
 
 /// Schema 1 to 2: checkpoints keep the optimizer state and its counters.

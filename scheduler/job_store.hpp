@@ -24,6 +24,7 @@
 #include "ps/training_state.hpp"
 #include "report/perf_model.hpp"
 #include "scheduler/cluster_view.hpp"
+#include "worker/script_job.hpp"
 
 struct sqlite3;
 
@@ -145,6 +146,16 @@ class job_store {
                                const ps::training_state& state);
   /// A job's latest checkpoint, or nullopt when it has none.
   result<std::optional<checkpoint_record>> checkpoint(std::uint64_t job) const;
+
+  /// Keeps job's script (a script's model: its layout, initial values and files as `coach
+  /// submit` registered them), replacing one kept before, so that a restarted scheduler can
+  /// start the job (table job_scripts; job_store_script.cpp). Errors: not_found; io_error
+  /// (SQLite's, e.g. a blob over its limit of 1 GB).
+  result<void> save_script(std::uint64_t job, const worker::script_payload& script);
+  /// A job's script, or nullopt when it has none.
+  result<std::optional<worker::script_payload>> script(std::uint64_t job) const;
+  /// Forgets a job's script (the job ended: its files are not needed again).
+  result<void> drop_script(std::uint64_t job);
 
   /// Every job, by id.
   result<std::vector<job_record>> jobs() const;

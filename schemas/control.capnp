@@ -44,6 +44,8 @@ struct StartJob {
   run @16 :UInt32;             # the job's run (the scheduler's generation) this start belongs
                                # to: a node that holds parts of another run of the job (it was
                                # taken for dead, and they went on) stops them first
+  script @17 :JobApi.ScriptModel;  # set: the model is a script; its files (a bundle) are the
+                               # last payload frame (after any initial state's)
 
   struct Peer {
     host @0 :UInt32;

@@ -34,6 +34,17 @@ struct SubmitRequest {
   baseDir @5 :Text;            # the submitter's working directory (relative dataset paths)
   token @6 :UInt64;            # random per `coach submit` (0: none): the same request again
                                # (re-sent after no answer) gets the job the first one stored
+  script @7 :ScriptModel;      # set: the model is a script, registered by the submitter; its
+                               # initial values (f32) and its files (a bundle) are the two
+                               # payload frames after the ControlMessage
+}
+
+# A script's model (model: {script: ...}) as it travels with a submit and a StartJob
+# (worker::script_payload). Its initial values and its files travel as payload frames after the
+# ControlMessage (docs/wire.md, "Script jobs").
+struct ScriptModel {
+  entry @0 :Text;              # the script's path inside the bundle (its file name)
+  layout @1 :Text;             # its layout: the JSON text of its first process's hello
 }
 
 struct SubmitReply {

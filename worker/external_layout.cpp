@@ -129,6 +129,23 @@ result<external_layout> parse_hello(std::string_view json_text) {
   return out;
 }
 
+std::string hello_json(const external_layout& layout) {
+  json tensors = json::array();
+  for (const auto& t : layout.tensors)
+    tensors.push_back({{"name", t.name},
+                       {"shape", t.shape},
+                       {"dtype", "float32"},
+                       {"kind", std::string(to_string(t.kind))}});
+  const json hello = {{"op", "hello"},
+                      {"protocol", 1},
+                      {"samples", layout.samples},
+                      {"test_samples", layout.test_samples},
+                      {"framework", layout.framework},
+                      {"tensors", std::move(tensors)}};
+  // Names are the script's: bytes that are not UTF-8 are replaced rather than thrown on.
+  return hello.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 std::optional<std::string> layout_difference(const external_layout& registered,
                                              const external_layout& got) {
   const std::size_t common = std::min(registered.tensors.size(), got.tensors.size());

@@ -54,6 +54,11 @@ inline constexpr std::size_t max_external_tensors = 1 << 20;
 /// samples.
 result<external_layout> parse_hello(std::string_view json_text);
 
+/// `layout` as the JSON text of a `hello` (op, protocol, samples, test_samples, framework,
+/// tensors): what parse_hello reads back into the same layout. A registered layout travels to a
+/// cluster's hosts so (worker/script_job.hpp).
+std::string hello_json(const external_layout& layout);
+
 /// The first difference of `got` from the `registered` layout, in one line ("tensor
 /// 'fc.weight' has shape [10, 64] where the first process registered [10, 128]"), or nothing
 /// when they match (names, shapes, kinds and order; the sample counts too).

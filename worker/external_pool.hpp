@@ -21,6 +21,7 @@
 #include "worker/external_layout.hpp"
 #include "worker/external_process.hpp"
 #include "worker/model_config.hpp"
+#include "worker/script_bundle.hpp"
 
 namespace coach::worker {
 
@@ -40,6 +41,9 @@ class external_pool {
   const external_layout& layout() const noexcept { return layout_; }
   std::shared_ptr<const std::vector<float>> initial() const noexcept { return initial_; }
   const script_options& options() const noexcept { return opt_; }
+  /// Keeps `folder` (the script's files on this host: a submitted job's) until the pool ends,
+  /// after the processes it keeps are stopped.
+  void keep(std::shared_ptr<const script_folder> folder) { folder_ = std::move(folder); }
 
   /// A process ready for steps, named `who`: a warm one, else one being started, else one
   /// started now; the registering process only where the script does not evaluate (it is kept
@@ -64,6 +68,7 @@ class external_pool {
   void start_in_background();
   result<std::unique_ptr<external_process>> start_one(std::string who);
 
+  std::shared_ptr<const script_folder> folder_;  ///< first: it goes after everything else
   script_options opt_;
   external_layout layout_;
   std::shared_ptr<const std::vector<float>> initial_;

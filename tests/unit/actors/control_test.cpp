@@ -4,6 +4,7 @@
 // texts) gives protocol_error with a one-line message, never a crash. Host ids and make_control.
 
 #include "actors/control.hpp"
+#include "worker/script_bundle.hpp"
 
 #include <capnp/message.h>
 #include <capnp/serialize.h>
@@ -167,6 +168,11 @@ void expect_same(const start_job& a, const start_job& b) {
   EXPECT_EQ(a.added_workers, b.added_workers);
   EXPECT_EQ(a.start, b.start);
   EXPECT_EQ(a.run, b.run);
+  ASSERT_EQ(bool(a.script), bool(b.script));
+  if (a.script) {
+    EXPECT_EQ(a.script->entry, b.script->entry);
+    EXPECT_EQ(a.script->layout_json, b.script->layout_json);
+  }
 }
 
 void expect_same(const std::optional<error>& a, const std::optional<error>& b) {
@@ -225,6 +231,11 @@ void expect_same(const api_request& a, const api_request& b) {
     EXPECT_EQ(x->workers, y.workers);
     EXPECT_EQ(x->shards, y.shards);
     EXPECT_EQ(x->token, y.token);
+    ASSERT_EQ(bool(x->script), bool(y.script));
+    if (x->script) {
+      EXPECT_EQ(x->script->entry, y.script->entry);
+      EXPECT_EQ(x->script->layout_json, y.script->layout_json);
+    }
   } else if (const auto* s = std::get_if<status_request>(&a)) {
     EXPECT_EQ(s->job, std::get<status_request>(b).job);
   } else if (const auto* c = std::get_if<cancel_request>(&a)) {
@@ -808,6 +819,83 @@ TEST(control, a_start_job_carries_its_initial_training_state_as_frames) {
   auto five = msg;
   five.frames.push_back(msg.frames[1]);
   EXPECT_FALSE(read_control(five));
+}
+
+/// A script's model as it travels: an entry, a layout, a bundle of `bundle_bytes` bytes.
+std::shared_ptr<worker::script_payload> a_script(std::size_t bundle_bytes) {
+  auto p = std::make_shared<worker::script_payload>();
+  p->entry = "train.py";
+  p->layout_json = R"({"samples":40,"tensors":[{"name":"w","shape":[3],"dtype":"float32",)"
+                   R"("kind":"param"}]})";
+  auto b = std::make_shared<std::vector<std::byte>>(bundle_bytes);
+  for (std::size_t i = 0; i < b->size(); ++i) (*b)[i] = std::byte(i * 13);
+  p->bundle = std::move(b);
+  return p;
+}
+
+TEST(control, a_script_travels_with_its_start_and_its_submit_as_frames) {
+  const endpoint src{1, scheduler_id}, dst{2, node_agent_id};
+  // A start: the initial state's frames, then the bundle's, last.
+  start_job s = full_start_job();
+  s.script = a_script(1000);
+  auto state = std::make_shared<ps::training_state>();
+  state->values = {1.5f, -2.0f, 0.25f};
+  state->state_a = {0.1f, 0.2f, 0.3f};
+  s.initial = state;
+  auto msg = make_control(src, dst, s);
+  ASSERT_EQ(msg.frames.size(), 4u);
+  EXPECT_EQ(msg.frames[3].bytes, 1000u);
+  auto back = read_control(msg);
+  ASSERT_TRUE(back);
+  const auto& got = std::get<start_job>(*back);
+  expect_same(got, s);
+  EXPECT_TRUE(*got.script->bundle == *s.script->bundle);
+  EXPECT_FALSE(got.script->initial) << "a start's values go to the shards as `initial`";
+  EXPECT_EQ(got.initial->values, state->values);
+  EXPECT_EQ(got.initial->state_a, state->state_a);
+  // The workers' phase: the bundle alone.
+  s.initial = nullptr;
+  auto workers = make_control(src, dst, s);
+  ASSERT_EQ(workers.frames.size(), 2u);
+  auto back_w = read_control(workers);
+  ASSERT_TRUE(back_w);
+  EXPECT_FALSE(std::get<start_job>(*back_w).initial);
+  EXPECT_TRUE(*std::get<start_job>(*back_w).script->bundle == *s.script->bundle);
+
+  // A submit: the initial values, then the bundle.
+  submit_request q{"epochs: 1\n", "a.yaml", "/tmp/w", 2, 1, 77};
+  auto sub = a_script(300);
+  sub->initial = std::make_shared<const std::vector<float>>(std::vector<float>{4, 5, 6});
+  q.script = sub;
+  auto req = make_control(src, dst, api_request{q});
+  ASSERT_EQ(req.frames.size(), 3u);
+  auto back_q = read_control(req);
+  ASSERT_TRUE(back_q);
+  const auto& got_q = std::get<submit_request>(std::get<api_request>(*back_q));
+  expect_same(api_request{got_q}, api_request{q});
+  EXPECT_EQ(*got_q.script->initial, *sub->initial);
+  EXPECT_TRUE(*got_q.script->bundle == *sub->bundle);
+
+  // Frames missing, frames too many, a bundle over the limit, values not whole f32s: dropped.
+  auto no_bundle = workers;
+  no_bundle.frames.pop_back();
+  EXPECT_FALSE(read_control(no_bundle));
+  auto short_submit = req;
+  short_submit.frames.pop_back();
+  EXPECT_FALSE(read_control(short_submit));
+  auto long_submit = req;
+  long_submit.frames.push_back(req.frames[2]);
+  EXPECT_FALSE(read_control(long_submit));
+  auto odd = req;
+  odd.frames[1].bytes = 7;
+  EXPECT_FALSE(read_control(odd));
+  auto huge = workers;
+  huge.frames.back().bytes = std::size_t(worker::max_packed_bundle_bytes) + 1;  // never read
+  EXPECT_FALSE(read_control(huge));
+  auto plain = make_control(src, dst, api_request{submit_request{"epochs: 1\n", "a.yaml", "/"}});
+  ASSERT_EQ(plain.frames.size(), 1u);
+  plain.frames.push_back(req.frames[1]);
+  EXPECT_FALSE(read_control(plain)) << "a submit without a script takes no frames";
 }
 
 TEST(control, make_control_names_the_job_the_message_is_about) {

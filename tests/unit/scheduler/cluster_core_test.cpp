@@ -5,6 +5,7 @@
 // replies and their error text.
 
 #include "scheduler/cluster_core.hpp"
+#include "worker/script_bundle.hpp"
 
 #include <gtest/gtest.h>
 
@@ -35,6 +36,7 @@ class cluster_core_test : public ::testing::Test {
   std::vector<std::tuple<std::uint64_t, std::uint32_t, std::chrono::seconds>> cancel_dues;
   std::vector<launch_order> launches;
   std::vector<job_data> launched_data;
+  std::vector<job_script> launched_scripts;
   std::vector<std::uint64_t> stopped_runs, dropped_runs, cancels;
   std::vector<std::pair<std::uint64_t, std::vector<std::uint32_t>>> lost_workers;
   std::vector<std::tuple<std::uint64_t, std::uint32_t, std::uint32_t>> rescales;
@@ -69,9 +71,11 @@ class cluster_core_test : public ::testing::Test {
     };
     p.load_data = [this](const job_spec&) -> result<job_data> { return data; };
     // As the actor's job_runner does: the run is counted in the registry.
-    p.launch = [this](registered_job& job, const launch_order& o, job_data d) -> result<void> {
+    p.launch = [this](registered_job& job, const launch_order& o, job_data d,
+                      job_script sc) -> result<void> {
       launches.push_back(o);
       launched_data.push_back(d);
+      launched_scripts.push_back(sc);
       core->registry().begin_run(job, o.workers, o.shards, false);
       return {};
     };
@@ -352,6 +356,98 @@ TEST_F(cluster_core_test, unknown_jobs_and_actions_are_answered_with_their_error
   EXPECT_TRUE(noted("policy is now round-robin"));
   r = ask(policy_request{});
   EXPECT_EQ(std::get<policy_reply>(r.body).active, "round-robin");
+}
+
+/// A script job's spec and the model its submitter registered: 4 floats, 40 training samples,
+/// the files `files`.
+std::pair<std::string, std::shared_ptr<worker::script_payload>> script_job(
+    const std::vector<worker::bundle_file>& files) {
+  const std::string yaml =
+      "name: s\nmodel: {script: train.py}\noptimizer: {type: sgd, learning_rate: 0.1}\n"
+      "batch: {global: 8}\nepochs: 2\nworkers: 2\nshards: 1\n";
+  auto p = std::make_shared<worker::script_payload>();
+  p->entry = "train.py";
+  p->layout_json = R"({"samples":40,"test_samples":10,"tensors":[)"
+                   R"({"name":"w","shape":[4],"dtype":"float32","kind":"param"}]})";
+  p->initial = std::make_shared<const std::vector<float>>(std::vector<float>{1, 2, 3, 4});
+  p->bundle = std::make_shared<const std::vector<std::byte>>(worker::pack_bundle(files));
+  return {yaml, p};
+}
+
+TEST_F(cluster_core_test, a_script_job_is_kept_with_its_files_and_launched_after_a_restart) {
+  auto store = std::make_shared<job_store>(std::move(*job_store::open(":memory:")));
+  cluster_core_setup setup;
+  setup.store = store;
+  make(setup);
+  core->heartbeat(hb(2, "b"));
+  const auto [yaml, script] = script_job({{"train.py", false, "print(1)"}});
+  submit_request req{yaml, "s.yaml", "/tmp", 0, 0, 0};
+  req.script = script;
+  auto r = ask(req);
+  ASSERT_FALSE(r.failure) << r.failure->message;
+  const auto id = std::get<submit_reply>(r.body).job;
+  auto kept = store->script(id);
+  ASSERT_TRUE(kept && kept->has_value());
+  EXPECT_EQ((*kept)->layout_json, script->layout_json);
+  EXPECT_TRUE(*(*kept)->bundle == *script->bundle);
+
+  // A scheduler restarted on the store launches it with the script it kept, and the data set
+  // Coach sees is the script's sizes.
+  core.reset();
+  make(setup);
+  core->heartbeat(hb(2, "b"));
+  core->heartbeat(hb(3, "c"));
+  core->decide();
+  ASSERT_EQ(launches.size(), 1u);
+  ASSERT_TRUE(launched_scripts[0]);
+  EXPECT_EQ(launched_scripts[0]->entry, "train.py");
+  EXPECT_EQ(*launched_scripts[0]->initial, *script->initial);
+  EXPECT_TRUE(*launched_scripts[0]->bundle == *script->bundle);
+  EXPECT_EQ(launched_data[0]->train.rows, 40u);
+  EXPECT_EQ(launched_data[0]->test.rows, 10u);
+
+  // Once it ends (here: a node failed its start), its files leave the store.
+  const auto host = *core->registry().find(id)->hosts().begin();
+  core->command_answered(host, {id, coach::error{errc::io_error, "no room"}, false});
+  EXPECT_EQ(core->registry().find(id)->state(), job_state::failed);
+  EXPECT_FALSE(store->script(id)->has_value());
+}
+
+TEST_F(cluster_core_test, a_script_submit_that_is_hostile_or_incomplete_is_refused_in_one_line) {
+  make();
+  core->heartbeat(hb(2, "b"));
+  auto [yaml, script] = script_job({{"../../etc/cron.d/x", false, "* * * * * root sh"}});
+  submit_request req{yaml, "s.yaml", "/tmp", 0, 0, 0};
+  req.script = script;
+  auto r = ask(req);
+  ASSERT_TRUE(r.failure);
+  EXPECT_EQ(r.failure->code, errc::protocol_error);
+  EXPECT_EQ(r.failure->message,
+            "the script's bundle is refused: path '../../etc/cron.d/x' leaves the bundle's folder "
+            "('..')");
+  EXPECT_TRUE(noted("refused a submit of s.yaml: " + r.failure->message));
+  // Initial values of another size than the layout's.
+  auto sized =
+      std::make_shared<worker::script_payload>(*script_job({{"train.py", false, ""}}).second);
+  sized->initial = std::make_shared<const std::vector<float>>(3);
+  req.script = sized;
+  r = ask(req);
+  ASSERT_TRUE(r.failure);
+  EXPECT_EQ(r.failure->message, "the script's initial values are 3 floats where its layout has 4");
+  // A script's spec without its script (a client that did not register it), and the reverse.
+  req.script = nullptr;
+  r = ask(req);
+  ASSERT_TRUE(r.failure);
+  EXPECT_EQ(r.failure->code, errc::invalid_argument);
+  EXPECT_NE(r.failure->message.find("its files and layout come with `coach submit`"),
+            std::string::npos)
+      << r.failure->message;
+  submit_request plain{spec_yaml("j", 1, 1), "job.yaml", "/tmp", 0, 0, 0};
+  plain.script = script;
+  r = ask(plain);
+  ASSERT_TRUE(r.failure);
+  EXPECT_EQ(r.failure->code, errc::protocol_error);
+  EXPECT_TRUE(core->registry().jobs().empty());
 }
 
 }  // namespace

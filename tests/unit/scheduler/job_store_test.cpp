@@ -451,5 +451,43 @@ TEST(job_store, the_latest_checkpoint_survives_a_reopen_bit_for_bit) {
   EXPECT_FALSE(store->checkpoint(99)->has_value());
 }
 
+TEST(job_store, a_script_jobs_model_survives_a_reopen_and_goes_when_dropped) {
+  temp_dir dir;
+  const std::string path = dir.file("jobs.db");
+  worker::script_payload p;
+  p.entry = "train.py";
+  p.layout_json = R"({"op":"hello","samples":4,"tensors":[]})";
+  p.initial = std::make_shared<const std::vector<float>>(std::vector<float>{1.5f, -0.0f, 3});
+  std::vector<std::byte> bundle(5 << 20);
+  for (std::size_t i = 0; i < bundle.size(); ++i) bundle[i] = std::byte(i * 7);
+  p.bundle = std::make_shared<const std::vector<std::byte>>(bundle);
+  std::uint64_t id = 0;
+  {
+    auto store = job_store::open(path);
+    ASSERT_TRUE(store) << store.error().message;
+    id = *store->add_job(sample_job("a", "m"));
+    EXPECT_FALSE(store->script(id)->has_value());
+    ASSERT_TRUE(store->save_script(id, p));
+    auto unknown = store->save_script(99, p);
+    ASSERT_FALSE(unknown);
+    EXPECT_EQ(unknown.error().message, "job store '" + path + "': no job 99");
+  }
+  auto store = job_store::open(path);
+  ASSERT_TRUE(store) << store.error().message;
+  auto got = store->script(id);
+  ASSERT_TRUE(got) << got.error().message;
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ((*got)->entry, "train.py");
+  EXPECT_EQ((*got)->layout_json, p.layout_json);
+  ASSERT_TRUE((*got)->initial);
+  ASSERT_EQ((*got)->initial->size(), 3u);
+  EXPECT_EQ(std::memcmp((*got)->initial->data(), p.initial->data(), 12), 0);
+  ASSERT_TRUE((*got)->bundle);
+  EXPECT_TRUE(*(*got)->bundle == bundle);
+  ASSERT_TRUE(store->drop_script(id));
+  EXPECT_FALSE(store->script(id)->has_value());
+  EXPECT_TRUE(store->drop_script(id)) << "dropping none is no error";
+}
+
 }  // namespace
 }  // namespace coach::scheduler

@@ -85,5 +85,17 @@ TEST(external_layout, a_later_layout_that_differs_is_named_by_its_first_differin
   EXPECT_EQ(layout_difference(first, other), std::nullopt);
 }
 
+TEST(external_layout, a_layout_as_hello_json_reads_back_the_same) {
+  const auto first = *parse_hello(two_tensors);
+  auto back = parse_hello(hello_json(first));
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(back->tensors, first.tensors);
+  EXPECT_EQ(back->floats, first.floats);
+  EXPECT_EQ(back->samples, first.samples);
+  EXPECT_EQ(back->test_samples, first.test_samples);
+  EXPECT_EQ(back->framework, first.framework);
+  EXPECT_EQ(layout_difference(first, *back), std::nullopt);
+}
+
 }  // namespace
 }  // namespace coach::worker
