@@ -36,7 +36,7 @@ unchanged and logs, per process, the wall time its handshake ended, each step wa
 and each push (when the script asked for the next step).
 
 --quick: 640 samples and 1 epoch for speed, 2560 for join (warm 1 and 0 at step 20) and loss
-(at step 20), each once, one teardown control (about two minutes on 2 busy cores); exit 1 when
+(at step 20), each once, one teardown control (90-104 s on these 2 cores); exit 1 when
 a figure is missing, 77 (skipped) when --python cannot import torch or Fashion-MNIST is missing.
 """
 import argparse
