@@ -87,6 +87,7 @@ result<std::unique_ptr<external_process>> external_pool::take(std::string who) {
     p->rename(std::move(who));
     return p;
   }
+  if (promised_ > 0) --promised_;  // a prestarted process's taker came
   // One being started is nearer to ready than one not started yet.
   changed_.wait(lock, [&] { return !kept_.empty() || starting_ == 0 || stopping_; });
   if (!kept_.empty()) {
@@ -118,10 +119,13 @@ std::size_t external_pool::warm() const {
 void external_pool::prestart(std::size_t n) {
   std::lock_guard lock(mutex_);
   for (std::size_t i = 0; i < n && !stopping_; ++i) start_in_background();
+  promised_ += n;
 }
 
 void external_pool::top_up(std::unique_lock<std::mutex>&) {
-  while (!stopping_ && kept_.size() + starting_ < warm_target_) start_in_background();
+  // The warm ones come on top of those started for takers already announced (prestart): a
+  // join early in the job finds one ready too.
+  while (!stopping_ && kept_.size() + starting_ < warm_target_ + promised_) start_in_background();
 }
 
 void external_pool::start_in_background() {

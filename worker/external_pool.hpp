@@ -79,7 +79,8 @@ class external_pool {
   std::size_t starting_ = 0;
   std::set<pid_t> starting_pids_;  ///< started, their handshake not done
   std::size_t warm_target_ = 0;
-  std::size_t started_ = 0;  ///< processes started so far (names them)
+  std::size_t promised_ = 0;  ///< prestarted processes whose takers have not come yet
+  std::size_t started_ = 0;   ///< processes started so far (names them)
   bool stopping_ = false;
   std::vector<std::thread> starters_;
 };

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -305,14 +306,23 @@ error external_process::ended(std::string_view during) {
     int status = 0;
     pid_t r = 0;
     const auto until = clock_type::now() + std::chrono::seconds(2);
+    // Woken the moment it exits (a pidfd polls readable then), or by its last stderr lines.
+    const int pidfd = int(::syscall(SYS_pidfd_open, pid_, 0));
     while ((r = ::waitpid(pid_, &status, WNOHANG)) == 0 && clock_type::now() < until) {
-      if (err_ >= 0) {
-        pollfd f{err_, POLLIN, 0};
-        if (::poll(&f, 1, 20) > 0) drain_stderr();
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      pollfd f[2] = {{pidfd, POLLIN, 0}, {err_, POLLIN, 0}};
+      const int n = err_ >= 0 ? 2 : 1;
+      if (pidfd < 0) {
+        f[0] = f[1];
+        if (err_ < 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          continue;
+        }
       }
+      if (::poll(f, nfds_t(pidfd < 0 ? 1 : n), 20) > 0)
+        for (const auto& e : f)
+          if (e.fd == err_ && (e.revents & (POLLIN | POLLHUP))) drain_stderr();
     }
+    if (pidfd >= 0) ::close(pidfd);
     if (r == 0) {
       ::kill(pid_, SIGKILL);
       r = ::waitpid(pid_, &status, 0);
