@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/embedded_cluster.hpp"
+#include "script_runs.hpp"
 
 namespace coach::actors {
 namespace {
@@ -40,24 +41,8 @@ scheduler::job_spec spec_of(const std::string& script, const std::string& more) 
   return *spec;
 }
 
-struct run {
-  coach::result<scheduler::job_result> result;
-  std::vector<step_trace> steps;  ///< by step
-};
-
-run train(const scheduler::job_spec& spec) {
-  std::mutex mu;
-  std::vector<step_trace> steps;
-  train_options opt;
-  opt.python = python;
-  opt.on_step = [&](const step_trace& t) {
-    std::lock_guard lock(mu);
-    steps.push_back(t);
-  };
-  auto r = train_embedded(spec, opt);
-  std::sort(steps.begin(), steps.end(),
-            [](const step_trace& a, const step_trace& b) { return a.step < b.step; });
-  return {std::move(r), std::move(steps)};
+script_run train(const scheduler::job_spec& spec) {
+  return train_script(spec, python);
 }
 
 TEST(script_model, the_numpy_worker_learns_its_planted_data) {
@@ -81,25 +66,8 @@ TEST(script_model, processes_rescaled_2_4_1_mid_epoch_train_as_a_run_that_never_
   const auto rescaled = train(spec_of("examples/numpy/softmax_worker.py",
                                       "epochs: 1\nschedule:\n  - {at_step: 5, workers: 4}\n"
                                       "  - {at_step: 14, workers: 1}\n"));
-  ASSERT_TRUE(plain.result) << plain.result.error().to_string();
-  ASSERT_TRUE(rescaled.result) << rescaled.result.error().to_string();
-  ASSERT_EQ(plain.steps.size(), 32u);  // 2000 samples, 64 a step
-  ASSERT_EQ(rescaled.steps.size(), plain.steps.size());
-  std::size_t samples = 0;
-  double worst = 0;
-  for (std::size_t s = 0; s < plain.steps.size(); ++s) {
-    const auto& a = plain.steps[s];
-    const auto& b = rescaled.steps[s];
-    ASSERT_EQ(b.step, a.step);
-    EXPECT_EQ(b.samples, a.samples) << "step " << s << " covers other samples";
-    samples += a.samples.size();
-    const double la = a.loss_sum / double(a.samples.size());
-    const double lb = b.loss_sum / double(b.samples.size());
-    worst = std::max(worst, std::abs(la - lb));
-    EXPECT_NEAR(lb, la, 1e-4) << "step " << s;
-  }
-  EXPECT_EQ(samples, 2000u) << "every sample once";
-  std::printf("32 steps, largest per-step mean-loss difference %.3g\n", worst);
+  expect_same_steps(plain, rescaled, 32u, 2000u, 1e-4);
+  ASSERT_EQ(rescaled.steps.size(), 32u);
   EXPECT_EQ(rescaled.steps[4].members, 2u);
   EXPECT_EQ(rescaled.steps[8].members, 4u);
   EXPECT_EQ(rescaled.steps[20].members, 1u);

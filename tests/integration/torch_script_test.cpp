@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "actors/embedded_cluster.hpp"
+#include "script_runs.hpp"
 #include "spec/checkpoint_file.hpp"
 
 namespace coach::actors {
@@ -39,25 +40,8 @@ bool have_fashion() {
     GTEST_SKIP() << python << " cannot import torch and safetensors (scripts/torch-venv.sh)"; \
   if (!have_fashion()) GTEST_SKIP() << "no Fashion-MNIST (apt-get install dataset-fashion-mnist)"
 
-struct run {
-  coach::result<scheduler::job_result> result;
-  std::vector<step_trace> steps;  ///< by step
-};
-
-run train(const scheduler::job_spec& spec, std::uint32_t workers = 0) {
-  std::mutex mu;
-  std::vector<step_trace> steps;
-  train_options opt;
-  opt.python = python;
-  opt.workers = workers;
-  opt.on_step = [&](const step_trace& t) {
-    std::lock_guard lock(mu);
-    steps.push_back(t);
-  };
-  auto r = train_embedded(spec, opt);
-  std::sort(steps.begin(), steps.end(),
-            [](const step_trace& a, const step_trace& b) { return a.step < b.step; });
-  return {std::move(r), std::move(steps)};
+script_run train(const scheduler::job_spec& spec) {
+  return train_script(spec, python);
 }
 
 scheduler::job_spec example(const std::string& file, std::vector<std::string> args, int epochs) {
@@ -129,25 +113,8 @@ TEST(torch_script, processes_rescaled_2_4_1_mid_epoch_train_as_a_run_that_never_
   const auto plain = train(mlp(""));
   const auto rescaled =
       train(mlp("schedule:\n  - {at_step: 4, workers: 4}\n  - {at_step: 10, workers: 1}\n"));
-  ASSERT_TRUE(plain.result) << plain.result.error().to_string();
-  ASSERT_TRUE(rescaled.result) << rescaled.result.error().to_string();
-  ASSERT_EQ(plain.steps.size(), 19u);  // 1200 samples, 64 a step
-  ASSERT_EQ(rescaled.steps.size(), plain.steps.size());
-  std::size_t samples = 0;
-  double worst = 0;
-  for (std::size_t s = 0; s < plain.steps.size(); ++s) {
-    const auto& a = plain.steps[s];
-    const auto& b = rescaled.steps[s];
-    ASSERT_EQ(b.step, a.step);
-    EXPECT_EQ(b.samples, a.samples) << "step " << s << " covers other samples";
-    samples += a.samples.size();
-    const double la = a.loss_sum / double(a.samples.size());
-    const double lb = b.loss_sum / double(b.samples.size());
-    worst = std::max(worst, std::abs(la - lb));
-    EXPECT_NEAR(lb, la, 1e-4) << "step " << s;
-  }
-  EXPECT_EQ(samples, 1200u) << "every sample once";
-  std::printf("19 steps, largest per-step mean-loss difference %.3g\n", worst);
+  expect_same_steps(plain, rescaled, 19u, 1200u, 1e-4);
+  ASSERT_EQ(rescaled.steps.size(), 19u);
   EXPECT_EQ(rescaled.steps[2].members, 2u);
   EXPECT_EQ(rescaled.steps[6].members, 4u);
   EXPECT_EQ(rescaled.steps[15].members, 1u);
