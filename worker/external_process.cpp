@@ -278,7 +278,7 @@ result<std::string> external_process::receive(std::optional<clock_type::time_poi
       if (left.count() <= 0) {
         kill();
         return fail(errc::io_error,
-                    "{}: the script {} did not call init within {:.0f} s (model.start_timeout_s); "
+                    "{}: the script {} did not call init within {:g} s (model.start_timeout_s); "
                     "killed",
                     who_, script_name_, double(start_timeout_.count()) / 1000.0);
       }

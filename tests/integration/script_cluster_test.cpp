@@ -9,6 +9,7 @@
 // NumPy (python3-numpy); skips with the reason otherwise.
 #include <gtest/gtest.h>
 
+#include "tests/helpers/numpy_python.hpp"
 #include "tests/integration/process_harness.hpp"
 
 #include <signal.h>
@@ -29,12 +30,8 @@ using namespace itest;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-const std::string python = "/usr/bin/python3";
-
-bool have_numpy() {
-  static const bool ok = std::system((python + " -c 'import numpy' >/dev/null 2>&1").c_str()) == 0;
-  return ok;
-}
+const std::string& python = coach_tests::numpy_python;
+using coach_tests::have_numpy;
 
 bool has(const std::string& text, const std::string& what) {
   return text.find(what) != std::string::npos;

@@ -14,20 +14,13 @@
 
 #include "actors/embedded_cluster.hpp"
 #include "script_runs.hpp"
+#include "tests/helpers/numpy_python.hpp"
 
 namespace coach::actors {
 namespace {
 
-const std::string python = "/usr/bin/python3";
-
-bool have_numpy() {
-  static const bool ok = std::system((python + " -c 'import numpy' >/dev/null 2>&1").c_str()) == 0;
-  return ok;
-}
-
-#define NEED_NUMPY() \
-  if (!have_numpy()) \
-  GTEST_SKIP() << python << " cannot import numpy (apt-get install python3-numpy)"
+const std::string& python = coach_tests::numpy_python;
+using coach_tests::have_numpy;
 
 scheduler::job_spec spec_of(const std::string& script, const std::string& more) {
   const std::string yaml = "name: script-model\nmodel: {script: " + script +
@@ -46,7 +39,7 @@ script_run train(const scheduler::job_spec& spec) {
 }
 
 TEST(script_model, the_numpy_worker_learns_its_planted_data) {
-  NEED_NUMPY();
+  COACH_NEED_NUMPY();
   auto r = train(spec_of("examples/numpy/softmax_worker.py", "epochs: 3\n"));
   ASSERT_TRUE(r.result) << r.result.error().to_string();
   ASSERT_EQ(r.result->epochs.size(), 3u);
@@ -61,7 +54,7 @@ TEST(script_model, the_numpy_worker_learns_its_planted_data) {
 }
 
 TEST(script_model, processes_rescaled_2_4_1_mid_epoch_train_as_a_run_that_never_rescales) {
-  NEED_NUMPY();
+  COACH_NEED_NUMPY();
   const auto plain = train(spec_of("examples/numpy/softmax_worker.py", "epochs: 1\n"));
   const auto rescaled = train(spec_of("examples/numpy/softmax_worker.py",
                                       "epochs: 1\nschedule:\n  - {at_step: 5, workers: 4}\n"
@@ -75,7 +68,7 @@ TEST(script_model, processes_rescaled_2_4_1_mid_epoch_train_as_a_run_that_never_
 }
 
 TEST(script_model, a_process_killed_mid_epoch_loses_its_worker_and_no_sample) {
-  NEED_NUMPY();
+  COACH_NEED_NUMPY();
   // tests/python/scripts/external_worker.py: 100 samples; worker 1's process kills itself
   // (SIGKILL) when it is given step 3 of the first epoch.
   auto spec = spec_of("tests/python/scripts/external_worker.py", "epochs: 2\n");

@@ -3,6 +3,7 @@
 // registers or checks a layout, steps whose gradients come back exactly through the shared
 // file, evaluation, a clean stop, and every way a process fails named in one line. Needs Debian's
 // python3 with NumPy (python3-numpy); skips with the reason otherwise.
+#include "tests/helpers/numpy_python.hpp"
 #include "worker/external_pool.hpp"
 
 #include <gtest/gtest.h>
@@ -19,12 +20,8 @@
 namespace coach::worker {
 namespace {
 
-const std::string python = "/usr/bin/python3";
-
-bool have_numpy() {
-  static const bool ok = std::system((python + " -c 'import numpy' >/dev/null 2>&1").c_str()) == 0;
-  return ok;
-}
+const std::string& python = coach_tests::numpy_python;
+using coach_tests::have_numpy;
 
 script_options options(std::string mode, double timeout_s = 60) {
   script_options o;
@@ -37,10 +34,6 @@ script_options options(std::string mode, double timeout_s = 60) {
   return o;
 }
 
-#define NEED_NUMPY() \
-  if (!have_numpy()) \
-  GTEST_SKIP() << python << " cannot import numpy (apt-get install python3-numpy)"
-
 std::unique_ptr<external_process> started(const std::string& mode, double timeout_s = 60) {
   auto p = external_process::start(options(mode, timeout_s), "worker 1");
   EXPECT_TRUE(p) << p.error().to_string();
@@ -48,7 +41,7 @@ std::unique_ptr<external_process> started(const std::string& mode, double timeou
 }
 
 TEST(external_process, the_first_process_registers_its_layout_and_initial_values) {
-  NEED_NUMPY();
+  COACH_NEED_NUMPY();
   auto p = started("normal");
   std::vector<float> initial;
   auto layout = p->handshake(nullptr, &initial);
@@ -67,7 +60,7 @@ TEST(external_process, the_first_process_registers_its_layout_and_initial_values
 }
 
 TEST(external_process, a_step_hands_over_the_parameters_and_returns_the_gradient_exactly) {
-  NEED_NUMPY();
+  COACH_NEED_NUMPY();
   auto p = started("normal");
   std::vector<float> initial;
   ASSERT_TRUE(p->handshake(nullptr, &initial));
@@ -92,7 +85,7 @@ TEST(external_process, a_step_hands_over_the_parameters_and_returns_the_gradient
 }
 
 TEST(external_process, a_later_process_is_checked_against_the_first_layout) {
-  NEED_NUMPY();
+  COACH_NEED_NUMPY();
   auto first = started("normal");
   std::vector<float> initial;
   auto layout = first->handshake(nullptr, &initial);
@@ -111,7 +104,7 @@ TEST(external_process, a_later_process_is_checked_against_the_first_layout) {
 }
 
 TEST(external_process, a_script_that_fails_before_init_is_named_with_its_traceback) {
-  NEED_NUMPY();
+  COACH_NEED_NUMPY();
   auto p = started("fail-before-init");
   auto r = p->handshake(nullptr, nullptr);
   ASSERT_FALSE(r);
@@ -124,19 +117,19 @@ TEST(external_process, a_script_that_fails_before_init_is_named_with_its_traceba
 }
 
 TEST(external_process, a_script_that_never_calls_init_is_killed_at_its_timeout) {
-  NEED_NUMPY();
+  COACH_NEED_NUMPY();
   auto p = started("never-init", 0.5);
   const auto t0 = std::chrono::steady_clock::now();
   auto r = p->handshake(nullptr, nullptr);
   ASSERT_FALSE(r);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
   EXPECT_EQ(r.error().message,
-            "worker 1: the script external_worker.py did not call init within 0 s "
+            "worker 1: the script external_worker.py did not call init within 0.5 s "
             "(model.start_timeout_s); killed");
 }
 
 TEST(external_process, junk_on_the_channel_ends_the_process) {
-  NEED_NUMPY();
+  COACH_NEED_NUMPY();
   auto p = started("junk");
   auto r = p->handshake(nullptr, nullptr);
   ASSERT_FALSE(r);
@@ -146,7 +139,7 @@ TEST(external_process, junk_on_the_channel_ends_the_process) {
 }
 
 TEST(external_process, a_process_killed_mid_step_is_an_error_at_once) {
-  NEED_NUMPY();
+  COACH_NEED_NUMPY();
   auto p = started("kill-at-step:2:0");
   std::vector<float> initial;
   ASSERT_TRUE(p->handshake(nullptr, &initial));
@@ -172,7 +165,7 @@ TEST(external_process, an_interpreter_that_is_not_there_is_named) {
 }
 
 TEST(external_pool, a_warm_process_is_ready_before_it_is_taken) {
-  NEED_NUMPY();
+  COACH_NEED_NUMPY();
   external_pool pool(options("normal"));
   ASSERT_TRUE(pool.register_first());
   // The registering process is kept for the evaluator (the script evaluates).

@@ -4,6 +4,7 @@
 // layout), with tests/python/scripts/external_worker.py over the `coach` package. The parts
 // that start processes need Debian's python3 with NumPy and skip without it.
 #include "worker/script_job.hpp"
+#include "tests/helpers/numpy_python.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -20,16 +21,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string python = "/usr/bin/python3";
-
-bool have_numpy() {
-  static const bool ok = std::system((python + " -c 'import numpy' >/dev/null 2>&1").c_str()) == 0;
-  return ok;
-}
-
-#define NEED_NUMPY() \
-  if (!have_numpy()) \
-  GTEST_SKIP() << python << " cannot import numpy (apt-get install python3-numpy)"
+const std::string& python = coach_tests::numpy_python;
+using coach_tests::have_numpy;
 
 class script_job_test : public ::testing::Test {
  protected:
@@ -59,7 +52,7 @@ class script_job_test : public ::testing::Test {
 };
 
 TEST_F(script_job_test, the_submitter_registers_the_model_and_packs_the_folder) {
-  NEED_NUMPY();
+  COACH_NEED_NUMPY();
   auto p = prepare_submission(config("normal"), 5, python);
   ASSERT_TRUE(p) << p.error().to_string();
   EXPECT_EQ(p->entry, "external_worker.py");
@@ -77,7 +70,7 @@ TEST_F(script_job_test, the_submitter_registers_the_model_and_packs_the_folder) 
 }
 
 TEST_F(script_job_test, a_script_that_fails_before_init_fails_the_submission_with_its_error) {
-  NEED_NUMPY();
+  COACH_NEED_NUMPY();
   auto p = prepare_submission(config("fail-before-init"), 5, python);
   ASSERT_FALSE(p);
   EXPECT_EQ(p.error().code, errc::io_error);
@@ -96,7 +89,7 @@ TEST_F(script_job_test, a_folder_over_the_limit_fails_before_the_script_runs) {
 }
 
 TEST_F(script_job_test, a_host_runs_checked_processes_from_its_own_copy_of_the_files) {
-  NEED_NUMPY();
+  COACH_NEED_NUMPY();
   auto p = prepare_submission(config("normal"), 5, python);
   ASSERT_TRUE(p) << p.error().to_string();
   fs::remove_all(dir / "user");  // the host never reads the submitter's folder
@@ -126,7 +119,7 @@ TEST_F(script_job_test, a_host_runs_checked_processes_from_its_own_copy_of_the_f
 }
 
 TEST_F(script_job_test, a_hosts_process_of_another_layout_is_refused_in_one_line) {
-  NEED_NUMPY();
+  COACH_NEED_NUMPY();
   auto p = prepare_submission(config("normal"), 5, python);
   ASSERT_TRUE(p) << p.error().to_string();
   auto model = open_submitted(*p, nullptr, config("other-layout"), 5, 9, {python, root.string()}, 1,
