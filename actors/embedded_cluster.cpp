@@ -54,6 +54,7 @@ result<worker::dataset_pair> prepare_model(scheduler::job_spec& spec, const trai
   const int threads = int(std::max(1u, std::thread::hardware_concurrency() / workers));
   auto so = worker::script_options_for(*spec.model.script, spec.seed, 1, opt.python, threads);
   if (!so) return std::unexpected(so.error());
+  if (spec.function) so->memory_bytes = spec.function->memory_mb << 20;  // each process's cap
   auto model = worker::start_script_model(std::move(*so));
   if (!model) return std::unexpected(model.error());
   log::info("{}: {} tensors, {} parameters, {} training and {} test samples ({})",

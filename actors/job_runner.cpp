@@ -208,7 +208,8 @@ result<void> job_runner::prepare_script(const runner_env& env, sched::registered
   const int threads = int(std::max<std::uint32_t>(1, cpus / std::uint32_t(here + 1)));
   auto model =
       worker::open_submitted(*script, script->initial, *spec.model.script, spec.seed, job.id(),
-                             env.script, threads, coach::format("job-{}-evaluator", job.id()));
+                             env.script, threads, coach::format("job-{}-evaluator", job.id()),
+                             spec.function ? spec.function->memory_mb << 20 : 0);
   if (!model) return fail(model.error().code, "job {}: {}", job.id(), model.error().message);
   spec.model.external = std::move(*model);
   return {};

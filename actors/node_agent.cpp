@@ -175,7 +175,8 @@ struct agent_state {
     // submitter registered, or a checkpoint's), and a process needs only the layout.
     auto model = while_heartbeating([&] {
       return worker::open_submitted(*sj.script, nullptr, *spec.model.script, spec.seed, sj.job,
-                                    opt.script, threads, coach::format("job-{}", sj.job));
+                                    opt.script, threads, coach::format("job-{}", sj.job),
+                                    spec.function ? spec.function->memory_mb << 20 : 0);
     });
     if (!model) {
       // A bundle whose paths leave its folder is hostile input: said in one line, nothing run.

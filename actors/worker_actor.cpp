@@ -74,7 +74,14 @@ result<worker::worker_server_setup> server_setup(std::shared_ptr<const job_conte
   const char* overlap = std::getenv("COACH_COPY_OVERLAP");
   s.copy_overlap = !(overlap && std::string_view(overlap) == "0");
   if (const auto& ext = ctx->model.external()) s.external = ext->pool;
-  if (ctx->spec.function) {
+  if (ctx->spec.function && s.external) {  // a script's processes are its invocations
+    const auto& fn = *ctx->spec.function;
+    worker::script_limits lim;
+    lim.deadline = std::chrono::milliseconds(std::int64_t(fn.deadline_s * 1000.0));
+    lim.steps_per_invocation = fn.chunks_per_invocation;
+    lim.memory_bytes = fn.memory_mb << 20;
+    s.script_limits = lim;
+  } else if (ctx->spec.function) {
     auto fns = make_functions(*ctx, s.consistency->pushes_deltas(), s.local);
     if (!fns) return std::unexpected(fns.error());
     s.functions = std::move(*fns);

@@ -217,6 +217,16 @@ int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t
                result->cancelled ? "stopped" : "done", result->epochs.size(), result->test_accuracy,
                result->seconds, result->workers, result->shards, result->backend.c_str(),
                static_cast<unsigned long long>(result->num_params));
+  if (const auto& i = result->invocations)  // function mode: how its invocations ended
+    std::fprintf(
+        stderr,
+        "coach: invocations: %llu started, %llu completed, %llu timed out, %llu out of "
+        "memory, %llu failed; %llu steps; peak %.1f MiB\n",
+        static_cast<unsigned long long>(i->started), static_cast<unsigned long long>(i->completed),
+        static_cast<unsigned long long>(i->timed_out),
+        static_cast<unsigned long long>(i->out_of_memory),
+        static_cast<unsigned long long>(i->failed), static_cast<unsigned long long>(i->tasks),
+        double(i->peak_memory_bytes) / double(1 << 20));
   if (events)
     events->end(result->cancelled ? "cancelled" : "succeeded", result->test_accuracy,
                 result->seconds, result->epochs.size());

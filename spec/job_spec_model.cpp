@@ -277,8 +277,6 @@ bool names_a_script(const fields& top) {
 
 result<void> check_script_model(const spec_parser& p, const fields& top, const job_spec& spec) {
   if (!spec.model.script) return {};
-  if (const entry* e = top.find("function"))
-    return p.bad(*e, "is not supported with a script's model yet (its processes run unbounded)");
   if (spec.consistency.kind == consistency_kind::averaging)
     return p.bad(*top.find("consistency"),
                  "averaging runs a model of layers on the workers; a script's model takes bsp, "

@@ -334,3 +334,69 @@ result<process_result> bounded_process::wait() {
 }
 
 }  // namespace coach::worker
+
+namespace coach::worker {
+
+result<memory_cap> memory_cap::apply(pid_t pid, std::uint64_t bytes, memory_enforcement how) {
+  memory_cap cap;
+  cap.pid_ = pid;
+  if (how == memory_enforcement::rlimit) {
+    const rlimit r{bytes, bytes};
+    if (::prlimit(pid, RLIMIT_DATA, &r, nullptr) != 0)
+      return fail(errc::io_error, "cannot cap process {} at {} bytes (prlimit): {}", pid, bytes,
+                  std::strerror(errno));
+    return cap;
+  }
+  cap.cgroup_ = own_cgroup("/sys/fs/cgroup") + "/coach-" + std::to_string(::getpid()) + "-" +
+                std::to_string(next_cgroup++);
+  if (::mkdir(cap.cgroup_.c_str(), 0755) != 0) {
+    const int e = errno;
+    const auto dir = std::move(cap.cgroup_);
+    cap.cgroup_.clear();
+    return fail(errc::io_error, "cannot make cgroup '{}': {}", dir, std::strerror(e));
+  }
+  if (!write_file(cap.cgroup_ + "/memory.max", std::to_string(bytes)) ||
+      !write_file(cap.cgroup_ + "/memory.swap.max", "0") ||
+      !write_file(cap.cgroup_ + "/cgroup.procs", std::to_string(pid)))
+    return fail(errc::io_error, "cannot put process {} under memory.max in cgroup '{}'", pid,
+                cap.cgroup_);
+  return cap;
+}
+
+memory_cap& memory_cap::operator=(memory_cap&& o) noexcept {
+  if (this != &o) {
+    if (!cgroup_.empty()) ::rmdir(cgroup_.c_str());
+    cgroup_ = std::move(o.cgroup_);
+    pid_ = o.pid_;
+    o.cgroup_.clear();
+  }
+  return *this;
+}
+
+memory_cap::~memory_cap() {
+  if (!cgroup_.empty()) ::rmdir(cgroup_.c_str());
+}
+
+bool memory_cap::oom_killed() const {
+  return !cgroup_.empty() && keyed(cgroup_ + "/memory.events", "oom_kill") > 0;
+}
+
+std::uint64_t memory_cap::peak_bytes() const {
+  if (!cgroup_.empty()) {
+    std::ifstream peak(cgroup_ + "/memory.peak");
+    if (std::uint64_t v = 0; peak >> v) return v;
+  }
+  if (pid_ <= 0) return 0;
+  std::ifstream status("/proc/" + std::to_string(pid_) + "/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.starts_with("VmHWM:")) {
+      std::istringstream in(line.substr(6));
+      std::uint64_t kb = 0;
+      in >> kb;
+      return kb * 1024;
+    }
+  return 0;
+}
+
+}  // namespace coach::worker

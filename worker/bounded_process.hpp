@@ -71,6 +71,38 @@ struct process_result {
   memory_enforcement enforcement = memory_enforcement::rlimit;
 };
 
+/// A memory cap put on a process already running (a script started with posix_spawn): a
+/// cgroup of its own (cgroup enforcement) or its RLIMIT_DATA set with prlimit (rlimit). What it
+/// allocated before the cap came stays uncounted: cap it right after it starts.
+class memory_cap {
+ public:
+  /// Caps `pid` at `bytes` (> 0). Errors: io_error naming the cgroup or prlimit's errno.
+  static result<memory_cap> apply(pid_t pid, std::uint64_t bytes,
+                                  memory_enforcement how = default_memory_enforcement());
+  /// No cap: only peak_bytes() of `pid`.
+  static memory_cap watch(pid_t pid) {
+    memory_cap c;
+    c.pid_ = pid;
+    return c;
+  }
+  memory_cap() = default;
+  memory_cap(memory_cap&& o) noexcept : cgroup_(std::move(o.cgroup_)), pid_(o.pid_) {
+    o.cgroup_.clear();
+  }
+  memory_cap& operator=(memory_cap&& o) noexcept;
+  /// Removes its cgroup (once the process is reaped: a cgroup with members stays).
+  ~memory_cap();
+  /// Whether the kernel's OOM killer ended a process of its cgroup (false under rlimit).
+  bool oom_killed() const;
+  /// The largest memory use so far: the cgroup's memory.peak, else the process's resident
+  /// high-water mark (VmHWM; 0 once it is gone).
+  std::uint64_t peak_bytes() const;
+
+ private:
+  std::string cgroup_;
+  pid_t pid_ = -1;
+};
+
 class bounded_process {
  public:
   /// Starts `argv[0]` (a path) with `argv` under `limits`; with `pipes`, the child's stdin and

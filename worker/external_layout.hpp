@@ -78,6 +78,9 @@ struct script_options {
   std::uint64_t job = 0;          ///< COACH_JOB
   double start_timeout_s = 120;   ///< until `hello`
   int threads = 0;                ///< OMP_NUM_THREADS for each process (0: not set)
+  /// Each process's memory cap (function.memory_mb; 0: none), put on it as it starts
+  /// (memory_cap: a cgroup of its own, else RLIMIT_DATA).
+  std::uint64_t memory_bytes = 0;
 };
 
 class external_pool;

@@ -3,6 +3,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "common/format.hpp"
@@ -20,7 +21,13 @@ external_pool::~external_pool() {
     for (pid_t pid : starting_pids_) ::kill(pid, SIGKILL);
   }
   changed_.notify_all();
-  for (auto& t : starters_)
+  // The threads take the lock to end: joined without it.
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard lock(mutex_);
+    threads.swap(threads_);
+  }
+  for (auto& t : threads)
     if (t.joinable()) t.join();
   // The rest end side by side.
   std::lock_guard lock(mutex_);
@@ -128,24 +135,49 @@ void external_pool::top_up(std::unique_lock<std::mutex>&) {
   while (!stopping_ && kept_.size() + starting_ < warm_target_ + promised_) start_in_background();
 }
 
+void external_pool::in_background(std::function<void()> fn) {
+  // Those that ended are joined now: a long job in function mode starts thousands.
+  std::erase_if(threads_, [&](std::thread& t) {
+    if (std::find(finished_.begin(), finished_.end(), t.get_id()) == finished_.end()) return false;
+    t.join();  // it ended its work under the lock this thread holds: only its return is left
+    return true;
+  });
+  finished_.clear();
+  threads_.emplace_back([this, fn = std::move(fn)] {
+    fn();
+    std::lock_guard lock(mutex_);
+    finished_.push_back(std::this_thread::get_id());
+  });
+}
+
 void external_pool::start_in_background() {
-  {
-    ++starting_;
-    const auto who = coach::format("warm process {}", ++started_);
-    starters_.emplace_back([this, who] {
-      auto p = start_one(who);
-      std::lock_guard lock(mutex_);
-      --starting_;
-      if (!p) {
-        if (!stopping_) log::warn("{}", p.error().message);
-      } else if (stopping_) {
-        (*p)->stop(std::chrono::seconds(2));
-      } else {
-        kept_.push_back(std::move(*p));
-      }
-      changed_.notify_all();
-    });
+  ++starting_;
+  const auto who = coach::format("warm process {}", ++started_);
+  in_background([this, who] {
+    auto p = start_one(who);
+    std::lock_guard lock(mutex_);
+    --starting_;
+    if (!p) {
+      if (!stopping_) log::warn("{}", p.error().message);
+    } else if (stopping_) {
+      (*p)->stop(std::chrono::seconds(2));
+    } else {
+      kept_.push_back(std::move(*p));
+    }
+    changed_.notify_all();
+  });
+}
+
+void external_pool::retire(std::unique_ptr<external_process> p) {
+  p->request_stop();
+  std::lock_guard lock(mutex_);
+  if (stopping_) {  // the destructor waits for nothing more: ended here
+    p->finish_stop(std::chrono::steady_clock::now() + std::chrono::seconds(2));
+    return;
   }
+  in_background([p = std::shared_ptr<external_process>(std::move(p))] {
+    p->finish_stop(std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  });
 }
 
 result<std::shared_ptr<const external_model>> start_script_model(script_options opt) {

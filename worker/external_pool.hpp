@@ -10,6 +10,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -60,12 +61,18 @@ class external_pool {
   void keep_warm(std::size_t n);
   /// Processes kept ready now (tests, logs).
   std::size_t warm() const;
+  /// Ends `p` in the background: sends `stop` (its steps() end) and waits for it to exit,
+  /// killing it after 10 s. A function-mode invocation that answered its steps.
+  void retire(std::unique_ptr<external_process> p);
 
  private:
   /// Starts processes until `warm_target_` are kept or starting (lock held).
   void top_up(std::unique_lock<std::mutex>& lock);
   /// Starts one process in the background, kept when ready (lock held).
   void start_in_background();
+  /// Runs `fn` on a thread of its own, joined by the destructor or, once it ended, by the next
+  /// call (lock held).
+  void in_background(std::function<void()> fn);
   result<std::unique_ptr<external_process>> start_one(std::string who);
 
   std::shared_ptr<const script_folder> folder_;  ///< first: it goes after everything else
@@ -82,7 +89,8 @@ class external_pool {
   std::size_t promised_ = 0;  ///< prestarted processes whose takers have not come yet
   std::size_t started_ = 0;   ///< processes started so far (names them)
   bool stopping_ = false;
-  std::vector<std::thread> starters_;
+  std::vector<std::thread> threads_;
+  std::vector<std::thread::id> finished_;  ///< threads_ that ended, to be joined
 };
 
 /// A script's model ready to run: a pool for `opt` whose first process registered the layout

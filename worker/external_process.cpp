@@ -200,6 +200,17 @@ result<std::unique_ptr<external_process>> external_process::start(const script_o
     return fail(errc::io_error, "{}: cannot run {} {}: {}", p->who_, opt.python, opt.script,
                 std::strerror(rc));
   p->pid_ = pid;
+  p->memory_bytes_ = opt.memory_bytes;
+  if (opt.memory_bytes > 0) {
+    auto cap = memory_cap::apply(pid, opt.memory_bytes);
+    if (!cap) {
+      p->kill();
+      return fail(errc::io_error, "{}: {}", p->who_, cap.error().message);
+    }
+    p->cap_ = std::move(*cap);
+  } else {
+    p->cap_ = memory_cap::watch(pid);
+  }
   log::debug("{}: started {} {} (pid {})", p->who_, opt.python, opt.script, pid);
   return p;
 }
@@ -277,10 +288,9 @@ result<std::string> external_process::receive(std::optional<clock_type::time_poi
           std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - clock_type::now());
       if (left.count() <= 0) {
         kill();
-        return fail(errc::io_error,
-                    "{}: the script {} did not call init within {:g} s (model.start_timeout_s); "
-                    "killed",
-                    who_, script_name_, double(start_timeout_.count()) / 1000.0);
+        timed_out_ = true;
+        end_ = process_end::timed_out;
+        return fail(errc::resource_exhausted, "");
       }
       timeout = int(std::min<std::int64_t>(left.count() + 1, 1000 * 1000));
     }
@@ -323,30 +333,54 @@ error external_process::ended(std::string_view during) {
           if (e.fd == err_ && (e.revents & (POLLIN | POLLHUP))) drain_stderr();
     }
     if (pidfd >= 0) ::close(pidfd);
+    end_ = process_end::failed;
     if (r == 0) {
       ::kill(pid_, SIGKILL);
       r = ::waitpid(pid_, &status, 0);
       how = "closed its control channel and was killed";
     } else if (WIFEXITED(status)) {
       how = coach::format("exited with code {}", WEXITSTATUS(status));
+      if (WEXITSTATUS(status) == exit_out_of_memory) end_ = process_end::out_of_memory;
     } else if (WIFSIGNALED(status)) {
       how = coach::format("was killed by signal {} ({})", WTERMSIG(status),
                           ::strsignal(WTERMSIG(status)));
+      end_ = cap_.oom_killed() ? process_end::out_of_memory : process_end::killed;
+      if (end_ == process_end::out_of_memory) how += " for memory (its cgroup's memory.max)";
     }
     reaped_ = r == pid_;
   }
   while (drain_stderr()) {
   }
+  // An allocation that failed before init (no hook to say so yet) ends in a traceback whose
+  // last line names it.
+  if (end_ == process_end::failed && !tail_.empty()) {
+    const auto& t = tail_.back();
+    for (std::string_view mark : {"MemoryError", "can't allocate memory", "Cannot allocate memory",
+                                  "failed to map segment"})
+      if (t.find(mark) != std::string::npos) end_ = process_end::out_of_memory;
+  }
+  // Under a cap, say so: an import that cannot map its library names no memory.
+  if (memory_bytes_ > 0 && end_ != process_end::completed)
+    how += coach::format(" (under a memory cap of {} MB, function.memory_mb)", memory_bytes_ >> 20);
   std::string last;
   const std::size_t from = tail_.size() > 3 ? tail_.size() - 3 : 0;
   for (std::size_t i = from; i < tail_.size(); ++i)
     last += (last.empty() ? "" : " | ") + shown(tail_[i], 300);
-  return error{errc::io_error, coach::format("{} ({}, pid {}) {} {}{}{}", script_name_, who_, pid_,
-                                             how, during, last.empty() ? "" : ": ", last)};
+  return error{end_ == process_end::out_of_memory ? errc::resource_exhausted : errc::io_error,
+               coach::format("{} ({}, pid {}) {} {}{}{}", script_name_, who_, pid_, how, during,
+                             last.empty() ? "" : ": ", last)};
+}
+
+error external_process::start_timed_out() const {
+  return error{errc::io_error,
+               coach::format("{}: the script {} did not call init within {:g} s "
+                             "(model.start_timeout_s); killed",
+                             who_, script_name_, double(start_timeout_.count()) / 1000.0)};
 }
 
 error external_process::refuse(error why) {
   kill();  // the caller reports `why`
+  if (end_ == process_end::completed) end_ = process_end::failed;
   ready_ = false;
   return why;
 }
@@ -427,7 +461,7 @@ result<void> external_process::map_shared(std::size_t floats) {
 result<external_layout> external_process::handshake(const external_layout* registered,
                                                     std::vector<float>* initial) {
   auto line = receive(clock_type::now() + start_timeout_, "before it called init");
-  if (!line) return std::unexpected(line.error());
+  if (!line) return std::unexpected(timed_out_ ? start_timed_out() : line.error());
   const json hello = json::parse(*line, nullptr, false);
   if (hello.is_discarded() || !hello.is_object() || hello.value("op", "") != "hello")
     return std::unexpected(refuse(error{
@@ -456,7 +490,7 @@ result<external_layout> external_process::handshake(const external_layout* regis
                        {"send_initial", first}};
   if (auto ok = send(answer.dump() + "\n"); !ok) return std::unexpected(ok.error());
   auto reply = receive(clock_type::now() + start_timeout_, "during its handshake");
-  if (!reply) return std::unexpected(reply.error());
+  if (!reply) return std::unexpected(timed_out_ ? start_timed_out() : reply.error());
   const json r = json::parse(*reply, nullptr, false);
   const std::string want = first ? "initial" : "ready";
   if (r.is_discarded() || !r.is_object() || r.value("op", "") != want) {
@@ -480,7 +514,8 @@ result<external_layout> external_process::handshake(const external_layout* regis
 
 result<external_step> external_process::step(std::int64_t step, std::uint32_t rank,
                                              const float* params,
-                                             std::span<const std::uint32_t> indices, float* grad) {
+                                             std::span<const std::uint32_t> indices, float* grad,
+                                             const invocation_deadline* deadline) {
   if (!ready_)
     return fail(errc::io_error, "{}: script process {} is not ready for a step", who_, pid_);
   external_step out;
@@ -497,15 +532,27 @@ result<external_step> external_process::step(std::int64_t step, std::uint32_t ra
   msg += "]}\n";
   t0 = clock_type::now();
   if (auto ok = send(msg); !ok) return std::unexpected(ok.error());
-  auto line = receive(std::nullopt, coach::format("during step {}", step));
+  auto line = receive(deadline ? std::optional(deadline->at) : std::nullopt,
+                      coach::format("during step {}", step));
+  if (!line && timed_out_)
+    return fail(errc::resource_exhausted,
+                "{}: the script {} did not finish step {} within its invocation's deadline "
+                "({:g} s, function.deadline_s); killed",
+                who_, script_name_, step, deadline ? deadline->seconds : 0.0);
   if (!line) return std::unexpected(line.error());
   out.compute_s = seconds_since(t0);
   const json r = json::parse(*line, nullptr, false);
   const auto op = r.is_object() ? r.value("op", "") : std::string();
-  if (op == "error")
-    return std::unexpected(refuse(error{
-        errc::invalid_argument, coach::format("{}: step {} failed in the script: {}", who_, step,
-                                              shown(r.value("message", std::string("?")), 300))}));
+  if (op == "error") {
+    // A MemoryError (or a framework's allocation failure) says "kind": "memory".
+    const bool memory = r.value("kind", std::string()) == "memory";
+    if (memory) end_ = process_end::out_of_memory;
+    return std::unexpected(
+        refuse(error{memory ? errc::resource_exhausted : errc::invalid_argument,
+                     coach::format("{}: step {} failed in the script{}: {}", who_, step,
+                                   memory ? " for memory" : "",
+                                   shown(r.value("message", std::string("?")), 300))}));
+  }
   const auto samples = r.is_object() ? r.find("samples") : r.end();
   const auto loss = r.is_object() ? r.find("loss_sum") : r.end();
   if (op != "done" || r.value("step", std::int64_t(-1)) != step || samples == r.end() ||

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "worker/bounded_process.hpp"
 #include "worker/external_layout.hpp"
 
 namespace coach::worker {
@@ -47,6 +48,14 @@ struct external_totals {
   double compute_s = 0;  ///< the round trips, the script's handoff included
   double handoff_s = 0;
   double copy_out_s = 0;
+  external_totals& operator+=(const external_totals& o) {
+    steps += o.steps;
+    copy_in_s += o.copy_in_s;
+    compute_s += o.compute_s;
+    handoff_s += o.handoff_s;
+    copy_out_s += o.copy_out_s;
+    return *this;
+  }
   /// "938 steps: parameters in 0.052 ms, the script's copies 0.410 ms, its compute 4.101 ms,
   /// gradient out 0.041 ms a step"
   std::string summary() const;
@@ -58,6 +67,12 @@ struct external_eval {
   std::uint64_t samples = 0;
   std::uint64_t correct = 0;
   double loss_sum = 0;
+};
+
+/// Function mode: when the invocation a step belongs to must have answered it.
+struct invocation_deadline {
+  std::chrono::steady_clock::time_point at;
+  double seconds = 0;  ///< function.deadline_s, for the message
 };
 
 class external_process {
@@ -82,9 +97,12 @@ class external_process {
   /// Step `step` of worker `rank` on the samples `indices`: `params` (layout.floats) handed
   /// over, the gradient of the sum of the samples' losses (and each buffer's value times the
   /// samples) written into `grad`. Errors as handshake's, and invalid_argument when the
-  /// process said it failed (its message) or answered with other samples than asked.
+  /// process said it failed (its message) or answered with other samples than asked;
+  /// resource_exhausted when it ran out of memory (the script said so) or `deadline` passed
+  /// first (the process is killed). How it ended: ended_as().
   result<external_step> step(std::int64_t step, std::uint32_t rank, const float* params,
-                             std::span<const std::uint32_t> indices, float* grad);
+                             std::span<const std::uint32_t> indices, float* grad,
+                             const invocation_deadline* deadline = nullptr);
 
   /// Runs the script's evaluation on `params`. Errors as step's; unsupported when the script
   /// did not register an evaluation (test_samples 0).
@@ -106,17 +124,27 @@ class external_process {
   const external_totals& totals() const noexcept { return totals_; }
   /// Whether handshake() succeeded and the process has not failed since.
   bool ready() const noexcept { return ready_; }
+  /// How a process that failed ended (completed while it has not): timed_out (its deadline),
+  /// out_of_memory (the script's MemoryError, exit code exit_out_of_memory, or the cgroup's OOM
+  /// killer), killed (another signal) or failed.
+  process_end ended_as() const noexcept { return end_; }
+  /// Its largest memory use so far (memory_cap::peak_bytes).
+  std::uint64_t peak_memory_bytes() const { return cap_.peak_bytes(); }
 
  private:
   external_process() = default;
   result<void> send(const std::string& line);
-  /// The next line from the process; `deadline` bounds the wait (none: wait while it lives).
+  /// The next line from the process; `deadline` bounds the wait (none: wait while it lives):
+  /// when it passes the process is killed and the error's message is empty (timed_out_ set;
+  /// the caller names the limit).
   result<std::string> receive(std::optional<std::chrono::steady_clock::time_point> deadline,
                               std::string_view during);
   /// Drains what stderr has, logging complete lines; false at its end.
   bool drain_stderr();
   /// The process ended (its socket closed) `during` something: reaps it and says how.
   error ended(std::string_view during);
+  /// The error of a process that did not call init within its start timeout.
+  error start_timed_out() const;
   /// Ends the process for `why` and returns it as the error.
   error refuse(error why);
   result<void> map_shared(std::size_t floats);
@@ -139,6 +167,10 @@ class external_process {
   std::size_t floats_ = 0;
   std::uint64_t test_samples_ = 0;
   bool ready_ = false;
+  bool timed_out_ = false;  ///< a deadline of receive() passed
+  process_end end_ = process_end::completed;
+  memory_cap cap_;
+  std::uint64_t memory_bytes_ = 0;  ///< its cap (0: none)
   external_totals totals_;
 };
 

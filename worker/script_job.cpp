@@ -69,7 +69,7 @@ result<std::shared_ptr<external_model>> payload_model(
 result<std::shared_ptr<const external_model>> open_submitted(
     const script_payload& p, std::shared_ptr<const std::vector<float>> initial,
     const script_config& script, std::uint64_t seed, std::uint64_t job, const script_host& host,
-    int threads, std::string_view folder_prefix) {
+    int threads, std::string_view folder_prefix, std::uint64_t memory_bytes) {
   auto model = payload_model(p, std::move(initial));
   if (!model) return std::unexpected(model.error());
   if (!p.bundle) return fail(errc::protocol_error, "the script's files did not come");
@@ -87,6 +87,7 @@ result<std::shared_ptr<const external_model>> open_submitted(
   here.path = (fs::path((*folder)->path()) / p.entry).string();
   auto opt = script_options_for(here, seed, job, host.python, threads);
   if (!opt) return std::unexpected(opt.error());
+  opt->memory_bytes = memory_bytes;
   auto pool = std::make_shared<external_pool>(std::move(*opt));
   pool->register_known((*model)->layout, (*model)->initial);
   log::info("job {}: the script {} and {} more file(s) written to {}", job, p.entry,

@@ -63,9 +63,10 @@ struct script_host {
 /// layout and initial values are the payload's (external_pool::register_known). Errors: the
 /// bundle's (protocol_error: a hostile path), the layout's, io_error writing the files,
 /// not_found when the `coach` package is missing or the script is not in the bundle.
+/// `memory_bytes`: each process's cap (function.memory_mb; 0: none).
 result<std::shared_ptr<const external_model>> open_submitted(
     const script_payload& p, std::shared_ptr<const std::vector<float>> initial,
     const script_config& script, std::uint64_t seed, std::uint64_t job, const script_host& host,
-    int threads, std::string_view folder_prefix);
+    int threads, std::string_view folder_prefix, std::uint64_t memory_bytes = 0);
 
 }  // namespace coach::worker

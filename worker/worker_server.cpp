@@ -57,11 +57,7 @@ worker_server::~worker_server() {
     be_->free(params_);
     be_->free(grad_);
   }
-  if (process_) {
-    if (process_->totals().steps > 0)
-      log::info("worker {}: {}", setup_.rank, process_->totals().summary());
-    process_->stop();  // its steps() end: the script runs on to its end
-  }
+  scripts_.reset();  // its process's steps() end: the script runs on to its end
   if (setup_.devices) setup_.devices->release(setup_.job, setup_.rank);  // for a later worker
 }
 
@@ -372,12 +368,10 @@ result<double> worker_server::compute_external(const float* w,
     std::fill_n(out, n_, 0.0f);
     return 0.0;
   }
-  if (!process_) {
-    auto p = setup_.external->take(coach::format("worker {}", setup_.rank));
-    if (!p) return std::unexpected(p.error());
-    process_ = std::move(*p);
-  }
-  auto r = process_->step(step_, setup_.rank, w, indices, out);
+  if (!scripts_)
+    scripts_ = std::make_unique<script_invocations>(
+        setup_.external, coach::format("worker {}", setup_.rank), setup_.script_limits);
+  auto r = scripts_->step(step_, setup_.rank, w, indices, out);
   if (!r) return std::unexpected(r.error());
   return r->loss_sum;
 }
@@ -520,8 +514,12 @@ void worker_server::finish_step(const wire_message& g, std::shared_ptr<float_buf
   report.hdr.flags = g.hdr.flags;
   report.hdr.compute_us = std::uint64_t(us);
   report.hdr.grad_stats = step_totals_;  // adascale: for the master's record of the step
-  if (setup_.functions) {                // its invocations so far (the master sums the ranks')
-    const auto& c = setup_.functions->counts();
+  // Function mode: its invocations so far (the master sums the ranks').
+  const invocation_counts* counted = setup_.functions                  ? &setup_.functions->counts()
+                                     : scripts_ && scripts_->bounded() ? &scripts_->counts()
+                                                                       : nullptr;
+  if (counted) {
+    const auto& c = *counted;
     auto v = std::make_shared<std::vector<std::uint64_t>>(
         std::vector<std::uint64_t>{c.started, c.completed, c.timed_out, c.out_of_memory, c.failed,
                                    c.tasks, c.peak_memory_bytes});

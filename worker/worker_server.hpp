@@ -42,6 +42,7 @@
 #include "worker/local_averaging.hpp"
 #include "worker/network.hpp"
 #include "worker/pinned_pool.hpp"
+#include "worker/script_invocations.hpp"
 
 namespace coach::worker {
 
@@ -73,6 +74,8 @@ struct worker_server_setup {
   /// A script's model: each step computed by a process of the script taken from this pool (at
   /// the first step; stopped when the worker ends); null otherwise.
   std::shared_ptr<worker::external_pool> external;
+  /// A script's model in function mode: the limits of its processes (script_invocations.hpp).
+  std::optional<worker::script_limits> script_limits;
   /// A device worker copies each layer's gradient to pinned host memory while the layers before
   /// it compute, where nothing else needs the whole gradient on the device first
   /// (COACH_COPY_OVERLAP=0 turns it off).
@@ -213,8 +216,9 @@ class worker_server {
   /// The step's snapshot request (flag::snapshot, with_state), from its grant to its pushes.
   std::uint8_t push_flags_ = 0;
   std::vector<std::uint32_t> local_members_;  ///< host reduction: scratch of push_reduced
-  /// A script's model: the process computing this worker's steps (taken at the first step).
-  std::unique_ptr<external_process> process_;
+  /// A script's model: the processes computing this worker's steps (the first taken at the
+  /// first step).
+  std::unique_ptr<script_invocations> scripts_;
   /// Shard replicas: this worker's pushes of its last step, by shard, until the next step's:
   /// sent again to a backup that takes over before they were answered (on_take_over).
   std::vector<std::pair<std::uint32_t, wire::wire_message>> last_pushes_;

@@ -183,12 +183,15 @@ class Job:
         self._fail(message)
         return CoachError(message)
 
-    def _fail(self, message):
+    def _fail(self, message, memory=False):
         if self._error_sent or self._state not in ("handshake", "running"):
             return
         self._error_sent = True
+        msg = {"op": "error", "message": _one_line(message)}
+        if memory:
+            msg["kind"] = "memory"
         try:
-            self._send({"op": "error", "message": _one_line(message)})
+            self._send(msg)
         except CoachError:
             pass
 
@@ -197,7 +200,7 @@ class Job:
         try:
             return fn(self)
         except BaseException as e:
-            self._fail(f"{type(e).__name__}: {e}")
+            self._fail(f"{type(e).__name__}: {e}", _is_memory_error(e))
             raise
 
     def _junk(self, what):
@@ -430,10 +433,21 @@ _job = None  # this process's job, for the exit hooks
 _previous_hook = None
 
 
+def _is_memory_error(e):
+    """Whether ``e`` says an allocation failed: MemoryError (NumPy's too), or a framework's
+    RuntimeError for it (PyTorch's CPU allocator: "can't allocate memory"; CUDA's "out of
+    memory"). Coach counts such an invocation as out of memory (function.memory_mb)."""
+    if isinstance(e, MemoryError):
+        return True
+    text = str(e)
+    return isinstance(e, RuntimeError) and ("can't allocate memory" in text
+                                            or "out of memory" in text)
+
+
 def _excepthook(kind, value, tb):
     """An exception that ends the script: Coach hears it as ``error`` (before the traceback)."""
     if _job is not None:
-        _job._fail(f"{kind.__name__}: {value}")
+        _job._fail(f"{kind.__name__}: {value}", _is_memory_error(value))
     _previous_hook(kind, value, tb)
 
 

@@ -5,10 +5,12 @@
 // mid-epoch loses its worker, and the job still trains every sample of every epoch once. Needs
 // Debian's python3 with NumPy (python3-numpy); skips with the reason otherwise.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <vector>
 
@@ -83,6 +85,55 @@ TEST(script_model, a_process_killed_mid_epoch_loses_its_worker_and_no_sample) {
   ASSERT_GT(r.steps.size(), 5u);
   EXPECT_EQ(r.steps[2].members, 2u);
   EXPECT_EQ(r.steps.back().members, 1u);
+}
+
+TEST(script_model, function_limits_recycle_the_processes_and_change_no_step) {
+  COACH_NEED_NUMPY();
+  // 2 workers, 32 steps: each worker's processes answer 3 steps each, under a deadline and a
+  // memory cap that fit; the steps and parameters are those of the run without limits, bit for
+  // bit.
+  const auto plain = train(spec_of("examples/numpy/softmax_worker.py", "epochs: 1\n"));
+  const auto bounded = train(spec_of(
+      "examples/numpy/softmax_worker.py",
+      "epochs: 1\nfunction: {deadline_s: 60, memory_mb: 2048, chunks_per_invocation: 3}\n"));
+  expect_same_steps(plain, bounded, 32u, 2000u, 0.0);
+  ASSERT_TRUE(bounded.result);
+  EXPECT_EQ(bounded.result->params, plain.result->params);
+  ASSERT_TRUE(bounded.result->invocations);
+  const auto& c = *bounded.result->invocations;
+  // Each worker computes its share of (almost) every step: an empty share asks no process.
+  EXPECT_GE(c.tasks, 60u);
+  EXPECT_LE(c.tasks, 64u);
+  EXPECT_EQ(c.timed_out + c.out_of_memory + c.failed, 0u);
+  // Each process answered 3 steps and was replaced; each worker's last one may have fewer.
+  EXPECT_GE(c.started, (c.tasks + 2) / 3) << c.tasks << " tasks";
+  EXPECT_LE(c.started, (c.tasks + 2) / 3 + 2) << c.tasks << " tasks";
+  EXPECT_GE(c.completed + 2, c.started);
+  EXPECT_LE(c.completed * 3, c.tasks);
+  EXPECT_GT(c.peak_memory_bytes, 1u << 20);
+  EXPECT_FALSE(plain.result->invocations);
+}
+
+TEST(script_model, a_process_killed_in_function_mode_is_an_invocation_retried_not_a_worker_lost) {
+  COACH_NEED_NUMPY();
+  auto spec = spec_of("tests/python/scripts/external_worker.py",
+                      "epochs: 2\nfunction: {chunks_per_invocation: 4}\n");
+  spec.model.script->args = {"kill-at-step:3:1"};
+  spec.global_batch = 16;
+  // Only the first process given step 3 kills itself (external_worker.py's COACH_TEST_ONCE).
+  const auto once =
+      std::filesystem::temp_directory_path() / ("coach-once-" + std::to_string(::getpid()));
+  std::filesystem::remove(once);
+  ::setenv("COACH_TEST_ONCE", once.c_str(), 1);
+  const auto r = train(spec);
+  ::unsetenv("COACH_TEST_ONCE");
+  EXPECT_TRUE(std::filesystem::exists(once)) << "a process was given step 3";
+  std::filesystem::remove(once);
+  ASSERT_TRUE(r.result) << r.result.error().to_string();
+  for (const auto& e : r.result->epochs) EXPECT_EQ(e.samples, 100u) << "epoch " << e.epoch;
+  EXPECT_EQ(r.result->workers, 2u) << "the worker stayed; its step went to a fresh process";
+  ASSERT_TRUE(r.result->invocations);
+  EXPECT_GE(r.result->invocations->failed, 1u);
 }
 
 }  // namespace

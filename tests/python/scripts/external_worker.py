@@ -9,6 +9,12 @@ check exactly. argv[1] picks a behaviour:
   never-init        sleeps instead of calling coach.init
   junk              writes a line that is not JSON on the control channel instead of hello
   kill-at-step:S:R  kills itself (SIGKILL) when it is given step S as worker R
+  sleep-at-step:S   sleeps 600 s when it is given step S (a deadline's test)
+  allocate-at-step:S  allocates and fills 2 GiB when it is given step S (a memory cap's test)
+  raise-at-step:S   raises ValueError when it is given step S (the script's own error)
+
+With COACH_TEST_ONCE=FILE in the environment, the *-at-step behaviours happen only in the
+first process that reaches them (the one that creates FILE): a later process computes the step.
 """
 import os
 import signal
@@ -39,11 +45,34 @@ def initial(job):
 job = coach.init([("w", (size,), "param"), ("b", (2,), "buffer")], samples=100, test_samples=10,
                  initial=initial,
                  evaluate=lambda job: (float(job.param("w").sum()), 7, 10))
+
+
+def misbehaves(step):
+    """Whether this step is the one the mode names (and, with COACH_TEST_ONCE, the first time)."""
+    if "-at-step:" not in mode:
+        return False
+    where = [int(v) for v in mode.split(":")[1:]]
+    if step.step != where[0] or (len(where) > 1 and step.rank != where[1]):
+        return False
+    once = os.environ.get("COACH_TEST_ONCE")
+    if once:
+        try:
+            os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+    return True
+
+
 for step in job.steps():
-    if mode.startswith("kill-at-step:"):
-        at, rank = (int(v) for v in mode.split(":")[1:])
-        if (step.step, step.rank) == (at, rank):
+    if misbehaves(step):
+        if mode.startswith("kill-at-step:"):
             os.kill(os.getpid(), signal.SIGKILL)
+        elif mode.startswith("sleep-at-step:"):
+            time.sleep(600)
+        elif mode.startswith("allocate-at-step:"):
+            hog = np.ones(1 << 29, dtype=np.float32)
+        elif mode.startswith("raise-at-step:"):
+            raise ValueError(f"step {step.step} is not for this script")
     n = len(step.indices)
     job.grad("w")[:] = job.param("w") * n + float(step.indices.sum())
     job.grad("b")[:] = (job.param("b") + 1) * n

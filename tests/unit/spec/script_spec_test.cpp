@@ -46,12 +46,23 @@ TEST(script_spec, the_script_is_found_beside_its_spec_with_its_arguments) {
   EXPECT_EQ(defaults->model.script->warm, 1);
 }
 
+TEST(script_spec, function_limits_bound_a_scripts_processes) {
+  auto s = parse_job_spec(base +
+                              "function: {deadline_s: 2.5, memory_mb: 700, "
+                              "chunks_per_invocation: 3}\n",
+                          "job.yaml");
+  ASSERT_TRUE(s) << s.error().to_string();
+  ASSERT_TRUE(s->function);
+  EXPECT_EQ(s->function->deadline_s, 2.5);
+  EXPECT_EQ(s->function->memory_mb, 700u);
+  EXPECT_EQ(s->function->chunks_per_invocation, 3u);
+  EXPECT_EQ(error_of(base + "function: {chunks_per_invocation: 0}\n").message.substr(0, 56),
+            "job.yaml:6: field 'function.chunks_per_invocation' must ");
+}
+
 TEST(script_spec, what_a_script_cannot_run_with_is_refused_at_its_field) {
   EXPECT_EQ(error_of(base + "dataset: {format: idx, path: /data}\n").message,
             "job.yaml:6: field 'dataset' is for a model of layers; a script reads its own data");
-  EXPECT_EQ(error_of(base + "function: {deadline_s: 10}\n").message,
-            "job.yaml:6: field 'function' is not supported with a script's model yet (its "
-            "processes run unbounded)");
   EXPECT_EQ(error_of(base + "backend: cuda\n").message,
             "job.yaml:6: field 'backend' is for a model of layers; a script puts its model on a "
             "device itself");
