@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 #include <utility>
 
@@ -20,6 +22,31 @@ gz_reader::~gz_reader() {
   if (file_ != nullptr) gzclose_r(file_);
 }
 
+namespace {
+
+/// What a file named .gz holds instead of gzip data, from its first bytes.
+std::string not_gzip(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char b[4] = {};
+  in.read(reinterpret_cast<char*>(b), sizeof b);
+  const auto n = std::size_t(std::max<std::streamsize>(in.gcount(), 0));
+  if (n == 0)
+    return coach::format("{}: is empty, not gzip data (a .gz file starts with 1f 8b)", path);
+  std::string hex;
+  for (std::size_t i = 0; i < n; ++i) {
+    char two[4];
+    std::snprintf(two, sizeof two, "%02x", unsigned(b[i]));
+    if (i) hex += ' ';
+    hex += two;
+  }
+  return coach::format(
+      "{}: is not gzip data though its name ends in .gz: it starts with {}, gzip with 1f 8b "
+      "(compress it with gzip, or drop .gz from its name)",
+      path, hex);
+}
+
+}  // namespace
+
 result<gz_reader> gz_reader::open(const std::string& path) {
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
@@ -27,8 +54,9 @@ result<gz_reader> gz_reader::open(const std::string& path) {
     return fail(errc::not_found, "{}: file not found", path);
   }
   if (ec) return fail(errc::io_error, "{}: cannot open: {}", path, ec.message());
+  // A folder where a file belongs is bad input (exit 2), as a missing file is.
   if (st.type() == fs::file_type::directory) {
-    return fail(errc::io_error, "{}: is a directory, expected a file", path);
+    return fail(errc::invalid_argument, "{}: is a directory, expected a data file", path);
   }
   errno = 0;
   gzFile f = gzopen(path.c_str(), "rb");
@@ -41,6 +69,10 @@ result<gz_reader> gz_reader::open(const std::string& path) {
   gz_reader r;
   r.file_ = f;
   r.path_ = path;
+  // A name ending in .gz promises gzip data: plain bytes read as they are would fail later,
+  // as a CSV row of one column or a wrong magic, saying nothing of the name.
+  if (path.ends_with(".gz") && r.direct())
+    return fail(errc::invalid_argument, "{}", not_gzip(path));
   return r;
 }
 

@@ -475,7 +475,20 @@ TEST_F(dataset_files, idx_test_label_outside_training_classes) {
 TEST_F(dataset_files, idx_directory_expected) {
   const auto file = write("not-a-dir", std::string_view("x"));
   EXPECT_TRUE(has(error_of(idx_config(file), errc::invalid_argument), file));
-  EXPECT_TRUE(has(idx_error(dir_.string(), file, errc::io_error), "is a directory"));
+  // A folder where a file belongs is bad input (exit 2 in coach train), not an I/O failure.
+  EXPECT_TRUE(has(idx_error(dir_.string(), file, errc::invalid_argument),
+                  dir_.string() + ": is a directory, expected a data file"));
+}
+
+TEST_F(dataset_files, a_gz_name_over_plain_bytes_is_named_not_gzip_with_its_first_bytes) {
+  const auto path = write("d.csv.gz", std::string_view("0,4,8,0\n8,2,0,1\n"));
+  EXPECT_EQ(error_of(csv_config(path), errc::invalid_argument),
+            path +
+                ": is not gzip data though its name ends in .gz: it starts with 30 2c 34 2c, "
+                "gzip with 1f 8b (compress it with gzip, or drop .gz from its name)");
+  const auto empty = write("e.csv.gz", std::string_view(""));
+  EXPECT_EQ(error_of(csv_config(empty), errc::invalid_argument),
+            empty + ": is empty, not gzip data (a .gz file starts with 1f 8b)");
 }
 
 // --- csv files ------------------------------------------------------------------------------
