@@ -540,9 +540,12 @@ result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view sou
     return detail::parse_spec(detail::spec_parser(source), *root, std::string(base_dir),
                               script_dir);
   } catch (const YAML::Exception& e) {
-    // ParserException and the rest: yaml-cpp's message may quote the offending character.
-    return fail(errc::parse_error, "{}:{}: malformed YAML: {}", source,
-                e.mark.line >= 0 ? e.mark.line + 1 : 1, detail::printable(e.msg, 200));
+    // ParserException and the rest: yaml-cpp's message may quote the offending character. A
+    // tab in the indentation is named as such: yaml-cpp says "illegal map value" of most.
+    const int line = e.mark.line >= 0 ? e.mark.line + 1 : 1;
+    if (auto tab = detail::indenting_tab(yaml_text, source, line)) return std::unexpected(*tab);
+    return fail(errc::parse_error, "{}:{}: malformed YAML: {}", source, line,
+                detail::printable(e.msg, 200));
   } catch (const std::bad_alloc&) {
     return fail(errc::resource_exhausted, "{}: out of memory while parsing", source);
   } catch (const std::exception& e) {
@@ -558,6 +561,11 @@ result<worker::model_config> parse_model_yaml(std::string_view yaml_text,
     auto root = detail::load_single_document(std::string(yaml_text), source);
     if (!root) return std::unexpected(std::move(root.error()));
     return detail::parse_model_section(detail::spec_parser(source), *root);
+  } catch (const YAML::Exception& e) {
+    const int line = e.mark.line >= 0 ? e.mark.line + 1 : 1;
+    if (auto tab = detail::indenting_tab(yaml_text, source, line)) return std::unexpected(*tab);
+    return fail(errc::parse_error, "{}: cannot parse the model: {}", source,
+                detail::printable(e.what(), 200));
   } catch (const std::exception& e) {
     return fail(errc::parse_error, "{}: cannot parse the model: {}", source,
                 detail::printable(e.what(), 200));

@@ -147,6 +147,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -263,16 +264,28 @@ std::uint32_t max_useful_workers(const job_spec& spec, std::size_t rows);
 std::optional<error> too_many_workers(const job_spec& spec, std::size_t rows, std::uint32_t workers,
                                       std::string_view what);
 
+/// A layer type of `model: {layers: [...]}` and the fields its map takes besides `type`.
+struct layer_type_fields {
+  std::string_view type;
+  std::span<const std::string_view> fields;
+};
+
+/// Every layer type the parser accepts, with its fields: README.md's table of layers is
+/// checked against it (tests/unit/spec/layer_table_test.cpp), so the docs cannot drift.
+std::span<const layer_type_fields> layer_types();
+
 result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view source_name);
 
-/// As above, resolving a relative dataset path against `base_dir` (the submitter's working
-/// directory, when the spec travels to a daemon) instead of this process's; empty: the cwd. A
-/// relative script path (model: {script: ...}) resolves against `spec_dir` (the spec file's
-/// folder), or base_dir when that is empty.
+/// As above, resolving the relative paths of the spec (dataset.path, checkpoint.path, output)
+/// against `base_dir`: the spec file's folder, which `coach submit` sends with the spec to a
+/// daemon (docs/wire.md, SubmitRequest.baseDir); empty: this process's working directory. A
+/// relative script path (model: {script: ...}) resolves against `spec_dir`, or base_dir when
+/// that is empty (the same folder for a spec read from a file).
 result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view source_name,
                                 std::string_view base_dir, std::string_view spec_dir = {});
 
-/// Reads the file at `path` and parses it (errors name the file). not_found when it is missing.
+/// Reads the file at `path` and parses it (errors name the file), its relative paths resolved
+/// against the file's folder, wherever the command runs. not_found when it is missing.
 result<job_spec> load_job_spec(const std::string& path);
 
 /// A model section alone (YAML text of the map under `model:`), checked as in a spec: what a

@@ -29,6 +29,26 @@ const std::initializer_list<std::pair<std::string_view, layer_kind>> layer_names
     {"sigmoid", layer_kind::sigmoid},
     {"gelu", layer_kind::gelu}};
 
+/// The fields of each layer type's map besides `type`: what open_layer accepts, and what
+/// layer_types() shows (README.md's table of layers is checked against it).
+constexpr std::string_view dense_fields[] = {"units"};
+constexpr std::string_view conv2d_fields[] = {"channels", "kernel", "stride", "padding"};
+constexpr std::string_view pool_fields[] = {"kernel", "stride", "padding"};
+constexpr std::string_view dropout_fields[] = {"p"};
+constexpr std::string_view batch_norm_fields[] = {"momentum", "epsilon"};
+
+constexpr layer_type_fields layer_table[] = {{"dense", dense_fields},
+                                             {"conv2d", conv2d_fields},
+                                             {"max_pool2d", pool_fields},
+                                             {"avg_pool2d", pool_fields},
+                                             {"flatten", {}},
+                                             {"dropout", dropout_fields},
+                                             {"batch_norm", batch_norm_fields},
+                                             {"relu", {}},
+                                             {"tanh", {}},
+                                             {"sigmoid", {}},
+                                             {"gelu", {}}};
+
 /// The largest kernel, stride and padding of a layer.
 constexpr std::int64_t max_window = 1024;
 
@@ -49,23 +69,20 @@ result<worker::layer_config> parse_layer_name(const spec_parser& p, const entry&
   return l;
 }
 
-/// The fields of a layer map of kind `kind`: `type` and the options of that kind.
+/// The fields of a layer map of kind `kind`: `type` and the options of that kind (layer_table).
 result<fields> open_layer(const spec_parser& p, const entry& item, layer_kind kind) {
-  switch (kind) {
-    case layer_kind::dense:
-      return p.open_map(item, {"type", "units"});
-    case layer_kind::conv2d:
-      return p.open_map(item, {"type", "channels", "kernel", "stride", "padding"});
-    case layer_kind::max_pool2d:
-    case layer_kind::avg_pool2d:
-      return p.open_map(item, {"type", "kernel", "stride", "padding"});
-    case layer_kind::dropout:
-      return p.open_map(item, {"type", "p"});
-    case layer_kind::batch_norm:
-      return p.open_map(item, {"type", "momentum", "epsilon"});
-    default:
-      return p.open_map(item, {"type"});
-  }
+  const std::string_view name = worker::to_string(kind);
+  std::vector<std::string_view> allowed{"type"};
+  for (const auto& row : layer_table)
+    if (row.type == name) allowed.insert(allowed.end(), row.fields.begin(), row.fields.end());
+  // PyTorch's nn.Dropout calls its probability p; `rate` (Keras') is refused naming it.
+  if (kind == layer_kind::dropout)
+    if (const YAML::Node rate = item.value["rate"])
+      return p.bad(errc::invalid_argument, spec_parser::line_of(rate, spec_parser::line_of(item)),
+                   item.path + ".rate",
+                   "is not a dropout field: its probability is p, as PyTorch's nn.Dropout(p) "
+                   "({{type: dropout, p: 0.2}})");
+  return p.open_map(item, allowed);
 }
 
 /// Reads the integer field `key` of `lf` in [lo, hi] into `into`; false when it is not there.
@@ -327,3 +344,11 @@ result<void> parse_model(const spec_parser& p, const fields& top, job_spec& spec
 }
 
 }  // namespace coach::scheduler::detail
+
+namespace coach::scheduler {
+
+std::span<const layer_type_fields> layer_types() {
+  return detail::layer_table;
+}
+
+}  // namespace coach::scheduler

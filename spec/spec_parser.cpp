@@ -9,6 +9,8 @@
 #include <sstream>
 #include <system_error>
 
+#include "common/nearest.hpp"
+
 namespace coach::scheduler::detail {
 namespace {
 
@@ -30,33 +32,10 @@ class document_marks : public YAML::EventHandler {
   void OnMapEnd() override {}
 };
 
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 /// " (did you mean 'PATH'?)" for the allowed key closest to `key` (edit distance < 3), or "".
 std::string suggestion(std::string_view prefix, std::string_view key,
-                       std::initializer_list<std::string_view> allowed) {
-  std::string_view best;
-  std::size_t best_d = 3;
-  for (std::string_view a : allowed) {
-    const std::size_t d = edit_distance(key, a);
-    if (d < best_d) {
-      best_d = d;
-      best = a;
-    }
-  }
+                       std::span<const std::string_view> allowed) {
+  const std::string_view best = nearest(key, allowed);
   if (best.empty()) return {};
   return coach::format(" (did you mean '{}'?)", join(prefix, best));
 }
@@ -72,6 +51,23 @@ std::string printable(std::string_view text, std::size_t limit) {
   return s;
 }
 
+std::optional<error> indenting_tab(std::string_view text, std::string_view source, int line) {
+  int number = 1;
+  for (std::size_t pos = 0; pos < text.size() && number <= line; ++number) {
+    std::size_t eol = text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = text.size();
+    const std::string_view l = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    // yaml-cpp refuses a tab on a line of blanks too ("illegal tab when looking for indentation").
+    const std::size_t indent = std::min(l.find_first_not_of(" \t"), l.size());
+    if (const std::size_t tab = l.substr(0, indent).find('\t'); tab != std::string_view::npos)
+      return error{errc::parse_error,
+                   coach::format("{}:{}:{}: a tab indents this line: YAML indents with spaces",
+                                 source, number, tab + 1)};
+  }
+  return std::nullopt;
+}
+
 result<YAML::Node> load_single_document(const std::string& text, const std::string& source) {
   std::istringstream in(text);
   YAML::Parser parser(in);
@@ -82,6 +78,8 @@ result<YAML::Node> load_single_document(const std::string& text, const std::stri
       // The parser made no progress: the token at this mark cannot start a node.
       const YAML::Mark m = marks.starts[n - 1];
       const std::size_t pos = m.pos >= 0 ? std::size_t(m.pos) : 0;
+      if (auto tab = indenting_tab(text, source, m.line >= 0 ? m.line + 1 : 1))
+        return std::unexpected(*tab);
       return fail(errc::parse_error, "{}:{}: malformed YAML: unexpected '{}'", source,
                   m.line >= 0 ? m.line + 1 : 1,
                   pos < text.size() ? printable(text.substr(pos, 1)) : std::string("end"));
@@ -122,7 +120,7 @@ std::string join(std::string_view prefix, std::string_view key) {
 }
 
 result<fields> spec_parser::open_map(const YAML::Node& map, std::string_view prefix, int line,
-                                     std::initializer_list<std::string_view> allowed) const {
+                                     std::span<const std::string_view> allowed) const {
   fields f;
   f.prefix_ = std::string(prefix);
   f.line_ = line;
@@ -148,7 +146,7 @@ result<fields> spec_parser::open_map(const YAML::Node& map, std::string_view pre
 }
 
 result<fields> spec_parser::open_map(const entry& e,
-                                     std::initializer_list<std::string_view> allowed) const {
+                                     std::span<const std::string_view> allowed) const {
   if (!e.value.IsMap()) return bad(e, "must be a map, got {}", describe(e.value));
   // A missing field is reported at the line of the key that opens the map.
   return open_map(e.value, e.path, line_of(e.key, 1), allowed);

@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,6 +32,11 @@ std::string printable(std::string_view text, std::size_t limit = 40);
 /// so documents are counted here with a bound and only the first is loaded.
 /// Throws what yaml-cpp throws.
 result<YAML::Node> load_single_document(const std::string& text, const std::string& source);
+
+/// The error of a tab in the indentation of a line at or before `line` (1-based; the first
+/// such line): "SOURCE:LINE:COLUMN: a tab indents this line: YAML indents with spaces",
+/// or nothing. yaml-cpp's own words for it ("illegal map value") name no tab.
+std::optional<error> indenting_tab(std::string_view text, std::string_view source, int line);
 
 /// What a node holds, for "got ..." in messages: 'text', a list, a map, nothing.
 std::string describe(const YAML::Node& n);
@@ -107,9 +114,16 @@ class spec_parser {
   /// The entries of `map` (whose keys are under `prefix`, opened at `line`); keys outside
   /// `allowed` are refused, with the closest allowed key (edit distance < 3) suggested.
   result<fields> open_map(const YAML::Node& map, std::string_view prefix, int line,
-                          std::initializer_list<std::string_view> allowed) const;
+                          std::span<const std::string_view> allowed) const;
+  result<fields> open_map(const YAML::Node& map, std::string_view prefix, int line,
+                          std::initializer_list<std::string_view> allowed) const {
+    return open_map(map, prefix, line, std::span(allowed.begin(), allowed.size()));
+  }
   /// open_map of the value of `e`, which must be a map.
-  result<fields> open_map(const entry& e, std::initializer_list<std::string_view> allowed) const;
+  result<fields> open_map(const entry& e, std::span<const std::string_view> allowed) const;
+  result<fields> open_map(const entry& e, std::initializer_list<std::string_view> allowed) const {
+    return open_map(e, std::span(allowed.begin(), allowed.size()));
+  }
 
   result<std::string> get_string(const entry& e) const;
   /// An integer in [lo, hi].

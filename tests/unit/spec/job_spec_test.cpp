@@ -564,6 +564,29 @@ TEST(job_spec, required_fields) {
   EXPECT_EQ(e.message, "job.yaml:1: field 'dataset' is required");
 }
 
+TEST(job_spec, a_tab_in_the_indentation_is_named_with_its_line_and_column) {
+  // yaml-cpp says "illegal map value" here (issue 41): the tab is named instead.
+  error e = parse_error_of("name: x\ndataset:\n\tpath: /data\nepochs: 1\n");
+  EXPECT_EQ(e.code, errc::parse_error);
+  EXPECT_EQ(e.message, "job.yaml:3:1: a tab indents this line: YAML indents with spaces");
+  // After spaces, and with yaml-cpp's "illegal tab when looking for indentation".
+  e = parse_error_of("name: x\ndataset:\n  path: /data\n  \ttest_fraction: 0.2\n");
+  EXPECT_EQ(e.message, "job.yaml:4:3: a tab indents this line: YAML indents with spaces");
+  e = parse_error_of("name: t\n\tepochs: 1\n");
+  EXPECT_EQ(e.message, "job.yaml:2:1: a tab indents this line: YAML indents with spaces");
+  // A line of blanks is indented too (yaml-cpp refuses the tab there as well).
+  e = parse_error_of("name: x\n\t\nepochs: 1\n");
+  EXPECT_EQ(e.message, "job.yaml:2:1: a tab indents this line: YAML indents with spaces");
+  // A tab inside a value is no fault of indentation.
+  e = parse_error_of("name: x\nmodel: {hidden: [1,\t2}\nepochs: 1\n");
+  EXPECT_TRUE(has(e.message, "job.yaml:2: malformed YAML")) << e.message;
+  // A saved model's section is read by the same rule.
+  auto m = parse_model_yaml("type: mlp\nhidden:\n\t- 4\n", "m.safetensors");
+  ASSERT_FALSE(m);
+  EXPECT_EQ(m.error().message,
+            "m.safetensors:3:1: a tab indents this line: YAML indents with spaces");
+}
+
 TEST(job_spec, malformed_yaml_and_document_shape) {
   error e = parse_error_of("name: x\nmodel: {hidden: [1, 2}\nepochs: 1\n");
   EXPECT_EQ(e.code, errc::parse_error);
