@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -22,12 +23,14 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "actors/curve_keys.hpp"
 #include "actors/embedded_cluster.hpp"
 #include "coach_api.hpp"
 #include "coach_experiment.hpp"
 #include "coach_model.hpp"
+#include "common/nearest.hpp"
 #include "common/writable.hpp"
 #include "kernels/backend.hpp"
 #include "report/report_plot.hpp"
@@ -359,7 +362,8 @@ int main(int argc, char** argv) {
       ->required();
   predict
       ->add_option("INPUT", predict_input,
-                   "A CSV file of feature rows, or an IDX image file (plain or gzipped)")
+                   "A CSV file of feature rows, or an IDX image file (plain or gzipped); a "
+                   "pipe, or - for standard input")
       ->required();
   predict->add_flag("--header", header, "The CSV file's first line is a header");
   std::string plot_report, plot_out;
@@ -512,6 +516,26 @@ int main(int argc, char** argv) {
       ->required();
   add_at(policy_set);
 
+  // The first word that is no flag names the command (the top level takes flags only): an
+  // unknown one is named, with the nearest command, rather than CLI11's "A subcommand is
+  // required".
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string_view word = argv[1];
+    std::vector<std::string> names;
+    for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; }))
+      names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), word) == names.end()) {
+      std::string shown(word.substr(0, 40));
+      for (char& c : shown)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+      const std::string_view near = coach::nearest(word, names);
+      const std::string hint =
+          near.empty() ? "" : coach::format(" (did you mean '{}'?)", std::string(near));
+      std::fprintf(stderr, "coach: unknown command '%s'%s; coach --help lists the commands\n",
+                   shown.c_str(), hint.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,7 +1,11 @@
 #include "coach_model.hpp"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -72,11 +76,9 @@ std::string label_text(const worker::model_labels& l, std::int32_t c) {
   return std::to_string(c);
 }
 
-/// Rows of numbers from a CSV file: `features` values each.
-result<worker::dataset> read_feature_rows(const std::string& path, std::size_t features,
-                                          bool header) {
-  std::ifstream in(path);
-  if (!in) return fail(errc::not_found, "{}: cannot open", path);
+/// Rows of numbers from CSV text (of the file named `path`): `features` values each.
+result<worker::dataset> read_feature_rows(std::istream& in, const std::string& path,
+                                          std::size_t features, bool header) {
   worker::dataset d;
   d.features = features;
   std::string line;
@@ -110,12 +112,58 @@ result<worker::dataset> read_feature_rows(const std::string& path, std::size_t f
   return d;
 }
 
-/// True when the file starts like an IDX image file or a gzip stream.
-bool looks_like_idx(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  unsigned char b[4] = {};
-  if (!in.read(reinterpret_cast<char*>(b), 4)) return false;
-  return (b[0] == 0x1f && b[1] == 0x8b) || (b[0] == 0 && b[1] == 0 && b[2] == 8 && b[3] == 3);
+/// True when `bytes` start like an IDX image file or a gzip stream.
+bool looks_like_idx(std::string_view bytes) {
+  if (bytes.size() < 4) return false;
+  const auto b = [&](std::size_t i) { return static_cast<unsigned char>(bytes[i]); };
+  return (b(0) == 0x1f && b(1) == 0x8b) || (b(0) == 0 && b(1) == 0 && b(2) == 8 && b(3) == 3);
+}
+
+/// The bytes of `path`, standard input for "-": read whole, so that a pipe (which cannot be
+/// read twice) is told apart as IDX or CSV from the same bytes it is then read from.
+result<std::string> read_input(const std::string& path) {
+  std::ifstream file;
+  std::istream* in = &std::cin;
+  if (path != "-") {
+    std::error_code ec;
+    const auto type = std::filesystem::status(path, ec).type();
+    if (type == std::filesystem::file_type::not_found)
+      return fail(errc::not_found, "{}: file not found", path);
+    if (type == std::filesystem::file_type::directory)
+      return fail(errc::invalid_argument, "{}: is a directory, expected a file of samples", path);
+    file.open(path, std::ios::binary);
+    if (!file) return fail(errc::not_found, "{}: cannot open", path);
+    in = &file;
+  }
+  std::ostringstream bytes;
+  bytes << in->rdbuf();
+  if (in->bad()) return fail(errc::io_error, "{}: cannot read", path == "-" ? "<stdin>" : path);
+  return bytes.str();
+}
+
+/// IDX images (plain or gzipped) from `bytes` that came from `path`: a regular file is loaded
+/// where it is; a pipe's bytes go through a temporary file, the loader's way in.
+result<worker::dataset> idx_images(const std::string& path, const std::string& bytes) {
+  std::error_code ec;
+  if (path != "-" && std::filesystem::is_regular_file(path, ec))
+    return worker::load_idx_images_only(path);
+  const auto tmp =
+      std::filesystem::temp_directory_path(ec) / coach::format("coach-predict-{}.idx", ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out.write(bytes.data(), std::streamsize(bytes.size()));
+    if (!out.flush())
+      return fail(errc::io_error, "{}: cannot keep the images in {}", path, tmp.string());
+  }
+  auto d = worker::load_idx_images_only(tmp.string());
+  std::filesystem::remove(tmp, ec);
+  if (!d) {
+    auto e = d.error();
+    if (auto at = e.message.find(tmp.string()); at != std::string::npos)
+      e.message.replace(at, tmp.string().size(), path == "-" ? "<stdin>" : path);
+    return std::unexpected(std::move(e));
+  }
+  return d;
 }
 
 }  // namespace
@@ -174,15 +222,20 @@ int run_eval(const std::string& model_path, const std::string& spec_path, bool j
 int run_predict(const std::string& model_path, const std::string& input, bool header) {
   auto m = load_model(model_path);
   if (!m) return report(m.error());
-  const bool idx = looks_like_idx(input);
+  // "-" is standard input; a pipe or FIFO is read as a file is.
+  auto bytes = read_input(input);
+  if (!bytes) return report(bytes.error());
+  const std::string name = input == "-" ? "<stdin>" : input;
+  const bool idx = looks_like_idx(*bytes);
+  std::istringstream text(idx ? std::string() : std::move(*bytes));
   result<worker::dataset> rows =
-      idx ? worker::load_idx_images_only(input)
-          : read_feature_rows(input, std::size_t(m->net.inputs()), header);
+      idx ? idx_images(input, *bytes)
+          : read_feature_rows(text, name, std::size_t(m->net.inputs()), header);
   if (!rows) return report(rows.error());
   if (rows->features != std::size_t(m->net.inputs()))
     return report(
         error{errc::invalid_argument, coach::format("{}: samples of {} values; the model takes {}",
-                                                    input, rows->features, m->net.inputs())});
+                                                    name, rows->features, m->net.inputs())});
   // CSV rows are raw values: map them as the training data was. IDX images are scaled by the
   // loader already, as in training.
   if (!idx && !m->labels.transform.offset.empty())

@@ -21,7 +21,8 @@ int run_eval(const std::string& model_path, const std::string& spec_path, bool j
 
 /// `coach predict FILE INPUT [--header]`: one predicted label per line for each row of a CSV
 /// file of features (the transform the model was trained with applied) or each image of an IDX
-/// image file (idx3, plain or gzipped).
+/// image file (idx3, plain or gzipped). INPUT may be a pipe or FIFO, and "-" reads standard
+/// input; CSV and IDX are told apart by the first bytes either way.
 int run_predict(const std::string& model_path, const std::string& input, bool header);
 
 }  // namespace coach::apps
