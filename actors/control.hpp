@@ -87,7 +87,7 @@ struct start_job {
   bool workers_phase = false;
   std::string spec_yaml;    ///< the job spec as submitted
   std::string source_name;  ///< for error messages
-  std::string base_dir;     ///< the submitter's working directory (relative dataset paths)
+  std::string base_dir;     ///< the spec file's folder (its relative paths resolve there)
   std::uint32_t master_host = 0;
   std::vector<std::uint32_t> shard_hosts;   ///< by shard id
   std::vector<std::uint32_t> worker_hosts;  ///< by rank

@@ -45,7 +45,7 @@ int check_rescale(std::uint32_t workers, std::uint32_t shards);
 struct submit_input {
   std::string spec_yaml;
   std::string source_name;                               ///< the spec's path, as given
-  std::string base_dir;                                  ///< the working directory
+  std::string base_dir;                                  ///< the spec file's folder
   std::shared_ptr<const worker::script_payload> script;  ///< null: not a script's model
 };
 

@@ -82,7 +82,9 @@ int run_experiment(const experiment_options& o) {
     say(coach::format("{} coach-node(s) of {} CPU slots on this machine, scheduler at {}",
                       o.study == "dynamic" ? 1 : o.local, cpus, at));
   }
-  auto s = session::open(at, std::move(*security));
+  // The study's jobs are the spec's: its relative paths mean its folder, as in coach train.
+  const std::string spec_dir = fs::absolute(o.spec, ec).parent_path().string();
+  auto s = session::open(at, std::move(*security), spec_dir);
   if (!s) return say(s.error().message), 2;
   if (auto up = s->await_nodes(!o.at.empty() || o.study == "dynamic" ? 1 : std::size_t(o.local));
       !up)

@@ -19,11 +19,12 @@ int prepare_submit(const std::string& spec_path, const std::string& python, subm
   out.spec_yaml = text.str();
   out.source_name = spec_path;
   std::error_code ec;
-  out.base_dir = std::filesystem::current_path(ec).string();
+  // The spec's relative paths resolve against its folder, on the scheduler's side as in
+  // `coach train` (spec/job_spec.hpp, load_job_spec).
+  out.base_dir = std::filesystem::absolute(spec_path, ec).parent_path().string();
   // Read here only to see whether the model is a script (found beside the spec): any other
   // fault of the spec is the scheduler's to report, as for every spec.
-  const auto spec_dir = std::filesystem::absolute(spec_path, ec).parent_path().string();
-  auto spec = scheduler::parse_job_spec(out.spec_yaml, spec_path, out.base_dir, spec_dir);
+  auto spec = scheduler::parse_job_spec(out.spec_yaml, spec_path, out.base_dir, out.base_dir);
   if (!spec || !spec->model.script) return 0;
   auto script = worker::prepare_submission(*spec->model.script, spec->seed, python);
   if (!script) return report_error(script.error());

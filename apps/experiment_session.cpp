@@ -99,12 +99,14 @@ result<bool> ended(const actors::job_status& st) {
   return true;
 }
 
-result<session> session::open(const std::string& at, actors::transport_security security) {
+result<session> session::open(const std::string& at, actors::transport_security security,
+                              std::string spec_dir) {
   auto c = actors::api_client::open(at, std::move(security));
   if (!c) return std::unexpected(c.error());
   session s;
   s.client_ = std::move(*c);
   s.at_ = at;
+  s.spec_dir_ = std::move(spec_dir);
   return s;
 }
 
@@ -126,8 +128,7 @@ result<std::uint64_t> session::submit(const std::string& yaml, const std::string
   actors::submit_request req;
   req.spec_yaml = yaml;
   req.source_name = name + ".yaml";
-  std::error_code ec;
-  req.base_dir = fs::current_path(ec).string();
+  req.base_dir = spec_dir_;  // as coach submit sends it: the spec's folder
   req.token = std::random_device{}() * 0x100000000ull + std::random_device{}() + 1;
   auto r = client_->call(req, 120s, 2s);
   if (!r) return std::unexpected(r.error());

@@ -48,7 +48,9 @@ result<bool> ended(const actors::job_status& st);
 /// The study's connection to the scheduler.
 class session {
  public:
-  static result<session> open(const std::string& at, actors::transport_security security);
+  /// A session whose jobs' relative paths resolve against `spec_dir` (the --spec file's folder).
+  static result<session> open(const std::string& at, actors::transport_security security,
+                              std::string spec_dir);
   /// Waits (up to 60 s) until `n` nodes are alive.
   result<void> await_nodes(std::size_t n);
   result<std::uint64_t> submit(const std::string& yaml, const std::string& name);
@@ -62,6 +64,7 @@ class session {
  private:
   std::unique_ptr<actors::api_client> client_;
   std::string at_;
+  std::string spec_dir_;
 };
 
 /// Writes a study's table or chart to `p`, and says so.

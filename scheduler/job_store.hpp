@@ -37,7 +37,7 @@ struct job_record {
   std::string model;        ///< jobs of one model share a performance curve
   std::string spec_yaml;    ///< the spec as submitted
   std::string source_name;  ///< for messages (the spec's file name)
-  std::string base_dir;     ///< the submitter's working directory
+  std::string base_dir;     ///< the spec file's folder (its relative paths resolve there)
   double submitted = 0;
   bool elastic = true;
   int min_workers = 1, max_workers = 1, requested_workers = 1;

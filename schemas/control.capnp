@@ -26,7 +26,7 @@ struct StartJob {
   workersPhase @1 :Bool;
   specYaml @2 :Text;           # the job spec as submitted
   sourceName @3 :Text;         # for error messages
-  baseDir @4 :Text;            # the submitter's working directory (relative dataset paths)
+  baseDir @4 :Text;            # the spec file's folder: its relative paths resolve there
   masterHost @5 :UInt32;       # host of the job master
   shardHosts @6 :List(UInt32);   # host of each shard, by shard id
   workerHosts @7 :List(UInt32);  # host of each worker, by rank

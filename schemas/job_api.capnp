@@ -31,7 +31,7 @@ struct SubmitRequest {
   workers @2 :UInt32;          # 0 = as the spec/policy says
   shards @3 :UInt32;           # 0 = as the spec/policy says
   wait @4 :Bool;               # reply only when the job ends
-  baseDir @5 :Text;            # the submitter's working directory (relative dataset paths)
+  baseDir @5 :Text;            # the spec file's folder: its relative paths resolve there
   token @6 :UInt64;            # random per `coach submit` (0: none): the same request again
                                # (re-sent after no answer) gets the job the first one stored
   script @7 :ScriptModel;      # set: the model is a script, registered by the submitter; its

@@ -54,8 +54,8 @@ fi
 scratch=$(mktemp -d)
 cp -r /usr/share/coach/examples "$scratch/"
 mkdir -p "$scratch/data" && cp data/digits.csv.gz "$scratch/data/"
-sed 's/^epochs: .*/epochs: 1/' "$scratch/examples/digits-mlp.yaml" > "$scratch/one-epoch.yaml"
-(cd "$scratch" && /usr/bin/coach train one-epoch.yaml --workers 2 --shards 2 2>&1 | tail -n 1)
+sed 's/^epochs: .*/epochs: 1/' "$scratch/examples/digits-mlp.yaml" > "$scratch/examples/one-epoch.yaml"
+(cd "$scratch" && /usr/bin/coach train examples/one-epoch.yaml --workers 2 --shards 2 2>&1 | tail -n 1)
 port=$((20000 + RANDOM % 20000))
 /usr/bin/coach-node --listen tcp://127.0.0.1:$port --scheduler --store '' --name packaged \
   --exit-with-parent >"$scratch/node.log" 2>&1 &

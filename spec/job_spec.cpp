@@ -592,8 +592,10 @@ result<job_spec> load_job_spec(const std::string& path) {
     std::ostringstream text;
     text << in.rdbuf();
     if (in.bad()) return fail(errc::io_error, "{}: cannot read the job spec file", path);
+    // Relative paths in a spec mean the spec's folder: `coach train examples/x.yaml` reads the
+    // same files from any working directory.
     const auto dir = std::filesystem::absolute(path, ec).parent_path().string();
-    return parse_job_spec(text.str(), path, {}, dir);
+    return parse_job_spec(text.str(), path, dir, dir);
   } catch (const std::bad_alloc&) {
     return fail(errc::resource_exhausted, "{}: out of memory while reading", path);
   } catch (const std::exception& e) {

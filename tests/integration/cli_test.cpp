@@ -184,13 +184,13 @@ TEST(cli, zero_workers_and_files_that_cannot_be_written_are_refused_before_train
 
 // Issue 37: a job whose loss became NaN ran to its end and said "done", exit 0.
 TEST(cli, a_diverged_job_fails_after_its_first_nan_epoch_and_saves_nothing) {
-  const auto spec =
-      temp_file("diverge.yaml",
-                "name: diverge\n"
-                "dataset: {format: csv, path: data/digits.csv.gz, test_fraction: 0.2}\n"
-                "model: {type: mlp, hidden: [32], activation: relu}\n"
-                "optimizer: {type: sgd, learning_rate: 1e30}\n"
-                "batch_size: 32\nepochs: 6\nseed: 1\n");
+  const auto spec = temp_file("diverge.yaml",
+                              "name: diverge\n"
+                              "dataset: {format: csv, path: " COACH_SOURCE_DIR
+                              "/data/digits.csv.gz, test_fraction: 0.2}\n"
+                              "model: {type: mlp, hidden: [32], activation: relu}\n"
+                              "optimizer: {type: sgd, learning_rate: 1e30}\n"
+                              "batch_size: 32\nepochs: 6\nseed: 1\n");
   const auto model = spec.parent_path() / "diverged.safetensors";
   std::filesystem::remove(model);
   auto r = run("train " + spec.string() + " --save " + model.string());
@@ -209,14 +209,14 @@ TEST(cli, a_diverged_job_fails_after_its_first_nan_epoch_and_saves_nothing) {
 // Issue 37, item 6: workers: 1000 grew memory faster than the workers (each sized for the
 // global batch, which grows with them) until the kernel killed coach at 21.8 GB.
 TEST(cli, a_thousand_workers_train_in_a_bounded_memory) {
-  const auto spec =
-      temp_file("thousand.yaml",
-                "name: thousand\n"
-                "dataset: {format: csv, path: data/digits.csv.gz, test_fraction: 0.2}\n"
-                "model: {type: mlp, hidden: [64], activation: relu}\n"
-                "optimizer: {type: sgd, learning_rate: 0.05}\n"
-                "batch_size: 32\nepochs: 1\nseed: 1\n"
-                "workers: {min: 1, max: 1000, initial: 1000}\n");
+  const auto spec = temp_file("thousand.yaml",
+                              "name: thousand\n"
+                              "dataset: {format: csv, path: " COACH_SOURCE_DIR
+                              "/data/digits.csv.gz, test_fraction: 0.2}\n"
+                              "model: {type: mlp, hidden: [64], activation: relu}\n"
+                              "optimizer: {type: sgd, learning_rate: 0.05}\n"
+                              "batch_size: 32\nepochs: 1\nseed: 1\n"
+                              "workers: {min: 1, max: 1000, initial: 1000}\n");
   auto r = run("train " + spec.string());
   ASSERT_EQ(r.code, 0) << r.output.substr(0, 2000);
   EXPECT_NE(r.output.find("(1000 workers, 1 shards, cpu"), std::string::npos) << r.output;
@@ -272,11 +272,11 @@ TEST(cli, train_writes_events_as_it_runs_and_plot_draws_the_report) {
 }
 
 TEST(cli, spec_error_is_one_line_naming_the_field_with_exit_code_2) {
-  auto path =
-      temp_file("bad.yaml",
-                "name: x\ndataset: {format: csv, path: data/digits.csv.gz}\n"
-                "model: {type: mlp, hiden: [8]}\noptimizer: {type: sgd, learning_rate: 0.1}\n"
-                "batch_size: 8\nepochs: 1\n");
+  auto path = temp_file(
+      "bad.yaml", "name: x\ndataset: {format: csv, path: " COACH_SOURCE_DIR
+                  "/data/digits.csv.gz}\n"
+                  "model: {type: mlp, hiden: [8]}\noptimizer: {type: sgd, learning_rate: 0.1}\n"
+                  "batch_size: 8\nepochs: 1\n");
   auto r = run("train " + path.string());
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("model.hiden"), std::string::npos) << r.output;

@@ -49,7 +49,8 @@ TEST(dashboard, chromium_shows_the_nodes_the_running_job_and_its_curves) {
   ASSERT_TRUE(await_nodes_alive(at, 3));
   const auto spec = work_dir() / "dash.yaml";
   std::ofstream(spec) << "name: dash-digits\n"
-                         "dataset: {format: csv, path: data/digits.csv.gz, test_fraction: 0.2}\n"
+                         "dataset: {format: csv, path: " COACH_SOURCE_DIR
+                         "/data/digits.csv.gz, test_fraction: 0.2}\n"
                          "model: {type: mlp, hidden: [64], activation: relu}\n"
                          "optimizer: {type: momentum, learning_rate: 0.05, momentum: 0.9}\n"
                          "batch_size: 32\nepochs: 100000\nworkers: 2\nshards: 2\n"

@@ -75,7 +75,8 @@ TEST(external_load, a_busy_program_lowers_free_cpus_and_a_running_elastic_job_gr
 
   const auto spec = work_dir() / "grows.yaml";
   std::ofstream(spec) << "name: grows\n"
-                         "dataset: {format: csv, path: data/digits.csv.gz, test_fraction: 0.2}\n"
+                         "dataset: {format: csv, path: " COACH_SOURCE_DIR
+                         "/data/digits.csv.gz, test_fraction: 0.2}\n"
                          "model: {type: mlp, hidden: [64], activation: relu}\n"
                          "optimizer: {type: sgd, learning_rate: 0.05}\nbatch_size: 32\n"
                          "epochs: 100000\nworkers: {min: 1, max: 3, initial: 1}\nshards: 1\n"

@@ -8,6 +8,7 @@
 //   within 5 s.
 #include <gtest/gtest.h>
 
+#include "tests/helpers/run_coach.hpp"
 #include "tests/integration/process_harness.hpp"
 
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -69,7 +71,7 @@ class frozen_node : public ::testing::Test {
   std::string submit_digits(int epochs) {
     const auto spec = work_dir() / ("digits-" + std::to_string(epochs) + ".yaml");
     {
-      std::ifstream in(std::string(COACH_SOURCE_DIR) + "/examples/digits-mlp.yaml");
+      std::istringstream in(coach::testing::example_text("digits-mlp.yaml"));
       std::ofstream out(spec);
       for (std::string line; std::getline(in, line);)
         out << (line.starts_with("epochs:") ? "epochs: " + std::to_string(epochs) : line) << "\n";

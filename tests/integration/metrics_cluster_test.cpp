@@ -83,7 +83,8 @@ class metrics_cluster : public ::testing::Test {
 TEST_F(metrics_cluster, every_node_serves_metrics_promtool_accepts_and_the_job_matches_status) {
   const auto spec = work_dir() / "metrics-digits.yaml";
   std::ofstream(spec) << "name: metered\n"
-                         "dataset: {format: csv, path: data/digits.csv.gz, test_fraction: 0.2}\n"
+                         "dataset: {format: csv, path: " COACH_SOURCE_DIR
+                         "/data/digits.csv.gz, test_fraction: 0.2}\n"
                          "model: {type: mlp, hidden: [64], activation: relu}\n"
                          "optimizer: {type: momentum, learning_rate: 0.05, momentum: 0.9}\n"
                          "batch_size: 32\nepochs: 8\nconsistency: bsp\nseed: 7\nworkers: 2\n"

@@ -113,13 +113,7 @@ TEST(model_file, a_file_that_is_not_a_model_is_a_one_line_error) {
 
 TEST(model_file, a_specs_output_and_checkpoint_are_written_by_coach_train) {
   if (!std::filesystem::exists("data/digits.csv.gz")) GTEST_SKIP() << "run scripts/setup.sh";
-  std::string text;
-  {
-    std::ifstream in("examples/digits-mlp.yaml");
-    text.assign(std::istreambuf_iterator<char>(in), {});
-  }
-  const auto data = std::filesystem::absolute("data/digits.csv.gz").string();
-  text.replace(text.find("data/digits.csv.gz"), std::string("data/digits.csv.gz").size(), data);
+  std::string text = coach::testing::example_text("digits-mlp.yaml");
   text.replace(text.find("epochs: 20"), 10, "epochs: 3");
   const auto out = coach::testing::temp_file("x", "").parent_path() / "out";
   text += "output: " + (out / "digits.safetensors").string() +

@@ -54,7 +54,7 @@ TEST(node_agent, refuses_checkpoint_parameters_of_another_size) {
   sj.job = 424242;
   sj.spec_yaml = itest::slurp("examples/digits-mlp.yaml");
   sj.source_name = "examples/digits-mlp.yaml";
-  sj.base_dir = fs::current_path().string();
+  sj.base_dir = (fs::current_path() / "examples").string();  // the spec's folder
   sj.master_host = node_host;
   sj.shard_hosts = {node_host};
   sj.worker_hosts = {node_host};

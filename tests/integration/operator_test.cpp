@@ -54,12 +54,12 @@ TEST(queue, coach_status_says_why_a_queued_job_waits) {
   ASSERT_TRUE(await_nodes_alive(at, 1)) << slurp(nodes[0].log);
   auto spec = [](const std::string& name, int epochs, const std::string& workers) {
     const auto path = work_dir() / (name + ".yaml");
-    std::ofstream(path)
-        << "name: " << name
-        << "\ndataset: {format: csv, path: data/digits.csv.gz, test_fraction: 0.2}\n"
-           "model: {type: mlp, hidden: [16], activation: relu}\n"
-           "optimizer: {type: sgd, learning_rate: 0.1}\nbatch_size: 32\nepochs: "
-        << epochs << "\nworkers: " << workers << "\nshards: 1\nbackend: cpu\n";
+    std::ofstream(path) << "name: " << name
+                        << "\ndataset: {format: csv, path: " COACH_SOURCE_DIR
+                           "/data/digits.csv.gz, test_fraction: 0.2}\n"
+                           "model: {type: mlp, hidden: [16], activation: relu}\n"
+                           "optimizer: {type: sgd, learning_rate: 0.1}\nbatch_size: 32\nepochs: "
+                        << epochs << "\nworkers: " << workers << "\nshards: 1\nbackend: cpu\n";
     return path.string();
   };
   // The first takes two of the three CPUs (a worker and a shard) for a long while; the second
@@ -100,7 +100,8 @@ TEST(queue, coach_logs_shows_a_jobs_history_and_follows_it_to_its_end) {
   ASSERT_TRUE(await_nodes_alive(at, 1)) << slurp(nodes[0].log);
   const auto spec = work_dir() / "logged.yaml";
   std::ofstream(spec) << "name: logged\n"
-                         "dataset: {format: csv, path: data/digits.csv.gz, test_fraction: 0.2}\n"
+                         "dataset: {format: csv, path: " COACH_SOURCE_DIR
+                         "/data/digits.csv.gz, test_fraction: 0.2}\n"
                          "model: {type: mlp, hidden: [16], activation: relu}\n"
                          "optimizer: {type: sgd, learning_rate: 0.1}\nbatch_size: 32\n"
                          "epochs: 40\nworkers: 1\nshards: 1\nbackend: cpu\n";
@@ -177,7 +178,8 @@ TEST(api_arguments, bad_arguments_and_refused_requests_end_with_one_line_not_a_c
   // An output the scheduler's host cannot write: refused at submit, not after the training.
   const auto spec = work_dir() / "unwritable-output.yaml";
   std::ofstream(spec) << "name: unwritable\n"
-                         "dataset: {format: csv, path: data/digits.csv.gz, test_fraction: 0.2}\n"
+                         "dataset: {format: csv, path: " COACH_SOURCE_DIR
+                         "/data/digits.csv.gz, test_fraction: 0.2}\n"
                          "model: {type: mlp, hidden: [16]}\n"
                          "optimizer: {type: sgd, learning_rate: 0.1}\n"
                          "batch_size: 32\nepochs: 1\nworkers: 1\nshards: 1\n"

@@ -41,7 +41,8 @@ bool have_digits() {
 /// Digits, 2 workers and 2 shards under BSP, Adam with a cosine schedule (and warm-up), dropout.
 std::string spec_text(int epochs, int hidden = 32) {
   return "name: resume-digits\n"
-         "dataset: {format: csv, path: data/digits.csv.gz, test_fraction: 0.2}\n"
+         "dataset: {format: csv, path: " COACH_SOURCE_DIR
+         "/data/digits.csv.gz, test_fraction: 0.2}\n"
          "model:\n"
          "  layers:\n"
          "    - {type: dense, units: " +

@@ -49,7 +49,8 @@ fs::path digits_spec(const std::string& name, int epochs, const std::string& wor
                      const std::string& shards, const std::string& extra = "") {
   const auto path = work_dir() / (name + ".yaml");
   std::ofstream(path) << "name: " << name
-                      << "\ndataset: {format: csv, path: data/digits.csv.gz, test_fraction: 0.2}\n"
+                      << "\ndataset: {format: csv, path: " COACH_SOURCE_DIR
+                         "/data/digits.csv.gz, test_fraction: 0.2}\n"
                          "model: {type: mlp, hidden: [64], activation: relu}\n"
                          "optimizer: {type: momentum, learning_rate: 0.05, momentum: 0.9}\n"
                          "batch_size: 32\nepochs: "
