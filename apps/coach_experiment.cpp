@@ -14,6 +14,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -41,6 +42,20 @@ int study_cpus(const experiment_options& o) {
 
 }  // namespace experiment
 
+namespace experiment {
+
+std::optional<std::string> too_few_epochs(const experiment_options& o) {
+  if (o.epochs >= min_timed_epochs || (o.study != "scaling" && o.study != "prediction"))
+    return std::nullopt;
+  return coach::format(
+      "--epochs {} is too short to time: a job's first epoch includes its start, so it is left "
+      "out when there are more; the epoch times, and the model's error fitted on them, mean "
+      "something from --epochs {} (the median of {} timed epochs a job)",
+      o.epochs, min_timed_epochs, min_timed_epochs - 1);
+}
+
+}  // namespace experiment
+
 int run_experiment(const experiment_options& o) {
   if (o.study != "scaling" && o.study != "prediction" && o.study != "dynamic" &&
       o.study != "policies") {
@@ -50,6 +65,8 @@ int run_experiment(const experiment_options& o) {
                  o.study.c_str());
     return 2;
   }
+  // Said before the study runs (and again under its table): a short run measures start-up.
+  if (const auto why = too_few_epochs(o)) say("warning: " + *why);
   const int cpus = study_cpus(o);
   YAML::Node base;
   try {

@@ -151,7 +151,8 @@ int scaling(session& s, const YAML::Node& base, const experiment_options& o) {
     }
     rows.push_back(row);
   }
-  const auto table = ex::markdown_table(header, rows);
+  auto table = ex::markdown_table(header, rows);
+  if (const auto why = too_few_epochs(o)) table += "\n**Warning**: " + *why + ".\n";
   std::printf("%s", table.c_str());
   write(fs::path(o.out) / "scaling.md", table);
   std::vector<ex::chart_series> cs;
@@ -191,6 +192,7 @@ int prediction(session& s, const YAML::Node& base, const experiment_options& o) 
       "**{:.1f}%**.\n",
       k, points.size(), 100 * r.mean_abs_rel_error, r.best.workers, r.best.shards, r.best.epoch_s,
       r.predicted_best.workers, r.predicted_best.shards, r.predicted_best.epoch_s, 100 * r.regret);
+  if (const auto why = too_few_epochs(o)) table += "\n**Warning**: " + *why + ".\n";
   std::printf("%s", table.c_str());
   write(fs::path(o.out) / "prediction.md", table);
   std::vector<std::optional<double>> measured, predicted;

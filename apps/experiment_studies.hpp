@@ -5,6 +5,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <optional>
+#include <string>
+
 #include "apps/coach_experiment.hpp"
 #include "apps/experiment_session.hpp"
 
@@ -20,5 +23,14 @@ int dynamic(session& s, const YAML::Node& base, const experiment_options& o);
 int policies(session& s, const YAML::Node& base, const experiment_options& o);
 /// CPU slots of each local node: --cpus, else the study's.
 int study_cpus(const experiment_options& o);
+
+/// The epochs a job of scaling or prediction needs for its time to mean training: its first
+/// epoch holds the job's start (tens of ms, the whole epoch of a small job) and is left out
+/// when there are more (report/experiment.hpp, typical_epoch), the median of the rest taken.
+inline constexpr int min_timed_epochs = 3;
+
+/// For scaling and prediction with fewer than min_timed_epochs epochs: why their figures
+/// (epoch times, the model's error) measure start-up more than training; else nothing.
+std::optional<std::string> too_few_epochs(const experiment_options& o);
 
 }  // namespace coach::apps::experiment
