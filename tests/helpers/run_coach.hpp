@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <string>
 
 namespace coach::testing {
@@ -38,18 +37,6 @@ inline std::filesystem::path temp_file(const std::string& name, const std::strin
   auto path = dir / name;
   std::ofstream(path) << text;
   return path;
-}
-
-/// examples/NAME as text, its relative data paths ("path: ../data/...") made absolute in the
-/// source tree: a spec's relative paths mean its own folder, so a copy written elsewhere would
-/// look for data beside itself.
-inline std::string example_text(const std::string& name) {
-  std::ifstream in(std::string(COACH_SOURCE_DIR) + "/examples/" + name);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string rel = "path: ../data/";
-  for (auto at = text.find(rel); at != std::string::npos; at = text.find(rel, at + rel.size()))
-    text.replace(at + 6, 3, std::string(COACH_SOURCE_DIR) + "/");
-  return text;
 }
 
 }  // namespace coach::testing

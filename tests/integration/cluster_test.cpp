@@ -4,7 +4,7 @@
 // drains on SIGTERM.
 #include <gtest/gtest.h>
 
-#include "tests/helpers/run_coach.hpp"
+#include "tests/helpers/example_text.hpp"
 #include "tests/integration/process_harness.hpp"
 
 #include <fcntl.h>
@@ -140,7 +140,7 @@ struct reduce_run {
 
 reduce_run run_digits_job(const std::string& at, bool host_reduce) {
   const auto spec = work_dir() / (host_reduce ? "digits-host-reduce.yaml" : "digits-plain.yaml");
-  std::ofstream(spec) << coach::testing::example_text("digits-mlp.yaml")
+  std::ofstream(spec) << example_files::example_text("digits-mlp.yaml")
                       << (host_reduce ? "host_reduce: true\n" : "");
   reduce_run out;
   auto r = coach("submit " + spec.string() + " --workers 4 --shards 2 --wait --json --at " + at);
@@ -373,7 +373,7 @@ TEST_F(cluster, a_job_outlives_a_killed_node_that_ran_only_a_worker) {
   // The digits example, long enough to lose a node mid-run (its epochs last tens of ms).
   const auto spec = work_dir() / "digits-lossy.yaml";
   {
-    std::istringstream in(coach::testing::example_text("digits-mlp.yaml"));
+    std::istringstream in(example_files::example_text("digits-mlp.yaml"));
     std::ofstream out(spec);
     for (std::string line; std::getline(in, line);)
       out << (line.starts_with("epochs:") ? "epochs: 150" : line) << "\n";
@@ -442,7 +442,7 @@ std::vector<pid_t> invocations_of(const std::vector<node_process>& parents) {
 TEST_F(cluster, a_function_mode_job_completes_across_nodes_while_its_invocations_are_killed) {
   const auto spec = work_dir() / "digits-functions.yaml";
   {
-    std::istringstream in(coach::testing::example_text("digits-mlp.yaml"));
+    std::istringstream in(example_files::example_text("digits-mlp.yaml"));
     std::ofstream out(spec);
     for (std::string line; std::getline(in, line);) {
       if (line.starts_with("epochs:")) line = "epochs: 120";

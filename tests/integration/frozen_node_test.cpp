@@ -8,7 +8,7 @@
 //   within 5 s.
 #include <gtest/gtest.h>
 
-#include "tests/helpers/run_coach.hpp"
+#include "tests/helpers/example_text.hpp"
 #include "tests/integration/process_harness.hpp"
 
 #include <signal.h>
@@ -71,7 +71,7 @@ class frozen_node : public ::testing::Test {
   std::string submit_digits(int epochs) {
     const auto spec = work_dir() / ("digits-" + std::to_string(epochs) + ".yaml");
     {
-      std::istringstream in(coach::testing::example_text("digits-mlp.yaml"));
+      std::istringstream in(example_files::example_text("digits-mlp.yaml"));
       std::ofstream out(spec);
       for (std::string line; std::getline(in, line);)
         out << (line.starts_with("epochs:") ? "epochs: " + std::to_string(epochs) : line) << "\n";

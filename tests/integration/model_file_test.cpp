@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests/helpers/example_text.hpp"
 #include "tests/helpers/run_coach.hpp"
 #include "worker/dataset.hpp"
 #include "worker/model_file.hpp"
@@ -113,7 +114,7 @@ TEST(model_file, a_file_that_is_not_a_model_is_a_one_line_error) {
 
 TEST(model_file, a_specs_output_and_checkpoint_are_written_by_coach_train) {
   if (!std::filesystem::exists("data/digits.csv.gz")) GTEST_SKIP() << "run scripts/setup.sh";
-  std::string text = coach::testing::example_text("digits-mlp.yaml");
+  std::string text = example_files::example_text("digits-mlp.yaml");
   text.replace(text.find("epochs: 20"), 10, "epochs: 3");
   const auto out = coach::testing::temp_file("x", "").parent_path() / "out";
   text += "output: " + (out / "digits.safetensors").string() +

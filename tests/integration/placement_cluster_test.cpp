@@ -6,7 +6,7 @@
 // where spread puts each part on its own node).
 #include <gtest/gtest.h>
 
-#include "tests/helpers/run_coach.hpp"
+#include "tests/helpers/example_text.hpp"
 #include "tests/integration/process_harness.hpp"
 
 #include <signal.h>
@@ -52,7 +52,7 @@ class placement_cluster : public ::testing::Test {
   static std::string run(const std::string& placement) {
     const auto spec =
         work_dir() / ("digits-" + (placement.empty() ? "default" : placement) + ".yaml");
-    std::ofstream(spec) << coach::testing::example_text("digits-mlp.yaml")
+    std::ofstream(spec) << example_files::example_text("digits-mlp.yaml")
                         << (placement.empty() ? "" : "placement: " + placement + "\n");
     auto r = coach("submit " + spec.string() + " --workers 2 --shards 2 --wait --json --at " +
                    sched_addr_);
@@ -101,7 +101,7 @@ TEST_F(placement_cluster, a_job_without_placement_gets_the_schedulers_and_status
 
 TEST_F(placement_cluster, a_bad_placement_is_one_line) {
   const auto spec = work_dir() / "digits-bad-placement.yaml";
-  std::ofstream(spec) << coach::testing::example_text("digits-mlp.yaml") << "placement: nearest\n";
+  std::ofstream(spec) << example_files::example_text("digits-mlp.yaml") << "placement: nearest\n";
   auto r = coach("submit " + spec.string() + " --at " + sched_addr_);
   EXPECT_EQ(r.code, 2) << r.out << r.err;
   EXPECT_NE(r.err.find("field 'placement' must be one of spread, best-fit, random, dltap, got "

@@ -6,7 +6,7 @@
 // its accuracy with every part on one host again.
 #include <gtest/gtest.h>
 
-#include "tests/helpers/run_coach.hpp"
+#include "tests/helpers/example_text.hpp"
 #include "tests/integration/process_harness.hpp"
 
 #include <signal.h>
@@ -65,7 +65,7 @@ class rebalance_cluster : public ::testing::Test {
 
 TEST_F(rebalance_cluster, a_shard_moved_away_from_its_workers_comes_back_once_there_is_room) {
   const auto spec = work_dir() / "digits-rebalance.yaml";
-  std::string text = coach::testing::example_text("digits-mlp.yaml");
+  std::string text = example_files::example_text("digits-mlp.yaml");
   text = std::regex_replace(text, std::regex("epochs: 20"), "epochs: 100000");
   std::ofstream(spec) << text << "placement: dltap\n";
   auto r = coach("submit " + spec.string() + " --workers 1 --shards 1 --json --at " + addr_);
