@@ -36,6 +36,7 @@ using scheduler::api_reply;
 using scheduler::api_request;
 using scheduler::cancel_request;
 using scheduler::command_reply;
+using scheduler::forget_request;
 using scheduler::logs_reply;
 using scheduler::logs_request;
 using scheduler::migrate_request;

@@ -138,6 +138,9 @@ api_request get_request(schema::Request::Reader r) {
       const auto q = r.getLogs();
       return logs_request{q.getJob(), q.getAfter()};
     }
+    case schema::Request::FORGET:
+      if (!r.hasForget()) refuse("job API request forget is null");
+      return forget_request{r.getForget().getJob()};
   }
   refuse("unknown job API request {}", std::uint16_t(r.which()));
 }

@@ -189,6 +189,8 @@ void put_request(schema::Request::Builder b, const api_request& r) {
           auto l = b.initLogs();
           l.setJob(q.job);
           l.setAfter(q.after);
+        } else if constexpr (std::is_same_v<T, forget_request>) {
+          b.initForget().setJob(q.job);
         } else {
           static_assert(std::is_same_v<T, policy_request>);
           auto p = b.initPolicy();

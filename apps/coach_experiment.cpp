@@ -106,9 +106,13 @@ int run_experiment(const experiment_options& o) {
   if (auto up = s->await_nodes(!o.at.empty() || o.study == "dynamic" ? 1 : std::size_t(o.local));
       !up)
     return say(up.error().message), 1;
-  if (o.study == "dynamic") return dynamic(*s, base, o);
-  if (o.study == "policies") return policies(*s, base, o);
-  return o.study == "scaling" ? scaling(*s, base, o) : prediction(*s, base, o);
+  const int rc = o.study == "dynamic"    ? dynamic(*s, base, o)
+                 : o.study == "policies" ? policies(*s, base, o)
+                 : o.study == "scaling"  ? scaling(*s, base, o)
+                                         : prediction(*s, base, o);
+  // The study's jobs are its own: they leave the cluster's list with it.
+  s->forget_jobs();
+  return rc;
 }
 
 }  // namespace coach::apps

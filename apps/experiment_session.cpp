@@ -135,6 +135,7 @@ result<std::uint64_t> session::submit(const std::string& yaml, const std::string
   if (r->failure) return std::unexpected(*r->failure);
   const auto* sub = std::get_if<actors::submit_reply>(&r->body);
   if (!sub) return fail(errc::protocol_error, "the scheduler's reply has no job id");
+  submitted_.push_back(sub->job);
   return sub->job;
 }
 
@@ -183,6 +184,41 @@ result<std::vector<actors::job_status>> session::wait_all(const std::vector<std:
     }
   }
   return out;
+}
+
+void session::forget_jobs() {
+  std::size_t removed = 0;
+  for (const std::uint64_t job : submitted_) {
+    // A job that has not ended (a study that failed on another) stays, said.
+    if (auto st = status(job); st && !ended(*st).value_or(true)) {
+      say(coach::format("job {} left in the cluster's list: it is {}", job, to_string(st->state)));
+      continue;
+    }
+    // Refused while its parts still stop (a job suspended, then ended): asked again a while.
+    result<void> done = fail(errc::invalid_argument, "not tried");
+    for (int i = 0; i < 40; ++i) {
+      auto r = client_->call(actors::forget_request{job}, 5s);
+      if (!r) {
+        done = std::unexpected(r.error());
+        break;
+      }
+      if (!r->failure) {
+        done = {};
+        break;
+      }
+      done = std::unexpected(*r->failure);
+      if (r->failure->code != errc::invalid_argument) break;
+      std::this_thread::sleep_for(250ms);
+    }
+    if (done)
+      ++removed;
+    else
+      say(coach::format("job {} left in the cluster's list: {}", job, done.error().message));
+  }
+  if (!submitted_.empty())
+    say(coach::format("{} of its {} job(s) removed from the cluster's list", removed,
+                      submitted_.size()));
+  submitted_.clear();
 }
 
 void write(const fs::path& p, const std::string& text) {

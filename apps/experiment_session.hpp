@@ -60,11 +60,16 @@ class session {
   result<void> set_policy(const std::string& name);
   /// Waits for every job of `jobs` to end; errors when one does not succeed.
   result<std::vector<actors::job_status>> wait_all(const std::vector<std::uint64_t>& jobs);
+  /// Removes the jobs this session submitted from the cluster's list (forget_request), once
+  /// the study is over, so that a cluster given with --at keeps no trace of them; a job that has
+  /// not ended is left and named. Says how many it removed.
+  void forget_jobs();
 
  private:
   std::unique_ptr<actors::api_client> client_;
   std::string at_;
   std::string spec_dir_;
+  std::vector<std::uint64_t> submitted_;
 };
 
 /// Writes a study's table or chart to `p`, and says so.

@@ -134,6 +134,12 @@ api_reply cluster_core::answer(const api_request& req) {
       poke();
     }
     reply.body = policy_reply{holder_->name()};
+  } else if (auto* f = std::get_if<forget_request>(&req)) {
+    if (auto ok = reg_->forget(f->job); !ok) return failed(ok.error());
+    final_traffic_.erase(f->job);
+    rebal_.forget(f->job);
+    ports_.note(coach::format("job {} forgotten", f->job));
+    reply.body = ack_reply{};
   } else if (auto* l = std::get_if<logs_request>(&req)) {
     auto* job = reg_->find(l->job);
     if (!job) return failed({errc::not_found, coach::format("no job {}", l->job)});

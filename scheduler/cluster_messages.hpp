@@ -89,8 +89,13 @@ struct logs_request {
   std::uint64_t job = 0;
   std::uint64_t after = 0;
 };
-using api_request = std::variant<submit_request, status_request, nodes_request, cancel_request,
-                                 rescale_request, migrate_request, policy_request, logs_request>;
+/// Drop an ended job from the scheduler's list and store (coach experiment's jobs, once done).
+struct forget_request {
+  std::uint64_t job = 0;
+};
+using api_request =
+    std::variant<submit_request, status_request, nodes_request, cancel_request, rescale_request,
+                 migrate_request, policy_request, logs_request, forget_request>;
 
 struct submit_reply {
   std::uint64_t job = 0;

@@ -176,6 +176,9 @@ class job_registry {
                               std::optional<coach::error> why);
   /// The user cancels the job. Errors: not_found, invalid_argument (already over).
   result<registered_job*> cancel(std::uint64_t id);
+  /// Drops an ended job whose parts all stopped, here and in the store (its id is not given
+  /// again). Errors: not_found, invalid_argument (not over yet, or its parts still stopping).
+  result<void> forget(std::uint64_t id);
 
   /// The node for one more part of `job` (a worker when `worker`): the node `name` when named;
   /// else the one a policy resize planned; else beside the job's parts by its placement where

@@ -133,6 +133,19 @@ result<registered_job*> job_registry::cancel(std::uint64_t id) {
   return job;
 }
 
+result<void> job_registry::forget(std::uint64_t id) {
+  auto* job = find(id);
+  if (!job) return fail(errc::not_found, "no job {}", id);
+  if (!job->over())
+    return fail(errc::invalid_argument, "job {} is {}: only an ended job can be forgotten", id,
+                to_string(job->state_));
+  if (!job->stops_.empty())
+    return fail(errc::invalid_argument, "job {} is still stopping its parts: forget it later", id);
+  if (auto ok = store_->forget_job(id); !ok) return ok;
+  jobs_.erase(id);
+  return {};
+}
+
 void job_registry::stop_to_resume(registered_job& job, std::set<std::uint32_t> stopping,
                                   const std::string& why) {
   store_checkpoint(job);  // a restart of the scheduler while it waits resumes from it too

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <string_view>
 #include <utility>
 
 #include "common/format.hpp"
@@ -300,12 +301,42 @@ result<std::optional<std::uint64_t>> job_store::job_by_token(std::uint64_t token
   return std::optional<std::uint64_t>{std::uint64_t(q.integer(0))};
 }
 
+result<void> job_store::forget_job(std::uint64_t job) {
+  sql_transaction tx(db_);
+  if (!tx.ok()) return sql_error(db_, path_, "cannot begin a transaction");
+  {
+    statement q(db_, "SELECT 1 FROM jobs WHERE id = ?");
+    q.bind(1, job);
+    const int rc = q.step();
+    if (rc == SQLITE_DONE) return fail(errc::not_found, "job store '{}': no job {}", path_, job);
+    if (rc != SQLITE_ROW) return sql_error(db_, path_, "cannot look up a job");
+  }
+  for (const char* table : {"job_states", "allocations", "epochs", "submit_tokens", "checkpoints",
+                            "job_scripts", "jobs"}) {
+    const std::string sql = coach::format("DELETE FROM {} WHERE {} = ?", table,
+                                          std::string_view(table) == "jobs" ? "id" : "job");
+    statement q(db_, sql.c_str());
+    q.bind(1, job);
+    if (q.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot forget a job");
+  }
+  statement up(db_,
+               "INSERT INTO meta (key, value) VALUES ('forgotten_up_to', ?) ON CONFLICT(key) DO "
+               "UPDATE SET value = MAX(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))");
+  up.bind(1, static_cast<std::int64_t>(job));
+  if (up.step() != SQLITE_DONE) return sql_error(db_, path_, "cannot forget a job");
+  if (!tx.commit()) return sql_error(db_, path_, "cannot commit");
+  return {};
+}
+
 result<std::uint64_t> job_store::add_job(const job_record& job, std::uint64_t token) {
   sql_transaction tx(db_);
   if (!tx.ok()) return sql_error(db_, path_, "cannot begin a transaction");
   std::uint64_t id = job.id;
   if (id == 0) {
-    statement q(db_, "SELECT COALESCE(MAX(id), 0) + 1 FROM jobs");
+    // Past every id stored or forgotten (forget_job): an id names one job, ever.
+    statement q(db_,
+                "SELECT MAX(COALESCE((SELECT MAX(id) FROM jobs), 0), COALESCE((SELECT "
+                "CAST(value AS INTEGER) FROM meta WHERE key = 'forgotten_up_to'), 0)) + 1");
     if (q.step() != SQLITE_ROW) return sql_error(db_, path_, "cannot pick a job id");
     id = std::uint64_t(q.integer(0));
   } else {

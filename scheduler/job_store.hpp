@@ -123,6 +123,9 @@ class job_store {
   /// `token` (0: none): the submit's token (submit_request::token), kept with the job so that
   /// the same submit again finds it (job_by_token), also after a restart.
   result<std::uint64_t> add_job(const job_record& job, std::uint64_t token = 0);
+  /// Deletes a job and everything kept of it (states, allocations, epochs, token, checkpoint,
+  /// script); its id is never given again (add_job). Errors: not_found.
+  result<void> forget_job(std::uint64_t job);
   /// The job stored with submit token `token` (non-zero), or nullopt.
   result<std::optional<std::uint64_t>> job_by_token(std::uint64_t token) const;
   /// Changes a job's state and appends it to the history. Errors: not_found for an unknown job.

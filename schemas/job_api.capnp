@@ -160,6 +160,12 @@ struct CancelRequest {
   job @0 :UInt64;
 }
 
+# Forget an ended job: the scheduler drops it from its list and its store (coach experiment
+# does, for the jobs it ran). Answered with Ack.
+struct ForgetRequest {
+  job @0 :UInt64;
+}
+
 # coach rescale JOB --workers N [--shards M]
 struct RescaleRequest {
   job @0 :UInt64;
@@ -221,6 +227,7 @@ struct Request {
     migrate @6 :MigrateRequest;
     policy @7 :PolicyRequest;
     logs @8 :LogsRequest;
+    forget @9 :ForgetRequest;
   }
 }
 

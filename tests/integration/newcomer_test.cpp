@@ -190,6 +190,27 @@ TEST(newcomer, a_study_of_one_epoch_warns_that_its_times_are_start_up) {
   }
 }
 
+TEST(newcomer, a_study_on_a_given_cluster_leaves_no_job_in_its_list) {
+  if (!have_digits()) GTEST_SKIP() << "no data/digits.csv.gz: run scripts/setup.sh";
+  const std::string at = free_address();
+  std::vector<node_process> nodes;
+  nodes.push_back(start_node({"--listen", at, "--scheduler", "--store", "", "--name", "solo",
+                              "--cpus", "8", "--heartbeat", "0.25"},
+                             "solo", "newcomer-study"));
+  ASSERT_TRUE(await_nodes_alive(at, 1)) << slurp(nodes[0].log);
+  auto r = coach("experiment prediction --at " + at +
+                 " --epochs 3 --train-limit 0 --spec examples/digits-mlp.yaml --out " +
+                 (work_dir() / "given-cluster").string());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("coach: experiment: 8 of its 8 job(s) removed from the cluster's list\n"),
+            std::string::npos)
+      << r.err;
+  auto st = coach("status --json --at " + at);
+  ASSERT_EQ(st.code, 0) << st.err;
+  EXPECT_EQ(json_field(parse_json(st.out), "jobs"), nlohmann::json::array()) << st.out;
+  stop_nodes(nodes);
+}
+
 TEST(newcomer, dropouts_rate_is_refused_naming_p) {
   const auto dir = fresh_dir("dropout");
   std::ofstream(dir / "job.yaml")

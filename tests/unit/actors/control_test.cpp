@@ -255,6 +255,8 @@ void expect_same(const api_request& a, const api_request& b) {
   } else if (const auto* l = std::get_if<logs_request>(&a)) {
     EXPECT_EQ(l->job, std::get<logs_request>(b).job);
     EXPECT_EQ(l->after, std::get<logs_request>(b).after);
+  } else if (const auto* f = std::get_if<forget_request>(&a)) {
+    EXPECT_EQ(f->job, std::get<forget_request>(b).job);
   }
 }
 
@@ -354,6 +356,7 @@ std::vector<control_message> every_variant() {
   all.push_back(api_request{policy_request{"elastic-fifo"}});
   all.push_back(api_request{logs_request{103, 0}});
   all.push_back(api_request{logs_request{104, std::uint64_t(1) << 40}});
+  all.push_back(api_request{forget_request{105}});
   const error why{errc::invalid_argument, "field 'workers' must be > 0"};
   for (const bool failed : {false, true}) {
     const auto failure = failed ? std::optional<error>(why) : std::nullopt;

@@ -267,6 +267,34 @@ TEST_F(cluster_core_test, a_failed_start_fails_the_job_and_stops_its_parts) {
   EXPECT_EQ(core->registry().find(id)->state(), job_state::failed);
 }
 
+TEST_F(cluster_core_test, an_ended_job_is_forgotten_and_its_id_not_given_again) {
+  make();
+  const auto id = running_job(false);
+  auto r = ask(forget_request{id});
+  ASSERT_TRUE(r.failure);
+  EXPECT_EQ(r.failure->code, errc::invalid_argument);
+  EXPECT_NE(r.failure->message.find("only an ended job can be forgotten"), std::string::npos)
+      << r.failure->message;
+  const auto hosts = core->registry().find(id)->hosts();
+  core->command_answered(*hosts.begin(),
+                         {id, coach::error{errc::invalid_argument, "no such data set"}, false});
+  r = ask(forget_request{id});
+  ASSERT_FALSE(r.failure) << r.failure->message;
+  EXPECT_TRUE(std::holds_alternative<ack_reply>(r.body));
+  EXPECT_TRUE(noted("job 1 forgotten"));
+  r = ask(status_request{0});
+  EXPECT_TRUE(std::get<status_reply>(r.body).jobs.empty());
+  r = ask(status_request{id});
+  ASSERT_TRUE(r.failure);
+  EXPECT_EQ(r.failure->message, "no job 1");
+  r = ask(forget_request{id});
+  ASSERT_TRUE(r.failure);
+  EXPECT_EQ(r.failure->code, errc::not_found);
+  // Its nodes' late answers to the stop are ignored; its id is not given again.
+  for (auto h : hosts) core->command_answered(h, {id, {}, true});
+  EXPECT_EQ(submit(1, 1), 2u) << "the forgotten job's id is not given again";
+}
+
 TEST_F(cluster_core_test, a_lost_shard_node_restarts_the_job_from_its_checkpoint) {
   make();
   const auto id = running_job();

@@ -195,6 +195,39 @@ TEST(job_store, a_submit_token_finds_its_job_after_a_reopen_and_is_not_used_twic
   EXPECT_EQ(jobs->size(), 2u) << "the refused second add stored nothing";
 }
 
+TEST(job_store, a_forgotten_job_is_gone_with_its_history_and_its_id_is_not_given_again) {
+  temp_dir dir;
+  const std::string path = dir.file("jobs.db");
+  {
+    auto store = job_store::open(path);
+    ASSERT_TRUE(store) << store.error().message;
+    const auto a = *store->add_job(sample_job("a", "m"));
+    const auto b = *store->add_job(sample_job("b", "m"), 77);
+    ASSERT_TRUE(store->set_state(b, job_state::succeeded, 5.0));
+    ASSERT_TRUE(store->add_epoch(
+        b, epoch_record{
+               .epoch = 0, .at = 4.0, .workers = 1, .shards = 1, .seconds = 1.0, .samples = 10}));
+    ASSERT_TRUE(store->forget_job(b));
+    auto jobs = store->jobs();
+    ASSERT_TRUE(jobs);
+    ASSERT_EQ(jobs->size(), 1u);
+    EXPECT_EQ(jobs->front().id, a);
+    EXPECT_FALSE(store->job(b));
+    EXPECT_TRUE(store->epochs(b)->empty());
+    EXPECT_TRUE(store->states(b)->empty());
+    EXPECT_FALSE(*store->job_by_token(77));
+    auto again = store->forget_job(b);
+    ASSERT_FALSE(again);
+    EXPECT_EQ(again.error().code, errc::not_found);
+  }
+  // The newest job was forgotten: its id stays taken, after a reopen too.
+  auto store = job_store::open(path);
+  ASSERT_TRUE(store) << store.error().message;
+  auto next = store->add_job(sample_job("c", "m"));
+  ASSERT_TRUE(next) << next.error().message;
+  EXPECT_EQ(*next, 3u);
+}
+
 TEST(job_store, errors_name_the_job_and_keep_the_store_usable) {
   auto store = job_store::open(":memory:");
   ASSERT_TRUE(store) << store.error().message;
