@@ -93,7 +93,7 @@ else
     [ "$old" = "localhost/$image" ] || pm rmi -f "$old" >/dev/null 2>&1
   done
 fi
-pm run --rm "$image" --version | grep -q '^coach-node ' || fail "the image's coach-node does not run"
+pm run --rm --network=host "$image" --version | grep -q '^coach-node ' || fail "the image's coach-node does not run"
 
 # A port free on this host (the containers share its network).
 free_port() {
