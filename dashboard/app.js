@@ -210,7 +210,13 @@ function render(s) {
 }
 
 // The state the page came with, drawn before anything else (no blank page until the first poll).
-const initial = JSON.parse(document.getElementById('initial-state')?.textContent || 'null');
+const initial = (() => {
+  try {
+    return JSON.parse(document.getElementById('initial-state')?.textContent || 'null');
+  } catch (e) {
+    return null;  // then the first poll draws it
+  }
+})();
 
 async function refresh() {
   try {
