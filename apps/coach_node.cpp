@@ -336,6 +336,7 @@ int main(int argc, char** argv) {
   }
   actors::node_options no;
   no.name = name.empty() ? address : name;
+  (*net)->name_peer(host, no.name);  // what it sends itself, labelled by its name
   no.address = address;
   no.public_key = public_key;
   no.host = host;
@@ -361,7 +362,8 @@ int main(int argc, char** argv) {
             .receive([&](std::string& part) { text += part; }, [&](caf::error&) { late = who; });
       };
       ask(agent, "the node agent");
-      text += actors::transport_metrics(node, net->traffic(), net->received());
+      text += actors::transport_metrics(node, net->traffic(), net->received(),
+                                        [&](std::uint32_t h) { return net->peer_label(h); });
       if (sched && late.empty()) ask(sched, "the scheduler");
       if (!late.empty()) return {503, "text/plain; charset=utf-8", late + " did not answer\n"};
       return {200, "text/plain; version=0.0.4; charset=utf-8", std::move(text)};

@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-# For the tests only: promtool (Debian's prometheus) checks what /metrics serves; headless
+# For the tests only: Debian's prometheus (promtool checks what /metrics serves; its server
+# scrapes a 3-node cluster in metrics_cluster_test); headless
 # Chromium (Debian's chromium) loads the dashboard; systemd-analyze (Debian's systemd) verifies
 # deploy/systemd's unit. Services are not started (a package's own
 # start may fail where there is no init system: harmless here). Without them those checks skip.
