@@ -212,6 +212,7 @@ caf::behavior cluster_scheduler(caf::stateful_actor<scheduler_state>* self,
         if (auto* hb = std::get_if<node_heartbeat>(&*msg)) {
           if (hb->host != m.hdr.src.host) return;  // a heartbeat speaks for its own host only
           s.core->heartbeat(*hb);
+          s.net->name_peer(hb->host, hb->name);  // its traffic from here, by name (/metrics)
         } else if (auto* r = std::get_if<command_reply>(&*msg)) {
           s.core->command_answered(m.hdr.src.host, *r);
         } else if (auto* req = std::get_if<api_request>(&*msg)) {

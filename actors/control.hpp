@@ -98,6 +98,7 @@ struct start_job {
     std::uint32_t host = 0;
     std::string address;
     std::string public_key;  ///< Z85; empty: unknown (the receiver's server key is used)
+    std::string name;        ///< its node name (metrics label peers by it); empty: unknown
     friend bool operator==(const peer&, const peer&) = default;
   };
   std::vector<peer> peers;               ///< address of every host of the job

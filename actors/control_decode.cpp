@@ -83,7 +83,8 @@ start_job get_start_job(schema::StartJob::Reader r) {
   s.peers.reserve(peers.size());
   for (const auto p : peers)
     s.peers.push_back({p.getHost(), get_text(p.getAddress(), "startJob peer address"),
-                       get_key(p.getPublicKey(), "startJob peer publicKey")});
+                       get_key(p.getPublicKey(), "startJob peer publicKey"),
+                       get_text(p.getName(), "startJob peer name")});
   auto get_parts = [](auto list, std::string_view what) {
     check_count(list, what, max_items);
     std::vector<part_host> out;

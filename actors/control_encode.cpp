@@ -124,6 +124,7 @@ void put_start_job(schema::StartJob::Builder b, const start_job& s) {
     peers[i].setHost(s.peers[i].host);
     put_text([&](unsigned n) { return peers[i].initAddress(n); }, s.peers[i].address);
     put_text([&](unsigned n) { return peers[i].initPublicKey(n); }, s.peers[i].public_key);
+    put_text([&](unsigned n) { return peers[i].initName(n); }, s.peers[i].name);
   }
   auto put_parts = [](auto list, const std::vector<part_host>& parts) {
     for (unsigned i = 0; i < parts.size(); ++i) {

@@ -121,7 +121,8 @@ result<void> job_runner::launch(const runner_env& env, sched::registered_job& jo
     sj.peers.push_back({h, n ? n->last.address : env.own_address,
                         n     ? n->last.public_key
                         : own ? env.net->public_key()
-                              : ""});
+                              : "",
+                        n ? n->last.name : ""});
   }
   spawn(env, id, gen, job.first_epoch(), sj.first_step);
   // Phase 1: every shard; phase 2 (on their acknowledgements): every worker.
@@ -277,8 +278,9 @@ void job_runner::next_add(const runner_env& env, sched::registered_job& job) {
     for (auto h : hosts)
       if (std::none_of(start_.peers.begin(), start_.peers.end(),
                        [&](const auto& p) { return p.host == h; }))
-        start_.peers.push_back(
-            {h, env.nodes->find(h)->last.address, env.nodes->find(h)->last.public_key});
+        start_.peers.push_back({h, env.nodes->find(h)->last.address,
+                                env.nodes->find(h)->last.public_key,
+                                env.nodes->find(h)->last.name});
     ctx_->added->place(a.part.worker, a.part.id, a.host, backups);  // the master's view
     // Every node that runs a part of the job hears of it (the new one included).
     for (auto h : job.hosts())

@@ -95,11 +95,11 @@ std::string node_metrics(const node_heartbeat& hb) {
   const auto one = [&](std::string_view name, std::string_view help, double v) {
     family(out, name, "gauge", help).sample(node, v);
   };
-  family(out, "coach_node_info", "gauge",
-         "A coach-node: its host id (transport metrics name peers by it) and address.")
+  family(out, "coach_node_info", "gauge", "A coach-node: its host id and address.")
       .sample({{"node", hb.name}, {"host", std::to_string(hb.host)}, {"address", hb.address}}, 1);
   one("coach_node_cpus", "CPUs this node advertises (--cpus, else the host's).", r.cpus_total);
-  one("coach_node_cpus_free", "CPUs not busy over the last heartbeat interval, measured.",
+  one("coach_node_cpus_idle",
+      "CPUs not busy over the last heartbeat interval, measured (Coach's parts count as busy).",
       r.cpus_free);
   one("coach_node_cpus_external",
       "CPUs programs other than Coach kept busy (0 under --cpu-accounting reserved).",
@@ -115,27 +115,30 @@ std::string node_metrics(const node_heartbeat& hb) {
 }
 
 std::string transport_metrics(std::string_view node, const traffic_stats& sent,
-                              const receive_stats& received) {
+                              const receive_stats& received, const peer_labeller& peer_label) {
   std::string out;
   const std::string n(node);
-  // Per peer host: the sum over jobs of what this node sent there.
-  std::map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>> peers;
+  // Per peer: the sum over jobs of what this node sent there. Hosts of one label are one peer
+  // (host 0, the scheduler reached through --join, and the scheduler's own host id; every
+  // `coach` CLI process, "clients").
+  std::map<std::uint32_t, std::string> labels_of;
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> peers;
   for (const auto& l : sent.links) {
-    auto& p = peers[l.dst_host];
+    auto it = labels_of.find(l.dst_host);
+    if (it == labels_of.end()) it = labels_of.emplace(l.dst_host, peer_label(l.dst_host)).first;
+    auto& p = peers[it->second];
     p.first += l.messages;
     p.second += l.bytes;
   }
   {
     family f(out, "coach_transport_sent_messages_total", "counter",
-             "Messages this node sent, by destination host (itself included).");
-    for (const auto& [host, p] : peers)
-      f.sample({{"node", n}, {"peer", std::to_string(host)}}, double(p.first));
+             "Messages this node sent, by destination node (itself included).");
+    for (const auto& [peer, p] : peers) f.sample({{"node", n}, {"peer", peer}}, double(p.first));
   }
   {
     family f(out, "coach_transport_sent_bytes_total", "counter",
-             "Bytes this node sent (header and payload), by destination host.");
-    for (const auto& [host, p] : peers)
-      f.sample({{"node", n}, {"peer", std::to_string(host)}}, double(p.second));
+             "Bytes this node sent (header and payload), by destination node.");
+    for (const auto& [peer, p] : peers) f.sample({{"node", n}, {"peer", peer}}, double(p.second));
   }
   {
     family f(out, "coach_transport_sent_kind_messages_total", "counter",
@@ -194,6 +197,15 @@ std::string scheduler_metrics(const std::vector<scheduler::job_status>& jobs,
     f.sample({{"state", "alive"}}, double(alive));
     f.sample({{"state", "dead"}}, double(nodes.size() - alive));
   }
+  gauges(
+      out, "coach_node_cpus_free",
+      "CPUs the scheduler may still give on the node: advertised, less its jobs' parts (one "
+      "each), less what other programs keep busy under --cpu-accounting measured (coach nodes).",
+      nodes,
+      [](const node_status& n) {
+        return labels{{"node", n.last.name}};
+      },
+      [](const node_status& n) { return n.last.resources.cpus_free; });
   {
     family f(out, "coach_jobs", "gauge", "Jobs the scheduler holds, by state.");
     for (auto s : {job_state::queued, job_state::running, job_state::suspended,
@@ -203,11 +215,11 @@ std::string scheduler_metrics(const std::vector<scheduler::job_status>& jobs,
       f.sample({{"state", std::string(to_string(s))}}, double(n));
     }
   }
-  const auto id = [](const job_status& j) { return labels{{"job", std::to_string(j.job)}}; };
+  const auto id = [](const job_status& j) { return labels{{"job_id", std::to_string(j.job)}}; };
   {
     family f(out, "coach_job_info", "gauge", "A job: its name, state and placement (value 1).");
     for (const auto& j : jobs)
-      f.sample({{"job", std::to_string(j.job)},
+      f.sample({{"job_id", std::to_string(j.job)},
                 {"name", j.name},
                 {"state", std::string(to_string(j.state))},
                 {"placement", j.placement}},
@@ -244,7 +256,7 @@ std::string scheduler_metrics(const std::vector<scheduler::job_status>& jobs,
       for (const auto& n : j.worker_nodes) ++on[{n, "worker"}];
       for (const auto& n : j.shard_nodes) ++on[{n, "shard"}];
       for (const auto& [k, count] : on)
-        f.sample({{"job", std::to_string(j.job)}, {"node", k.first}, {"kind", k.second}},
+        f.sample({{"job_id", std::to_string(j.job)}, {"node", k.first}, {"kind", k.second}},
                  double(count));
     }
   }
@@ -253,7 +265,7 @@ std::string scheduler_metrics(const std::vector<scheduler::job_status>& jobs,
     auto m = nlohmann::json::parse(j.model_json, nullptr, false);
     if (!m.is_discarded() && m.is_object()) modelled.emplace_back(&j, std::move(m));
   }
-  const auto mid = [](const auto& p) { return labels{{"job", std::to_string(p.first->job)}}; };
+  const auto mid = [](const auto& p) { return labels{{"job_id", std::to_string(p.first->job)}}; };
   gauges(out, "coach_job_predicted_epoch_seconds",
          "The performance model's epoch time for the job's allocation now.", modelled, mid,
          [](const auto& p) { return model_number(p.second, "predicted_epoch_s"); });

@@ -211,6 +211,7 @@ struct agent_state {
       if (!spec) return std::unexpected(spec.error());
       auto data = job_data(sj, *spec);
       if (!data) return std::unexpected(data.error());
+      name_peers(sj);
       for (const auto& p : sj.peers)
         if (p.host != opt.host) net->add_peer(p.host, p.address, p.public_key);
       auto made = make_job_context(sj.job, *spec, std::move(*data), net, sj.master_host,
@@ -289,10 +290,20 @@ struct agent_state {
     return {};
   }
 
+  /// The job's peers by name, for the transport's figures; the master's node is the scheduler's,
+  /// which this node reaches as host 0 (heartbeats, replies) too.
+  void name_peers(const start_job& sj) {
+    for (const auto& p : sj.peers) {
+      net->name_peer(p.host, p.name);
+      if (p.host == sj.master_host) net->name_peer(0, p.name);
+    }
+  }
+
   /// A running job grows (start_job with `start`): learn where every added part runs and the
   /// peers of the job, and start the new part if it is placed here.
   result<void> start_added(const start_job& sj, job_part& part) {
     auto& ctx = part.ctx;
+    name_peers(sj);
     for (const auto& p : sj.peers)
       if (p.host != opt.host) net->add_peer(p.host, p.address, p.public_key);  // idempotent
     for (const auto& h : sj.added_shards) ctx->added->place(false, h.id, h.host, h.backups);

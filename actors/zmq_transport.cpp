@@ -131,6 +131,16 @@ void zmq_transport_impl::add_peer(std::uint32_t host, std::string address, std::
   }
 }
 
+void zmq_transport_impl::name_peer(std::uint32_t host, std::string name) {
+  std::lock_guard lock{mu_};
+  peers_.name(host, std::move(name));
+}
+
+std::string zmq_transport_impl::peer_label(std::uint32_t host) const {
+  std::lock_guard lock{mu_};
+  return peers_.label(host);
+}
+
 zmq_transport::peer_contact zmq_transport_impl::contact_of(std::uint32_t host) {
   std::vector<std::uint32_t> gone;
   {

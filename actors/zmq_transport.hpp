@@ -145,6 +145,10 @@ class zmq_transport : public transport {
   /// security's server key. A changed key or address replaces the connection (and what its queue
   /// held is lost): an empty key never counts as a change.
   virtual void add_peer(std::uint32_t host, std::string address, std::string public_key = {}) = 0;
+  /// Names `host` after its node, and what traffic to it is shown under (peer_label):
+  /// transport/peer_table.hpp, name and label.
+  virtual void name_peer(std::uint32_t host, std::string name) = 0;
+  virtual std::string peer_label(std::uint32_t host) const = 0;
   /// Connects to peer `host` now (otherwise its first message does), so that contact_of and
   /// refusal_of tell how it goes before anything is sent.
   virtual void connect(std::uint32_t host) = 0;

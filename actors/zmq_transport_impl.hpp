@@ -64,6 +64,8 @@ class zmq_transport_impl final : public zmq_transport {
   traffic_stats traffic() const override { return counter_.snapshot(); }
   void connect(std::uint32_t host) override;
   void add_peer(std::uint32_t host, std::string address, std::string public_key) override;
+  void name_peer(std::uint32_t host, std::string name) override;
+  std::string peer_label(std::uint32_t host) const override;
   peer_contact contact_of(std::uint32_t host) override;
   std::string refusal_of(std::uint32_t host) const override;
   std::uint32_t host_id() const override { return opt_.host; }

@@ -5,12 +5,14 @@
 
 #include <unistd.h>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -223,6 +225,11 @@ int wait_for(actors::api_client& client, std::uint64_t job, bool json) {
   std::signal(SIGINT, on_wait_signal);
   std::signal(SIGTERM, on_wait_signal);
   std::uint32_t last_epoch = 0;
+  // While the job waits: why, a line each time the reason changes, at most every 5 s (free
+  // CPUs measured on a busy host change with every heartbeat).
+  const auto since = std::chrono::steady_clock::now();
+  std::string said;
+  std::optional<std::chrono::steady_clock::time_point> said_at;
   int misses = 0;
   int unsettled = 0;  // polls of an ended job whose nodes have not all reported its last bytes
   for (;;) {
@@ -272,6 +279,16 @@ int wait_for(actors::api_client& client, std::uint64_t job, bool json) {
       std::fprintf(stderr, "coach: job %llu '%s' %s: %s\n", static_cast<unsigned long long>(s.job),
                    s.name.c_str(), std::string(to_string(s.state)).c_str(), s.error.c_str());
       return s.state == job_state::cancelled ? 130 : 1;
+    }
+    if (!s.waiting.empty() && s.waiting != said &&
+        (!said_at || std::chrono::steady_clock::now() - *said_at >= std::chrono::seconds(5))) {
+      if (tty) std::fprintf(stderr, "\r\033[K");
+      const std::chrono::duration<double> waited = std::chrono::steady_clock::now() - since;
+      std::fprintf(stderr, "coach: job %llu %s for %.0f s: %s\n",
+                   static_cast<unsigned long long>(s.job), std::string(to_string(s.state)).c_str(),
+                   waited.count(), s.waiting.c_str());
+      said = s.waiting;
+      said_at = std::chrono::steady_clock::now();
     }
     if (tty) {
       const double frac = s.samples_epoch ? double(s.samples_done) / double(s.samples_epoch) : 0.0;

@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -335,6 +336,7 @@ int main(int argc, char** argv) {
   }
   actors::node_options no;
   no.name = name.empty() ? address : name;
+  (*net)->name_peer(host, no.name);  // what it sends itself, labelled by its name
   no.address = address;
   no.public_key = public_key;
   no.host = host;
@@ -360,7 +362,8 @@ int main(int argc, char** argv) {
             .receive([&](std::string& part) { text += part; }, [&](caf::error&) { late = who; });
       };
       ask(agent, "the node agent");
-      text += actors::transport_metrics(node, net->traffic(), net->received());
+      text += actors::transport_metrics(node, net->traffic(), net->received(),
+                                        [&](std::uint32_t h) { return net->peer_label(h); });
       if (sched && late.empty()) ask(sched, "the scheduler");
       if (!late.empty()) return {503, "text/plain; charset=utf-8", late + " did not answer\n"};
       return {200, "text/plain; version=0.0.4; charset=utf-8", std::move(text)};
@@ -370,25 +373,27 @@ int main(int argc, char** argv) {
     if (sched) {
       // The dashboard: the page (compiled in) and the scheduler's state, read-only unless
       // --dashboard-admin (docs/operations.md, "Dashboard").
-      for (const char* name : {"index.html", "app.js", "style.css"}) {
-        auto serve = [name]() -> actors::http_response {
+      for (const char* name : {"app.js", "style.css"}) {
+        routes[std::string("/") + name] = [name]() -> actors::http_response {
           const auto [type, bytes] = actors::dashboard_asset(name);
           return {200, std::string(type), std::string(bytes)};
         };
-        routes[std::string("/") + name] = serve;
-        if (std::string_view(name) == "index.html") routes["/"] = serve;
       }
-      routes["/api/state"] = [&sys, sched, dashboard_admin]() -> actors::http_response {
+      auto state = [&sys, sched, dashboard_admin]() -> std::optional<std::string> {
         caf::scoped_actor self{sys};
-        actors::http_response r{503, "text/plain; charset=utf-8", "the scheduler did not answer\n"};
+        std::optional<std::string> out;
         self->request(sched, std::chrono::seconds(2), actors::dashboard_atom::value,
                       dashboard_admin)
-            .receive(
-                [&](std::string& state) {
-                  r = {200, "application/json", std::move(state)};
-                },
-                [&](caf::error&) {});
-        return r;
+            .receive([&](std::string& s) { out = std::move(s); }, [&](caf::error&) {});
+        return out;
+      };
+      routes["/api/state"] = [state]() -> actors::http_response {
+        if (auto s = state()) return {200, "application/json", std::move(*s)};
+        return {503, "text/plain; charset=utf-8", "the scheduler did not answer\n"};
+      };
+      // The page comes with the state of the moment embedded: drawn as it loads.
+      routes["/"] = routes["/index.html"] = [state]() -> actors::http_response {
+        return {200, "text/html; charset=utf-8", actors::dashboard_page(state().value_or(""))};
       };
       for (const char* action : {"policy", "cancel"})
         posts[std::string("/api/") + action] = [&sys, sched, dashboard_admin,
@@ -411,6 +416,11 @@ int main(int argc, char** argv) {
                   [&](caf::error&) {});
           return r;
         };
+    } else {
+      // Not the scheduler: / says so and where the dashboard is, instead of a bare 404.
+      routes["/"] = [page = actors::worker_page(no.name, join)]() -> actors::http_response {
+        return {200, "text/html; charset=utf-8", page};
+      };
     }
     auto server = actors::http_server::start(metrics_listen, std::move(routes), std::move(posts),
                                              http_access);

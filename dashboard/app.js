@@ -1,5 +1,7 @@
-// The Coach dashboard's script: polls /api/state, draws nodes, jobs, each job's loss and
-// accuracy curves (SVG) and its history with the changes marked. With the scheduler started
+// The Coach dashboard's script: draws the state the page came with (#initial-state) as it
+// loads, then polls /api/state; draws nodes (a lost one marked), jobs newest first, each job's
+// loss and accuracy curves (SVG: every finished epoch, and the current epoch's progress as the
+// polls see it) and its history with the changes marked. With the scheduler started
 // with --dashboard-admin, the state says so and the page offers the policy and cancel actions
 // (POST /api/policy, /api/cancel); otherwise it only reads.
 'use strict';
@@ -26,7 +28,8 @@ const svgEl = (tag, attrs = {}) => {
   for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
   return e;
 };
-const fmt = (v, d = 4) => (v === null || v === undefined || Number.isNaN(v)) ? '-' : Number(v).toFixed(d);
+// A figure not there yet (a queued job's loss, an accuracy before the first epoch ends): '—'.
+const fmt = (v, d = 4) => (v === null || v === undefined || Number.isNaN(v)) ? '\u2014' : Number(v).toFixed(d);
 const gib = b => (b / 2 ** 30).toFixed(1) + ' GiB';
 
 function row(cells, attrs) {
@@ -39,17 +42,33 @@ function row(cells, attrs) {
   return tr;
 }
 
-// One panel: `series` [{name, color, points: [[x, y]]}], `marks` [x] drawn dashed.
-function curve(title, series, marks, cls) {
+// Where the epoch axis is labelled: every epoch while the labels fit (up to 15), else every
+// 2nd, 5th, 10th, ... epoch.
+function epochStep(x1) {
+  for (const m of [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000])
+    if (x1 / m <= 15) return m;
+  return Math.ceil(x1 / 15);
+}
+
+// One panel: `series` [{name, color, points: [[x, y]], cls, dot}] (x in epochs: epoch k ends at
+// x = k; a point in between is that far into the epoch), `marks` [x] drawn dashed. `empty`: what
+// the panel says while it has no point.
+function curve(title, series, marks, cls, empty) {
   const w = 420, h = 200, l = 48, r = 10, t = 22, b = 24;
   const svg = svgEl('svg', {width: w, height: h, class: 'curve ' + cls});
+  series = series.map(s => ({...s, points: s.points.filter(p => p[1] !== null && p[1] !== undefined)}));
   const all = series.flatMap(s => s.points);
   const t0 = svgEl('text', {x: l, y: 14, 'font-size': 12});
   t0.textContent = title;
   svg.appendChild(t0);
-  if (all.length === 0) return svg;
+  if (all.length === 0) {
+    const note = svgEl('text', {x: w / 2, y: h / 2, 'font-size': 12, 'text-anchor': 'middle', fill: '#889', class: 'empty'});
+    note.textContent = empty;
+    svg.appendChild(note);
+    return svg;
+  }
   const xs = all.map(p => p[0]), ys = all.map(p => p[1]);
-  const x0 = Math.min(...xs, 0), x1 = Math.max(...xs, 1);
+  const x0 = 0, x1 = Math.max(Math.ceil(Math.max(...xs)), 1);
   let y0 = Math.min(...ys), y1 = Math.max(...ys);
   if (y1 - y0 < 1e-9) { y0 -= 0.05; y1 += 0.05; }
   const px = x => l + (x - x0) / (x1 - x0) * (w - l - r);
@@ -60,15 +79,36 @@ function curve(title, series, marks, cls) {
     tx.textContent = v.toFixed(3);
     svg.appendChild(tx);
   }
-  const xl = svgEl('text', {x: w - r, y: h - 6, 'font-size': 10, 'text-anchor': 'end'});
-  xl.textContent = 'epoch ' + x1;
+  // The epoch axis: a tick at every epoch (while they are more than 3 px apart), labelled at
+  // every epochStep-th.
+  const step = epochStep(x1);
+  for (let e = 0; e <= x1; e++) {
+    const labelled = e % step === 0;
+    if (!labelled && (w - l - r) / x1 < 3) continue;
+    svg.appendChild(svgEl('line', {x1: px(e), x2: px(e), y1: h - b, y2: h - b + (labelled ? 5 : 3), stroke: '#999'}));
+    if (!labelled) continue;
+    const tx = svgEl('text', {x: px(e), y: h - b + 15, 'font-size': 10, 'text-anchor': 'middle', class: 'epoch-label'});
+    tx.textContent = String(e);
+    svg.appendChild(tx);
+  }
+  const xl = svgEl('text', {x: l - 4, y: h - 4, 'font-size': 10, 'text-anchor': 'end'});
+  xl.textContent = 'epoch';
   svg.appendChild(xl);
   for (const m of marks)
     svg.appendChild(svgEl('line', {class: 'change', x1: px(m), x2: px(m), y1: t, y2: h - b,
                                    stroke: '#d62728', 'stroke-dasharray': '4,3'}));
   series.forEach((s, i) => {
-    svg.appendChild(svgEl('polyline', {fill: 'none', stroke: s.color, 'stroke-width': 2,
+    if (s.points.length === 0) return;
+    svg.appendChild(svgEl('polyline', {fill: 'none', stroke: s.color, 'stroke-width': s.dot ? 1 : 2,
+                                       class: s.cls || 'epochs',
                                        points: s.points.map(p => px(p[0]) + ',' + py(p[1])).join(' ')}));
+    if (s.points.length <= 30)  // few points (a short job): each one visible
+      for (const [x, y] of s.points)
+        svg.appendChild(svgEl('circle', {cx: px(x), cy: py(y), r: 2, fill: s.color, class: 'point'}));
+    if (s.dot) {  // where the job is now
+      const [x, y] = s.points[s.points.length - 1];
+      svg.appendChild(svgEl('circle', {cx: px(x), cy: py(y), r: 3, fill: s.color, class: 'now'}));
+    }
     const lg = svgEl('text', {x: w - r - 4, y: t + 14 + 14 * i, 'font-size': 11, fill: s.color, 'text-anchor': 'end'});
     lg.textContent = s.name;
     svg.appendChild(lg);
@@ -83,6 +123,18 @@ async function post(path, body) {
   const text = await r.text();
   if (!r.ok) alert(text);
   refresh();
+}
+
+// Each job's current-epoch points as the polls saw them since the page loaded ([epoch, loss]),
+// so the loss curve moves between epochs' ends; the points of an epoch that ended stay drawn.
+const livePoints = new Map();
+function liveTrace(j) {
+  const pts = livePoints.get(j.job) || [];
+  if (j.live && (pts.length === 0 || pts[pts.length - 1][0] !== j.live.epoch))
+    pts.push([j.live.epoch, j.live.train_loss]);
+  while (pts.length > 2000) pts.shift();
+  livePoints.set(j.job, pts);
+  return pts;
 }
 
 function render(s) {
@@ -104,15 +156,20 @@ function render(s) {
   }
   const nodes = document.querySelector('#nodes tbody');
   nodes.textContent = '';
-  for (const n of s.nodes)
-    nodes.appendChild(row([n.name, n.address, el('span', {class: 'state-' + (n.alive ? 'alive' : 'dead')}, n.alive ? (n.draining ? 'draining' : 'alive') : 'dead'),
+  for (const n of s.nodes) {
+    // A lost node (no heartbeat) is marked so until the scheduler's page drops it (10 minutes).
+    const st = n.state || (n.alive ? (n.draining ? 'draining' : 'alive') : 'lost');
+    const text = st === 'lost' ? 'lost (last seen ' + Math.round(n.seconds_since_heartbeat || 0) + ' s ago)' : st;
+    nodes.appendChild(row([n.name, n.address, el('span', {class: 'state-' + st}, text),
                            fmt(n.cpus_free, 1) + ' / ' + n.cpus_total, fmt(n.cpus_external, 1), gib(n.memory_free) + ' / ' + gib(n.memory_total),
-                           n.gpus_free + ' / ' + n.gpus_total, n.parts], {class: 'node', 'data-name': n.name}));
+                           n.gpus_free + ' / ' + n.gpus_total, n.parts], {class: 'node', 'data-name': n.name, 'data-state': st}));
+  }
   const jobs = document.querySelector('#jobs tbody');
   jobs.textContent = '';
   const details = document.getElementById('details');
   details.textContent = '';
-  for (const j of s.jobs) {
+  // Newest first (the scheduler sends them so; kept here for any other source of state).
+  for (const j of [...s.jobs].sort((a, b) => b.job - a.job)) {
     const state = el('span', {class: 'state-' + j.state}, j.state);
     const cells = [String(j.job), j.name, state, j.epochs_done + '/' + j.epochs_total, fmt(j.test_accuracy),
                    fmt(j.loss), fmt(j.samples_per_s, 0), String(j.workers), String(j.shards), j.placement || '-', j.waiting || ''];
@@ -126,11 +183,15 @@ function render(s) {
     const card = el('div', {class: 'job-card', id: 'job-' + j.job});
     card.appendChild(el('h3', {}, 'job ' + j.job + ' · ' + j.name + ' · ' + j.state));
     const marks = j.changes_at || [];
+    const live = liveTrace(j);
     card.appendChild(curve('loss', [
       {name: 'training', color: '#1f77b4', points: j.curve.map(e => [e.epoch, e.train_loss])},
-      {name: 'test', color: '#ff7f0e', points: j.curve.map(e => [e.epoch, e.test_loss])}], marks, 'loss'));
+      {name: 'test', color: '#ff7f0e', points: j.curve.map(e => [e.epoch, e.test_loss])},
+      {name: 'training, this epoch', color: '#6baed6', points: live, cls: 'live', dot: true}], marks, 'loss',
+      j.state === 'queued' ? 'not started' : 'no loss yet'));
     card.appendChild(curve('test accuracy', [
-      {name: 'accuracy', color: '#2ca02c', points: j.curve.map(e => [e.epoch, e.test_accuracy])}], marks, 'accuracy'));
+      {name: 'accuracy', color: '#2ca02c', points: j.curve.map(e => [e.epoch, e.test_accuracy])}], marks, 'accuracy',
+      j.state === 'queued' ? 'not started' : 'measured as epoch 1 ends'));
     // The timeline: every event but the epochs', of which the last five.
     const hist = el('div', {class: 'history'});
     const epochLine = /: epoch \d+\//;
@@ -148,6 +209,15 @@ function render(s) {
   document.getElementById('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
 }
 
+// The state the page came with, drawn before anything else (no blank page until the first poll).
+const initial = (() => {
+  try {
+    return JSON.parse(document.getElementById('initial-state')?.textContent || 'null');
+  } catch (e) {
+    return null;  // then the first poll draws it
+  }
+})();
+
 async function refresh() {
   try {
     const r = await fetch('/api/state');
@@ -157,5 +227,5 @@ async function refresh() {
     document.getElementById('updated').textContent = 'no answer from the scheduler: ' + e.message;
   }
 }
-refresh();
+if (initial) render(initial); else refresh();
 setInterval(refresh, 2000);

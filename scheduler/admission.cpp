@@ -92,17 +92,26 @@ result<job_record> admit(const job_spec& spec, const submission& s, const cluste
   return rec;
 }
 
+double free_cpus_shown(double free) {
+  return std::floor(std::max(0.0, free) * 10 + 1e-6) / 10;
+}
+
 std::string why_waiting(const registered_job& job, const cluster_view& view,
-                        const std::map<std::uint64_t, registered_job>& jobs) {
+                        const std::map<std::uint64_t, registered_job>& jobs, double external_cpus) {
   if (job.cancel_requested()) return "being cancelled";
   if (!job.stops().empty())
     return coach::format("its parts of the last run are still stopping on {} node(s)",
                          job.stops().count());
   const auto& r = job.rec();
   if (view.nodes.empty()) return "no live node to run on";
-  double free_cpus = 0;
-  for (const auto& n : view.nodes) free_cpus += std::max(0.0, n.free.cpus);
-  free_cpus = std::floor(free_cpus * 10 + 1e-6) / 10;
+  double free_cpus = 0, total_cpus = 0;
+  for (const auto& n : view.nodes) {
+    free_cpus += free_cpus_shown(n.free.cpus);
+    total_cpus += n.total.cpus;
+  }
+  free_cpus = std::round(free_cpus * 10) / 10;
+  const double external = std::floor(std::clamp(external_cpus, 0.0, total_cpus) * 10 + 1e-6) / 10;
+  const double held = std::max(0.0, std::round((total_cpus - free_cpus - external) * 10) / 10);
   const int free_gpus = view.free_gpus();
   // The least it can start with (an elastic policy may start it so), then what it asks for.
   for (const bool least : {true, false}) {
@@ -115,8 +124,19 @@ std::string why_waiting(const registered_job& job, const cluster_view& view,
     const char* verb = least ? "needs" : "asks for";
     if (gpus > free_gpus)
       return coach::format("{} {} GPUs ({}), {} free", verb, gpus, parts, free_gpus);
-    if (cpus > free_cpus + 1e-9)
-      return coach::format("{} {} CPUs ({}), {} free", verb, cpus, parts, free_cpus);
+    if (cpus > free_cpus + 1e-9) {
+      // What holds the CPUs, and what would change it (docs/scheduler.md, "Cluster view").
+      std::string holds = coach::format("Coach's jobs hold {} (a CPU per worker or shard)", held);
+      if (external > 0)
+        holds += coach::format(
+            ", other programs keep {} busy (--cpu-accounting measured, the default; coach-node "
+            "--cpu-accounting reserved counts only Coach's jobs)",
+            external);
+      else
+        holds += "; it starts when they end, or coach-node --cpus N advertises more";
+      return coach::format("{} {} CPUs ({}), {} free of {}: {}", verb, cpus, parts, free_cpus,
+                           total_cpus, holds);
+    }
   }
   // It fits: an earlier job waits first (FIFO order), or the next decision starts it.
   for (const auto& [id, other] : jobs)

@@ -41,9 +41,19 @@ result<job_record> admit(const job_spec& spec, const submission& s, const cluste
 
 /// Why `job`, waiting (REQUIRES: job.waiting()), does not run yet, for `coach status`: being
 /// cancelled, its last run's parts still stopping, the least it needs against what is free in
-/// `view` ("needs 4 CPUs (2 workers and 2 shards at least), 2 free"), what it asks for, or the
-/// earlier job of `jobs` it waits behind.
+/// `view`, what it asks for, or the earlier job of `jobs` it waits behind. Short of CPUs, it
+/// says what holds them and how that changes: "needs 4 CPUs (2 worker(s) and 2 shard(s) at
+/// least), 2 free of 4: Coach's jobs hold 2 (a CPU per worker or shard); ..." and, where other
+/// programs keep `external_cpus` of the view's nodes busy (coach-node --cpu-accounting
+/// measured), those and the flag that stops counting them. Free CPUs are free_cpus_shown's.
 std::string why_waiting(const registered_job& job, const cluster_view& view,
-                        const std::map<std::uint64_t, registered_job>& jobs);
+                        const std::map<std::uint64_t, registered_job>& jobs,
+                        double external_cpus = 0);
+
+/// The free CPUs of one node as `coach nodes`, the dashboard and why_waiting show them: what
+/// the scheduler may still give there (node_table::view: advertised, less what it gave out,
+/// less what other programs keep busy under --cpu-accounting measured), 0 where over-committed,
+/// rounded down to a tenth.
+double free_cpus_shown(double free);
 
 }  // namespace coach::scheduler

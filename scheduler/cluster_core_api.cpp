@@ -11,9 +11,18 @@ namespace coach::scheduler {
 // --- the job API ------------------------------------------------------------------------------
 
 std::vector<node_status> cluster_core::node_statuses() const {
+  // Free CPUs as the scheduler counts them, the figure why_waiting gives (not the heartbeat's
+  // measured idle CPUs: under --cpu-accounting reserved Coach's own busy parts and the host's
+  // other programs do not take CPUs from jobs); 0 on a node that takes no work.
+  std::map<std::uint32_t, double> free;
+  if (reg_)
+    for (const auto& v : reg_->cluster().nodes) free[v.id] = free_cpus_shown(v.free.cpus);
   std::vector<node_status> known;
-  for (const auto& [host, n] : nodes_.nodes())
+  for (const auto& [host, n] : nodes_.nodes()) {
     known.push_back({heartbeats_.at(host), nodes_.silent_for(host), n.alive});
+    const auto f = free.find(host);
+    known.back().last.resources.cpus_free = f == free.end() ? 0.0 : f->second;
+  }
   return known;
 }
 

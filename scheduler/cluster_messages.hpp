@@ -42,7 +42,7 @@ struct command_reply {
 
 /// What `coach nodes` shows of one node.
 struct node_status {
-  node_heartbeat last;       ///< its latest heartbeat
+  node_heartbeat last;       ///< its latest heartbeat, cpus_free the scheduler's (free_cpus_shown)
   double seconds_since = 0;  ///< since that heartbeat arrived
   bool alive = true;         ///< false once heartbeats stopped (the node is listed as dead)
 };

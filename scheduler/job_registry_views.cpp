@@ -1,5 +1,7 @@
 // scheduler/job_registry_views.cpp: what coach status shows of a job: its snapshot, why it
 // waits, and the performance model's view of it (job_registry.hpp).
+#include <algorithm>
+
 #include "common/json.hpp"
 #include "scheduler/job_registry.hpp"
 #include "scheduler/placement.hpp"
@@ -22,7 +24,14 @@ job_status job_registry::snapshot(const registered_job& job, perf_model* model,
 
 std::string job_registry::why_waiting(const registered_job& job) const {
   if (!job.waiting()) return {};
-  return scheduler::why_waiting(job, cluster(), jobs_);
+  // What other programs keep busy on the nodes that take work (0 under --cpu-accounting
+  // reserved): the reason names that accounting where it holds CPUs back.
+  double external = 0;
+  for (const auto& [host, n] : nodes_.nodes())
+    if (nodes_.usable(host))
+      external +=
+          std::clamp(n.last.resources.cpus_external, 0.0, double(n.last.resources.cpus_total));
+  return scheduler::why_waiting(job, cluster(), jobs_, external);
 }
 
 std::string model_json(const registered_job& job, perf_model& model, std::string_view policy) {

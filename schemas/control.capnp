@@ -51,6 +51,7 @@ struct StartJob {
     host @0 :UInt32;
     address @1 :Text;          # "tcp://IP:PORT"
     publicKey @2 :Text;        # its CURVE public key (Z85); empty: unknown or none
+    name @3 :Text;             # its node name (coach-node --name); empty: unknown
   }
 
   struct PartHost {

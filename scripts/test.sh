@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-# For the tests only: promtool (Debian's prometheus) checks what /metrics serves; headless
+# For the tests only: Debian's prometheus (promtool checks what /metrics serves; its server
+# scrapes a 3-node cluster in metrics_cluster_test); headless
 # Chromium (Debian's chromium) loads the dashboard; systemd-analyze (Debian's systemd) verifies
 # deploy/systemd's unit. Services are not started (a package's own
 # start may fail where there is no init system: harmless here). Without them those checks skip.
@@ -20,6 +21,16 @@ for tool in promtool:prometheus chromium:chromium systemd-analyze:systemd; do
   echo "test: installing ${tool#*:} (${tool%%:*})"
   install "${tool#*:}" || { $sudo apt-get update -qq && install "${tool#*:}"; } ||
     echo "test: ${tool#*:} not installed; the tests that need it skip"
+done
+# deploy.k8s_schema validates deploy/kubernetes against the Kubernetes API schemas Debian ships
+# (its OpenAPI spec in golang-k8s-kube-openapi-dev, its models in python3-kubernetes, read with
+# python3-jsonschema); container.two_node_job builds and runs the container image (podman with
+# runc; debootstrap makes the debian:12 base where no registry answers). Without them those skip.
+for pkg in python3-jsonschema python3-kubernetes golang-k8s-kube-openapi-dev podman runc debootstrap; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" && continue
+  echo "test: installing $pkg"
+  install "$pkg" || { $sudo apt-get update -qq && install "$pkg"; } ||
+    echo "test: $pkg not installed; the tests that need it skip"
 done
 # PyTorch (from PyPI, into the venv at /opt/coach-venv or $COACH_VENV) for the tests of
 # PyTorch scripts as workers (label torch); without it those tests skip, saying so.

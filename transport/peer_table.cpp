@@ -65,4 +65,15 @@ std::string peer_table::client_id(std::uint32_t host) const {
   return it == clients_.end() ? std::string() : it->second.routing_id;
 }
 
+void peer_table::name(std::uint32_t host, std::string name) {
+  if (!name.empty()) names_[host] = std::move(name);
+}
+
+std::string peer_table::label(std::uint32_t host) const {
+  if (const auto it = names_.find(host); it != names_.end()) return it->second;
+  if (host & 0x80000000u) return "clients";
+  if (host == 0) return "scheduler";
+  return std::to_string(host);
+}
+
 }  // namespace coach::transport_logic

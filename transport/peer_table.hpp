@@ -75,6 +75,16 @@ class peer_table {
   std::string client_id(std::uint32_t host) const;
   std::size_t clients() const { return clients_.size(); }
 
+  /// Names `host` after its node (coach-node --name), for what the transport's figures show
+  /// (the `peer` label of coach_transport_sent_*); host 0 names the node at the other end of
+  /// peer 0 (the scheduler's, reached without knowing its host id). An empty name is ignored.
+  void name(std::uint32_t host, std::string name);
+  /// What traffic to `host` is shown under: its name where named; "clients" for a host id with
+  /// bit 31 set (the `coach` CLI's, actors::client_host_id, all counted as one host);
+  /// "scheduler" for host 0 until it is named (a node learns the scheduler's name with its first
+  /// job); else the host id in decimal.
+  std::string label(std::uint32_t host) const;
+
  private:
   struct client {
     std::string routing_id;
@@ -85,6 +95,7 @@ class peer_table {
   peer_table_options opt_;
   std::map<std::uint32_t, peer> peers_;
   std::unordered_map<std::uint32_t, client> clients_;
+  std::map<std::uint32_t, std::string> names_;
 };
 
 }  // namespace coach::transport_logic

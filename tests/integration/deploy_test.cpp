@@ -3,7 +3,9 @@
 // program, the unit, its defaults file and the examples where the package expects them, and the
 // installed programs run; the Kubernetes manifests hold what deploy/README.md promises (a
 // StatefulSet with its store on a volume, a DaemonSet on GPU nodes with the node's address from
-// the downward API, keys from a Secret), and every coach-node flag they pass exists.
+// the downward API, keys from a Secret), every coach-node flag they pass exists, and the pieces
+// fit (ports, args, volumes, probes). Validation against Kubernetes' own schemas is
+// tests/integration/k8s_schema_test.py (ctest deploy.k8s_schema).
 // `kubectl apply --dry-run=client` needs an API server to map kinds: it runs where kubectl
 // reaches one, else the manifests are checked by parsing alone (said in the test's output).
 #include <gtest/gtest.h>
@@ -12,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -159,6 +162,110 @@ TEST(deploy, the_kubernetes_manifests_hold_a_scheduler_statefulset_and_a_gpu_dae
         "deploy_test: no Kubernetes API server reachable: manifests checked by parsing "
         "only (kubectl apply --dry-run=client maps kinds through the server)\n");
   }
+}
+
+/// The value of `--NAME=VALUE` in a container's args; "" when it has none.
+std::string arg(const YAML::Node& container, const std::string& name) {
+  const auto prefix = "--" + name + "=";
+  for (const auto& a : container["args"]) {
+    const auto text = a.as<std::string>();
+    if (text.rfind(prefix, 0) == 0) return text.substr(prefix.size());
+    if (text == "--" + name) return "(set)";
+  }
+  return {};
+}
+
+/// The containerPort named `name`; -1 when there is none.
+int port(const YAML::Node& container, const std::string& name) {
+  for (const auto& p : container["ports"])
+    if (p["name"].as<std::string>() == name) return p["containerPort"].as<int>();
+  return -1;
+}
+
+TEST(deploy, the_statefulset_and_daemonset_keep_their_ports_args_volumes_and_probes) {
+  // What deploy/README.md ("Kubernetes") promises of each, and what makes the pieces fit: the
+  // ports the flags listen on are the ports declared, probed and served; every mount has its
+  // volume; the keys come from the Secret; a stop has time to drain.
+  const auto docs = manifests();
+  const auto svc = find(docs, "Service", "coach-scheduler");
+  const auto sts = find(docs, "StatefulSet", "coach-scheduler");
+  const auto ds = find(docs, "DaemonSet", "coach-node");
+  ASSERT_TRUE(svc && sts && ds);
+  std::map<std::string, int> service_ports;
+  for (const auto& p : svc["spec"]["ports"]) {
+    service_ports[p["name"].as<std::string>()] = p["port"].as<int>();
+    EXPECT_EQ(p["port"].as<int>(), p["targetPort"].as<int>()) << YAML::Dump(p);
+  }
+  EXPECT_EQ(service_ports, (std::map<std::string, int>{{"data", 7470}, {"http", 9470}}));
+  EXPECT_EQ(sts["spec"]["replicas"].as<int>(), 1) << "one scheduler";
+  EXPECT_EQ(sts["spec"]["serviceName"].as<std::string>(), "coach-scheduler");
+
+  for (const auto& [what, workload] : {std::pair{"scheduler", sts}, std::pair{"node", ds}}) {
+    SCOPED_TRACE(what);
+    const auto pod = workload["spec"]["template"]["spec"];
+    const auto c = pod["containers"][0];
+    EXPECT_EQ(c["image"].as<std::string>(), "coach:0.1.0");
+    EXPECT_EQ(port(c, "data"), 7470);
+    EXPECT_EQ(port(c, "http"), 9470);
+    EXPECT_EQ(arg(c, "listen"), "tcp://0.0.0.0:7470");
+    EXPECT_EQ(arg(c, "metrics-listen"), "0.0.0.0:9470");
+    EXPECT_EQ(arg(c, "http-public"), "(set)") << "probes and Prometheus come from other addresses";
+    EXPECT_NE(arg(c, "advertise"), "");
+    // Ready once its HTTP port answers.
+    ASSERT_TRUE(c["readinessProbe"]) << "a readiness probe";
+    const auto probe = c["readinessProbe"]["httpGet"];
+    ASSERT_TRUE(probe) << "a readiness probe over HTTP";
+    EXPECT_EQ(probe["path"].as<std::string>(), "/metrics");
+    EXPECT_EQ(probe["port"].as<int>(), 9470);
+    // A stop (SIGTERM) drains for up to --drain-timeout (600 s) before Kubernetes kills.
+    EXPECT_GT(pod["terminationGracePeriodSeconds"].as<int>(), 600);
+    // Every mount has its volume (the StatefulSet's store: its claim template).
+    std::set<std::string> volumes;
+    for (const auto& v : pod["volumes"]) volumes.insert(v["name"].as<std::string>());
+    for (const auto& t : workload["spec"]["volumeClaimTemplates"])
+      volumes.insert(t["metadata"]["name"].as<std::string>());
+    std::map<std::string, std::string> mounts;
+    for (const auto& m : c["volumeMounts"]) {
+      EXPECT_TRUE(volumes.contains(m["name"].as<std::string>())) << YAML::Dump(m);
+      mounts[m["mountPath"].as<std::string>()] = m["name"].as<std::string>();
+    }
+    // The keys: the Secret, read-only, where COACH_KEY points.
+    ASSERT_TRUE(mounts.contains("/etc/coach/keys"));
+    for (const auto& v : pod["volumes"])
+      if (v["name"].as<std::string>() == mounts["/etc/coach/keys"])
+        EXPECT_EQ(v["secret"]["secretName"].as<std::string>(), "coach-keys");
+    std::string key;
+    for (const auto& e : c["env"])
+      if (e["name"].as<std::string>() == "COACH_KEY") key = e["value"].as<std::string>();
+    EXPECT_EQ(key.rfind("/etc/coach/keys/", 0), 0u) << key;
+  }
+
+  // The scheduler: its store on the claim's volume at /var/lib/coach.
+  const auto sched = sts["spec"]["template"]["spec"]["containers"][0];
+  EXPECT_EQ(arg(sched, "scheduler"), "(set)");
+  EXPECT_EQ(arg(sched, "store").rfind("/var/lib/coach/", 0), 0u) << arg(sched, "store");
+  EXPECT_EQ(arg(sched, "advertise"), "tcp://coach-scheduler.coach.svc:7470");
+  // The nodes: they join the Service's data port, advertise the pod's IP, are named after their
+  // Kubernetes node, run on GPU nodes with one GPU each and read the data at /data.
+  const auto pod = ds["spec"]["template"]["spec"];
+  const auto node = pod["containers"][0];
+  EXPECT_EQ(arg(node, "join"),
+            "coach-scheduler.coach.svc:" + std::to_string(service_ports["data"]));
+  EXPECT_EQ(arg(node, "advertise"), "tcp://$(POD_IP):7470");
+  EXPECT_EQ(arg(node, "name"), "$(NODE_NAME)");
+  std::map<std::string, std::string> fields;
+  for (const auto& e : node["env"])
+    if (e["valueFrom"])
+      fields[e["name"].as<std::string>()] =
+          e["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>();
+  EXPECT_EQ(fields["POD_IP"], "status.podIP");
+  EXPECT_EQ(fields["NODE_NAME"], "spec.nodeName");
+  EXPECT_EQ(pod["nodeSelector"]["nvidia.com/gpu.present"].as<std::string>(), "true");
+  EXPECT_EQ(node["resources"]["limits"]["nvidia.com/gpu"].as<std::string>(), "1");
+  bool data = false;
+  for (const auto& m : node["volumeMounts"])
+    data |= m["mountPath"].as<std::string>() == "/data" && m["readOnly"].as<bool>();
+  EXPECT_TRUE(data) << "the data sets, read-only at /data";
 }
 
 }  // namespace

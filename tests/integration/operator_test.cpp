@@ -91,6 +91,82 @@ TEST(queue, coach_status_says_why_a_queued_job_waits) {
   stop_nodes(nodes);
 }
 
+/// Starts `coach ARGS` from the source tree without waiting, its stdout and stderr in OUT and
+/// ERR (the harness's coach() waits for the end).
+pid_t start_coach(const std::string& args, const fs::path& out, const fs::path& err) {
+  const std::string cmd = "cd " + std::string(COACH_SOURCE_DIR) + " && exec " +
+                          std::string(COACH_BINARY_DIR) + "/apps/coach " + args + " >" +
+                          out.string() + " 2>" + err.string();
+  std::vector<std::string> argv_s{"/bin/sh", "-c", cmd};
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  return pid;
+}
+
+// Issue 41, item 2: `coach nodes` showed an idle node's CPUs as "0.0/2 free" (measured idle, on
+// a busy host) while the waiting job's reason said "2 free", and `coach submit --wait` printed
+// nothing while the job was queued. One figure of free CPUs now, and --wait says why it waits.
+TEST(queue, submit_wait_says_why_the_job_waits_with_the_free_cpus_coach_nodes_shows) {
+  const std::string at = free_address();
+  std::vector<node_process> nodes;
+  // --cpu-accounting reserved (the harness's): only what Coach reserved counts.
+  nodes.push_back(start_node({"--listen", at, "--scheduler", "--store", "", "--name", "solo",
+                              "--cpus", "3", "--heartbeat", "0.25"},
+                             "solo", "wait-solo"));
+  ASSERT_TRUE(await_nodes_alive(at, 1)) << slurp(nodes[0].log);
+  auto spec = [](const std::string& name, int epochs, const std::string& workers) {
+    const auto path = work_dir() / (name + ".yaml");
+    std::ofstream(path) << "name: " << name
+                        << "\ndataset: {format: csv, path: " COACH_SOURCE_DIR
+                           "/data/digits.csv.gz, test_fraction: 0.2}\n"
+                           "model: {type: mlp, hidden: [16], activation: relu}\n"
+                           "optimizer: {type: sgd, learning_rate: 0.1}\nbatch_size: 32\nepochs: "
+                        << epochs << "\nworkers: " << workers << "\nshards: 1\nbackend: cpu\n";
+    return path.string();
+  };
+  // The holder takes two of the three CPUs (a worker and a shard) until it is cancelled.
+  auto a = coach("submit " + spec("holder", 100000, "1") + " --json --at " + at);
+  ASSERT_EQ(a.code, 0) << a.err;
+  const auto holder = std::to_string(nlohmann::json::parse(a.out).at("job").get<int>());
+  std::string state;
+  for (int i = 0; i < 300 && state != "running"; ++i) {
+    state = state_of(coach("status " + holder + " --json --at " + at).out);
+    if (state != "running") std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_EQ(state, "running");
+  // The waiter needs three: `submit --wait` says why it waits while it does.
+  const auto out = work_dir() / "wait.out", err = work_dir() / "wait.err";
+  const pid_t waiter =
+      start_coach("submit " + spec("waiter", 2, "2") + " --wait --at " + at, out, err);
+  ASSERT_GT(waiter, 0);
+  const std::string why =
+      ": needs 3 CPUs (2 worker(s) and 1 shard(s) at least), 1 free of 3: Coach's jobs hold 2 (a "
+      "CPU per worker or shard); it starts when they end, or coach-node --cpus N advertises "
+      "more\n";
+  bool said = false;
+  for (int i = 0; i < 300 && !said; ++i) {
+    said = slurp(err).find(why) != std::string::npos;
+    if (!said) std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(said) << slurp(err);
+  EXPECT_NE(slurp(err).find("coach: job 2 queued for "), std::string::npos) << slurp(err);
+  // `coach nodes` (and its JSON, which the dashboard's /api/state shares) shows the same 1 free.
+  auto listed = coach("nodes --json --at " + at);
+  ASSERT_EQ(listed.code, 0) << listed.err;
+  ASSERT_EQ(nodes_of(listed.out).size(), 1u) << listed.out;
+  EXPECT_EQ(number_field(nodes_of(listed.out)[0], "cpus_free"), 1.0) << listed.out;
+  auto table = coach("nodes --at " + at);
+  EXPECT_NE(table.out.find(" 1.0/3 "), std::string::npos) << table.out;
+  // Once the holder is cancelled the waiter runs, and --wait ends with it.
+  ASSERT_EQ(coach("cancel " + holder + " --at " + at).code, 0);
+  EXPECT_EQ(wait_exit(waiter, 120s), 0) << slurp(err);
+  EXPECT_NE(slurp(err).find("coach: job 2 'waiter' succeeded"), std::string::npos) << slurp(err);
+  stop_nodes(nodes);
+}
+
 TEST(queue, coach_logs_shows_a_jobs_history_and_follows_it_to_its_end) {
   const std::string at = free_address();
   std::vector<node_process> nodes;

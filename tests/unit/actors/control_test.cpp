@@ -62,8 +62,8 @@ start_job full_start_job() {
   s.shard_hosts = {1, 2, 2, 3};
   s.worker_hosts = {3, 1, 0x7fff'ffff};
   s.backup_hosts = {{2, 3}, {1}, {3, 1}, {}};
-  s.peers = {{1, "tcp://10.0.0.1:1", "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID"},
-             {2, "tcp://10.0.0.2:2"},
+  s.peers = {{1, "tcp://10.0.0.1:1", "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID", "node-a"},
+             {2, "tcp://10.0.0.2:2", "", "n\u00e9ud \"b\""},
              {3, ""}};
   s.run = 0xfeed'0007;
   return s;

@@ -3,6 +3,7 @@
 // label values escaped, the job's figures (the performance model's included) as they are.
 #include "actors/metrics.hpp"
 #include "actors/dashboard.hpp"
+#include "transport/peer_table.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -55,7 +56,9 @@ TEST(metrics, node_families_come_from_the_heartbeat) {
   hb.actors_running = 3;
   const auto p = parse(node_metrics(hb));
   EXPECT_EQ(p.samples.at("coach_node_cpus{node=\"node-a\"}"), "8");
-  EXPECT_EQ(p.samples.at("coach_node_cpus_free{node=\"node-a\"}"), "5.5");
+  EXPECT_EQ(p.samples.at("coach_node_cpus_idle{node=\"node-a\"}"), "5.5");
+  EXPECT_EQ(p.types.count("coach_node_cpus_free"), 0u)
+      << "free CPUs are the scheduler's figure (coach nodes), not the measured idle ones";
   EXPECT_EQ(p.samples.at("coach_node_memory_bytes{node=\"node-a\"}"), "17179869184");
   EXPECT_EQ(p.samples.at("coach_node_memory_free_bytes{node=\"node-a\"}"), "3221225472");
   EXPECT_EQ(p.samples.at("coach_node_gpus{node=\"node-a\"}"), "2");
@@ -79,7 +82,8 @@ TEST(metrics, transport_counts_are_summed_per_peer_and_per_kind) {
   got.malformed = 4;
   got.unknown_dst = 3;
   got.refused_key = 1;
-  const auto p = parse(transport_metrics("b", sent, got));
+  const auto p =
+      parse(transport_metrics("b", sent, got, [](std::uint32_t h) { return std::to_string(h); }));
   EXPECT_EQ(p.samples.at("coach_transport_sent_messages_total{node=\"b\",peer=\"20\"}"), "6");
   EXPECT_EQ(p.samples.at("coach_transport_sent_bytes_total{node=\"b\",peer=\"20\"}"), "600");
   EXPECT_EQ(p.samples.at("coach_transport_sent_bytes_total{node=\"b\",peer=\"10\"}"), "70");
@@ -92,6 +96,41 @@ TEST(metrics, transport_counts_are_summed_per_peer_and_per_kind) {
   EXPECT_EQ(p.samples.at("coach_transport_refused_connections_total{node=\"b\",reason=\"key\"}"),
             "1");
   EXPECT_EQ(p.types.at("coach_transport_sent_bytes_total"), "counter");
+}
+
+TEST(metrics, peers_are_labelled_by_node_name_the_scheduler_and_clients_as_one_each) {
+  // What node-b (host 20) sent: to itself, to node-c (30), to the scheduler through --join
+  // (host 0) and at its own host id (10, node-a), and replies to `coach` CLI processes.
+  traffic_stats sent;
+  sent.links = {{0, 20, 20, 1, 100},
+                {1, 20, 30, 2, 200},
+                {0, 20, 0, 4, 400},
+                {1, 20, 10, 8, 800},
+                {0, 20, 0x80000000u, 16, 1600}};
+  transport_logic::peer_table peers(20);
+  const auto label = [&](std::uint32_t h) { return peers.label(h); };
+  auto p = parse(transport_metrics("node-b", sent, receive_stats{}, label));
+  EXPECT_EQ(p.samples.at("coach_transport_sent_bytes_total{node=\"node-b\",peer=\"scheduler\"}"),
+            "400")
+      << "before its first job a node knows the scheduler by no name";
+  EXPECT_EQ(p.samples.at("coach_transport_sent_bytes_total{node=\"node-b\",peer=\"clients\"}"),
+            "1600");
+  peers.name(20, "node-b");
+  peers.name(30, "node-c");
+  peers.name(10, "node-a");
+  peers.name(0, "node-a");  // the job's master runs on the scheduler's node
+  peers.name(40, "");       // no name: ignored
+  p = parse(transport_metrics("node-b", sent, receive_stats{}, label));
+  std::map<std::string, std::string> bytes;
+  for (const auto& [k, v] : p.samples)
+    if (k.rfind("coach_transport_sent_bytes_total", 0) == 0) bytes[k] = v;
+  EXPECT_EQ(bytes,
+            (std::map<std::string, std::string>{
+                {"coach_transport_sent_bytes_total{node=\"node-b\",peer=\"clients\"}", "1600"},
+                {"coach_transport_sent_bytes_total{node=\"node-b\",peer=\"node-a\"}", "1200"},
+                {"coach_transport_sent_bytes_total{node=\"node-b\",peer=\"node-b\"}", "100"},
+                {"coach_transport_sent_bytes_total{node=\"node-b\",peer=\"node-c\"}", "200"}}));
+  EXPECT_EQ(peers.label(40), "40") << "a host never named keeps its id";
 }
 
 TEST(metrics, jobs_show_what_status_shows_with_the_models_prediction) {
@@ -118,26 +157,32 @@ TEST(metrics, jobs_show_what_status_shows_with_the_models_prediction) {
   b.test_accuracy = std::nan("");
   std::vector<node_status> nodes(3);
   nodes[2].alive = false;
-  const auto p = parse(scheduler_metrics({a, b}, nodes, "elastic-fifo"));
+  for (int i = 0; i < 3; ++i) nodes[std::size_t(i)].last.name = "node-" + std::to_string(i);
+  nodes[1].last.resources.cpus_free = 1.5;  // the scheduler's figure (coach nodes)
+  const auto text = scheduler_metrics({a, b}, nodes, "elastic-fifo");
+  const auto p = parse(text);
+  // Prometheus keeps `job` for its scrape job and renames a target's own to exported_job.
+  EXPECT_EQ(text.find("job=\""), std::string::npos) << text;
+  EXPECT_EQ(p.samples.at("coach_node_cpus_free{node=\"node-1\"}"), "1.5");
   EXPECT_EQ(p.samples.at("coach_policy_info{policy=\"elastic-fifo\"}"), "1");
   EXPECT_EQ(p.samples.at("coach_nodes{state=\"alive\"}"), "2");
   EXPECT_EQ(p.samples.at("coach_nodes{state=\"dead\"}"), "1");
   EXPECT_EQ(p.samples.at("coach_jobs{state=\"running\"}"), "1");
   EXPECT_EQ(p.samples.at("coach_jobs{state=\"queued\"}"), "1");
   EXPECT_EQ(p.samples.at("coach_jobs{state=\"failed\"}"), "0");
-  EXPECT_EQ(p.samples.at("coach_job_info{job=\"3\",name=\"fash\\\"ion\\n\",state=\"running\","
+  EXPECT_EQ(p.samples.at("coach_job_info{job_id=\"3\",name=\"fash\\\"ion\\n\",state=\"running\","
                          "placement=\"dltap\"}"),
             "1");
-  EXPECT_EQ(p.samples.at("coach_job_test_accuracy{job=\"3\"}"), "0.8765");
-  EXPECT_EQ(p.samples.at("coach_job_test_accuracy{job=\"4\"}"), "NaN");
-  EXPECT_EQ(p.samples.at("coach_job_samples_per_second{job=\"3\"}"), "12345.5");
-  EXPECT_EQ(p.samples.at("coach_job_epochs_done{job=\"3\"}"), "2");
-  EXPECT_EQ(p.samples.at("coach_job_parts{job=\"3\",node=\"node-a\",kind=\"shard\"}"), "1");
-  EXPECT_EQ(p.samples.at("coach_job_parts{job=\"3\",node=\"node-a\",kind=\"worker\"}"), "1");
-  EXPECT_EQ(p.samples.at("coach_job_predicted_epoch_seconds{job=\"3\"}"), "1.5");
-  EXPECT_EQ(p.samples.at("coach_job_last_observed_epoch_seconds{job=\"3\"}"), "1.375");
-  EXPECT_EQ(p.samples.at("coach_job_model_error_ratio{job=\"3\"}"), "0.0625");
-  EXPECT_EQ(p.samples.count("coach_job_predicted_epoch_seconds{job=\"4\"}"), 0u)
+  EXPECT_EQ(p.samples.at("coach_job_test_accuracy{job_id=\"3\"}"), "0.8765");
+  EXPECT_EQ(p.samples.at("coach_job_test_accuracy{job_id=\"4\"}"), "NaN");
+  EXPECT_EQ(p.samples.at("coach_job_samples_per_second{job_id=\"3\"}"), "12345.5");
+  EXPECT_EQ(p.samples.at("coach_job_epochs_done{job_id=\"3\"}"), "2");
+  EXPECT_EQ(p.samples.at("coach_job_parts{job_id=\"3\",node=\"node-a\",kind=\"shard\"}"), "1");
+  EXPECT_EQ(p.samples.at("coach_job_parts{job_id=\"3\",node=\"node-a\",kind=\"worker\"}"), "1");
+  EXPECT_EQ(p.samples.at("coach_job_predicted_epoch_seconds{job_id=\"3\"}"), "1.5");
+  EXPECT_EQ(p.samples.at("coach_job_last_observed_epoch_seconds{job_id=\"3\"}"), "1.375");
+  EXPECT_EQ(p.samples.at("coach_job_model_error_ratio{job_id=\"3\"}"), "0.0625");
+  EXPECT_EQ(p.samples.count("coach_job_predicted_epoch_seconds{job_id=\"4\"}"), 0u)
       << "no model view, no prediction";
 }
 

@@ -108,8 +108,27 @@ TEST(admission, a_waiting_job_says_what_it_needs_against_what_is_free) {
   const registered_job job;  // 1 worker and 1 shard, no GPU
   EXPECT_EQ(why_waiting(job, cluster_view{}, none), "no live node to run on");
   EXPECT_EQ(why_waiting(job, cluster(1, 4, 1.04), none),
-            "needs 2 CPUs (1 worker(s) and 1 shard(s) at least), 1 free");
+            "needs 2 CPUs (1 worker(s) and 1 shard(s) at least), 1 free of 4: Coach's jobs hold 3 "
+            "(a CPU per worker or shard); it starts when they end, or coach-node --cpus N "
+            "advertises more");
   EXPECT_EQ(why_waiting(job, cluster(2, 4, 4), none), "starts at the scheduler's next decision");
+  EXPECT_EQ(free_cpus_shown(1.04), 1.0);
+  EXPECT_EQ(free_cpus_shown(-0.5), 0.0) << "over-committed";
+}
+
+TEST(admission, a_job_held_back_by_other_programs_cpus_names_the_accounting_and_its_flag) {
+  const std::map<std::uint64_t, registered_job> none;
+  const registered_job job;  // 1 worker and 1 shard: 2 CPUs
+  // 2 nodes of 4 CPUs: other programs keep 3.5 busy (--cpu-accounting measured), Coach's jobs
+  // hold 3; 1.5 are free.
+  auto view = cluster(2, 4, 0);
+  view.nodes[0].free.cpus = 1.5;
+  view.nodes[1].free.cpus = -0.5;  // over-committed: counts as 0
+  EXPECT_EQ(why_waiting(job, view, none, 3.5),
+            "needs 2 CPUs (1 worker(s) and 1 shard(s) at least), 1.5 free of 8: Coach's jobs hold "
+            "3 (a CPU per worker or shard), other programs keep 3.5 busy (--cpu-accounting "
+            "measured, the default; coach-node --cpu-accounting reserved counts only Coach's "
+            "jobs)");
 }
 
 TEST(admission, parts_cost_a_cpu_and_a_worker_its_gpus) {

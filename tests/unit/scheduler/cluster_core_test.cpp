@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <tuple>
 
 namespace coach::scheduler {
@@ -476,6 +477,58 @@ TEST_F(cluster_core_test, a_script_submit_that_is_hostile_or_incomplete_is_refus
   ASSERT_TRUE(r.failure);
   EXPECT_EQ(r.failure->code, errc::protocol_error);
   EXPECT_TRUE(core->registry().jobs().empty());
+}
+
+// Issue 41: `coach nodes` showed idle nodes "0.0/2 free" (the heartbeat's measured idle CPUs on
+// a busy host) while the waiting job's reason said "2 free". Both are the scheduler's figure
+// now, and the reason names what holds the CPUs and how that changes.
+TEST_F(cluster_core_test, coach_nodes_and_why_a_job_waits_show_the_same_free_cpus) {
+  make();
+  auto busy_host = [](std::uint32_t host, std::string name, double external) {
+    auto h = hb(host, std::move(name));
+    h.resources.cpus_total = 2;
+    h.resources.cpus_free = 0;  // measured: other programs (and Coach's parts) keep it busy
+    h.resources.cpus_external = external;  // 0 under --cpu-accounting reserved
+    return h;
+  };
+  core->heartbeat(busy_host(2, "b", 0));
+  core->heartbeat(busy_host(3, "c", 0));
+  const auto first = submit(1, 1);
+  core->decide();
+  ASSERT_EQ(launches.size(), 1u);
+  for (auto h : core->registry().find(first)->hosts())
+    core->command_answered(h, {first, {}, false});
+  const auto second = submit(2, 1);  // 3 CPUs; 2 are free
+  core->decide();
+  ASSERT_EQ(launches.size(), 1u);
+  auto listed_free = [&] {
+    std::map<std::string, double> free;
+    const auto r = ask(nodes_request{});
+    for (const auto& n : std::get<nodes_reply>(r.body).nodes)
+      free[n.last.name] = n.last.resources.cpus_free;
+    return free;
+  };
+  auto waiting = [&] {
+    return std::get<status_reply>(ask(status_request{second}).body).jobs.at(0).waiting;
+  };
+  auto free = listed_free();
+  EXPECT_DOUBLE_EQ(free["b"] + free["c"], 2.0);
+  EXPECT_EQ(std::max(free["b"], free["c"]), 2.0) << "the idle node";
+  EXPECT_EQ(waiting(),
+            "needs 3 CPUs (2 worker(s) and 1 shard(s) at least), 2 free of 4: Coach's jobs hold 2 "
+            "(a CPU per worker or shard); it starts when they end, or coach-node --cpus N "
+            "advertises more");
+  // Under --cpu-accounting measured, other programs' CPUs are off the same figure everywhere,
+  // and the reason names that accounting and the flag that changes it.
+  const std::string idle = free["b"] == 2.0 ? "b" : "c";
+  core->heartbeat(busy_host(idle == "b" ? 2 : 3, idle, 1.5));
+  free = listed_free();
+  EXPECT_DOUBLE_EQ(free[idle], 0.5);
+  EXPECT_EQ(waiting(),
+            "needs 3 CPUs (2 worker(s) and 1 shard(s) at least), 0.5 free of 4: Coach's jobs hold "
+            "2 (a CPU per worker or shard), other programs keep 1.5 busy (--cpu-accounting "
+            "measured, the default; coach-node --cpu-accounting reserved counts only Coach's "
+            "jobs)");
 }
 
 }  // namespace

@@ -130,15 +130,19 @@ TEST_F(registry, under_fifo_a_second_job_waits_for_the_cpus_of_the_first) {
   EXPECT_EQ(reg.find(b)->status().state, job_state::queued);
   EXPECT_EQ(reg.find(a)->status().state, job_state::running);
   // coach status says why it waits; a third job that would fit waits behind it.
-  EXPECT_EQ(reg.why_waiting(*reg.find(b)), "asks for 4 CPUs (3 worker(s) and 1 shard(s)), 2 free");
+  const std::string held =
+      " of 4: Coach's jobs hold 2 (a CPU per worker or shard); it starts when they end, or "
+      "coach-node --cpus N advertises more";
+  EXPECT_EQ(reg.why_waiting(*reg.find(b)),
+            "asks for 4 CPUs (3 worker(s) and 1 shard(s)), 2 free" + held);
   EXPECT_EQ(reg.snapshot(*reg.find(b), nullptr, "fifo").waiting,
-            "asks for 4 CPUs (3 worker(s) and 1 shard(s)), 2 free");
+            "asks for 4 CPUs (3 worker(s) and 1 shard(s)), 2 free" + held);
   EXPECT_EQ(reg.why_waiting(*reg.find(a)), "") << "running";
   const auto c = submit(reg, spec_yaml("third", 60, "1", "1"));
   EXPECT_EQ(reg.why_waiting(*reg.find(c)), coach::format("behind job {} in the queue", b));
   const auto big = submit(reg, spec_yaml("big", 60, "{min: 2, max: 3, initial: 3}", "1"));
   EXPECT_EQ(reg.why_waiting(*reg.find(big)),
-            "needs 3 CPUs (2 worker(s) and 1 shard(s) at least), 2 free");
+            "needs 3 CPUs (2 worker(s) and 1 shard(s) at least), 2 free" + held);
   ASSERT_TRUE(reg.cancel(c));
   ASSERT_TRUE(reg.cancel(big));
   reg.end(*reg.find(c), job_state::cancelled, std::nullopt);
