@@ -178,18 +178,19 @@ void cluster_core::resize(const resize_order& z) {
   ports_.rescale(z.job, z.workers, z.shards, [this, z](result<std::string> why) {
     if (!why || why->empty()) return;
     note_job(z.job, coach::format("job {}: the resize is refused: {}", z.job, *why));
-    reg_->restore(z.job, z.generation, z.before);
+    reg_->restore(z.job, z.generation, z.before, z.cause);
   });
 }
 
 /// dltap's live move of one shard beside more of its workers (the rebalancer counted it).
 void cluster_core::migrate(const migrate_order& m) {
   ports_.migrate(m.job, m.shard, m.to, [this, m](result<std::string> why) {
-    if (!why) return rebal_.forget(m.job);
-    if (why->empty()) return;
-    // Refused (another change in flight, the job ending): not a move; the next decision may
-    // propose it again.
+    if (why && why->empty()) return;
+    // Refused (another change in flight, the job ending) or unanswered: not a move; the next
+    // decision may propose it again.
     rebal_.forget(m.job);
+    reg_->move_refused(m.job);
+    if (!why) return;
     note_job(m.job, coach::format("dltap: job {}: shard {} stays: {}", m.job, m.shard, *why));
   });
 }

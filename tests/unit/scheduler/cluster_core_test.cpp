@@ -340,6 +340,53 @@ TEST_F(cluster_core_test, a_rescale_goes_to_the_master_and_its_answer_to_the_use
   EXPECT_EQ(r.failure->message, "--to NODE is empty");
 }
 
+// Issue 41, item 1: what the user ordered holds until the user releases it, and the status
+// says what holds. Through the job API: rescale and migrate, their --release.
+TEST_F(cluster_core_test, a_users_orders_hold_and_are_released_through_the_job_api) {
+  make();
+  const auto id = running_job();
+  std::vector<api_reply> got;
+  auto to_got = [&](api_reply a) { got.push_back(std::move(a)); };
+  // Nothing held yet: a release says so.
+  auto r = ask(rescale_request{id, 0, 0, true});
+  ASSERT_TRUE(r.failure);
+  EXPECT_EQ(r.failure->code, errc::invalid_argument);
+  EXPECT_EQ(r.failure->message, "job 1 holds no rescale of the user's");
+  r = ask(rescale_request{id, 3, 0, true});
+  EXPECT_EQ(r.failure->message, "rescale: --release takes no --workers or --shards");
+  r = ask(migrate_request{id, 0, "", true});
+  EXPECT_EQ(r.failure->message, "job 1: shard 0 is not pinned (none is)");
+  r = ask(migrate_request{id, 0, "b", true});
+  EXPECT_EQ(r.failure->message, "migrate: --release takes no --to NODE");
+
+  // A rescale the master accepts is held; the status lists it.
+  core->request(rescale_request{id, 3, 0}, to_got);
+  answers.back()(std::string());
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_FALSE(got[0].failure);
+  auto st = std::get<status_reply>(ask(status_request{id}).body).jobs.at(0);
+  EXPECT_EQ(st.orders, std::vector<std::string>{"workers 3 held (coach rescale)"});
+  // A migration the master refuses pins nothing; one it accepts pins the new shard.
+  core->request(migrate_request{id, 0, "b"}, to_got);
+  answers.back()(std::string("a change is in flight"));
+  EXPECT_EQ(got.back().failure->message, "a change is in flight");
+  st = std::get<status_reply>(ask(status_request{id}).body).jobs.at(0);
+  EXPECT_EQ(st.orders.size(), 1u);
+  core->request(migrate_request{id, 0, "b"}, to_got);
+  auto& job = *core->registry().find(id);
+  core->registry().part_placed(job, false, 1, 2);  // the master's new shard, asked for first
+  answers.back()(std::string());
+  EXPECT_FALSE(got.back().failure);
+  st = std::get<status_reply>(ask(status_request{id}).body).jobs.at(0);
+  EXPECT_EQ(st.orders, (std::vector<std::string>{"shard 1 pinned to 'b' (coach migrate)",
+                                                 "workers 3 held (coach rescale)"}));
+  // Released, both.
+  EXPECT_FALSE(ask(migrate_request{id, 1, "", true}).failure);
+  EXPECT_FALSE(ask(rescale_request{id, 0, 0, true}).failure);
+  st = std::get<status_reply>(ask(status_request{id}).body).jobs.at(0);
+  EXPECT_TRUE(st.orders.empty());
+}
+
 TEST_F(cluster_core_test, unknown_jobs_and_actions_are_answered_with_their_error) {
   make();
   auto r = ask(status_request{7});
