@@ -336,6 +336,8 @@ void put_message(schema::ControlMessage::Builder b, const control_message& m) {
           if (v.failure) put_error(c.initError(), *v.failure);
         } else if constexpr (std::is_same_v<T, api_request>) {
           put_request(b.initRequest(), v);
+        } else if constexpr (std::is_same_v<T, node_refused>) {
+          put_text([&](unsigned n) { return b.initRefuseNode().initReason(n); }, v.reason);
         } else {
           static_assert(std::is_same_v<T, api_reply>);
           put_reply(b.initReply(), v);

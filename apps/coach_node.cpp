@@ -236,7 +236,29 @@ int main(int argc, char** argv) {
     }
     join = std::move(*j);
   }
+  // A name (localhost) becomes its address: ZeroMQ binds to IPs and interfaces only, and other
+  // nodes reach this one at what it advertises.
+  for (auto* a : {&listen, &advertise}) {
+    if (a->empty()) continue;
+    auto resolved = actors::node_address(*a, a == &listen ? "--listen" : "--advertise");
+    if (!resolved) {
+      std::fprintf(stderr, "coach-node: %s\n", resolved.error().message.c_str());
+      return 2;
+    }
+    *a = std::move(*resolved);
+  }
   const std::string address = advertise.empty() ? listen : advertise;
+  if (!join.empty()) {
+    // Joining its own address, it would reach itself and wait for a scheduler that is not there.
+    auto target = actors::node_address(join, "--join");
+    if (target && actors::joins_itself(*target, listen, address)) {
+      std::fprintf(stderr,
+                   "coach-node: --join %s is this node's own address (--listen %s): it would "
+                   "join itself; give the scheduler's address, or --scheduler to run one here\n",
+                   join.c_str(), listen.c_str());
+      return 2;
+    }
+  }
   if (is_wildcard(address)) {
     std::fprintf(stderr,
                  "coach-node: --listen %s is a wildcard; give --advertise tcp://IP:PORT, the "
@@ -346,6 +368,9 @@ int main(int argc, char** argv) {
   no.gpus = gpus;
   no.heartbeat = std::chrono::milliseconds(long(heartbeat_s * 1000));
   no.script = {python, script_root(no.name)};
+  // Set on the agent's thread before it quits; read here once it is down.
+  auto refusal = std::make_shared<std::string>();
+  no.refused = [refusal](const std::string& why) { *refusal = why; };
   auto agent = actors::spawn_node_agent(sys, *net, no);
 
   // /metrics: the node agent's families, the transport's, and the scheduler's where it runs.
@@ -478,6 +503,12 @@ int main(int argc, char** argv) {
     if (sched) self->send_exit(sched, caf::exit_reason::user_shutdown);
   }
   http.reset();  // no scrape asks the actors once they are gone
+  if (!refusal->empty()) {
+    // Its --name is taken (the scheduler's reason says by whom): a bad argument, one line.
+    if (!log_file.empty())
+      std::fprintf(stderr, "coach-node: the scheduler refused this node: %s\n", refusal->c_str());
+    rc = 2;
+  }
   print_received(**net);
   log::info("'{}' stopped", no.name);
   return rc;

@@ -85,7 +85,29 @@ void cluster_core::poke() {
   ports_.decide_soon();
 }
 
+/// Another live node has `hb`'s name: why this one is refused; empty when the name is free.
+std::string cluster_core::name_taken(const node_heartbeat& hb) const {
+  for (const auto& [host, n] : nodes_.nodes())
+    if (host != hb.host && n.alive && n.last.name == hb.name)
+      return coach::format(
+          "the name '{}' is taken by the live node at {}; give this node "
+          "another --name",
+          hb.name, n.last.address);
+  return {};
+}
+
 void cluster_core::heartbeat(const node_heartbeat& hb) {
+  // Names are unique among live nodes (coach migrate --to NAME): a second node of a live one's
+  // name is refused, told why, and not listed. A dead node's name may be taken.
+  if (auto why = name_taken(hb); !why.empty()) {
+    if (refused_.insert(hb.host).second) {
+      ports_.note(coach::format("node at {} refused: {}", hb.address, why));
+      if (hb.host != setup_.self_host) ports_.add_peer(hb.host, hb.address, hb.public_key);
+    }
+    ports_.refuse_node(hb.host, why);
+    return;
+  }
+  refused_.erase(hb.host);
   node_report r;
   r.host = hb.host;
   r.name = hb.name;

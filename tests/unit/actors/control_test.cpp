@@ -297,6 +297,8 @@ void expect_same(const control_message& a, const control_message& b) {
         const auto& y = std::get<T>(b);
         if constexpr (std::is_same_v<T, stop_job>) {
           EXPECT_EQ(x.job, y.job);
+        } else if constexpr (std::is_same_v<T, node_refused>) {
+          EXPECT_EQ(x.reason, y.reason);
         } else if constexpr (std::is_same_v<T, command_reply>) {
           EXPECT_EQ(x.job, y.job);
           expect_same(x.failure, y.failure);
@@ -345,6 +347,7 @@ std::vector<control_message> every_variant() {
   all.push_back(growing_start_job(true));
   all.push_back(growing_start_job(false));
   all.push_back(stop_job{0xfeedull});
+  all.push_back(node_refused{"the name 'b' is taken by the live node at tcp://127.0.0.1:7001"});
   all.push_back(command_reply{77, std::nullopt});
   all.push_back(command_reply{79, std::nullopt, true});
   all.push_back(command_reply{78, error{errc::not_found, "no such dataset: mnist/train"}});

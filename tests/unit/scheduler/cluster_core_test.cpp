@@ -32,6 +32,7 @@ class cluster_core_test : public ::testing::Test {
   std::vector<std::pair<std::uint32_t, std::uint64_t>> stops;  ///< (host, job)
   std::vector<std::tuple<std::uint32_t, std::string, std::string>> peers;
   int decides = 0;
+  std::vector<std::pair<std::uint32_t, std::string>> refusals;  ///< (host, reason)
   std::vector<time_point> expires;
   std::vector<std::tuple<std::uint64_t, std::uint32_t, std::chrono::seconds>> cancel_dues;
   std::vector<launch_order> launches;
@@ -65,6 +66,9 @@ class cluster_core_test : public ::testing::Test {
       peers.emplace_back(h, a, k);
     };
     p.decide_soon = [this] { ++decides; };
+    p.refuse_node = [this](std::uint32_t h, const std::string& why) {
+      refusals.emplace_back(h, why);
+    };
     p.expire_soon = [this](time_point t) { expires.push_back(t); };
     p.cancel_due_in = [this](std::uint64_t j, std::uint32_t g, std::chrono::seconds s) {
       cancel_dues.emplace_back(j, g, s);
@@ -177,6 +181,39 @@ TEST_F(cluster_core_test, a_node_that_heartbeats_is_listed_and_reached) {
   core->heartbeat(rekeyed);
   ASSERT_EQ(peers.size(), 2u);
   EXPECT_EQ(std::get<2>(peers[1]), "key2b");
+}
+
+// Issue 41, item 4: two nodes with one --name were both listed, and `coach migrate --to NAME`
+// was ambiguous. The second is refused (told why) and not listed; a dead node's name is free.
+TEST_F(cluster_core_test, a_second_node_with_a_live_nodes_name_is_refused) {
+  make();
+  core->heartbeat(hb(2, "b"));
+  core->heartbeat(hb(3, "b"));
+  const std::string why =
+      "the name 'b' is taken by the live node at tcp://10.0.0.2:7000; give this node another "
+      "--name";
+  ASSERT_EQ(refusals.size(), 1u);
+  EXPECT_EQ(refusals[0], std::make_pair(3u, why));
+  EXPECT_TRUE(noted("node at tcp://10.0.0.3:7000 refused: " + why));
+  EXPECT_EQ(std::get<2>(peers.back()), "key3") << "reached, to be told";
+  core->heartbeat(hb(3, "b"));  // told again, noted once
+  EXPECT_EQ(refusals.size(), 2u);
+  EXPECT_EQ(std::count_if(notes.begin(), notes.end(),
+                          [](const std::string& l) { return l.find("refused") != l.npos; }),
+            1);
+  const auto listed = std::get<nodes_reply>(ask(nodes_request{}).body).nodes;
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].last.host, 2u);
+  EXPECT_EQ(*core->nodes().by_name("b"), 2u);
+  // b stops heartbeating: its name is free for another node, which `--to b` means then.
+  for (int i = 0; i < 11; ++i) {
+    steady.advance(seconds(0.5));
+    core->tick();
+  }
+  core->expire(expires.back());
+  core->heartbeat(hb(3, "b"));
+  EXPECT_EQ(refusals.size(), 2u);
+  EXPECT_EQ(*core->nodes().by_name("b"), 3u);
 }
 
 TEST_F(cluster_core_test, a_silent_node_is_lost_at_the_node_timeout) {
