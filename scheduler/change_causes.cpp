@@ -51,6 +51,12 @@ std::string change_causes::took_effect(std::span<const std::uint32_t> before_wor
     expected_.erase(it);
     return cause;
   }
+  // A migration in effect in two steps: its new shard takes the slices (one shard more), then
+  // the shard it replaces leaves. The first step is the migration's too, still expected.
+  const bool added = std::any_of(live.begin(), live.end(),
+                                 [&](std::uint32_t k) { return !has(before_shards, k); });
+  for (const auto& c : expected_)
+    if (c.kind == k::migrate && added && has(live, c.shard)) return c.cause;
   std::vector<std::uint32_t> gone;
   for (auto r : before_workers)
     if (!has(members, r)) gone.push_back(r);

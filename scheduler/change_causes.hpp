@@ -4,8 +4,10 @@
 // expected here with its cause — the user (coach rescale, coach migrate), a policy by name,
 // the rebalancer, a failure (a node lost) — and what it will look like once in effect (a count
 // of workers or shards, a shard gone, ranks gone). When a change takes effect, the first
-// expected change it matches is its cause; a change nobody asked for that dropped workers is a
-// failure (they died), any other the job's own (its spec's `schedule:`).
+// expected change it matches is its cause; a migration's first step (its new shard owning
+// slices beside the one it replaces) is the migration's, which stays expected; a change nobody
+// asked for that dropped workers is a failure (they died), any other the job's own (its spec's
+// `schedule:`).
 //
 // Plain logic. Threads: one owner (the job registry's).
 

@@ -86,7 +86,9 @@ TEST_F(rebalance_cluster, a_shard_moved_away_from_its_workers_comes_back_once_th
             std::string::npos)
       << m.err;
   // The user's move: shard 1 on r-b, one node for the job's one shard. It holds while the job
-  // trains three more epochs, though r-a has room beside the worker.
+  // trains three more epochs and 5 s more (the scheduler decides, and asks the rebalancer, at
+  // least every 2 s; unpinned, the shard went back within 40 ms), though r-a has room beside
+  // the worker.
   auto moved = await_status(
       job,
       [](const std::string& s) {
@@ -100,14 +102,18 @@ TEST_F(rebalance_cluster, a_shard_moved_away_from_its_workers_comes_back_once_th
             std::vector<std::string>{"shard 1 pinned to 'r-b' (coach migrate)"})
       << moved;
   const double epochs_moved = job_number(moved, "epochs_done");
+  const double seconds_moved = job_number(moved, "seconds");
   auto held = await_status(
       job,
       [&](const std::string& s) {
-        return job_number(s, "epochs_done") >= epochs_moved + 3 || state_of(s) != "running" ||
+        return (job_number(s, "epochs_done") >= epochs_moved + 3 &&
+                job_number(s, "seconds") >= seconds_moved + 5) ||
+               state_of(s) != "running" ||
                job_strings(s, "shard_nodes") != std::vector<std::string>{"r-b"};
       },
       120s);
   EXPECT_GE(job_number(held, "epochs_done"), epochs_moved + 3) << held;
+  EXPECT_GE(job_number(held, "seconds"), seconds_moved + 5) << held;
   EXPECT_EQ(job_strings(held, "shard_nodes"), std::vector<std::string>{"r-b"})
       << "the user's move holds: " << held;
   EXPECT_EQ(count(slurp(nodes_[0].log), "dltap: job " + job + ":"), 0u) << slurp(nodes_[0].log);
@@ -147,7 +153,14 @@ TEST_F(rebalance_cluster, a_shard_moved_away_from_its_workers_comes_back_once_th
   EXPECT_EQ(count(logs.out, "a change is in effect: 1 worker(s), 1 shard(s) (cause: rebalancer)"),
             1u)
       << logs.out;
-  EXPECT_EQ(count(logs.out, "a change is in effect"), 2u) << logs.out;
+  // A migration takes effect in two steps (the new shard with its slices, then the old one
+  // gone): both name it.
+  EXPECT_EQ(count(logs.out, "a change is in effect: 1 worker(s), 2 shard(s) (cause: user)"), 1u)
+      << logs.out;
+  EXPECT_EQ(count(logs.out, "a change is in effect: 1 worker(s), 2 shard(s) (cause: rebalancer)"),
+            1u)
+      << logs.out;
+  EXPECT_EQ(count(logs.out, "a change is in effect"), 4u) << logs.out;
   // It trains on beside its shard: more epochs, the accuracy of digits; then the user stops it
   // (the job is long so that the moves happen mid-run on any machine).
   const double epochs_then = job_number(beside, "epochs_done");

@@ -760,7 +760,14 @@ TEST_F(registry, a_users_migration_holds_against_the_rebalancer_until_released) 
   reg.user_migrate(job, 0, away);
   reg.part_placed(job, false, 1, away);
   reg.user_migrate_answered(id, job.generation(), 0, away, true);
-  const std::uint32_t members[] = {0, 1}, live[] = {1};
+  // In effect in two steps: shard 1 takes the slices beside shard 0, then shard 0 leaves.
+  const std::uint32_t members[] = {0, 1}, both[] = {0, 1}, live[] = {1};
+  reg.layout(job, members, both);
+  EXPECT_NE(history(job).find("job 1: a change is in effect: 2 worker(s), 2 shard(s) (cause: "
+                              "user)"),
+            std::string::npos)
+      << history(job);
+  EXPECT_TRUE(reg.snapshot(job, nullptr, "fifo").orders.size() == 1) << "pinned meanwhile";
   reg.layout(job, members, live);
   EXPECT_EQ(job.status().shard_nodes, std::vector<std::string>{table.name(away)})
       << "one node per shard";
