@@ -6,7 +6,8 @@
 // the move 40 ms later). Once the user releases it (coach migrate --release), the scheduler
 // moves it back beside its worker (a live migration, scheduler/rebalance.hpp) without being
 // asked, once; the job trains on to its accuracy with every part on one host again, and its
-// history (coach logs) names the cause of each change.
+// history (coach logs) names the cause of each change. A second test holds a user's rescale
+// against a policy swap (elastic-fifo would grow the job) until the user releases it.
 #include <gtest/gtest.h>
 
 #include "tests/integration/process_harness.hpp"
@@ -180,6 +181,82 @@ TEST_F(rebalance_cluster, a_shard_moved_away_from_its_workers_comes_back_once_th
   EXPECT_EQ(state_of(end), "cancelled") << end;
   EXPECT_EQ(count(slurp(nodes_[0].log), "dltap: job " + job + ":"), 1u)
       << "one move: the shard stays beside its worker";
+}
+
+// Issue 41: `coach policy set coach` cut a job the user had rescaled back. A user's rescale
+// holds against a policy swap until released: here elastic-fifo, which grows a running job into
+// free CPUs, leaves the user's 1 worker alone while the job trains 5 s and 3 epochs, and grows
+// it once the user releases the count.
+TEST_F(rebalance_cluster, a_users_rescale_holds_against_a_policy_swap_until_released) {
+  const auto spec = work_dir() / "digits-hold.yaml";
+  std::string text = slurp("examples/digits-mlp.yaml");
+  text = std::regex_replace(text, std::regex("epochs: 20"), "epochs: 100000");
+  text =
+      std::regex_replace(text, std::regex("shards: \\{min: 1, max: 4, initial: 1\\}"), "shards: 1");
+  std::ofstream(spec) << text;
+  auto r = coach("submit " + spec.string() + " --workers 2 --json --at " + addr_);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const std::string job = std::to_string(long(json_number(r.out, "job")));
+  auto running = await_status(
+      job, [](const std::string& s) { return state_of(s) == "running"; }, 60s);
+  ASSERT_EQ(state_of(running), "running") << running;
+  auto shrink = coach("rescale " + job + " --workers 1 --at " + addr_);
+  ASSERT_EQ(shrink.code, 0) << shrink.err;
+  EXPECT_EQ(shrink.err, "coach: job " + job +
+                            " goes to 1 worker(s) at its next step; held until `coach rescale " +
+                            job + " --release`\n");
+  auto one = await_status(
+      job,
+      [](const std::string& s) {
+        return job_number(s, "workers") == 1 || state_of(s) != "running";
+      },
+      60s);
+  ASSERT_EQ(job_number(one, "workers"), 1) << one;
+  EXPECT_EQ(job_strings(one, "orders"), std::vector<std::string>{"workers 1 held (coach rescale)"})
+      << one;
+  auto swap = coach("policy set elastic-fifo --at " + addr_);
+  ASSERT_EQ(swap.code, 0) << swap.err;
+  const double epochs_then = job_number(one, "epochs_done"),
+               seconds_then = job_number(one, "seconds");
+  auto held = await_status(
+      job,
+      [&](const std::string& s) {
+        return (job_number(s, "epochs_done") >= epochs_then + 3 &&
+                job_number(s, "seconds") >= seconds_then + 5) ||
+               job_number(s, "workers") != 1 || state_of(s) != "running";
+      },
+      120s);
+  EXPECT_EQ(job_number(held, "workers"), 1) << "the user's count holds: " << held;
+  EXPECT_GE(job_number(held, "seconds"), seconds_then + 5) << held;
+
+  auto released = coach("rescale " + job + " --release --at " + addr_);
+  ASSERT_EQ(released.code, 0) << released.err;
+  EXPECT_EQ(released.err,
+            "coach: job " + job + ": its counts are released; the policies size it again\n");
+  auto again = coach("rescale " + job + " --release --at " + addr_);
+  EXPECT_EQ(again.code, 2);
+  EXPECT_EQ(again.err, "coach: job " + job + " holds no rescale of the user's\n");
+  auto grown = await_status(
+      job,
+      [](const std::string& s) {
+        return job_number(s, "workers") == 2 || state_of(s) != "running";
+      },
+      60s);
+  EXPECT_EQ(job_number(grown, "workers"), 2) << grown;
+  auto logs = coach("logs " + job + " --at " + addr_);
+  ASSERT_EQ(logs.code, 0) << logs.err;
+  EXPECT_EQ(count(logs.out, "a change is in effect: 1 worker(s), 1 shard(s) (cause: user)"), 1u)
+      << logs.out;
+  EXPECT_EQ(count(logs.out,
+                  "a change is in effect: 2 worker(s), 1 shard(s) (cause: policy "
+                  "elastic-fifo)"),
+            1u)
+      << logs.out;
+  auto c = coach("cancel " + job + " --at " + addr_);
+  ASSERT_EQ(c.code, 0) << c.err;
+  auto end = await_status(
+      job, [](const std::string& s) { return state_of(s) == "cancelled"; }, 60s);
+  EXPECT_EQ(state_of(end), "cancelled") << end;
 }
 
 }  // namespace
