@@ -87,6 +87,9 @@ void cluster_core::poke() {
 
 /// Another live node has `hb`'s name: why this one is refused; empty when the name is free.
 std::string cluster_core::name_taken(const node_heartbeat& hb) const {
+  // The scheduler's own node is never refused (that would stop the scheduler): a node that took
+  // its name first is refused at its next heartbeat instead.
+  if (hb.host == setup_.self_host) return {};
   for (const auto& [host, n] : nodes_.nodes())
     if (host != hb.host && n.alive && n.last.name == hb.name)
       return coach::format(
@@ -102,7 +105,7 @@ void cluster_core::heartbeat(const node_heartbeat& hb) {
   if (auto why = name_taken(hb); !why.empty()) {
     if (refused_.insert(hb.host).second) {
       ports_.note(coach::format("node at {} refused: {}", hb.address, why));
-      if (hb.host != setup_.self_host) ports_.add_peer(hb.host, hb.address, hb.public_key);
+      ports_.add_peer(hb.host, hb.address, hb.public_key);
     }
     ports_.refuse_node(hb.host, why);
     return;

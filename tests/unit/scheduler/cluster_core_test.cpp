@@ -214,6 +214,13 @@ TEST_F(cluster_core_test, a_second_node_with_a_live_nodes_name_is_refused) {
   core->heartbeat(hb(3, "b"));
   EXPECT_EQ(refusals.size(), 2u);
   EXPECT_EQ(*core->nodes().by_name("b"), 3u);
+  // The scheduler's own node (host 1) keeps its name whoever came first: the other is refused.
+  core->heartbeat(hb(4, "a"));
+  core->heartbeat(hb(1, "a"));
+  EXPECT_EQ(refusals.size(), 2u) << "the scheduler's node is never refused";
+  core->heartbeat(hb(4, "a"));
+  ASSERT_EQ(refusals.size(), 3u);
+  EXPECT_EQ(refusals.back().first, 4u);
 }
 
 TEST_F(cluster_core_test, a_silent_node_is_lost_at_the_node_timeout) {
