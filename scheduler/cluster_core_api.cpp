@@ -60,9 +60,9 @@ bool cluster_core::forward(const api_request& req, const std::function<void(api_
   // frees is freed for good by layout() when it takes effect).
   // A refusal also takes back what the user's order was expected to do (user_orders.hpp).
   auto relay_or = [failed](std::function<void()> done,
-                           std::function<void()> refused) -> change_answer {
+                           std::function<void(const std::string&)> refused) -> change_answer {
     return [failed, done = std::move(done), refused = std::move(refused)](result<std::string> why) {
-      if (!why || !why->empty()) refused();
+      if (!why || !why->empty()) refused(why ? *why : why.error().message);
       if (!why) {
         failed(why.error());
       } else if (!why->empty()) {
@@ -88,12 +88,13 @@ bool cluster_core::forward(const api_request& req, const std::function<void(api_
     const std::uint32_t w = r->workers, s = r->shards;
     const auto gen = (*job)->generation();
     reg_->user_rescale(**job, w, s);
-    ports_.rescale(id, w, s,
-                   relay_or(
-                       [this, id, gen, w, s] {
-                         if (auto* j = reg_->current(id, gen)) reg_->rescaled(*j, w, s);
-                       },
-                       [this, id, gen] { reg_->user_rescale_refused(id, gen); }));
+    ports_.rescale(
+        id, w, s,
+        relay_or(
+            [this, id, gen, w, s] {
+              if (auto* j = reg_->current(id, gen)) reg_->rescaled(*j, w, s);
+            },
+            [this, id, gen](const std::string& why) { reg_->user_rescale_refused(id, gen, why); }));
     return true;
   }
   if (const auto* m = std::get_if<migrate_request>(&req)) {
@@ -117,10 +118,9 @@ bool cluster_core::forward(const api_request& req, const std::function<void(api_
     // Expected before the master answers: it may ask for the new shard first.
     reg_->user_migrate(**job, shard, to);
     ports_.migrate(id, shard, m->to_node,
-                   relay_or([this, id, gen, shard,
-                             to] { reg_->user_migrate_answered(id, gen, shard, to, true); },
-                            [this, id, gen, shard, to] {
-                              reg_->user_migrate_answered(id, gen, shard, to, false);
+                   relay_or([] {},
+                            [this, id, gen, shard, to](const std::string& why) {
+                              reg_->user_migrate_refused(id, gen, shard, to, why);
                             }));
     return true;
   }

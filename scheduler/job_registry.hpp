@@ -176,16 +176,16 @@ class job_registry {
   void rescaled(registered_job& job, std::uint32_t workers, std::uint32_t shards);
 
   // A user's orders (scheduler/user_orders.hpp) and the causes of changes (change_causes.hpp).
-  /// The user asks the job's master for a rescale (before its answer).
+  /// The user asks the job's master for a rescale (before its answer): noted in its history.
   void user_rescale(registered_job& job, std::uint32_t workers, std::uint32_t shards);
-  /// The master refused the user's rescale.
-  void user_rescale_refused(std::uint64_t id, std::uint32_t generation);
+  /// The master refused the user's rescale (`why`), or did not answer.
+  void user_rescale_refused(std::uint64_t id, std::uint32_t generation, const std::string& why);
   /// The user asks the job's master to move shard `shard` to `host` (before its answer: the
-  /// new shard may be placed first).
+  /// new shard may be placed first): noted in its history.
   void user_migrate(registered_job& job, std::uint32_t shard, std::uint32_t host);
-  /// The master accepted (`accepted`) or refused the user's migration.
-  void user_migrate_answered(std::uint64_t id, std::uint32_t generation, std::uint32_t shard,
-                             std::uint32_t host, bool accepted);
+  /// The master refused the user's migration (`why`), or did not answer: nothing is pinned.
+  void user_migrate_refused(std::uint64_t id, std::uint32_t generation, std::uint32_t shard,
+                            std::uint32_t host, const std::string& why);
   /// The rebalancer's move of the job's shard was refused: not expected any more.
   void move_refused(std::uint64_t id);
   /// `coach migrate JOB --shard K --release`: shard K is no longer pinned. Errors: not_found,

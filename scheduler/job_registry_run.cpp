@@ -103,6 +103,12 @@ void job_registry::rescaled(registered_job& job, std::uint32_t workers, std::uin
   job.alloc_.trim(workers, shards);
   job.orders_.hold(workers, shards);
   record_allocation(job);
+}
+
+// The user's orders are noted when asked (the master may ask for their parts before it
+// answers), and again only when refused.
+void job_registry::user_rescale(registered_job& job, std::uint32_t workers, std::uint32_t shards) {
+  job.causes_.expect({expected_change::kind_type::rescale, "user", workers, shards, 0, {}});
   std::string what;
   if (workers) what = coach::format("{} worker(s)", workers);
   if (shards) what += coach::format("{}{} shard(s)", what.empty() ? "" : ", ", shards);
@@ -111,33 +117,33 @@ void job_registry::rescaled(registered_job& job, std::uint32_t workers, std::uin
                           job.id(), what, job.id()));
 }
 
-void job_registry::user_rescale(registered_job& job, std::uint32_t workers, std::uint32_t shards) {
-  job.causes_.expect({expected_change::kind_type::rescale, "user", workers, shards, 0, {}});
-}
-
-void job_registry::user_rescale_refused(std::uint64_t id, std::uint32_t generation) {
-  if (auto* job = current(id, generation))
-    job->causes_.refused(expected_change::kind_type::rescale, "user");
+void job_registry::user_rescale_refused(std::uint64_t id, std::uint32_t generation,
+                                        const std::string& why) {
+  auto* job = current(id, generation);
+  if (!job) return;
+  job->causes_.refused(expected_change::kind_type::rescale, "user");
+  note(*job, coach::format("job {}: the user's rescale is refused ({}); nothing is held", id, why));
 }
 
 void job_registry::user_migrate(registered_job& job, std::uint32_t shard, std::uint32_t host) {
   job.causes_.expect({expected_change::kind_type::migrate, "user", 0, 0, shard, {}});
   job.orders_.migrating(shard, host);
+  note(job, coach::format("job {}: the user moves shard {} to '{}' (cause: user); its new shard "
+                          "there is pinned until `coach migrate {} --shard ID --release`",
+                          job.id(), shard, nodes_.name(host), job.id()));
 }
 
-void job_registry::user_migrate_answered(std::uint64_t id, std::uint32_t generation,
-                                         std::uint32_t shard, std::uint32_t host, bool accepted) {
+void job_registry::user_migrate_refused(std::uint64_t id, std::uint32_t generation,
+                                        std::uint32_t shard, std::uint32_t host,
+                                        const std::string& why) {
   auto* job = current(id, generation);
   if (!job) return;
-  if (!accepted) {
-    job->causes_.refused(expected_change::kind_type::migrate, "user");
-    job->orders_.migration_refused(shard, host);
-    list_nodes(*job);
-    return;
-  }
-  note(*job, coach::format("job {}: the user moves shard {} to '{}' (cause: user); its shard "
-                           "there is pinned until `coach migrate {} --shard ID --release`",
-                           id, shard, nodes_.name(host), id));
+  job->causes_.refused(expected_change::kind_type::migrate, "user");
+  job->orders_.migration_refused(shard, host);
+  list_nodes(*job);
+  note(*job, coach::format("job {}: the user's move of shard {} to '{}' is refused ({}); nothing "
+                           "is pinned",
+                           id, shard, nodes_.name(host), why));
 }
 
 void job_registry::move_refused(std::uint64_t id) {

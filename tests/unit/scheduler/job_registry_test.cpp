@@ -759,7 +759,6 @@ TEST_F(registry, a_users_migration_holds_against_the_rebalancer_until_released) 
   // answers), accepts, and the change takes effect: shard 0 is gone.
   reg.user_migrate(job, 0, away);
   reg.part_placed(job, false, 1, away);
-  reg.user_migrate_answered(id, job.generation(), 0, away, true);
   // In effect in two steps: shard 1 takes the slices beside shard 0, then shard 0 leaves.
   const std::uint32_t members[] = {0, 1}, both[] = {0, 1}, live[] = {1};
   reg.layout(job, members, both);
@@ -796,6 +795,14 @@ TEST_F(registry, a_users_migration_holds_against_the_rebalancer_until_released) 
   EXPECT_TRUE(reg.decide(*holder, *exec, &rebal).moves.empty()) << log;
   steady.advance(seconds(120));
   EXPECT_TRUE(reg.decide(*holder, *exec, &rebal).moves.empty()) << "pinned: " << log;
+  // A move the master refuses pins nothing and says why.
+  reg.user_migrate(job, 1, workers_on);
+  reg.user_migrate_refused(id, job.generation(), 1, workers_on, "a change is in flight");
+  EXPECT_NE(history(job).find("job 1: the user's move of shard 1 to '" + table.name(workers_on) +
+                              "' is refused (a change is in flight); nothing is pinned"),
+            std::string::npos)
+      << history(job);
+  EXPECT_EQ(reg.snapshot(job, nullptr, "fifo").orders.size(), 1u);
 
   // Releasing another shard says what is pinned; releasing it lets the rebalancer move it.
   auto wrong = reg.release_pin(id, 0);
