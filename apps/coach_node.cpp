@@ -103,11 +103,17 @@ int main(int argc, char** argv) {
   std::uint32_t cpus = 0;
   double heartbeat_s = 1.0, node_timeout_s = 5.0, drain_timeout_s = 600.0, rebalance_s = 60.0,
          rr_slice_s = 600.0, stats_s = 0.0;
-  app.add_option("--listen", listen, "Data-path address to bind, tcp://IP:PORT")->required();
+  app.add_option("--listen", listen,
+                 "Data-path address to bind, tcp://IP:PORT (a host name such as localhost binds "
+                 "to the address it resolves to)")
+      ->required();
   app.add_option("--join", join,
                  "The scheduler's address, HOST:PORT or tcp://HOST:PORT (not with --scheduler)");
   app.add_flag("--scheduler", is_scheduler, "Run the cluster scheduler and the job API here");
-  app.add_option("--name", name, "Name shown by `coach nodes` (default: the address)");
+  app.add_option("--name", name,
+                 "Name shown by `coach nodes` and meant by `coach migrate --to` (default: the "
+                 "address); one live node's only: the scheduler refuses a second node of a live "
+                 "one's name");
   app.add_option("--advertise", advertise,
                  "Address other nodes use to reach this one (default: --listen)");
   app.add_option("--cpus", cpus,
