@@ -3,7 +3,6 @@
 // its stop to resume later (job_registry.hpp).
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <tuple>
 
 #include "common/format.hpp"
@@ -46,12 +45,26 @@ std::uint32_t job_registry::begin_run(registered_job& job, std::span<const std::
   for (auto h : workers) st.worker_nodes.push_back(nodes_.name(h));
   // A new run places its shards anew (ids from 0): pins of the last run's shards are gone; a
   // held rescale holds on (the policy started it with those counts).
-  for (const auto& [k, h] : std::map(job.orders_.pins())) job.orders_.release_pin(k);
+  job.orders_.clear_pins();
   job.causes_.clear();
   job.last_members_.clear();
   job.last_live_.clear();
   for (std::uint32_t r = 0; r < workers.size(); ++r) job.last_members_.push_back(r);
   for (std::uint32_t k = 0; k < shards.size(); ++k) job.last_live_.push_back(k);
+  // The run makes the changes of its spec's schedule from its first step on (a resumed run's:
+  // its checkpoint's version), in order.
+  const std::int64_t first_step = job.checkpoint() ? job.checkpoint()->version : 0;
+  for (const auto& a : job.schedule_) {
+    if (a.at_step < first_step) continue;
+    expected_change c{expected_change::kind_type::rescale, "the spec's schedule", 0, 0, 0, {}};
+    if (a.kind == ps::change_kind::workers) c.workers = a.value;
+    if (a.kind == ps::change_kind::shards) c.shards = a.value;
+    if (a.kind == ps::change_kind::migrate) {
+      c.kind = expected_change::kind_type::migrate;
+      c.shard = a.value;
+    }
+    job.causes_.expect(std::move(c));
+  }
   list_nodes(job);
   if (resumed) {
     ++st.resumes;
@@ -328,7 +341,7 @@ bool job_registry::layout(registered_job& job, std::span<const std::uint32_t> me
                           std::span<const std::uint32_t> live) {
   const auto cause =
       job.causes_.took_effect(job.last_members_, job.last_live_, members, live,
-                              job.has_schedule_ ? "the spec's schedule" : "the job's master");
+                              job.schedule_.empty() ? "the job's master" : "the spec's schedule");
   job.last_members_.assign(members.begin(), members.end());
   job.last_live_.assign(live.begin(), live.end());
   job.orders_.live(live);

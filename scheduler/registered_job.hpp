@@ -31,6 +31,7 @@
 #include "scheduler/replica_chains.hpp"
 #include "scheduler/stop_tracker.hpp"
 #include "scheduler/user_orders.hpp"
+#include "spec/job_spec.hpp"
 
 namespace coach::scheduler {
 
@@ -131,7 +132,8 @@ class registered_job {
   /// The run's workers and shards owning slices as of its last change in effect (launch:
   /// every rank and shard id).
   std::vector<std::uint32_t> last_members_, last_live_;
-  bool has_schedule_ = false;  ///< its spec has a `schedule:` of changes
+  /// Its spec's `schedule:` of changes, in order (each run from step 0 expects them).
+  std::vector<schedule_action> schedule_;
 
   std::uint32_t first_epoch_ = 0;
   checkpoint_keeper checkpoints_;

@@ -43,6 +43,11 @@ class user_orders {
   /// Unpins shard `id`. False when it was not pinned.
   bool release_pin(std::uint32_t id) { return pins_.erase(id) > 0; }
   const std::map<std::uint32_t, std::uint32_t>& pins() const noexcept { return pins_; }
+  /// Forgets every pin and pending migration (a new run places its shards anew).
+  void clear_pins() {
+    pins_.clear();
+    pending_.clear();
+  }
 
   /// The user rescaled the job (0: that count unchanged, a hold on it already kept).
   void hold(std::uint32_t workers, std::uint32_t shards);

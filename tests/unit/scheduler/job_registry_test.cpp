@@ -934,6 +934,27 @@ TEST_F(registry, a_change_after_a_failure_names_it) {
   (void)lost_rank;
 }
 
+TEST_F(registry, a_change_of_the_specs_schedule_names_it) {
+  nodes(2, 4);
+  use("fifo");
+  auto reg = make();
+  const auto id = submit(reg, spec_yaml("sched", 50, "{min: 1, max: 2, initial: 2}", "1",
+                                        "schedule:\n  - {at_step: 10, migrate: 0}\n"
+                                        "  - {at_step: 30, workers: 1}\n"));
+  decide(reg);
+  auto& job = *reg.find(id);
+  reg.part_placed(job, false, 1, job.alloc().shard_at.at(0));
+  const std::uint32_t two[] = {0, 1}, one[] = {0}, s01[] = {0, 1}, s1[] = {1};
+  reg.layout(job, two, s01);
+  reg.layout(job, two, s1);
+  reg.layout(job, one, s1);
+  const auto h = history(job);
+  EXPECT_NE(h.find("job 1: shard 1 placed on '"), std::string::npos) << h;
+  EXPECT_NE(h.find("' (cause: the spec's schedule)\n"), std::string::npos) << h;
+  EXPECT_EQ(occurrences(h, "(cause: the spec's schedule)"), 4) << h;
+  EXPECT_EQ(occurrences(h, "failure"), 0) << "a worker the schedule sent away did not die: " << h;
+}
+
 TEST_F(registry, status_shows_placement_aggregation_and_the_models_view) {
   nodes(1, 4);
   use("coach");
