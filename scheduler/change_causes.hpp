@@ -1,14 +1,13 @@
 #pragma once
 // scheduler::change_causes: who asked for the changes of one running job, so that every change
 // in its history (`coach logs`) names its cause. Each change asked of the job's master is
-// expected here with its cause — the user (coach rescale, coach migrate), a policy by name,
-// the rebalancer, a failure (a node lost), the spec's `schedule:` (each entry, expected when
-// the run starts) — and what it will look like once in effect (a count
-// of workers or shards, a shard gone, ranks gone). When a change takes effect, the first
-// expected change it matches is its cause; a migration's first step (its new shard owning
-// slices beside the one it replaces) is the migration's, which stays expected; a change nobody
-// asked for that dropped workers is a failure (they died), any other the job's own (its spec's
-// `schedule:`).
+// expected here with its cause — the user (coach rescale, coach migrate), a policy by name, the
+// rebalancer, a failure (a node lost), the spec's `schedule:` (each entry, expected when the run
+// starts) — and what it will look like once in effect (a count of workers or shards, a shard
+// gone, ranks gone). When a change takes effect, the first expected change it matches is its
+// cause; a migration's first step (its new shard owning slices beside the one it replaces) is
+// the migration's, which stays expected; a change nobody asked for that dropped workers is a
+// failure (they died), any other the job's own.
 //
 // Plain logic. Threads: one owner (the job registry's).
 
