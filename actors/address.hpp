@@ -22,4 +22,19 @@ result<std::string> tcp_address(std::string_view address, std::string_view flag 
 /// host when the name does not resolve.
 result<void> resolve_address(const std::string& address);
 
+/// A node's own address as the user may give it (`coach-node --listen`, `--advertise`):
+/// "tcp://HOST:PORT" or "HOST:PORT", where HOST may be a name ("localhost"): ZeroMQ binds only
+/// to an IP address, `*` or an interface, and takes a name for an interface ("No such
+/// device"). Returns "tcp://IP:PORT", a name replaced by its first IPv4 address (else IPv6);
+/// `*` and IP addresses unchanged. invalid_argument naming `flag` for a malformed address,
+/// not_found when the name does not resolve.
+result<std::string> node_address(std::string_view address, std::string_view flag);
+
+/// Whether `join` ("tcp://IP:PORT", resolved) reaches this node itself, which listens on
+/// `listen` and is reached at `advertised` (both as node_address returns them): the same
+/// address, or the same port on a loopback address or this host's advertised IP while it
+/// listens on every interface.
+bool joins_itself(const std::string& join, const std::string& listen,
+                  const std::string& advertised);
+
 }  // namespace coach::actors

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +44,9 @@ struct node_options {
   /// their files are written into, $TMPDIR/coach-node-NAME). Each gets OMP_NUM_THREADS = this
   /// node's CPUs / the job's workers here.
   worker::script_host script;
+  /// The scheduler refused this node's join (node_refused: its name is taken), with why; the
+  /// agent quits after calling it. Called on the agent's thread; null: only logged.
+  std::function<void(const std::string& reason)> refused;
 };
 
 /// Spawns the node agent (a detached actor: it loads data sets and samples the host). It binds

@@ -85,6 +85,9 @@ struct scheduler_state {
     p.add_peer = [this](std::uint32_t host, const std::string& address, const std::string& key) {
       net->add_peer(host, address, key);
     };
+    p.refuse_node = [this](std::uint32_t host, const std::string& reason) {
+      send({host, node_agent_id}, node_refused{reason});
+    };
     p.decide_soon = [this] { self->send(self, decide_atom::value); };
     p.expire_soon = [this](sched::time_point as_of) {
       self->send(self, expire_atom::value, sched::to_seconds(as_of));

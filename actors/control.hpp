@@ -130,6 +130,12 @@ struct stop_job {
   std::uint64_t job = 0;
 };
 
+/// Scheduler -> node: its join is refused (its --name is taken by another live node): it says
+/// why and exits.
+struct node_refused {
+  std::string reason;
+};
+
 /// One enum for a job's life across the project (scheduler/cluster_view.hpp).
 using job_state = scheduler::job_state;
 
@@ -137,8 +143,8 @@ using job_state = scheduler::job_state;
 using job_status = scheduler::job_status;
 
 /// Everything that travels as msg_kind::control.
-using control_message =
-    std::variant<node_heartbeat, start_job, stop_job, command_reply, api_request, api_reply>;
+using control_message = std::variant<node_heartbeat, start_job, stop_job, command_reply,
+                                     api_request, api_reply, node_refused>;
 
 /// Well-known endpoint ids (endpoint::id) of a node's control actors.
 inline constexpr std::uint64_t node_agent_id = 1;

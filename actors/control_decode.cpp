@@ -157,6 +157,9 @@ control_message get_message(schema::ControlMessage::Reader r) {
     case schema::ControlMessage::REPLY:
       if (!r.hasReply()) refuse("control message reply is null");
       return get_reply(r.getReply());
+    case schema::ControlMessage::REFUSE_NODE:
+      if (!r.hasRefuseNode()) refuse("control message refuseNode is null");
+      return node_refused{get_text(r.getRefuseNode().getReason(), "refuseNode reason")};
   }
   refuse("unknown control message member {}", std::uint16_t(r.which()));
 }

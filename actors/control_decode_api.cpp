@@ -46,6 +46,10 @@ job_status get_job_status(schema::JobStatus::Reader r) {
   s.shards = r.getShards();
   s.worker_nodes = get_texts(r.getWorkerNodes(), "job status workerNodes");
   s.shard_nodes = get_texts(r.getShardNodes(), "job status shardNodes");
+  const auto ids = r.getShardIds();
+  check_count(ids, "job status shardIds", max_items);
+  for (auto k : ids) s.shard_ids.push_back(k);
+  s.orders = get_texts(r.getOrders(), "job status orders");
   s.traffic = get_traffic(r.getTraffic(), "job status traffic");
   s.error = get_text(r.getError(), "job status error");
   s.error_code = r.getErrorCode();
@@ -118,12 +122,13 @@ api_request get_request(schema::Request::Reader r) {
     case schema::Request::RESCALE: {
       if (!r.hasRescale()) refuse("job API request rescale is null");
       const auto q = r.getRescale();
-      return rescale_request{q.getJob(), q.getWorkers(), q.getShards()};
+      return rescale_request{q.getJob(), q.getWorkers(), q.getShards(), q.getRelease()};
     }
     case schema::Request::MIGRATE: {
       if (!r.hasMigrate()) refuse("job API request migrate is null");
       const auto q = r.getMigrate();
-      return migrate_request{q.getJob(), q.getShard(), get_text(q.getToNode(), "migrate toNode")};
+      return migrate_request{q.getJob(), q.getShard(), get_text(q.getToNode(), "migrate toNode"),
+                             q.getRelease()};
     }
     case schema::Request::POLICY: {
       if (!r.hasPolicy()) refuse("job API request policy is null");

@@ -181,11 +181,13 @@ void put_request(schema::Request::Builder b, const api_request& r) {
           r.setJob(q.job);
           r.setWorkers(q.workers);
           r.setShards(q.shards);
+          r.setRelease(q.release);
         } else if constexpr (std::is_same_v<T, migrate_request>) {
           auto m = b.initMigrate();
           m.setJob(q.job);
           m.setShard(q.shard);
           put_text([&](unsigned n) { return m.initToNode(n); }, q.to_node);
+          m.setRelease(q.release);
         } else if constexpr (std::is_same_v<T, logs_request>) {
           auto l = b.initLogs();
           l.setJob(q.job);
@@ -230,6 +232,11 @@ void put_job_status(schema::JobStatus::Builder b, const job_status& s) {
   b.setSamplesEpoch(s.samples_epoch);
   put_texts([&](unsigned n) { return b.initWorkerNodes(n); }, s.worker_nodes);
   put_texts([&](unsigned n) { return b.initShardNodes(n); }, s.shard_nodes);
+  {
+    auto ids = b.initShardIds(static_cast<unsigned>(s.shard_ids.size()));
+    for (unsigned i = 0; i < s.shard_ids.size(); ++i) ids.set(i, s.shard_ids[i]);
+  }
+  put_texts([&](unsigned n) { return b.initOrders(n); }, s.orders);
   b.setSeconds(s.seconds);
   auto es = b.initEpochSamples(static_cast<unsigned>(s.epoch_samples.size()));
   for (unsigned i = 0; i < s.epoch_samples.size(); ++i) es.set(i, s.epoch_samples[i]);
@@ -332,6 +339,8 @@ void put_message(schema::ControlMessage::Builder b, const control_message& m) {
           if (v.failure) put_error(c.initError(), *v.failure);
         } else if constexpr (std::is_same_v<T, api_request>) {
           put_request(b.initRequest(), v);
+        } else if constexpr (std::is_same_v<T, node_refused>) {
+          put_text([&](unsigned n) { return b.initRefuseNode().initReason(n); }, v.reason);
         } else {
           static_assert(std::is_same_v<T, api_reply>);
           put_reply(b.initReply(), v);

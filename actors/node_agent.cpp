@@ -442,6 +442,12 @@ caf::behavior node_agent(caf::stateful_actor<agent_state, caf::event_based_actor
             return;
           }
           s.send(m.hdr.src, reply);
+        } else if (auto* no = std::get_if<node_refused>(&*msg)) {
+          // Only the scheduler refuses a node (its messages come from its scheduler id).
+          if (m.hdr.src.id != scheduler_id) return;
+          log::error("the scheduler refused this node: {}", no->reason);
+          if (s.opt.refused) s.opt.refused(no->reason);
+          self->quit();
         } else if (auto* stop = std::get_if<stop_job>(&*msg)) {
           s.stop(stop->job);
           s.send(m.hdr.src, command_reply{stop->job, std::nullopt, true});

@@ -483,21 +483,40 @@ int main(int argc, char** argv) {
   auto* cancel = app.add_subcommand("cancel", "Cancel a job");
   cancel->add_option("JOB", job, "Job id")->required();
   add_at(cancel);
+  bool unhold = false;
   auto* rescale = app.add_subcommand(
-      "rescale", "Change a running job's workers and/or shards at its next step (no restart)");
+      "rescale",
+      "Change a running job's workers and/or shards at its next step (no restart). The counts "
+      "hold: no policy resizes them (nor after `coach policy set`) until `coach rescale JOB "
+      "--release`");
   rescale->add_option("JOB", job, "Job id")->required();
-  rescale->add_option("--workers", workers, "The new number of workers")
-      ->check(CLI::Range(1u, 1u << 20));
-  rescale->add_option("--shards", shards, "The new number of shards")
-      ->check(CLI::Range(1u, 1u << 20));
+  auto* rescale_workers = rescale->add_option("--workers", workers, "The new number of workers")
+                              ->check(CLI::Range(1u, 1u << 20));
+  auto* rescale_shards = rescale->add_option("--shards", shards, "The new number of shards")
+                             ->check(CLI::Range(1u, 1u << 20));
+  rescale
+      ->add_flag("--release", unhold,
+                 "Release the counts an earlier rescale held: the policies size the job again")
+      ->excludes(rescale_workers)
+      ->excludes(rescale_shards);
   add_at(rescale);
   std::uint32_t shard = 0;
   std::string to_node;
+  bool unpin = false;
   auto* migrate = app.add_subcommand(
-      "migrate", "Move a running job's shard to another node at its next step (no restart)");
+      "migrate",
+      "Move a running job's shard to another node at its next step (no restart). The shard "
+      "stays pinned there (the rebalancer never moves it) until `coach migrate JOB --shard K "
+      "--release`; coach status JOB lists the pins");
   migrate->add_option("JOB", job, "Job id")->required();
   migrate->add_option("--shard", shard, "The shard id (coach status JOB lists them)")->required();
-  migrate->add_option("--to", to_node, "The node's name (coach nodes lists them)")->required();
+  auto* migrate_to =
+      migrate->add_option("--to", to_node, "The node's name (coach nodes lists them)");
+  migrate
+      ->add_flag("--release", unpin,
+                 "Unpin the shard (a migration's new shard, as coach status JOB lists it): the "
+                 "rebalancer may move it again")
+      ->excludes(migrate_to);
   add_at(migrate);
   bool follow = false;
   auto* logs = app.add_subcommand(
@@ -578,9 +597,12 @@ int main(int argc, char** argv) {
     if (const int rc = coach::apps::prepare_submit(submit_path, submit_python, submission); rc != 0)
       return rc;
   }
-  if (*rescale) {
+  if (*rescale && !unhold) {
     if (const int rc = coach::apps::check_rescale(workers, shards); rc != 0) return rc;
   }
+  if (*migrate && !unpin && to_node.empty())
+    return coach::apps::report_error({coach::errc::invalid_argument,
+                                      "migrate: give --to NODE, or --release to unpin the shard"});
   // Nothing there (refused, no such name, silence): one line within 2 s, not a long wait.
   if (const int rc = coach::apps::reach_scheduler(address); rc != 0) return rc;
   // The connection closes before main returns, whichever command ran (or none did).
@@ -590,8 +612,8 @@ int main(int argc, char** argv) {
   if (*submit) return coach::apps::run_submit(address, submission, workers, shards, wait, json);
   if (*status) return coach::apps::run_status(address, job, json);
   if (*nodes) return coach::apps::run_nodes(address, json);
-  if (*rescale) return coach::apps::run_rescale(address, job, workers, shards, json);
-  if (*migrate) return coach::apps::run_migrate(address, job, shard, to_node, json);
+  if (*rescale) return coach::apps::run_rescale(address, job, workers, shards, unhold, json);
+  if (*migrate) return coach::apps::run_migrate(address, job, shard, to_node, unpin, json);
   if (*logs) return coach::apps::run_logs(address, job, follow, json);
   if (*policy) {
     if (*policy_set && policy_name.empty()) {

@@ -80,6 +80,8 @@ json to_json(const actors::job_status& s) {
            {"shards", s.shards},
            {"worker_nodes", s.worker_nodes},
            {"shard_nodes", s.shard_nodes},
+           {"shard_ids", s.shard_ids},
+           {"orders", s.orders},
            {"epoch_samples", s.epoch_samples}};
   json secs = json::array();
   for (double x : s.epoch_seconds) secs.push_back(json_figure(x));
@@ -417,6 +419,10 @@ int run_status(const std::string& at, std::uint64_t job, bool json) {
     print_json({{"jobs", std::move(jobs)}});
   } else {
     print_status_table(st->jobs);
+    // The user's orders that hold until released (coach migrate, coach rescale).
+    for (const auto& s : st->jobs)
+      for (const auto& o : s.orders)
+        std::printf("job %llu: %s\n", static_cast<unsigned long long>(s.job), o.c_str());
   }
   return 0;
 }
@@ -460,7 +466,18 @@ int run_cancel(const std::string& at, std::uint64_t job, bool json) {
 }
 
 int run_rescale(const std::string& at, std::uint64_t job, std::uint32_t workers,
-                std::uint32_t shards, bool json) {
+                std::uint32_t shards, bool release, bool json) {
+  if (release) {
+    auto reply = call(at, actors::rescale_request{job, 0, 0, true});
+    if (!reply) return report_error(reply.error());
+    if (reply->failure) return report_error(*reply->failure);
+    if (json)
+      print_json({{"job", job}, {"released", true}});
+    else
+      std::fprintf(stderr, "coach: job %llu: its counts are released; the policies size it again\n",
+                   static_cast<unsigned long long>(job));
+    return 0;
+  }
   if (workers == 0 && shards == 0)
     return report_error({errc::invalid_argument, "rescale: give --workers N and/or --shards M"});
   auto reply = call(at, actors::rescale_request{job, workers, shards});
@@ -472,22 +489,36 @@ int run_rescale(const std::string& at, std::uint64_t job, std::uint32_t workers,
     std::string what;
     if (workers) what += coach::format("{} worker(s)", workers);
     if (shards) what += coach::format("{}{} shard(s)", what.empty() ? "" : " and ", shards);
-    std::fprintf(stderr, "coach: job %llu goes to %s at its next step\n",
-                 static_cast<unsigned long long>(job), what.c_str());
+    std::fprintf(stderr,
+                 "coach: job %llu goes to %s at its next step; held until `coach rescale %llu "
+                 "--release`\n",
+                 static_cast<unsigned long long>(job), what.c_str(),
+                 static_cast<unsigned long long>(job));
   }
   return 0;
 }
 
 int run_migrate(const std::string& at, std::uint64_t job, std::uint32_t shard,
-                const std::string& node, bool json) {
-  auto reply = call(at, actors::migrate_request{job, shard, node});
+                const std::string& node, bool release, bool json) {
+  auto reply = call(at, actors::migrate_request{job, shard, release ? "" : node, release});
   if (!reply) return report_error(reply.error());
   if (reply->failure) return report_error(*reply->failure);
+  if (release) {
+    if (json)
+      print_json({{"job", job}, {"shard", shard}, {"released", true}});
+    else
+      std::fprintf(stderr, "coach: job %llu: shard %u is unpinned; the rebalancer may move it\n",
+                   static_cast<unsigned long long>(job), shard);
+    return 0;
+  }
   if (json)
     print_json({{"job", job}, {"shard", shard}, {"to", node}, {"accepted", true}});
   else
-    std::fprintf(stderr, "coach: job %llu: shard %u moves to node '%s' at the next step\n",
-                 static_cast<unsigned long long>(job), shard, node.c_str());
+    std::fprintf(stderr,
+                 "coach: job %llu: shard %u moves to node '%s' at the next step; pinned there "
+                 "until `coach migrate %llu --shard ID --release` (coach status %llu lists it)\n",
+                 static_cast<unsigned long long>(job), shard, node.c_str(),
+                 static_cast<unsigned long long>(job), static_cast<unsigned long long>(job));
   return 0;
 }
 

@@ -62,12 +62,15 @@ int run_submit(const std::string& at, const submit_input& in, std::uint32_t work
 int run_status(const std::string& at, std::uint64_t job, bool json);
 int run_nodes(const std::string& at, bool json);
 int run_cancel(const std::string& at, std::uint64_t job, bool json);
-/// Asks for `workers` workers and/or `shards` shards (0: unchanged) from the job's next step on.
+/// Asks for `workers` workers and/or `shards` shards (0: unchanged) from the job's next step on;
+/// the scheduler holds those counts against its policies until released. `release`: releases
+/// them instead (no counts).
 int run_rescale(const std::string& at, std::uint64_t job, std::uint32_t workers,
-                std::uint32_t shards, bool json);
-/// Asks to move every slice of shard `shard` to a new shard on node `node`.
+                std::uint32_t shards, bool release, bool json);
+/// Asks to move every slice of shard `shard` to a new shard on node `node`, pinned there until
+/// released; `release`: unpins shard `shard` instead (no node).
 int run_migrate(const std::string& at, std::uint64_t job, std::uint32_t shard,
-                const std::string& node, bool json);
+                const std::string& node, bool release, bool json);
 /// coach logs JOB [-f]: the job's history (what the scheduler said of it, its epochs); with
 /// `follow`, new lines as they come until the job ends (Ctrl-C: 130).
 int run_logs(const std::string& at, std::uint64_t job, bool follow, bool json);

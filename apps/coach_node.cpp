@@ -104,11 +104,17 @@ int main(int argc, char** argv) {
   std::uint32_t cpus = 0;
   double heartbeat_s = 1.0, node_timeout_s = 5.0, drain_timeout_s = 600.0, rebalance_s = 60.0,
          rr_slice_s = 600.0, stats_s = 0.0;
-  app.add_option("--listen", listen, "Data-path address to bind, tcp://IP:PORT")->required();
+  app.add_option("--listen", listen,
+                 "Data-path address to bind, tcp://IP:PORT (a host name such as localhost binds "
+                 "to the address it resolves to)")
+      ->required();
   app.add_option("--join", join,
                  "The scheduler's address, HOST:PORT or tcp://HOST:PORT (not with --scheduler)");
   app.add_flag("--scheduler", is_scheduler, "Run the cluster scheduler and the job API here");
-  app.add_option("--name", name, "Name shown by `coach nodes` (default: the address)");
+  app.add_option("--name", name,
+                 "Name shown by `coach nodes` and meant by `coach migrate --to` (default: the "
+                 "address); one live node's only: the scheduler refuses a second node of a live "
+                 "one's name");
   app.add_option("--advertise", advertise,
                  "Address other nodes use to reach this one (default: --listen)");
   app.add_option("--cpus", cpus,
@@ -237,7 +243,29 @@ int main(int argc, char** argv) {
     }
     join = std::move(*j);
   }
+  // A name (localhost) becomes its address: ZeroMQ binds to IPs and interfaces only, and other
+  // nodes reach this one at what it advertises.
+  for (auto* a : {&listen, &advertise}) {
+    if (a->empty()) continue;
+    auto resolved = actors::node_address(*a, a == &listen ? "--listen" : "--advertise");
+    if (!resolved) {
+      std::fprintf(stderr, "coach-node: %s\n", resolved.error().message.c_str());
+      return 2;
+    }
+    *a = std::move(*resolved);
+  }
   const std::string address = advertise.empty() ? listen : advertise;
+  if (!join.empty()) {
+    // Joining its own address, it would reach itself and wait for a scheduler that is not there.
+    auto target = actors::node_address(join, "--join");
+    if (target && actors::joins_itself(*target, listen, address)) {
+      std::fprintf(stderr,
+                   "coach-node: --join %s is this node's own address (--listen %s): it would "
+                   "join itself; give the scheduler's address, or --scheduler to run one here\n",
+                   join.c_str(), listen.c_str());
+      return 2;
+    }
+  }
   if (is_wildcard(address)) {
     std::fprintf(stderr,
                  "coach-node: --listen %s is a wildcard; give --advertise tcp://IP:PORT, the "
@@ -348,6 +376,9 @@ int main(int argc, char** argv) {
   no.gpus = gpus;
   no.heartbeat = std::chrono::milliseconds(long(heartbeat_s * 1000));
   no.script = {python, script_root(no.name)};
+  // Set on the agent's thread before it quits; read here once it is down.
+  auto refusal = std::make_shared<std::string>();
+  no.refused = [refusal](const std::string& why) { *refusal = why; };
   auto agent = actors::spawn_node_agent(sys, *net, no);
 
   // /metrics: the node agent's families, the transport's, and the scheduler's where it runs.
@@ -488,6 +519,12 @@ int main(int argc, char** argv) {
     if (sched) self->send_exit(sched, caf::exit_reason::user_shutdown);
   }
   http.reset();  // no scrape asks the actors once they are gone
+  if (!refusal->empty()) {
+    // Its --name is taken (the scheduler's reason says by whom): a bad argument, one line.
+    if (!log_file.empty())
+      std::fprintf(stderr, "coach-node: the scheduler refused this node: %s\n", refusal->c_str());
+    rc = 2;
+  }
   print_received(**net);
   log::info("'{}' stopped", no.name);
   return rc;

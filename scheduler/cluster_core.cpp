@@ -85,7 +85,32 @@ void cluster_core::poke() {
   ports_.decide_soon();
 }
 
+/// Another live node has `hb`'s name: why this one is refused; empty when the name is free.
+std::string cluster_core::name_taken(const node_heartbeat& hb) const {
+  // The scheduler's own node is never refused (that would stop the scheduler): a node that took
+  // its name first is refused at its next heartbeat instead.
+  if (hb.host == setup_.self_host) return {};
+  for (const auto& [host, n] : nodes_.nodes())
+    if (host != hb.host && n.alive && n.last.name == hb.name)
+      return coach::format(
+          "the name '{}' is taken by the live node at {}; give this node "
+          "another --name",
+          hb.name, n.last.address);
+  return {};
+}
+
 void cluster_core::heartbeat(const node_heartbeat& hb) {
+  // Names are unique among live nodes (coach migrate --to NAME): a second node of a live one's
+  // name is refused, told why, and not listed. A dead node's name may be taken.
+  if (auto why = name_taken(hb); !why.empty()) {
+    if (refused_.insert(hb.host).second) {
+      ports_.note(coach::format("node at {} refused: {}", hb.address, why));
+      ports_.add_peer(hb.host, hb.address, hb.public_key);
+    }
+    ports_.refuse_node(hb.host, why);
+    return;
+  }
+  refused_.erase(hb.host);
   node_report r;
   r.host = hb.host;
   r.name = hb.name;
@@ -178,18 +203,19 @@ void cluster_core::resize(const resize_order& z) {
   ports_.rescale(z.job, z.workers, z.shards, [this, z](result<std::string> why) {
     if (!why || why->empty()) return;
     note_job(z.job, coach::format("job {}: the resize is refused: {}", z.job, *why));
-    reg_->restore(z.job, z.generation, z.before);
+    reg_->restore(z.job, z.generation, z.before, z.cause);
   });
 }
 
 /// dltap's live move of one shard beside more of its workers (the rebalancer counted it).
 void cluster_core::migrate(const migrate_order& m) {
   ports_.migrate(m.job, m.shard, m.to, [this, m](result<std::string> why) {
-    if (!why) return rebal_.forget(m.job);
-    if (why->empty()) return;
-    // Refused (another change in flight, the job ending): not a move; the next decision may
-    // propose it again.
+    if (why && why->empty()) return;
+    // Refused (another change in flight, the job ending) or unanswered: not a move; the next
+    // decision may propose it again.
     rebal_.forget(m.job);
+    reg_->move_refused(m.job);
+    if (!why) return;
     note_job(m.job, coach::format("dltap: job {}: shard {} stays: {}", m.job, m.shard, *why));
   });
 }

@@ -77,6 +77,8 @@ struct cluster_core_ports {
   /// Reach node `host` at `address` with CURVE key `public_key` (new or moved).
   std::function<void(std::uint32_t host, const std::string& address, const std::string& public_key)>
       add_peer;
+  /// Tell node `host` (reached already: add_peer) that its join is refused, and why.
+  std::function<void(std::uint32_t host, const std::string& reason)> refuse_node;
   /// Call decide() at the next turn of the mailbox.
   std::function<void()> decide_soon;
   /// Call expire(as_of) once every message that came before now is read.
@@ -133,7 +135,8 @@ class cluster_core {
   cluster_core(const cluster_core&) = delete;
   cluster_core& operator=(const cluster_core&) = delete;
 
-  /// A node's heartbeat (the caller checked it speaks for its own host).
+  /// A node's heartbeat (the caller checked it speaks for its own host). A node whose name
+  /// another live node has is refused (refuse_node) and not listed.
   void heartbeat(const node_heartbeat& hb);
   /// The owner's timer, every check_every(): nodes of an earlier process, overdue stops, silent
   /// nodes (expire_soon), a decision when none was made for decide_every.
@@ -179,6 +182,7 @@ class cluster_core {
 
  private:
   void note_job(std::uint64_t id, std::string line);
+  std::string name_taken(const node_heartbeat& hb) const;
   void open_store();
   void poke();
   void resend_stops();
@@ -218,6 +222,7 @@ class cluster_core {
   std::optional<job_registry> reg_;
   std::map<std::uint64_t, job_data> data_;  ///< each job's data set, loaded at submit or launch
   std::map<std::uint64_t, job_script> scripts_;  ///< script jobs' models, kept at submit or launch
+  std::set<std::uint32_t> refused_;              ///< hosts refused (their name taken), noted once
   time_point born_{}, last_decision_{};
   bool decide_queued_ = false;
 };

@@ -67,8 +67,11 @@ bool cluster_core::forward(const api_request& req, const std::function<void(api_
   };
   // On success, `done` adjusts the registry's record of the job's allocation (what a change
   // frees is freed for good by layout() when it takes effect).
-  auto relay = [failed](std::function<void()> done) -> change_answer {
-    return [failed, done = std::move(done)](result<std::string> why) {
+  // A refusal also takes back what the user's order was expected to do (user_orders.hpp).
+  auto relay_or = [failed](std::function<void()> done,
+                           std::function<void(const std::string&)> refused) -> change_answer {
+    return [failed, done = std::move(done), refused = std::move(refused)](result<std::string> why) {
+      if (!why || !why->empty()) refused(why ? *why : why.error().message);
       if (!why) {
         failed(why.error());
       } else if (!why->empty()) {
@@ -80,23 +83,54 @@ bool cluster_core::forward(const api_request& req, const std::function<void(api_
     };
   };
   if (const auto* r = std::get_if<rescale_request>(&req)) {
+    if (r->release) {
+      if (r->workers || r->shards)
+        return failed(coach::error{errc::invalid_argument,
+                                   "rescale: --release takes no --workers or --shards"});
+      auto ok = reg_->release_hold(r->job);
+      if (ok) poke();  // the policy may size it again now
+      return failed(ok ? std::nullopt : std::optional(ok.error()));
+    }
     auto job = reg_->running_job(r->job);
     if (!job) return failed(job.error());
     const std::uint64_t id = r->job;
     const std::uint32_t w = r->workers, s = r->shards;
     const auto gen = (*job)->generation();
-    ports_.rescale(id, w, s, relay([this, id, gen, w, s] {
-                     if (auto* j = reg_->current(id, gen)) reg_->rescaled(*j, w, s);
-                   }));
+    reg_->user_rescale(**job, w, s);
+    ports_.rescale(
+        id, w, s,
+        relay_or(
+            [this, id, gen, w, s] {
+              if (auto* j = reg_->current(id, gen)) reg_->rescaled(*j, w, s);
+            },
+            [this, id, gen](const std::string& why) { reg_->user_rescale_refused(id, gen, why); }));
     return true;
   }
   if (const auto* m = std::get_if<migrate_request>(&req)) {
+    if (m->release) {
+      if (!m->to_node.empty())
+        return failed(
+            coach::error{errc::invalid_argument, "migrate: --release takes no --to NODE"});
+      auto ok = reg_->release_pin(m->job, m->shard);
+      if (ok) poke();
+      return failed(ok ? std::nullopt : std::optional(ok.error()));
+    }
     auto job = reg_->running_job(m->job);
     if (!job) return failed(job.error());
     if (m->to_node.empty())
       return failed(coach::error{errc::invalid_argument, "--to NODE is empty"});
-    if (auto host = nodes_.by_name(m->to_node); !host) return failed(host.error());
-    ports_.migrate(m->job, m->shard, m->to_node, relay([] {}));
+    auto host = nodes_.by_name(m->to_node);
+    if (!host) return failed(host.error());
+    const std::uint64_t id = m->job;
+    const std::uint32_t shard = m->shard, to = *host;
+    const auto gen = (*job)->generation();
+    // Expected before the master answers: it may ask for the new shard first.
+    reg_->user_migrate(**job, shard, to);
+    ports_.migrate(id, shard, m->to_node,
+                   relay_or([] {},
+                            [this, id, gen, shard, to](const std::string& why) {
+                              reg_->user_migrate_refused(id, gen, shard, to, why);
+                            }));
     return true;
   }
   return false;

@@ -68,17 +68,19 @@ struct nodes_request {};
 struct cancel_request {
   std::uint64_t job = 0;
 };
-/// coach rescale JOB --workers N [--shards M] (0: unchanged).
+/// coach rescale JOB --workers N [--shards M] (0: unchanged), or coach rescale JOB --release.
 struct rescale_request {
   std::uint64_t job = 0;
   std::uint32_t workers = 0;
   std::uint32_t shards = 0;
+  bool release = false;  ///< the counts held by an earlier rescale are released (no counts)
 };
-/// coach migrate JOB --shard K --to NODE.
+/// coach migrate JOB --shard K --to NODE, or coach migrate JOB --shard K --release.
 struct migrate_request {
   std::uint64_t job = 0;
   std::uint32_t shard = 0;
   std::string to_node;
+  bool release = false;  ///< shard K, pinned by an earlier migrate, is unpinned (no node)
 };
 /// coach policy get | coach policy set NAME.
 struct policy_request {

@@ -145,6 +145,7 @@ result<registered_job*> job_registry::add(job_record rec, const job_spec& spec,
   job.placement_ = spec.placement;
   job.checkpoints_ = checkpoint_keeper(spec.checkpoint.store_every_s(), now());
   job.replicas_ = replica_chains(spec.replicas);
+  job.schedule_ = spec.schedule;
   job.state_since_ = rec.submitted;
   auto& st = job.status_;
   st.job = *id;

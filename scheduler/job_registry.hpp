@@ -66,6 +66,7 @@ struct resize_order {
   std::uint32_t workers = 0;
   std::uint32_t shards = 0;
   allocation before;
+  std::string cause;  ///< "policy NAME"
 };
 /// The job's run stopped (a policy suspended it): stop its master here and its parts on `hosts`.
 struct stop_order {
@@ -167,10 +168,32 @@ class job_registry {
   /// The run's master finished (succeeded or cancelled; the caller ends the job): its final
   /// figures into the status (test accuracy when it measured one, changes, epochs done).
   void finished(registered_job& job, const job_result& r);
-  /// A resize order was refused by the master: the allocation it changed comes back.
-  void restore(std::uint64_t id, std::uint32_t generation, const allocation& before);
-  /// A user's rescale was accepted by the master (0: unchanged).
+  /// A resize order of `cause` was refused by the master: the allocation it changed comes back.
+  void restore(std::uint64_t id, std::uint32_t generation, const allocation& before,
+               const std::string& cause);
+  /// A user's rescale was accepted by the master (0: unchanged): the allocation follows, and
+  /// the counts are held against the policies until released (user_orders.hpp).
   void rescaled(registered_job& job, std::uint32_t workers, std::uint32_t shards);
+
+  // A user's orders (scheduler/user_orders.hpp) and the causes of changes (change_causes.hpp).
+  /// The user asks the job's master for a rescale (before its answer): noted in its history.
+  void user_rescale(registered_job& job, std::uint32_t workers, std::uint32_t shards);
+  /// The master refused the user's rescale (`why`), or did not answer.
+  void user_rescale_refused(std::uint64_t id, std::uint32_t generation, const std::string& why);
+  /// The user asks the job's master to move shard `shard` to `host` (before its answer: the
+  /// new shard may be placed first): noted in its history.
+  void user_migrate(registered_job& job, std::uint32_t shard, std::uint32_t host);
+  /// The master refused the user's migration (`why`), or did not answer: nothing is pinned.
+  void user_migrate_refused(std::uint64_t id, std::uint32_t generation, std::uint32_t shard,
+                            std::uint32_t host, const std::string& why);
+  /// The rebalancer's move of the job's shard was refused: not expected any more.
+  void move_refused(std::uint64_t id);
+  /// `coach migrate JOB --shard K --release`: shard K is no longer pinned. Errors: not_found,
+  /// invalid_argument (the job is not running, or K is not pinned), naming what is pinned.
+  result<void> release_pin(std::uint64_t id, std::uint32_t shard);
+  /// `coach rescale JOB --release`: its counts are the policies' again. Errors: not_found,
+  /// invalid_argument (nothing held).
+  result<void> release_hold(std::uint64_t id);
   /// Ends a job: records why, forgets its run. Returns the hosts to stop its parts on.
   std::set<std::uint32_t> end(registered_job& job, job_state state,
                               std::optional<coach::error> why);
@@ -259,7 +282,10 @@ class job_registry {
   void start(registered_job& job, const job_view& v, const action& a, resource_pool& pool,
              const executor& exec, orders& out);
   void resize(registered_job& job, const job_view& v, const action& a, resource_pool& pool,
-              const executor& exec, orders& out);
+              const executor& exec, const std::string& policy, orders& out);
+  /// The status's shard list from the allocation: one node per shard owning slices (by id,
+  /// its primary), with the shards' ids.
+  void list_nodes(registered_job& job);
   void suspend(registered_job& job, resource_pool& pool, const std::string& policy, orders& out);
   /// The job's view for a policy; `lists` keeps what it points to.
   job_view view_of(const registered_job& job, std::vector<std::vector<std::uint32_t>>& lists) const;

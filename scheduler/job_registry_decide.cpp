@@ -25,6 +25,10 @@ job_view job_registry::view_of(const registered_job& job,
   v.min_shards = r.min_shards;
   v.max_shards = r.max_shards;
   v.requested_shards = r.requested_shards;
+  // The user's rescale holds (user_orders.hpp): the policy sees those counts as the only ones.
+  const auto& o = job.orders_;
+  if (o.held_workers()) v.min_workers = v.max_workers = v.requested_workers = int(o.held_workers());
+  if (o.held_shards()) v.min_shards = v.max_shards = v.requested_shards = int(o.held_shards());
   v.per_worker = worker_cost(r);
   v.per_shard = shard_cost(r);
   if (job.launched_) {
@@ -66,7 +70,7 @@ orders job_registry::decide(policy_holder& policy, const executor& exec, rebalan
         start(*job, *v, a, pool, exec, out);
         break;
       case action::kind_type::resize:
-        resize(*job, *v, a, pool, exec, out);
+        resize(*job, *v, a, pool, exec, name, out);
         break;
       case action::kind_type::suspend:
         suspend(*job, pool, name, out);
@@ -91,10 +95,15 @@ void job_registry::start(registered_job& job, const job_view& v, const action& a
   out.launches.push_back(std::move(o));
 }
 
-void job_registry::resize(registered_job& job, const job_view& v, const action& a,
-                          resource_pool& pool, const executor& exec, orders& out) {
+void job_registry::resize(registered_job& job, const job_view& v, const action& asked,
+                          resource_pool& pool, const executor& exec, const std::string& policy,
+                          orders& out) {
   if (!job.running() || job.cancel_requested_) return;  // starting or ending: decided again later
   const int w0 = job.alloc_.workers(), s0 = job.alloc_.shards();
+  // A user's rescale holds against every policy (user_orders.hpp): its counts stay.
+  action a = asked;
+  if (const auto held = job.orders_.held_workers()) a.workers = int(held);
+  if (const auto held = job.orders_.held_shards()) a.shards = int(held);
   if (a.workers == w0 && a.shards == s0) return;
   auto w = job.alloc_.worker_hosts();
   auto s = job.alloc_.shard_hosts();
@@ -102,12 +111,16 @@ void job_registry::resize(registered_job& job, const job_view& v, const action& 
     log_(coach::format("job {}: {}", job.id(), used.error().message));
     return;
   }
-  resize_order o{job.id(), job.generation_, 0, 0, job.alloc_};
+  const std::string cause = "policy " + policy;
+  resize_order o{job.id(), job.generation_, 0, 0, job.alloc_, cause};
   job.alloc_.follow(w, s);
   const int w1 = job.alloc_.workers(), s1 = job.alloc_.shards();
   o.workers = std::uint32_t(w1 != w0 ? w1 : 0);
   o.shards = std::uint32_t(s1 != s0 ? s1 : 0);
   record_allocation(job);
+  note(job, coach::format("job {}: policy {} resizes it to {} worker(s), {} shard(s) (cause: {})",
+                          job.id(), policy, w1, s1, cause));
+  job.causes_.expect({expected_change::kind_type::rescale, cause, o.workers, o.shards, 0, {}});
   out.resizes.push_back(std::move(o));
 }
 
@@ -119,6 +132,8 @@ void job_registry::suspend(registered_job& job, resource_pool& pool, const std::
   for (auto h : job.alloc_.shard_hosts())
     if (pool.contains(h)) pool.give(h, shard_cost(job.rec_));
   out.stops.push_back({job.id(), job.hosts_});
+  note(job, coach::format("job {}: suspended by policy {} (cause: policy {})", job.id(), policy,
+                          policy));
   stop_to_resume(job, job.hosts_, coach::format("suspended by {}", policy));
 }
 
@@ -152,6 +167,8 @@ void job_registry::rebalance(resource_pool& pool, rebalancer& rebal,
     const double done = double(st.epochs_done) * double(st.samples_epoch) + double(st.samples_done);
     r.seconds_left = std::max(0.0, total - done) / st.samples_per_second;
     r.per_shard = shard_cost(job.rec_);
+    // A shard the user migrated stays where the user put it (user_orders.hpp).
+    for (auto k : shard_ids) r.pinned.push_back(job.orders_.pinned(k));
     auto m = rebal.propose(r, pool);
     if (!m) continue;
     const std::uint32_t shard = shard_ids[m->shard];
@@ -160,8 +177,10 @@ void job_registry::rebalance(resource_pool& pool, rebalancer& rebal,
                   "saves %.1f MB/s between hosts, %.1f MB over the %.0f s left, for %.3f MB moved",
                   m->saved_bytes_per_s / 1e6, m->saved_bytes / 1e6, r.seconds_left,
                   m->moved_bytes / 1e6);
-    note(job, coach::format("dltap: job {}: shard {} moves from '{}' to '{}' ({})", id, shard,
-                            nodes_.name(m->from), nodes_.name(m->to), gain));
+    note(job, coach::format("dltap: job {}: shard {} moves from '{}' to '{}' ({}) (cause: "
+                            "rebalancer)",
+                            id, shard, nodes_.name(m->from), nodes_.name(m->to), gain));
+    job.causes_.expect({expected_change::kind_type::migrate, "rebalancer", 0, 0, shard, {}});
     rebal.moved(id);
     pool.give(m->from, r.per_shard);
     pool.take_on(m->to, r.per_shard);

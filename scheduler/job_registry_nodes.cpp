@@ -17,9 +17,9 @@ bool job_registry::fail_over(registered_job& job, std::uint32_t host, node_loss&
   for (const auto& [k, h] : f->promoted) {
     job.alloc_.shard_at[k] = h;
     job.shard_hosts_.insert(h);
-    if (k < job.status_.shard_nodes.size()) job.status_.shard_nodes[k] = nodes_.name(h);
     ++job.status_.failovers;
   }
+  list_nodes(job);
   if (!loss.heads.empty()) record_history(job);
   return true;
 }
@@ -64,6 +64,11 @@ std::vector<node_loss> job_registry::lose_node(std::uint32_t host) {
       st.workers -= std::min(st.workers, std::uint32_t(loss.ranks.size()));
       for (auto r : loss.ranks)
         if (r < st.worker_nodes.size()) st.worker_nodes[r] += " (lost)";
+      // The master drops them: that change's cause.
+      if (!loss.ranks.empty())
+        job.causes_.expect({expected_change::kind_type::drop_workers,
+                            coach::format("failure: node '{}' lost", nodes_.name(host)), 0, 0, 0,
+                            loss.ranks});
     }
     out.push_back(std::move(loss));
   }

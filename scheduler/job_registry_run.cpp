@@ -42,9 +42,30 @@ std::uint32_t job_registry::begin_run(registered_job& job, std::span<const std::
   st.error.clear();
   st.error_code = 0;
   st.worker_nodes.clear();
-  st.shard_nodes.clear();
   for (auto h : workers) st.worker_nodes.push_back(nodes_.name(h));
-  for (auto h : shards) st.shard_nodes.push_back(nodes_.name(h));
+  // A new run places its shards anew (ids from 0): pins of the last run's shards are gone; a
+  // held rescale holds on (the policy started it with those counts).
+  job.orders_.clear_pins();
+  job.causes_.clear();
+  job.last_members_.clear();
+  job.last_live_.clear();
+  for (std::uint32_t r = 0; r < workers.size(); ++r) job.last_members_.push_back(r);
+  for (std::uint32_t k = 0; k < shards.size(); ++k) job.last_live_.push_back(k);
+  // The run makes the changes of its spec's schedule from its first step on (a resumed run's:
+  // its checkpoint's version), in order.
+  const std::int64_t first_step = job.checkpoint() ? job.checkpoint()->version : 0;
+  for (const auto& a : job.schedule_) {
+    if (a.at_step < first_step) continue;
+    expected_change c{expected_change::kind_type::rescale, "the spec's schedule", 0, 0, 0, {}};
+    if (a.kind == ps::change_kind::workers) c.workers = a.value;
+    if (a.kind == ps::change_kind::shards) c.shards = a.value;
+    if (a.kind == ps::change_kind::migrate) {
+      c.kind = expected_change::kind_type::migrate;
+      c.shard = a.value;
+    }
+    job.causes_.expect(std::move(c));
+  }
+  list_nodes(job);
   if (resumed) {
     ++st.resumes;
     record_history(job);
@@ -82,16 +103,103 @@ void job_registry::finished(registered_job& job, const job_result& r) {
   st.epochs_done = std::max(st.epochs_done, job.first_epoch_ + std::uint32_t(r.epochs.size()));
 }
 
-void job_registry::restore(std::uint64_t id, std::uint32_t generation, const allocation& before) {
+void job_registry::restore(std::uint64_t id, std::uint32_t generation, const allocation& before,
+                           const std::string& cause) {
   auto* job = current(id, generation);
   if (!job || job->over()) return;
   job->alloc_ = before;
+  job->causes_.refused(expected_change::kind_type::rescale, cause);
   record_allocation(*job);
 }
 
 void job_registry::rescaled(registered_job& job, std::uint32_t workers, std::uint32_t shards) {
   job.alloc_.trim(workers, shards);
+  job.orders_.hold(workers, shards);
   record_allocation(job);
+}
+
+// The user's orders are noted when asked (the master may ask for their parts before it
+// answers), and again only when refused.
+void job_registry::user_rescale(registered_job& job, std::uint32_t workers, std::uint32_t shards) {
+  job.causes_.expect({expected_change::kind_type::rescale, "user", workers, shards, 0, {}});
+  std::string what;
+  if (workers) what = coach::format("{} worker(s)", workers);
+  if (shards) what += coach::format("{}{} shard(s)", what.empty() ? "" : ", ", shards);
+  note(job, coach::format("job {}: the user rescales it to {} (cause: user); held against the "
+                          "policies until `coach rescale {} --release`",
+                          job.id(), what, job.id()));
+}
+
+void job_registry::user_rescale_refused(std::uint64_t id, std::uint32_t generation,
+                                        const std::string& why) {
+  auto* job = current(id, generation);
+  if (!job) return;
+  job->causes_.refused(expected_change::kind_type::rescale, "user");
+  note(*job, coach::format("job {}: the user's rescale is refused ({}); nothing is held", id, why));
+}
+
+void job_registry::user_migrate(registered_job& job, std::uint32_t shard, std::uint32_t host) {
+  job.causes_.expect({expected_change::kind_type::migrate, "user", 0, 0, shard, {}});
+  job.orders_.migrating(shard, host);
+  note(job, coach::format("job {}: the user moves shard {} to '{}' (cause: user); its new shard "
+                          "there is pinned until `coach migrate {} --shard ID --release`",
+                          job.id(), shard, nodes_.name(host), job.id()));
+}
+
+void job_registry::user_migrate_refused(std::uint64_t id, std::uint32_t generation,
+                                        std::uint32_t shard, std::uint32_t host,
+                                        const std::string& why) {
+  auto* job = current(id, generation);
+  if (!job) return;
+  job->causes_.refused(expected_change::kind_type::migrate, "user");
+  job->orders_.migration_refused(shard, host);
+  list_nodes(*job);
+  note(*job, coach::format("job {}: the user's move of shard {} to '{}' is refused ({}); nothing "
+                           "is pinned",
+                           id, shard, nodes_.name(host), why));
+}
+
+void job_registry::move_refused(std::uint64_t id) {
+  if (auto* job = find(id)) job->causes_.refused(expected_change::kind_type::migrate, "rebalancer");
+}
+
+result<void> job_registry::release_pin(std::uint64_t id, std::uint32_t shard) {
+  auto* job = find(id);
+  if (!job) return fail(errc::not_found, "no job {}", id);
+  if (!job->orders_.release_pin(shard)) {
+    std::string pinned;
+    for (const auto& [k, h] : job->orders_.pins())
+      pinned += coach::format("{}{}", pinned.empty() ? "" : ", ", k);
+    return fail(errc::invalid_argument, "job {}: shard {} is not pinned ({})", id, shard,
+                pinned.empty() ? std::string("none is") : "pinned: shard " + pinned);
+  }
+  list_nodes(*job);
+  note(*job, coach::format("job {}: the user releases shard {} (cause: user); the rebalancer "
+                           "may move it again",
+                           id, shard));
+  return {};
+}
+
+result<void> job_registry::release_hold(std::uint64_t id) {
+  auto* job = find(id);
+  if (!job) return fail(errc::not_found, "no job {}", id);
+  if (!job->orders_.release_hold())
+    return fail(errc::invalid_argument, "job {} holds no rescale of the user's", id);
+  list_nodes(*job);
+  note(*job, coach::format("job {}: the user releases its rescale (cause: user); the policies "
+                           "may resize it again",
+                           id));
+  return {};
+}
+
+void job_registry::list_nodes(registered_job& job) {
+  auto& st = job.status_;
+  st.shard_nodes.clear();
+  st.shard_ids.clear();
+  for (const auto& [k, h] : job.alloc_.shard_at) {
+    st.shard_ids.push_back(k);
+    st.shard_nodes.push_back(nodes_.name(h));
+  }
 }
 
 void job_registry::stop_run(registered_job& job) {
@@ -113,6 +221,8 @@ std::set<std::uint32_t> job_registry::end(registered_job& job, job_state state,
   auto hosts = std::move(job.hosts_);
   job.hosts_.clear();
   stop_run(job);
+  job.orders_.clear();
+  job.causes_.clear();
   job.checkpoints_.drop();
   job.state_ = state;
   job.state_since_ = now();
@@ -204,11 +314,15 @@ std::vector<std::uint32_t> job_registry::part_placed(registered_job& job, bool w
   (worker ? job.alloc_.worker_at : job.alloc_.shard_at)[id] = host;
   job.hosts_.insert(host);
   if (!worker) job.shard_hosts_.insert(host);
-  (worker ? job.status_.worker_nodes : job.status_.shard_nodes).push_back(nodes_.name(host));
+  const bool pinned = !worker && job.orders_.placed(id, host);
+  if (worker) job.status_.worker_nodes.push_back(nodes_.name(host));
+  list_nodes(job);
   record_allocation(job);
+  const auto cause = pinned ? std::string("user") : job.causes_.adding(worker);
   note(job,
-       coach::format("job {}: {} {} placed on '{}'", job.id(), worker ? "worker" : "shard", id,
-                     nodes_.name(host)),
+       coach::format("job {}: {} {} placed on '{}'{}{}", job.id(), worker ? "worker" : "shard", id,
+                     nodes_.name(host), cause.empty() ? "" : " (cause: " + cause + ")",
+                     pinned ? "; pinned there (coach migrate)" : ""),
        false);
   if (worker || job.replicas_.replicas() <= 1) return {};
   const auto usable = usable_hosts();
@@ -222,21 +336,35 @@ std::vector<std::uint32_t> job_registry::part_placed(registered_job& job, bool w
 }
 
 void job_registry::part_unplaced(registered_job& job, bool worker) {
-  (worker ? job.status_.worker_nodes : job.status_.shard_nodes).push_back("(not started)");
+  // Workers are listed by rank, the ones that never started too; shards only where they run.
+  if (worker) job.status_.worker_nodes.push_back("(not started)");
+  note(job,
+       coach::format("job {}: no node could take one more {}", job.id(),
+                     worker ? "worker" : "shard"),
+       false);
 }
 
 void job_registry::part_failed(registered_job& job, bool worker, std::uint32_t id) {
   (worker ? job.alloc_.worker_at : job.alloc_.shard_at).erase(id);
+  list_nodes(job);
   record_allocation(job);
 }
 
 bool job_registry::layout(registered_job& job, std::span<const std::uint32_t> members,
                           std::span<const std::uint32_t> live) {
+  const auto cause =
+      job.causes_.took_effect(job.last_members_, job.last_live_, members, live,
+                              job.schedule_.empty() ? "the job's master" : "the spec's schedule");
+  job.last_members_.assign(members.begin(), members.end());
+  job.last_live_.assign(live.begin(), live.end());
+  job.orders_.live(live);
   note(job,
-       coach::format("job {}: a change is in effect: {} worker(s), {} shard(s)", job.id(),
-                     members.size(), live.size()),
+       coach::format("job {}: a change is in effect: {} worker(s), {} shard(s) (cause: {})",
+                     job.id(), members.size(), live.size(), cause),
        false);
-  if (job.alloc_.keep(members, live) == 0) return false;
+  const bool left = job.alloc_.keep(members, live) != 0;
+  list_nodes(job);
+  if (!left) return false;
   // A dropped shard's backups hold nothing the job needs: no longer part of a chain.
   job.replicas_.keep_only(job.alloc_.shard_at);
   record_allocation(job);

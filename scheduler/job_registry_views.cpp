@@ -13,6 +13,7 @@ job_status job_registry::snapshot(const registered_job& job, perf_model* model,
   job_status s = job.status_;
   if (job.running()) s.seconds = now() - job.started_;
   s.waiting = why_waiting(job);
+  s.orders = job.orders_.describe([this](std::uint32_t h) { return nodes_.name(h); });
   if (model) s.model_json = model_json(job, *model, policy);
   if (job.launched_ && !job.over()) {
     const auto w = job.alloc_.worker_hosts();

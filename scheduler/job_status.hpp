@@ -46,9 +46,14 @@ struct job_status {
   std::uint64_t samples_epoch = 0;  ///< per epoch
   std::uint32_t workers = 0;
   std::uint32_t shards = 0;
-  std::vector<std::string> worker_nodes;  ///< node name by rank
-  std::vector<std::string> shard_nodes;   ///< node name by shard id
-  std::vector<link_traffic> traffic;      ///< this job's bytes between hosts
+  std::vector<std::string> worker_nodes;  ///< node name of each worker, by rank
+  /// Node name of each shard owning slices (its primary), by shard id: one per shard.
+  std::vector<std::string> shard_nodes;
+  std::vector<std::uint32_t> shard_ids;  ///< the id of each shard of shard_nodes
+  /// The user's orders in force, held until released ("shard 2 pinned to 'b' (coach
+  /// migrate)", "workers 3 held (coach rescale)"): scheduler/user_orders.hpp.
+  std::vector<std::string> orders;
+  std::vector<link_traffic> traffic;  ///< this job's bytes between hosts
   /// The job ended and every node that ran a part of it has stopped them and reported its
   /// bytes since: `traffic` is the whole job's (a node lost before it answered never does).
   bool traffic_final = false;

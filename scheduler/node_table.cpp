@@ -73,12 +73,19 @@ std::string node_table::name(std::uint32_t host) const {
 }
 
 result<std::uint32_t> node_table::by_name(std::string_view name) const {
+  // A live node's name is its alone (the cluster scheduler refuses a second); a dead node's
+  // may have been taken by a live one since, which is the one meant.
+  const node_entry* dead = nullptr;
   for (const auto& [host, n] : nodes_) {
     if (n.last.name != name) continue;
-    if (!n.alive) return fail(errc::resource_exhausted, "node '{}' is not heartbeating", name);
+    if (!n.alive) {
+      dead = &n;
+      continue;
+    }
     if (n.last.draining) return fail(errc::resource_exhausted, "node '{}' is draining", name);
     return host;
   }
+  if (dead) return fail(errc::resource_exhausted, "node '{}' is not heartbeating", name);
   return fail(errc::not_found, "no node named '{}'", name);
 }
 

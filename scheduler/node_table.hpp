@@ -90,8 +90,8 @@ class node_table {
   bool usable(std::uint32_t host) const;
   /// The name of a node, or "host N" for one never heard of.
   std::string name(std::uint32_t host) const;
-  /// The usable node named `name`. Errors: not_found (no such node), resource_exhausted (not
-  /// heartbeating, draining), each naming it.
+  /// The usable node named `name` (a live one before a dead one of that name). Errors:
+  /// not_found (no such node), resource_exhausted (not heartbeating, draining), each naming it.
   result<std::uint32_t> by_name(std::string_view name) const;
   /// Seconds since the node's last heartbeat.
   double silent_for(std::uint32_t host) const;

@@ -19,7 +19,7 @@ std::optional<shard_move> rebalancer::propose(const rebalance_job& job,
   std::optional<shard_move> best;
   for (std::uint32_t k = 0; k < job.shard_nodes.size(); ++k) {
     const double bytes = k < job.shard_bytes.size() ? job.shard_bytes[k] : 0.0;
-    if (bytes <= 0) continue;
+    if (bytes <= 0 || (k < job.pinned.size() && job.pinned[k])) continue;
     const auto from = job.shard_nodes[k];
     // Only nodes with more of the job's workers than the shard's own can save bytes.
     for (const auto& [to, count] : workers_on) {

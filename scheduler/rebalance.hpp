@@ -38,6 +38,8 @@ struct rebalance_job {
   double steps_per_s = 0;                   ///< observed; 0: not known yet (no move)
   double seconds_left = 0;                  ///< estimated; 0: not known (no move)
   resources per_shard;                      ///< what one shard uses on its node
+  /// Shards it must not move, by index of shard_nodes (a user's pin); empty: none.
+  std::vector<bool> pinned;
 };
 
 /// One proposed migration.

@@ -23,12 +23,15 @@
 #include "report/job_report.hpp"
 #include "report/perf_tracker.hpp"
 #include "scheduler/allocation.hpp"
+#include "scheduler/change_causes.hpp"
 #include "scheduler/checkpoint_keeper.hpp"
 #include "scheduler/job_log.hpp"
 #include "scheduler/job_status.hpp"
 #include "scheduler/job_store.hpp"
 #include "scheduler/replica_chains.hpp"
 #include "scheduler/stop_tracker.hpp"
+#include "scheduler/user_orders.hpp"
+#include "spec/job_spec.hpp"
 
 namespace coach::scheduler {
 
@@ -70,6 +73,8 @@ class registered_job {
     return replicas_.backups();
   }
   const run_shape& shape() const noexcept { return shape_; }
+  /// What the user ordered that holds until released: pinned shards, held counts.
+  const user_orders& orders() const noexcept { return orders_; }
 
   /// Resume: the next run starts at first_epoch from checkpoint() (the training state after the
   /// epoch before), once every node that ran a part of an earlier run has stopped it.
@@ -122,6 +127,13 @@ class registered_job {
   std::set<std::uint32_t> shard_hosts_;  ///< hosts that ran a shard of the run
   replica_chains replicas_;
   run_shape shape_;
+  user_orders orders_;
+  change_causes causes_;
+  /// The run's workers and shards owning slices as of its last change in effect (launch:
+  /// every rank and shard id).
+  std::vector<std::uint32_t> last_members_, last_live_;
+  /// Its spec's `schedule:` of changes, in order (each run from step 0 expects them).
+  std::vector<schedule_action> schedule_;
 
   std::uint32_t first_epoch_ = 0;
   checkpoint_keeper checkpoints_;

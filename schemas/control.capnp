@@ -83,6 +83,12 @@ struct StopJob {
   job @0 :UInt64;
 }
 
+# Scheduler -> node agent: its join is refused (actors::node_refused), e.g. its --name is taken
+# by another live node; the node says why in one line and exits.
+struct RefuseNode {
+  reason @0 :Text;
+}
+
 # Node agent -> scheduler: the answer to a StartJob or StopJob (actors::command_reply).
 struct CommandReply {
   job @0 :UInt64;
@@ -101,5 +107,6 @@ struct ControlMessage {
     commandReply @3 :CommandReply;    # node agent -> scheduler
     request @4 :JobApi.Request;       # `coach` CLI -> scheduler
     reply @5 :JobApi.Reply;           # scheduler -> `coach` CLI
+    refuseNode @6 :RefuseNode;        # scheduler -> node agent
   }
 }

@@ -86,7 +86,7 @@ struct JobStatus {
   samplesDone @13 :UInt64;     # samples done in the current epoch
   samplesEpoch @14 :UInt64;    # samples per epoch
   workerNodes @15 :List(Text); # node name by worker rank
-  shardNodes @16 :List(Text);  # node name by shard id
+  shardNodes @16 :List(Text);  # node of each shard owning slices (its primary), by shard id
   seconds @17 :Float64;        # since the job started running
   epochSamples @18 :List(UInt64);  # samples trained in each finished epoch, in order
   changes @19 :List(ChangeReport);  # the job's changes of workers or shards (once it ended)
@@ -103,6 +103,8 @@ struct JobStatus {
   epochSeconds @30 :List(Float64);  # each finished epoch's training time (as epochSamples)
   epochAccuracy @31 :List(Float64); # each finished epoch's test accuracy (as epochSamples)
   trafficFinal @32 :Bool;      # ended, and every node that ran a part has reported its last bytes
+  shardIds @33 :List(UInt32);  # the id of each shard of shardNodes (ids change with migrations)
+  orders @34 :List(Text);      # the user's orders that hold until released (pins, held counts)
 }
 
 # A function-mode job's invocations (worker::invocation_counts).
@@ -171,6 +173,7 @@ struct RescaleRequest {
   job @0 :UInt64;
   workers @1 :UInt32;          # 0 = unchanged
   shards @2 :UInt32;           # 0 = unchanged
+  release @3 :Bool;            # coach rescale JOB --release: the held counts are released
 }
 
 # coach migrate JOB --shard K --to NODE
@@ -178,6 +181,7 @@ struct MigrateRequest {
   job @0 :UInt64;
   shard @1 :UInt32;
   toNode @2 :Text;             # node name
+  release @3 :Bool;            # coach migrate JOB --shard K --release: shard K is unpinned
 }
 
 # coach policy get | coach policy set NAME

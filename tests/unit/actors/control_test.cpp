@@ -102,6 +102,8 @@ job_status full_job_status(std::uint64_t job) {
   s.shards = 2;
   s.worker_nodes = {"node-a", "node-b", "node-a"};
   s.shard_nodes = {"node-c", "node-b"};
+  s.shard_ids = {0, 2};
+  s.orders = {"shard 2 pinned to 'node-b' (coach migrate)", "workers 3 held (coach rescale)"};
   s.traffic = {{job, 1, 2, 10, 4096}, {job, 2, 1, 11, 8192}};
   s.error = "worker 2: out of memory";
   s.error_code = std::uint16_t(errc::resource_exhausted);
@@ -198,6 +200,8 @@ void expect_same(const job_status& a, const job_status& b) {
   EXPECT_EQ(a.shards, b.shards);
   EXPECT_EQ(a.worker_nodes, b.worker_nodes);
   EXPECT_EQ(a.shard_nodes, b.shard_nodes);
+  EXPECT_EQ(a.shard_ids, b.shard_ids);
+  EXPECT_EQ(a.orders, b.orders);
   EXPECT_EQ(a.traffic, b.traffic);
   EXPECT_EQ(a.error, b.error);
   EXPECT_EQ(a.error_code, b.error_code);
@@ -245,10 +249,12 @@ void expect_same(const api_request& a, const api_request& b) {
     EXPECT_EQ(r->job, y.job);
     EXPECT_EQ(r->workers, y.workers);
     EXPECT_EQ(r->shards, y.shards);
+    EXPECT_EQ(r->release, y.release);
   } else if (const auto* m = std::get_if<migrate_request>(&a)) {
     const auto& y = std::get<migrate_request>(b);
     EXPECT_EQ(m->job, y.job);
     EXPECT_EQ(m->shard, y.shard);
+    EXPECT_EQ(m->release, y.release);
     EXPECT_EQ(m->to_node, y.to_node);
   } else if (const auto* p = std::get_if<policy_request>(&a)) {
     EXPECT_EQ(p->set, std::get<policy_request>(b).set);
@@ -293,6 +299,8 @@ void expect_same(const control_message& a, const control_message& b) {
         const auto& y = std::get<T>(b);
         if constexpr (std::is_same_v<T, stop_job>) {
           EXPECT_EQ(x.job, y.job);
+        } else if constexpr (std::is_same_v<T, node_refused>) {
+          EXPECT_EQ(x.reason, y.reason);
         } else if constexpr (std::is_same_v<T, command_reply>) {
           EXPECT_EQ(x.job, y.job);
           expect_same(x.failure, y.failure);
@@ -341,6 +349,7 @@ std::vector<control_message> every_variant() {
   all.push_back(growing_start_job(true));
   all.push_back(growing_start_job(false));
   all.push_back(stop_job{0xfeedull});
+  all.push_back(node_refused{"the name 'b' is taken by the live node at tcp://127.0.0.1:7001"});
   all.push_back(command_reply{77, std::nullopt});
   all.push_back(command_reply{79, std::nullopt, true});
   all.push_back(command_reply{78, error{errc::not_found, "no such dataset: mnist/train"}});
@@ -352,6 +361,8 @@ std::vector<control_message> every_variant() {
   all.push_back(api_request{cancel_request{100}});
   all.push_back(api_request{rescale_request{101, 7, 3}});
   all.push_back(api_request{migrate_request{102, 4, "node-b"}});
+  all.push_back(api_request{rescale_request{105, 0, 0, true}});
+  all.push_back(api_request{migrate_request{106, 2, "", true}});
   all.push_back(api_request{policy_request{}});
   all.push_back(api_request{policy_request{"elastic-fifo"}});
   all.push_back(api_request{logs_request{103, 0}});

@@ -33,6 +33,7 @@ class cluster_core_test : public ::testing::Test {
   std::vector<std::pair<std::uint32_t, std::uint64_t>> stops;  ///< (host, job)
   std::vector<std::tuple<std::uint32_t, std::string, std::string>> peers;
   int decides = 0;
+  std::vector<std::pair<std::uint32_t, std::string>> refusals;  ///< (host, reason)
   std::vector<time_point> expires;
   std::vector<std::tuple<std::uint64_t, std::uint32_t, std::chrono::seconds>> cancel_dues;
   std::vector<launch_order> launches;
@@ -66,6 +67,9 @@ class cluster_core_test : public ::testing::Test {
       peers.emplace_back(h, a, k);
     };
     p.decide_soon = [this] { ++decides; };
+    p.refuse_node = [this](std::uint32_t h, const std::string& why) {
+      refusals.emplace_back(h, why);
+    };
     p.expire_soon = [this](time_point t) { expires.push_back(t); };
     p.cancel_due_in = [this](std::uint64_t j, std::uint32_t g, std::chrono::seconds s) {
       cancel_dues.emplace_back(j, g, s);
@@ -178,6 +182,46 @@ TEST_F(cluster_core_test, a_node_that_heartbeats_is_listed_and_reached) {
   core->heartbeat(rekeyed);
   ASSERT_EQ(peers.size(), 2u);
   EXPECT_EQ(std::get<2>(peers[1]), "key2b");
+}
+
+// Issue 41, item 4: two nodes with one --name were both listed, and `coach migrate --to NAME`
+// was ambiguous. The second is refused (told why) and not listed; a dead node's name is free.
+TEST_F(cluster_core_test, a_second_node_with_a_live_nodes_name_is_refused) {
+  make();
+  core->heartbeat(hb(2, "b"));
+  core->heartbeat(hb(3, "b"));
+  const std::string why =
+      "the name 'b' is taken by the live node at tcp://10.0.0.2:7000; give this node another "
+      "--name";
+  ASSERT_EQ(refusals.size(), 1u);
+  EXPECT_EQ(refusals[0], std::make_pair(3u, why));
+  EXPECT_TRUE(noted("node at tcp://10.0.0.3:7000 refused: " + why));
+  EXPECT_EQ(std::get<2>(peers.back()), "key3") << "reached, to be told";
+  core->heartbeat(hb(3, "b"));  // told again, noted once
+  EXPECT_EQ(refusals.size(), 2u);
+  EXPECT_EQ(std::count_if(notes.begin(), notes.end(),
+                          [](const std::string& l) { return l.find("refused") != l.npos; }),
+            1);
+  const auto listed = std::get<nodes_reply>(ask(nodes_request{}).body).nodes;
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].last.host, 2u);
+  EXPECT_EQ(*core->nodes().by_name("b"), 2u);
+  // b stops heartbeating: its name is free for another node, which `--to b` means then.
+  for (int i = 0; i < 11; ++i) {
+    steady.advance(seconds(0.5));
+    core->tick();
+  }
+  core->expire(expires.back());
+  core->heartbeat(hb(3, "b"));
+  EXPECT_EQ(refusals.size(), 2u);
+  EXPECT_EQ(*core->nodes().by_name("b"), 3u);
+  // The scheduler's own node (host 1) keeps its name whoever came first: the other is refused.
+  core->heartbeat(hb(4, "a"));
+  core->heartbeat(hb(1, "a"));
+  EXPECT_EQ(refusals.size(), 2u) << "the scheduler's node is never refused";
+  core->heartbeat(hb(4, "a"));
+  ASSERT_EQ(refusals.size(), 3u);
+  EXPECT_EQ(refusals.back().first, 4u);
 }
 
 TEST_F(cluster_core_test, a_silent_node_is_lost_at_the_node_timeout) {
@@ -367,6 +411,53 @@ TEST_F(cluster_core_test, a_rescale_goes_to_the_master_and_its_answer_to_the_use
   // Migrate: checked here first.
   r = ask(migrate_request{queued, 0, ""});
   EXPECT_EQ(r.failure->message, "--to NODE is empty");
+}
+
+// Issue 41, item 1: what the user ordered holds until the user releases it, and the status
+// says what holds. Through the job API: rescale and migrate, their --release.
+TEST_F(cluster_core_test, a_users_orders_hold_and_are_released_through_the_job_api) {
+  make();
+  const auto id = running_job();
+  std::vector<api_reply> got;
+  auto to_got = [&](api_reply a) { got.push_back(std::move(a)); };
+  // Nothing held yet: a release says so.
+  auto r = ask(rescale_request{id, 0, 0, true});
+  ASSERT_TRUE(r.failure);
+  EXPECT_EQ(r.failure->code, errc::invalid_argument);
+  EXPECT_EQ(r.failure->message, "job 1 holds no rescale of the user's");
+  r = ask(rescale_request{id, 3, 0, true});
+  EXPECT_EQ(r.failure->message, "rescale: --release takes no --workers or --shards");
+  r = ask(migrate_request{id, 0, "", true});
+  EXPECT_EQ(r.failure->message, "job 1: shard 0 is not pinned (none is)");
+  r = ask(migrate_request{id, 0, "b", true});
+  EXPECT_EQ(r.failure->message, "migrate: --release takes no --to NODE");
+
+  // A rescale the master accepts is held; the status lists it.
+  core->request(rescale_request{id, 3, 0}, to_got);
+  answers.back()(std::string());
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_FALSE(got[0].failure);
+  auto st = std::get<status_reply>(ask(status_request{id}).body).jobs.at(0);
+  EXPECT_EQ(st.orders, std::vector<std::string>{"workers 3 held (coach rescale)"});
+  // A migration the master refuses pins nothing; one it accepts pins the new shard.
+  core->request(migrate_request{id, 0, "b"}, to_got);
+  answers.back()(std::string("a change is in flight"));
+  EXPECT_EQ(got.back().failure->message, "a change is in flight");
+  st = std::get<status_reply>(ask(status_request{id}).body).jobs.at(0);
+  EXPECT_EQ(st.orders.size(), 1u);
+  core->request(migrate_request{id, 0, "b"}, to_got);
+  auto& job = *core->registry().find(id);
+  core->registry().part_placed(job, false, 1, 2);  // the master's new shard, asked for first
+  answers.back()(std::string());
+  EXPECT_FALSE(got.back().failure);
+  st = std::get<status_reply>(ask(status_request{id}).body).jobs.at(0);
+  EXPECT_EQ(st.orders, (std::vector<std::string>{"shard 1 pinned to 'b' (coach migrate)",
+                                                 "workers 3 held (coach rescale)"}));
+  // Released, both.
+  EXPECT_FALSE(ask(migrate_request{id, 1, "", true}).failure);
+  EXPECT_FALSE(ask(rescale_request{id, 0, 0, true}).failure);
+  st = std::get<status_reply>(ask(status_request{id}).body).jobs.at(0);
+  EXPECT_TRUE(st.orders.empty());
 }
 
 TEST_F(cluster_core_test, unknown_jobs_and_actions_are_answered_with_their_error) {

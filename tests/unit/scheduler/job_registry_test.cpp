@@ -698,9 +698,10 @@ TEST_F(registry, a_refused_resize_gives_the_allocation_back) {
   ASSERT_EQ(o.resizes.size(), 1u);
   EXPECT_NE(reg.find(id)->alloc(), before);
   EXPECT_EQ(o.resizes[0].before, before);
-  reg.restore(id, o.resizes[0].generation + 1, before);  // another run's answer: ignored
+  reg.restore(id, o.resizes[0].generation + 1, before,
+              o.resizes[0].cause);  // another run's answer: ignored
   EXPECT_NE(reg.find(id)->alloc(), before);
-  reg.restore(id, o.resizes[0].generation, before);
+  reg.restore(id, o.resizes[0].generation, before, o.resizes[0].cause);
   EXPECT_EQ(reg.find(id)->alloc(), before);
   EXPECT_EQ(store->job(id)->workers, 1);
 }
@@ -736,6 +737,226 @@ TEST_F(registry, a_dltap_job_gets_one_shard_moved_beside_its_workers_at_most_onc
   EXPECT_TRUE(reg.decide(*holder, *exec, &rebal, [](std::uint64_t) { return true; }).moves.empty())
       << "not while a part addition is in flight";
   EXPECT_EQ(reg.decide(*holder, *exec, &rebal).moves.size(), 1u);
+}
+
+/// The job's history as `coach logs` prints it, one line after another.
+std::string history(const registered_job& job) {
+  std::string out;
+  for (const auto& e : job.log().since(0)) out += e.text + "\n";
+  return out;
+}
+
+// Issue 41, item 1: `coach migrate JOB --shard 1 --to b` was undone 40 ms later by the
+// rebalancer, and the status listed 3 nodes for 2 shards. A user's migration pins the shard
+// until the user releases it; the status lists one node per shard.
+TEST_F(registry, a_users_migration_holds_against_the_rebalancer_until_released) {
+  nodes(2, 4);
+  use("fifo");
+  auto reg = make();
+  const auto id = submit(reg, spec_yaml("pin", 100, "2", "1", "placement: dltap\n"));
+  decide(reg);
+  auto& job = *reg.find(id);
+  const auto workers_on = job.alloc().worker_at.at(0);
+  ASSERT_EQ(job.alloc().worker_at.at(1), workers_on) << "dltap put both workers together";
+  const std::uint32_t away = workers_on == 1 ? 2 : 1;
+  // coach migrate 1 --shard 0 --to away: the master starts shard 1 there (asked for before it
+  // answers), accepts, and the change takes effect: shard 0 is gone.
+  reg.user_migrate(job, 0, away);
+  reg.part_placed(job, false, 1, away);
+  // In effect in two steps: shard 1 takes the slices beside shard 0, then shard 0 leaves.
+  const std::uint32_t members[] = {0, 1}, both[] = {0, 1}, live[] = {1};
+  reg.layout(job, members, both);
+  EXPECT_NE(history(job).find("job 1: a change is in effect: 2 worker(s), 2 shard(s) (cause: "
+                              "user)"),
+            std::string::npos)
+      << history(job);
+  EXPECT_TRUE(reg.snapshot(job, nullptr, "fifo").orders.size() == 1) << "pinned meanwhile";
+  reg.layout(job, members, live);
+  EXPECT_EQ(job.status().shard_nodes, std::vector<std::string>{table.name(away)})
+      << "one node per shard";
+  EXPECT_EQ(job.status().shard_ids, std::vector<std::uint32_t>{1});
+  EXPECT_EQ(
+      reg.snapshot(job, nullptr, "fifo").orders,
+      std::vector<std::string>{"shard 1 pinned to '" + table.name(away) + "' (coach migrate)"});
+  const auto h = history(job);
+  EXPECT_NE(h.find("job 1: shard 1 placed on '" + table.name(away) +
+                   "' (cause: user); pinned there (coach migrate)"),
+            std::string::npos)
+      << h;
+  EXPECT_NE(h.find("job 1: a change is in effect: 2 worker(s), 1 shard(s) (cause: user)"),
+            std::string::npos)
+      << h;
+
+  // The step rate that made the rebalancer move it back at once: now it stays.
+  reg.shaped(job, {.model_bytes = 4e6, .batch_size = 32}, 1000);
+  progress_event p;
+  p.samples_total = 1000;
+  p.samples_per_s = 6400;
+  p.workers = 2;
+  p.shards = 1;
+  reg.progress(job, p);
+  rebalancer rebal(steady, {seconds(60), 2});
+  EXPECT_TRUE(reg.decide(*holder, *exec, &rebal).moves.empty()) << log;
+  steady.advance(seconds(120));
+  EXPECT_TRUE(reg.decide(*holder, *exec, &rebal).moves.empty()) << "pinned: " << log;
+  // A move the master refuses pins nothing and says why.
+  reg.user_migrate(job, 1, workers_on);
+  reg.user_migrate_refused(id, job.generation(), 1, workers_on, "a change is in flight");
+  EXPECT_NE(history(job).find("job 1: the user's move of shard 1 to '" + table.name(workers_on) +
+                              "' is refused (a change is in flight); nothing is pinned"),
+            std::string::npos)
+      << history(job);
+  EXPECT_EQ(reg.snapshot(job, nullptr, "fifo").orders.size(), 1u);
+
+  // Releasing another shard says what is pinned; releasing it lets the rebalancer move it.
+  auto wrong = reg.release_pin(id, 0);
+  ASSERT_FALSE(wrong);
+  EXPECT_EQ(wrong.error().code, errc::invalid_argument);
+  EXPECT_EQ(wrong.error().message, "job 1: shard 0 is not pinned (pinned: shard 1)");
+  ASSERT_TRUE(reg.release_pin(id, 1));
+  EXPECT_TRUE(reg.snapshot(job, nullptr, "fifo").orders.empty());
+  EXPECT_EQ(reg.release_pin(id, 1).error().message, "job 1: shard 1 is not pinned (none is)");
+  auto o = reg.decide(*holder, *exec, &rebal);
+  ASSERT_EQ(o.moves.size(), 1u) << log;
+  EXPECT_EQ(o.moves[0].shard, 1u);
+  reg.part_placed(job, false, 2, workers_on);
+  const std::uint32_t live2[] = {2};
+  reg.layout(job, members, live2);
+  EXPECT_EQ(job.status().shard_nodes, std::vector<std::string>{table.name(workers_on)});
+  EXPECT_EQ(job.status().shard_ids, std::vector<std::uint32_t>{2});
+  const auto h2 = history(job);
+  EXPECT_NE(
+      h2.find("shard 1 moves from '" + table.name(away) + "' to '" + table.name(workers_on) + "'"),
+      std::string::npos)
+      << h2;
+  EXPECT_NE(h2.find("(cause: rebalancer)\n"), std::string::npos) << h2;
+  EXPECT_NE(h2.find("job 1: a change is in effect: 2 worker(s), 1 shard(s) (cause: rebalancer)"),
+            std::string::npos)
+      << h2;
+}
+
+// Issue 41, item 1: `coach policy set coach` cut a job the user had rescaled to 3 workers back
+// to 1. A user's rescale holds against every policy until released.
+TEST_F(registry, a_users_rescale_holds_against_a_policy_swap_until_released) {
+  nodes(2, 2);
+  use("fifo");
+  auto reg = make();
+  const auto a = submit(reg, spec_yaml("first", 800, "{min: 1, max: 3, initial: 1}", "1"));
+  decide(reg);
+  auto& job = *reg.find(a);
+  // coach rescale 1 --workers 3: accepted; the master asks for ranks 1 and 2.
+  reg.user_rescale(job, 3, 0);
+  reg.rescaled(job, 3, 0);
+  for (std::uint32_t rank : {1u, 2u}) {
+    auto h = reg.place(job, true, "", *exec);
+    ASSERT_TRUE(h) << h.error().message;
+    reg.part_placed(job, true, rank, *h);
+  }
+  const std::uint32_t three[] = {0, 1, 2}, live[] = {0};
+  reg.layout(job, three, live);
+  EXPECT_EQ(reg.snapshot(job, nullptr, "fifo").orders,
+            std::vector<std::string>{"workers 3 held (coach rescale)"});
+  auto h = history(job);
+  EXPECT_NE(h.find("job 1: the user rescales it to 3 worker(s) (cause: user); held against the "
+                   "policies until `coach rescale 1 --release`"),
+            std::string::npos)
+      << h;
+  EXPECT_NE(h.find("job 1: worker 1 placed on '"), std::string::npos) << h;
+  EXPECT_NE(h.find("(cause: user)\njob 1: worker 2 placed"), std::string::npos) << h;
+  EXPECT_NE(h.find("job 1: a change is in effect: 3 worker(s), 1 shard(s) (cause: user)"),
+            std::string::npos)
+      << h;
+
+  // A second job comes; elastic-fifo would give the first back its request (1 worker) to admit
+  // it, and coach would size it by its model: the user's 3 hold under both.
+  const auto b = submit(reg, spec_yaml("second", 60, "{min: 1, max: 3, initial: 1}", "1"));
+  for (const char* policy : {"elastic-fifo", "coach", "fifo"}) {
+    ASSERT_TRUE(holder->set(policy));
+    const auto o = decide(reg);
+    for (const auto& z : o.resizes) EXPECT_NE(z.job, a) << policy << ": " << log;
+    EXPECT_EQ(job.alloc().workers(), 3) << policy;
+  }
+  EXPECT_FALSE(reg.find(b)->launched()) << "no room left for it";
+
+  // Released: the policy resizes it, and its history says so and why.
+  ASSERT_TRUE(holder->set("elastic-fifo"));
+  ASSERT_TRUE(reg.release_hold(a));
+  EXPECT_TRUE(reg.snapshot(job, nullptr, "fifo").orders.empty());
+  EXPECT_EQ(reg.release_hold(a).error().message, "job 1 holds no rescale of the user's");
+  const auto o = decide(reg);
+  ASSERT_EQ(o.resizes.size(), 1u) << log;
+  EXPECT_EQ(o.resizes[0].job, a);
+  EXPECT_EQ(o.resizes[0].workers, 1u);
+  const std::uint32_t one[] = {0};
+  reg.layout(job, one, live);
+  h = history(job);
+  EXPECT_NE(h.find("job 1: the user releases its rescale (cause: user)"), std::string::npos) << h;
+  EXPECT_NE(h.find("job 1: policy elastic-fifo resizes it to 1 worker(s), 1 shard(s) (cause: "
+                   "policy elastic-fifo)"),
+            std::string::npos)
+      << h;
+  EXPECT_NE(h.find("job 1: a change is in effect: 1 worker(s), 1 shard(s) (cause: policy "
+                   "elastic-fifo)"),
+            std::string::npos)
+      << h;
+}
+
+// Issue 41, item 1: "a change is in effect" said nothing of who made it. Failures name theirs.
+TEST_F(registry, a_change_after_a_failure_names_it) {
+  nodes(5, 1, 0, 0);
+  use("fifo");
+  auto reg = make();
+  const auto id = submit(reg, spec_yaml("lossy", 50, "{min: 1, max: 3, initial: 3}", "1"));
+  decide(reg);
+  auto& job = *reg.find(id);
+  ASSERT_EQ(job.alloc().worker_at.size(), 3u);
+  std::uint32_t lost_host = 0, lost_rank = 0;
+  for (const auto& [r, h] : job.alloc().worker_at)
+    if (h != 1 && h != job.alloc().shard_at.at(0)) lost_host = h, lost_rank = r;
+  ASSERT_NE(lost_host, 0u);
+  auto loss = reg.lose_node(lost_host);
+  ASSERT_EQ(loss.size(), 1u);
+  ASSERT_FALSE(loss[0].recovers);
+  std::vector<std::uint32_t> members;
+  for (const auto& [r, h] : job.alloc().worker_at) members.push_back(r);
+  const std::uint32_t live[] = {0};
+  reg.layout(job, members, live);
+  auto h = history(job);
+  EXPECT_NE(h.find("job 1: a change is in effect: 2 worker(s), 1 shard(s) (cause: failure: node '" +
+                   table.name(lost_host) + "' lost)"),
+            std::string::npos)
+      << h;
+  // A worker its master found dead (its process gone): nobody asked for that change.
+  const std::uint32_t one[] = {members[0]};
+  reg.layout(job, one, live);
+  h = history(job);
+  EXPECT_NE(h.find("job 1: a change is in effect: 1 worker(s), 1 shard(s) (cause: failure: "
+                   "worker " +
+                   std::to_string(members[1]) + " died)"),
+            std::string::npos)
+      << h;
+  (void)lost_rank;
+}
+
+TEST_F(registry, a_change_of_the_specs_schedule_names_it) {
+  nodes(2, 4);
+  use("fifo");
+  auto reg = make();
+  const auto id = submit(reg, spec_yaml("sched", 50, "{min: 1, max: 2, initial: 2}", "1",
+                                        "schedule:\n  - {at_step: 10, migrate: 0}\n"
+                                        "  - {at_step: 30, workers: 1}\n"));
+  decide(reg);
+  auto& job = *reg.find(id);
+  reg.part_placed(job, false, 1, job.alloc().shard_at.at(0));
+  const std::uint32_t two[] = {0, 1}, one[] = {0}, s01[] = {0, 1}, s1[] = {1};
+  reg.layout(job, two, s01);
+  reg.layout(job, two, s1);
+  reg.layout(job, one, s1);
+  const auto h = history(job);
+  EXPECT_NE(h.find("job 1: shard 1 placed on '"), std::string::npos) << h;
+  EXPECT_NE(h.find("' (cause: the spec's schedule)\n"), std::string::npos) << h;
+  EXPECT_EQ(occurrences(h, "(cause: the spec's schedule)"), 4) << h;
+  EXPECT_EQ(occurrences(h, "failure"), 0) << "a worker the schedule sent away did not die: " << h;
 }
 
 TEST_F(registry, status_shows_placement_aggregation_and_the_models_view) {

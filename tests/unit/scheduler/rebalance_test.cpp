@@ -53,6 +53,17 @@ TEST(rebalancer, moves_the_shard_that_crosses_hosts_to_its_workers_node_once_it_
   EXPECT_DOUBLE_EQ(m->moved_bytes, 64 * mib);
 }
 
+TEST(rebalancer, never_moves_a_shard_the_user_pinned) {
+  manual_clock clock;
+  rebalancer r(clock);
+  auto job = split_job();
+  job.pinned = {false, true};  // coach migrate put shard 1 on node 2
+  EXPECT_FALSE(r.propose(job, pool_of(2, {{1, 3}}))) << "the only move that pays is pinned";
+  job.pinned = {true, false};
+  ASSERT_TRUE(r.propose(job, pool_of(2, {{1, 3}})));
+  EXPECT_EQ(r.propose(job, pool_of(2, {{1, 3}}))->shard, 1u);
+}
+
 TEST(rebalancer, moves_only_where_the_bytes_saved_outweigh_the_transfer) {
   manual_clock clock;
   rebalancer r(clock, {seconds(60), 2.0});
