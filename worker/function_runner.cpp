@@ -26,6 +26,24 @@ result<std::string> find_invocation_program() {
               beside.string(), in_apps.string());
 }
 
+void count_end(invocation_counts& c, process_end e) noexcept {
+  switch (e) {
+    case process_end::completed:
+      ++c.completed;
+      break;
+    case process_end::timed_out:
+      ++c.timed_out;
+      break;
+    case process_end::out_of_memory:
+      ++c.out_of_memory;
+      break;
+    case process_end::failed:
+    case process_end::killed:
+      ++c.failed;
+      break;
+  }
+}
+
 function_runner::function_runner(std::string program, invocation_setup setup, process_limits limits,
                                  std::uint32_t tasks_per_invocation, std::uint32_t max_attempts)
     : program_(std::move(program)),
@@ -64,21 +82,7 @@ process_end function_runner::finish() {
   // resident size of this process at the fork, so only the child's answers (VmHWM) count.
   if (r->enforcement == memory_enforcement::cgroup)
     counts_.peak_memory_bytes = std::max(counts_.peak_memory_bytes, r->peak_memory_bytes);
-  switch (r->end) {
-    case process_end::completed:
-      ++counts_.completed;
-      break;
-    case process_end::timed_out:
-      ++counts_.timed_out;
-      break;
-    case process_end::out_of_memory:
-      ++counts_.out_of_memory;
-      break;
-    case process_end::failed:
-    case process_end::killed:
-      ++counts_.failed;
-      break;
-  }
+  count_end(counts_, r->end);
   return r->end;
 }
 

@@ -25,6 +25,9 @@ namespace coach::worker {
 /// ../apps from it (a build tree's tests). Errors: not_found naming the places looked at.
 result<std::string> find_invocation_program();
 
+/// Counts an invocation that ended as `e` (killed counts as failed); the peak and tasks aside.
+void count_end(invocation_counts& c, process_end e) noexcept;
+
 class function_runner {
  public:
   /// `program`: the coach-invocation binary; `tasks_per_invocation` >= 1.

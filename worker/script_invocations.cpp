@@ -6,6 +6,7 @@
 
 #include "common/format.hpp"
 #include "common/log.hpp"
+#include "worker/function_runner.hpp"
 
 namespace coach::worker {
 
@@ -26,23 +27,15 @@ script_invocations::~script_invocations() {
 
 void script_invocations::retire() {
   totals_ += current_->totals();
-  ++counts_.completed;
+  count_end(counts_, process_end::completed);
   pool_->retire(std::move(current_));
   answered_ = 0;
 }
 
 void script_invocations::drop_failed() {
-  switch (current_->ended_as()) {
-    case process_end::timed_out:
-      ++counts_.timed_out;
-      break;
-    case process_end::out_of_memory:
-      ++counts_.out_of_memory;
-      break;
-    default:
-      ++counts_.failed;
-      break;
-  }
+  // It ended without answering: "completed" cannot be how.
+  const process_end end = current_->ended_as();
+  count_end(counts_, end == process_end::completed ? process_end::failed : end);
   totals_ += current_->totals();
   current_.reset();  // killed and reaped
   answered_ = 0;

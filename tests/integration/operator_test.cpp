@@ -45,6 +45,18 @@ TEST(node_join, a_node_started_before_its_scheduler_logs_its_retries_then_joins)
   stop_nodes(nodes);
 }
 
+/// A digits spec of `epochs` epochs and `workers` (a count or a range) written to the work folder.
+std::string queue_spec(const std::string& name, int epochs, const std::string& workers) {
+  const auto path = work_dir() / (name + ".yaml");
+  std::ofstream(path) << "name: " << name
+                      << "\ndataset: {format: csv, path: " COACH_SOURCE_DIR
+                         "/data/digits.csv.gz, test_fraction: 0.2}\n"
+                         "model: {type: mlp, hidden: [16], activation: relu}\n"
+                         "optimizer: {type: sgd, learning_rate: 0.1}\nbatch_size: 32\nepochs: "
+                      << epochs << "\nworkers: " << workers << "\nshards: 1\nbackend: cpu\n";
+  return path.string();
+}
+
 TEST(queue, coach_status_says_why_a_queued_job_waits) {
   const std::string at = free_address();
   std::vector<node_process> nodes;
@@ -52,21 +64,11 @@ TEST(queue, coach_status_says_why_a_queued_job_waits) {
                               "--cpus", "3", "--heartbeat", "0.25"},
                              "solo", "queue-solo"));
   ASSERT_TRUE(await_nodes_alive(at, 1)) << slurp(nodes[0].log);
-  auto spec = [](const std::string& name, int epochs, const std::string& workers) {
-    const auto path = work_dir() / (name + ".yaml");
-    std::ofstream(path) << "name: " << name
-                        << "\ndataset: {format: csv, path: " COACH_SOURCE_DIR
-                           "/data/digits.csv.gz, test_fraction: 0.2}\n"
-                           "model: {type: mlp, hidden: [16], activation: relu}\n"
-                           "optimizer: {type: sgd, learning_rate: 0.1}\nbatch_size: 32\nepochs: "
-                        << epochs << "\nworkers: " << workers << "\nshards: 1\nbackend: cpu\n";
-    return path.string();
-  };
   // The first takes two of the three CPUs (a worker and a shard) for a long while; the second
   // needs three.
-  auto a = coach("submit " + spec("holder", 100000, "1") + " --json --at " + at);
+  auto a = coach("submit " + queue_spec("holder", 100000, "1") + " --json --at " + at);
   ASSERT_EQ(a.code, 0) << a.err;
-  auto b = coach("submit " + spec("waiter", 2, "2") + " --json --at " + at);
+  auto b = coach("submit " + queue_spec("waiter", 2, "2") + " --json --at " + at);
   ASSERT_EQ(b.code, 0) << b.err;
   const auto waiter = nlohmann::json::parse(b.out).at("job").get<int>();
   // Once the first holds its CPUs (until then the second waits behind it).
@@ -117,18 +119,8 @@ TEST(queue, submit_wait_says_why_the_job_waits_with_the_free_cpus_coach_nodes_sh
                               "--cpus", "3", "--heartbeat", "0.25"},
                              "solo", "wait-solo"));
   ASSERT_TRUE(await_nodes_alive(at, 1)) << slurp(nodes[0].log);
-  auto spec = [](const std::string& name, int epochs, const std::string& workers) {
-    const auto path = work_dir() / (name + ".yaml");
-    std::ofstream(path) << "name: " << name
-                        << "\ndataset: {format: csv, path: " COACH_SOURCE_DIR
-                           "/data/digits.csv.gz, test_fraction: 0.2}\n"
-                           "model: {type: mlp, hidden: [16], activation: relu}\n"
-                           "optimizer: {type: sgd, learning_rate: 0.1}\nbatch_size: 32\nepochs: "
-                        << epochs << "\nworkers: " << workers << "\nshards: 1\nbackend: cpu\n";
-    return path.string();
-  };
   // The holder takes two of the three CPUs (a worker and a shard) until it is cancelled.
-  auto a = coach("submit " + spec("holder", 100000, "1") + " --json --at " + at);
+  auto a = coach("submit " + queue_spec("holder", 100000, "1") + " --json --at " + at);
   ASSERT_EQ(a.code, 0) << a.err;
   const auto holder = std::to_string(nlohmann::json::parse(a.out).at("job").get<int>());
   std::string state;
@@ -140,7 +132,7 @@ TEST(queue, submit_wait_says_why_the_job_waits_with_the_free_cpus_coach_nodes_sh
   // The waiter needs three: `submit --wait` says why it waits while it does.
   const auto out = work_dir() / "wait.out", err = work_dir() / "wait.err";
   const pid_t waiter =
-      start_coach("submit " + spec("waiter", 2, "2") + " --wait --at " + at, out, err);
+      start_coach("submit " + queue_spec("waiter", 2, "2") + " --wait --at " + at, out, err);
   ASSERT_GT(waiter, 0);
   const std::string why =
       ": needs 3 CPUs (2 worker(s) and 1 shard(s) at least), 1 free of 3: Coach's jobs hold 2 (a "
