@@ -9,7 +9,9 @@
 //                job master's own timing (its epoch ledger: the epoch's start to its last step),
 //                which `coach status JOB --json` shows as model.last_observed_s; the bench polls
 //                the status every --poll-ms and keeps each epoch it sees (the first 2 epochs of
-//                a job, warm-up, left out). Goal: median(replicas 2) / median(replicas 1) <= 1.3.
+//                a job, warm-up, left out). Goal (issue 42): median(replicas 2) / median(replicas
+//                1)
+//                <= 1.15.
 //   recovery:    a fresh cluster per run (--node-timeout on the scheduler), a job with
 //                `checkpoint: {every_s: 0}` and `replicas: 2` or 1; after 3 epochs the node of a
 //                primary shard that runs no worker (never node-a) is lost (below). Recovery time:
@@ -112,6 +114,9 @@ std::string digits_spec(int replicas, int epochs, bool checkpoint_every_epoch,
       replicas, COACH_SOURCE_DIR, hidden, epochs, replicas,
       checkpoint_every_epoch ? "checkpoint: {every_s: 0}\n" : "");
 }
+
+/// The most replicas 2 may cost over replicas 1 (the epoch times' ratio; issue 42).
+constexpr double ratio_goal = 1.15;
 
 struct options {
   int reps = 3;
@@ -445,8 +450,8 @@ int run(const options& o, const std::string& command) {
                   fmt(hi * 1e3, 2).c_str(), fmt(median(job_s), 2).c_str());
     }
     if (med[1] > 0 && med[2] > 0)
-      std::printf("  ratio replicas 2 / replicas 1: %.2fx (goal <= 1.3x: %s)\n", med[2] / med[1],
-                  med[2] / med[1] <= 1.3 ? "met" : "NOT met");
+      std::printf("  ratio replicas 2 / replicas 1: %.2fx (goal <= %.2fx: %s)\n", med[2] / med[1],
+                  ratio_goal, med[2] / med[1] <= ratio_goal ? "met" : "NOT met");
   }
   if (!recoveries.empty()) {
     std::printf(
