@@ -197,6 +197,41 @@ TEST(host_probe, cpus_other_programs_use_are_the_busy_time_less_coachs_own) {
   EXPECT_DOUBLE_EQ(probe.sample()->cpus_external, 0.5);
 }
 
+TEST(host_probe, interrupts_softirqs_and_steal_are_no_other_programs_cpus) {
+  // Issue 42: 4 nodes on one host exchanging a job's messages keep the kernel busy in softirqs
+  // (loopback TCP) and a VM loses time to steal; neither ran a process, so neither is another
+  // program's load (it read as 0.5-0.6 CPUs of OTHERS on every node after a job).
+  fake_proc proc;
+  fs::create_directory_symlink("10", proc.path() / "self");
+  fs::create_directories(proc.path() / "10");
+  proc.write("10/stat", pid_stat(10, "coach-node", 1, 0));
+  const auto stat = [](std::uint64_t user, std::uint64_t system, std::uint64_t idle,
+                       std::uint64_t irq, std::uint64_t softirq, std::uint64_t steal) {
+    return coach::format(
+        "cpu  {} 0 {} {} 0 {} {} {} 0 0\n"
+        "cpu0 1 0 1 1 0 0 0 0 0 0\ncpu1 1 0 1 1 0 0 0 0 0 0\n"
+        "cpu2 1 0 1 1 0 0 0 0 0 0\ncpu3 1 0 1 1 0 0 0 0 0 0\n",
+        user, system, idle, irq, softirq, steal);
+  };
+  proc.write("stat", stat(0, 0, 1000, 0, 0, 0));
+  auto probe = proc.probe();
+  ASSERT_TRUE(probe.sample());
+  // +400 jiffies: Coach's node ran 200 (user 150, system 50), softirq 60, irq 20, steal 40,
+  // idle 80: 320 busy, all of it Coach's or the kernel's.
+  proc.write("stat", stat(150, 50, 1080, 20, 60, 40));
+  proc.write("10/stat", pid_stat(10, "coach-node", 1, 200));
+  auto r = probe.sample();
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_DOUBLE_EQ(r->cpus_free, 0.8) << "steal and interrupts still take CPUs from the host";
+  EXPECT_DOUBLE_EQ(r->cpus_external, 0.0);
+  // +400: Coach 200 and another program 100 of the 300 processes ran, the kernel and steal 60.
+  proc.write("stat", stat(400, 100, 1120, 30, 90, 60));
+  proc.write("10/stat", pid_stat(10, "coach-node", 1, 400));
+  r = probe.sample();
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_DOUBLE_EQ(r->cpus_external, 1.0) << "100 of 400 jiffies on 4 CPUs";
+}
+
 TEST(host_probe, the_limit_on_cpus_leaves_other_programs_the_cpus_it_does_not_advertise) {
   host_resources m;
   m.cpus_total = 16;
