@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -270,6 +271,33 @@ TEST(own_cpu, coachs_processes_are_self_those_named_coach_and_their_descendants)
                                        {12, 9, "sleep", 0},   {13, 1, "coach-invocatio", 0}};
   const auto own = coach_pids(all, 10);
   EXPECT_EQ(own, (std::unordered_set<int>{5, 6, 7, 8, 10, 11, 13}));
+}
+
+TEST(own_cpu, a_coach_program_reexecuted_through_proc_self_exe_is_coachs) {
+  // coach-node re-executes itself through /proc/self/exe (huge pages), which names it "exe":
+  // on a host with 4 nodes each took the 3 others' CPUs for another program's (issue 42).
+  temp_dir proc;
+  const auto add = [&](int pid, const std::string& comm, int ppid, std::string_view cmdline) {
+    fs::create_directories(proc.path() / std::to_string(pid));
+    proc.write(std::to_string(pid) + "/stat", pid_stat(pid, comm, ppid, 7));
+    proc.write(std::to_string(pid) + "/cmdline", std::string(cmdline));
+  };
+  using namespace std::string_view_literals;
+  add(20, "exe", 1, "/opt/coach/build/apps/coach-node\0--listen\0tcp://127.0.0.1:7000\0"sv);
+  add(21, "exe", 1, "coach\0status\0"sv);
+  add(22, "exe", 1, "/usr/bin/python3\0coach-node\0"sv);
+  add(23, "exe", 1, ""sv);  // a kernel thread's, or one that ended: no program
+  add(24, "python3", 20, "python3\0script.py\0"sv);
+  const auto all = list_processes(proc.path().string());
+  ASSERT_EQ(all.size(), 5u);
+  std::map<int, std::string> program;
+  for (const auto& p : all) program[p.pid] = p.program;
+  EXPECT_EQ(program[20], "coach-node");
+  EXPECT_EQ(program[21], "coach");
+  EXPECT_EQ(program[22], "python3");
+  EXPECT_EQ(program[23], "");
+  EXPECT_EQ(program[24], "") << "read only for a process named exe";
+  EXPECT_EQ(coach_pids(all, -1), (std::unordered_set<int>{20, 21, 24}));
 }
 
 TEST(host_probe, busy_processes_outside_coachs_tree_count_as_another_programs) {
