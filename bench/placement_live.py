@@ -81,9 +81,13 @@ class cluster:
             time.sleep(0.2)
         raise RuntimeError(f"the {len(names)} nodes did not join: {out}")
 
-    def coach(self, *args, check=True):
-        r = subprocess.run([os.path.join(self.bin_dir, "coach"), *args, "--at", self.at],
-                           cwd=SRC, capture_output=True, text=True)
+    def coach(self, *args, check=True, timeout=None):
+        try:
+            r = subprocess.run([os.path.join(self.bin_dir, "coach"), *args, "--at", self.at],
+                               cwd=SRC, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"coach {' '.join(args)}: no answer within {timeout} s; the "
+                               f"jobs: {self.coach('status', check=False)}")
         if check and r.returncode != 0:
             raise RuntimeError(f"coach {' '.join(args)}: exit {r.returncode}: {r.stderr}")
         return r.stdout
@@ -124,8 +128,10 @@ def run_job(c, specs, step, workers, shards):
     main = not size
     if size:
         workers, shards = (int(x) for x in size.split("x"))
+    # A job that waits (under --cpu-accounting measured, for CPUs other programs keep busy)
+    # fails the run after 5 minutes, saying why it waits.
     out = c.coach("submit", specs[placement], "--workers", str(workers), "--shards", str(shards),
-                  "--wait", "--json")
+                  "--wait", "--json", timeout=300)
     st = json.loads(out.strip().splitlines()[-1])
     st = st["jobs"][0] if "jobs" in st else st
     if st["state"] != "succeeded" or not st["traffic_final"]:
