@@ -24,7 +24,8 @@ the job could reach on these nodes (every assignment of its parts within each no
 part, tried): with 2 CPUs a node, 4 workers and 2 shards cross in 6 of 8 pairs whatever the
 placement (a node holds at most one worker beside a shard), so spread is as good as dltap there.
 --cpu-accounting is passed to every node (default: theirs, measured; the suite's quick mode
-runs beside other tests, whose CPUs would hold its jobs back, and counts only Coach's).
+runs beside other tests, whose CPUs would hold its jobs back, and counts only Coach's). A job
+that has not ended 5 minutes after its submit fails the run with what `coach status` says.
 --quick: 2 epochs and the orders "spread,dltap" and "dltap,spread" (the suite's
 bench.placement_live_quick). Exit 0 when every goal held (dltap at most 0.6x spread's bytes, or
 at the best any placement reaches; each placement's bytes the same in every run), 1 otherwise.
