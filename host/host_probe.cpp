@@ -94,6 +94,7 @@ struct cpu_times {
   std::uint32_t cpus = 0;
   std::uint64_t busy = 0;
   std::uint64_t total = 0;
+  std::uint64_t processes = 0;  ///< user + nice + system: time processes ran
 };
 
 /// The aggregate `cpu` line and the count of `cpuN` lines of /proc/stat.
@@ -134,6 +135,7 @@ result<cpu_times> parse_stat(std::string_view text, const std::string& path) {
     std::uint64_t idle = field[3] + field[4];
     out.total = total;
     out.busy = total - idle;
+    out.processes = field[0] + field[1] + field[2];
     have_aggregate = true;
   }
   if (!have_aggregate) return fail(errc::parse_error, "{}: no 'cpu' line", path);
@@ -387,13 +389,18 @@ result<host_resources> host_probe::sample() {
   bool measured = have_previous_ && previous_cpus_ == cpu->cpus && cpu->total > previous_total_ &&
                   cpu->busy >= previous_busy_ &&
                   cpu->busy - previous_busy_ <= cpu->total - previous_total_;
+  measured = measured && cpu->processes >= previous_processes_;
   if (measured) {
     double busy_share = static_cast<double>(cpu->busy - previous_busy_) /
                         static_cast<double>(cpu->total - previous_total_);
     out.cpus_free = total * (1.0 - busy_share);
     if (own_ticks) {
-      const double others = std::max(
-          0.0, static_cast<double>(cpu->busy - previous_busy_) - static_cast<double>(*own_ticks));
+      // Time processes ran (user, nice, system), less Coach's: interrupts and softirqs (the
+      // kernel moving Coach's own messages between nodes on one host) and steal are no
+      // program's, and counting them made a job's end read as other programs' load.
+      const double others =
+          std::max(0.0, static_cast<double>(cpu->processes - previous_processes_) -
+                            static_cast<double>(*own_ticks));
       const double cpus =
           std::min(total, total * others / static_cast<double>(cpu->total - previous_total_));
       // Tenths of a CPU; below a quarter is the host's own hum (daemons, the kernel). The larger
@@ -411,6 +418,7 @@ result<host_resources> host_probe::sample() {
   previous_cpus_ = cpu->cpus;
   previous_busy_ = cpu->busy;
   previous_total_ = cpu->total;
+  previous_processes_ = cpu->processes;
 
   if (gpus_) {
     auto gpus = gpus_();

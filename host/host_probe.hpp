@@ -10,8 +10,10 @@
 //     previous one to compare with, so it estimates cpus_free = cpus_total - load1, clamped to
 //     [0, cpus_total]; so does a sample whose counters did not advance or went backwards (a CPU
 //     went offline).
-//   - CPUs other programs use: cpus_external, the busy share of the interval less the ticks of
-//     Coach's own processes (own_cpu_meter), times cpus_total, in tenths, 0 below
+//   - CPUs other programs use: cpus_external, the share of the interval processes ran (user,
+//     nice and system time; not interrupts, softirqs or steal, which are no program's: on a host
+//     running several nodes the kernel's work moving their messages is Coach's own) less the
+//     ticks of Coach's own processes (own_cpu_meter), times cpus_total, in tenths, 0 below
 //     external_floor; the larger of the last two intervals' (a program that ends stops counting
 //     two samples later). The scheduler takes it off what
 //     it may give (node_table::view): a CPU-heavy program started beside Coach shrinks what its
@@ -52,7 +54,7 @@ struct host_resources {
   std::uint32_t cpus_total = 0;  ///< online logical CPUs
   double cpus_free = 0;          ///< in [0, cpus_total]: total minus busy over the last interval
   /// In [0, cpus_total]: CPUs that programs other than Coach kept busy over the last interval
-  /// (the host's busy time minus Coach's own, own_cpu.hpp), in tenths; under external_floor: 0.
+  /// (the time processes ran minus Coach's own, own_cpu.hpp), in tenths; under external_floor: 0.
   double cpus_external = 0;
   std::uint64_t memory_total = 0;  ///< bytes (MemTotal)
   std::uint64_t memory_free = 0;   ///< bytes (MemAvailable), <= memory_total
@@ -118,8 +120,9 @@ class host_probe {
   gpu_detector gpus_;
   bool have_previous_ = false;
   std::uint32_t previous_cpus_ = 0;
-  std::uint64_t previous_busy_ = 0;   ///< jiffies, all CPUs together
-  std::uint64_t previous_total_ = 0;  ///< jiffies, all CPUs together
+  std::uint64_t previous_busy_ = 0;       ///< jiffies, all CPUs together
+  std::uint64_t previous_total_ = 0;      ///< jiffies, all CPUs together
+  std::uint64_t previous_processes_ = 0;  ///< user + nice + system jiffies, all CPUs together
   own_cpu_meter own_;
   double previous_external_ = 0;  ///< the previous interval's cpus_external, before the max
 };

@@ -20,6 +20,15 @@ std::unexpected<error> bad(const std::string& path, const std::string& why) {
   return fail(errc::parse_error, "{}: {}", path, why);
 }
 
+/// The last path component of argv[0] in the cmdline file at `path` ("" when unreadable).
+std::string program_of(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string argv0;
+  if (!in || !std::getline(in, argv0, '\0')) return {};
+  const auto slash = argv0.rfind('/');
+  return slash == std::string::npos ? argv0 : argv0.substr(slash + 1);
+}
+
 }  // namespace
 
 result<process_times> parse_process_stat(std::string_view text, const std::string& path) {
@@ -65,7 +74,10 @@ std::vector<process_times> list_processes(const std::string& proc_root) {
     if (!in) continue;  // it ended meanwhile
     std::stringstream text;
     text << in.rdbuf();
-    if (auto p = parse_process_stat(text.str(), path.string())) out.push_back(std::move(*p));
+    auto p = parse_process_stat(text.str(), path.string());
+    if (!p) continue;
+    if (p->comm == "exe") p->program = program_of(it->path() / "cmdline");
+    out.push_back(std::move(*p));
   }
   return out;
 }
@@ -75,7 +87,8 @@ std::unordered_set<int> coach_pids(const std::vector<process_times>& all, int se
   std::vector<int> todo;
   for (const auto& p : all) {
     children[p.ppid].push_back(p.pid);
-    if (p.pid == self || p.comm.starts_with("coach")) todo.push_back(p.pid);
+    if (p.pid == self || p.comm.starts_with("coach") || p.program.starts_with("coach"))
+      todo.push_back(p.pid);
   }
   std::unordered_set<int> own;
   while (!todo.empty()) {

@@ -5,7 +5,10 @@
 //
 // Coach's processes are the node's own (PROC/self), every process whose name (comm) starts with
 // "coach" (coach-node, the coach CLI, coach-invocation: every node on the host and their function
-// invocations), and every descendant of one of those. The time of a process is its utime + stime
+// invocations), every process named "exe" whose program (argv[0] of PROC/PID/cmdline, its last
+// path component) starts with "coach" (coach-node and coach re-execute themselves through
+// /proc/self/exe to turn on huge pages, common/huge_pages.cpp, which names them "exe"), and
+// every descendant of one of those. The time of a process is its utime + stime
 // (PROC/PID/stat, clock ticks, the unit of PROC/stat's cpu line). A sample counts, per process,
 // the ticks since the previous sample (all of them for a process that was not there then); a
 // process that ended between two samples loses its last ticks, which then read as another
@@ -29,18 +32,21 @@ struct process_times {
   int ppid = 0;
   std::string comm;         ///< the name between the parentheses (at most 15 bytes on Linux)
   std::uint64_t ticks = 0;  ///< utime + stime
+  /// The last path component of argv[0] (PROC/PID/cmdline), read only for a process named
+  /// "exe" (one re-executed through /proc/self/exe); empty otherwise.
+  std::string program = {};
 };
 
 /// Parses the text of PROC/PID/stat. The name may hold spaces and parentheses: it ends at the
 /// last ')'. Errors: parse_error naming `path`.
 result<process_times> parse_process_stat(std::string_view text, const std::string& path);
 
-/// Every process under PROC_ROOT (its numeric directories) whose stat could be read and parsed;
-/// one that ended while it was listed is skipped.
+/// Every process under PROC_ROOT (its numeric directories) whose stat could be read and parsed,
+/// with its program where it is named "exe"; one that ended while it was listed is skipped.
 std::vector<process_times> list_processes(const std::string& proc_root);
 
-/// The pids of `all` that are Coach's: `self`, those whose comm starts with "coach", and their
-/// descendants.
+/// The pids of `all` that are Coach's: `self`, those whose comm (or, for one named "exe", whose
+/// program) starts with "coach", and their descendants.
 std::unordered_set<int> coach_pids(const std::vector<process_times>& all, int self);
 
 class own_cpu_meter {

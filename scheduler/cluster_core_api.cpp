@@ -10,6 +10,16 @@ namespace coach::scheduler {
 
 // --- the job API ------------------------------------------------------------------------------
 
+std::vector<link_traffic> job_traffic(std::uint64_t job,
+                                      const std::map<std::uint32_t, node_heartbeat>& heartbeats) {
+  std::vector<link_traffic> out;
+  for (const auto& [host, hb] : heartbeats)
+    for (const auto& l : hb.traffic)
+      if (l.job == job && heartbeats.contains(l.src_host) && heartbeats.contains(l.dst_host))
+        out.push_back(l);
+  return out;
+}
+
 std::vector<node_status> cluster_core::node_statuses() const {
   // Free CPUs as the scheduler counts them, the figure why_waiting gives (not the heartbeat's
   // measured idle CPUs: under --cpu-accounting reserved Coach's own busy parts and the host's
@@ -28,10 +38,7 @@ std::vector<node_status> cluster_core::node_statuses() const {
 
 job_status cluster_core::snapshot(const registered_job& job, bool with_model) {
   auto s = reg_->snapshot(job, with_model ? holder_->model().get() : nullptr, holder_->name());
-  // Traffic: what every node's transport sent for this job, from their latest heartbeats.
-  for (const auto& [host, hb] : heartbeats_)
-    for (const auto& l : hb.traffic)
-      if (l.job == s.job) s.traffic.push_back(l);
+  s.traffic = job_traffic(s.job, heartbeats_);
   s.traffic_final = job.over() && !final_traffic_.contains(s.job);
   return s;
 }

@@ -5,6 +5,7 @@
 // them in coach::actors, where the control codec carries them as Cap'n Proto (docs/wire.md).
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,14 @@ struct node_heartbeat {
   bool draining = false;  ///< SIGTERM received: takes no new work, leaves when its work ends
   std::vector<link_traffic> traffic;  ///< cumulative, what this node's transport sent
 };
+
+/// Job `job`'s bytes between nodes, from each node's latest heartbeat in `heartbeats` (by host):
+/// the links its transport counted for the job whose both ends are nodes there (a part to a
+/// part, a part to the job's master, on one host or two). Links to anything else are left out:
+/// the answers a scheduler sends to `coach` clients carry the job's id too, but they are not
+/// the job's traffic (a job still queued has none).
+std::vector<link_traffic> job_traffic(std::uint64_t job,
+                                      const std::map<std::uint32_t, node_heartbeat>& heartbeats);
 
 /// Node -> scheduler: the answer to a start_job or stop_job.
 struct command_reply {

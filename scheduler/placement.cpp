@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <random>
@@ -17,6 +18,15 @@ constexpr std::array<std::string_view, 4> known_placements{"spread", "best-fit",
 
 double share(std::span<const double> bytes, std::size_t k) {
   return k < bytes.size() ? bytes[k] : 1.0;
+}
+
+/// How many parts of `cost` the CPUs of `free` hold (whole CPUs for a part that takes none).
+/// Placements compare room in these, never in fractions of a CPU: what other programs keep busy
+/// is measured and moves by tenths from one heartbeat to the next, and a job must land where it
+/// landed before whenever the nodes hold as many of its parts.
+int cpu_room(const resources& free, const resources& cost) {
+  const double per = cost.cpus > 0 ? cost.cpus : 1.0;
+  return int(std::floor(std::max(0.0, free.cpus) / per + 1e-9));
 }
 
 /// Takes parts from a pool and gives them all back unless committed: all or nothing.
@@ -229,8 +239,9 @@ class dltap final : public placement {
           const auto& f = pool.free_at(pos);
           if (!resource_pool::fits(f, cost)) continue;
           const bool all = resource_pool::fits(f, need);
-          const auto key = all ? std::tuple(false, f.gpus, f.cpus, pos)
-                               : std::tuple(true, -f.gpus, -f.cpus, pos);
+          const int room = cpu_room(f, cost);
+          const auto key =
+              all ? std::tuple(false, f.gpus, room, pos) : std::tuple(true, -f.gpus, -room, pos);
           if (!best || key < best_key) {
             best = pos;
             best_key = key;
@@ -240,13 +251,13 @@ class dltap final : public placement {
         // The most bytes kept on the node, then the most parts of the job, then room. A node
         // holding some of the job beats every other, so those are looked at first (a few), and
         // the whole pool only when none of them has room.
-        std::tuple<double, int, int, double, std::size_t> best_key{};
+        std::tuple<double, int, int, int, std::size_t> best_key{};
         for (const auto& [id, here] : job.nodes()) {
           const auto pos = pool.position(id);
           if (!pos || !resource_pool::fits(pool.free_at(*pos), cost)) continue;
           const auto& f = pool.free_at(*pos);
           const double local = worker ? here.shard_bytes : bytes * double(here.workers);
-          const auto key = std::tuple(-local, -here.parts, -f.gpus, -f.cpus, *pos);
+          const auto key = std::tuple(-local, -here.parts, -f.gpus, -cpu_room(f, cost), *pos);
           if (!best || key < best_key) {
             best = *pos;
             best_key = key;
@@ -256,7 +267,7 @@ class dltap final : public placement {
         for (std::size_t pos = 0; !beside && pos < pool.size(); ++pos) {
           const auto& f = pool.free_at(pos);
           if (!resource_pool::fits(f, cost)) continue;
-          const auto key = std::tuple(0.0, 0, -f.gpus, -f.cpus, pos);
+          const auto key = std::tuple(0.0, 0, -f.gpus, -cpu_room(f, cost), pos);
           if (!best || key < best_key) {
             best = pos;
             best_key = key;

@@ -21,6 +21,9 @@
 //             first part goes to the node that holds the whole rest of the job most tightly (or,
 //             if none holds it, the node with the most room), and the parts after it follow.
 //             Ties: the node with more of the job's parts, then more room, then pool order.
+//             Room is counted in parts (how many more of the part's kind fit), never in
+//             fractions of a CPU: measured CPUs move by tenths between heartbeats, and the same
+//             job on nodes that hold as many of its parts lands on the same nodes.
 //
 // Every placement places every part it is asked for or none (all or nothing), and never takes
 // more than a node has free (the contract tests/unit/scheduler/placement_test.cpp checks on each).

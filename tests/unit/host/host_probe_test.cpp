@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -197,6 +198,41 @@ TEST(host_probe, cpus_other_programs_use_are_the_busy_time_less_coachs_own) {
   EXPECT_DOUBLE_EQ(probe.sample()->cpus_external, 0.5);
 }
 
+TEST(host_probe, interrupts_softirqs_and_steal_are_no_other_programs_cpus) {
+  // Issue 42: 4 nodes on one host exchanging a job's messages keep the kernel busy in softirqs
+  // (loopback TCP) and a VM loses time to steal; neither ran a process, so neither is another
+  // program's load (it read as 0.5-0.6 CPUs of OTHERS on every node after a job).
+  fake_proc proc;
+  fs::create_directory_symlink("10", proc.path() / "self");
+  fs::create_directories(proc.path() / "10");
+  proc.write("10/stat", pid_stat(10, "coach-node", 1, 0));
+  const auto stat = [](std::uint64_t user, std::uint64_t system, std::uint64_t idle,
+                       std::uint64_t irq, std::uint64_t softirq, std::uint64_t steal) {
+    return coach::format(
+        "cpu  {} 0 {} {} 0 {} {} {} 0 0\n"
+        "cpu0 1 0 1 1 0 0 0 0 0 0\ncpu1 1 0 1 1 0 0 0 0 0 0\n"
+        "cpu2 1 0 1 1 0 0 0 0 0 0\ncpu3 1 0 1 1 0 0 0 0 0 0\n",
+        user, system, idle, irq, softirq, steal);
+  };
+  proc.write("stat", stat(0, 0, 1000, 0, 0, 0));
+  auto probe = proc.probe();
+  ASSERT_TRUE(probe.sample());
+  // +400 jiffies: Coach's node ran 200 (user 150, system 50), softirq 60, irq 20, steal 40,
+  // idle 80: 320 busy, all of it Coach's or the kernel's.
+  proc.write("stat", stat(150, 50, 1080, 20, 60, 40));
+  proc.write("10/stat", pid_stat(10, "coach-node", 1, 200));
+  auto r = probe.sample();
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_DOUBLE_EQ(r->cpus_free, 0.8) << "steal and interrupts still take CPUs from the host";
+  EXPECT_DOUBLE_EQ(r->cpus_external, 0.0);
+  // +400: Coach 200 and another program 100 of the 300 processes ran, the kernel and steal 60.
+  proc.write("stat", stat(400, 100, 1120, 30, 90, 60));
+  proc.write("10/stat", pid_stat(10, "coach-node", 1, 400));
+  r = probe.sample();
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_DOUBLE_EQ(r->cpus_external, 1.0) << "100 of 400 jiffies on 4 CPUs";
+}
+
 TEST(host_probe, the_limit_on_cpus_leaves_other_programs_the_cpus_it_does_not_advertise) {
   host_resources m;
   m.cpus_total = 16;
@@ -235,6 +271,33 @@ TEST(own_cpu, coachs_processes_are_self_those_named_coach_and_their_descendants)
                                        {12, 9, "sleep", 0},   {13, 1, "coach-invocatio", 0}};
   const auto own = coach_pids(all, 10);
   EXPECT_EQ(own, (std::unordered_set<int>{5, 6, 7, 8, 10, 11, 13}));
+}
+
+TEST(own_cpu, a_coach_program_reexecuted_through_proc_self_exe_is_coachs) {
+  // coach-node re-executes itself through /proc/self/exe (huge pages), which names it "exe":
+  // on a host with 4 nodes each took the 3 others' CPUs for another program's (issue 42).
+  temp_dir proc;
+  const auto add = [&](int pid, const std::string& comm, int ppid, std::string_view cmdline) {
+    fs::create_directories(proc.path() / std::to_string(pid));
+    proc.write(std::to_string(pid) + "/stat", pid_stat(pid, comm, ppid, 7));
+    proc.write(std::to_string(pid) + "/cmdline", std::string(cmdline));
+  };
+  using namespace std::string_view_literals;
+  add(20, "exe", 1, "/opt/coach/build/apps/coach-node\0--listen\0tcp://127.0.0.1:7000\0"sv);
+  add(21, "exe", 1, "coach\0status\0"sv);
+  add(22, "exe", 1, "/usr/bin/python3\0coach-node\0"sv);
+  add(23, "exe", 1, ""sv);  // a kernel thread's, or one that ended: no program
+  add(24, "python3", 20, "python3\0script.py\0"sv);
+  const auto all = list_processes(proc.path().string());
+  ASSERT_EQ(all.size(), 5u);
+  std::map<int, std::string> program;
+  for (const auto& p : all) program[p.pid] = p.program;
+  EXPECT_EQ(program[20], "coach-node");
+  EXPECT_EQ(program[21], "coach");
+  EXPECT_EQ(program[22], "python3");
+  EXPECT_EQ(program[23], "");
+  EXPECT_EQ(program[24], "") << "read only for a process named exe";
+  EXPECT_EQ(coach_pids(all, -1), (std::unordered_set<int>{20, 21, 24}));
 }
 
 TEST(host_probe, busy_processes_outside_coachs_tree_count_as_another_programs) {

@@ -243,6 +243,24 @@ TEST(placement, dltap_pairs_shards_with_workers_on_nodes_of_two_cpus) {
   EXPECT_DOUBLE_EQ(share[1], 2.0);
 }
 
+TEST(placement, the_same_job_lands_on_the_same_nodes_whatever_fraction_of_a_cpu_is_free) {
+  // Issue 42: what other programs use is measured by tenths and moves between heartbeats; nodes
+  // that hold as many parts as before get the job where it went before, with every placement.
+  for (const auto* name : {"spread", "dltap", "best-fit", "random"}) {
+    resource_pool even, noisy;
+    const double free[] = {2.0, 2.9, 2.4, 2.7};  // 2 parts each, as 2.0 are
+    for (int i = 0; i < 4; ++i) {
+      even.add_node(100 + std::uint32_t(i), {0, 3, 0}, {0, 2.0, 0});
+      noisy.add_node(100 + std::uint32_t(i), {0, 3, 0}, {0, free[i], 0});
+    }
+    auto a = make(name)->place(even, job(5, 4, 2));
+    auto b = make(name)->place(noisy, job(5, 4, 2));
+    ASSERT_TRUE(a && b) << name;
+    EXPECT_EQ(a->workers, b->workers) << name;
+    EXPECT_EQ(a->shards, b->shards) << name;
+  }
+}
+
 TEST(placement, aggregation_degree_and_cross_host_share) {
   const std::vector<std::uint32_t> w{1, 2}, s{1, 3};
   EXPECT_DOUBLE_EQ(cross_host_share(w, s), 3.0);  // (w1,s3), (w2,s1), (w2,s3)
