@@ -16,17 +16,6 @@ namespace {
 /// (answers_atom): the answers of the last applied step have left this process.
 using answers_atom = caf::atom_constant<caf::atom("answered")>;
 
-/// Carried by a step's answers (wire_message::sent): tells the shard when the last has left.
-struct answers_token {
-  caf::actor_addr shard;
-  explicit answers_token(caf::actor_addr a) : shard(std::move(a)) {}
-  answers_token(const answers_token&) = delete;
-  answers_token& operator=(const answers_token&) = delete;
-  ~answers_token() {
-    if (auto self = caf::actor_cast<caf::actor>(shard)) caf::anon_send(self, answers_atom::value);
-  }
-};
-
 struct shard_state {
   std::optional<shard::shard_server> server;
   static inline const char* name = "coach.ps_shard";
@@ -69,8 +58,9 @@ caf::behavior shard_actor(caf::stateful_actor<shard_state>* self,
   shard::shard_server_ports ports;
   // The context outlives the shard (held here).
   ports.send = [ctx](wire_message m) { ctx->net->send(std::move(m)); };
-  ports.answers_token = [addr = self->address()] {
-    return std::shared_ptr<const void>(std::make_shared<const answers_token>(addr));
+  // On ZeroMQ's I/O thread, and only for a step that a transfer waits behind.
+  ports.answers_gone = [addr = self->address()] {
+    if (auto me = caf::actor_cast<caf::actor>(addr)) caf::anon_send(me, answers_atom::value);
   };
   self->state.server.emplace(std::move(setup), std::move(ports), std::move(be), std::move(core));
   return {

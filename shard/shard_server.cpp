@@ -23,6 +23,8 @@ shard_server::shard_server(shard_server_setup setup, shard_server_ports ports,
       ports_(std::move(ports)),
       be_(std::move(be)),
       core_(std::move(core)) {
+  if (ports_.answers_gone)
+    answers_gone_ = std::make_shared<const std::function<void()>>(ports_.answers_gone);
   if (setup_.replicas > 1) {
     chain_.emplace(core_->applied_steps(), setup_.replica == 0,
                    setup_.replica + 1 < setup_.replicas);
@@ -171,7 +173,7 @@ void shard_server::send_pieces() {
   if (unsent_.empty()) return;
   auto values = core_->share_values();
   std::shared_ptr<const void> owner = values;
-  if (!answering_ && ports_.answers_token) answering_ = ports_.answers_token();
+  if (!answering_ && answers_gone_) answering_ = std::make_shared<answers_token>(answers_gone_);
   for (const auto& dst : pushers_[unsent_.front().version - 1]) {
     wire_message m = params_to(dst, unsent_.front().version);
     for (const auto& p : unsent_) {
@@ -194,7 +196,10 @@ void shard_server::answers_made() {
 
 /// Sends the transfers that waited for the answers, once those are out.
 void shard_server::send_transfers() {
-  if (!answers_out_.expired()) return;
+  if (auto out = answers_out_.lock()) {
+    out->await();  // answers_gone, then answers_left(), once they are out
+    return;
+  }
   for (auto& m : transfers_waiting_) ports_.send(std::move(m));
   transfers_waiting_.clear();
 }

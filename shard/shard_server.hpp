@@ -31,6 +31,7 @@
 #include "kernels/backend.hpp"
 #include "ps/replica_chain.hpp"
 #include "ps/shard.hpp"
+#include "shard/answers_token.hpp"
 #include "wire/elastic_messages.hpp"
 #include "wire/message.hpp"
 
@@ -58,10 +59,11 @@ struct shard_server_setup {
 struct shard_server_ports {
   /// A message to a worker, the master, another shard or replica.
   std::function<void(wire::wire_message)> send;
-  /// A token for a step's answers (wire_message::sent): once every copy of it is gone (the
-  /// answers have left this process), the owner calls answers_left(). Empty: answers carry
-  /// none, and the transfers wait for nothing.
-  std::function<std::shared_ptr<const void>()> answers_token;
+  /// Called on any thread when a step's answers that a transfer waits for have left this
+  /// process (their answers_token ended); the owner then calls answers_left() on its own
+  /// thread. Not called for steps that queue no transfer. Empty: answers carry no token, and
+  /// the transfers wait for nothing.
+  std::function<void()> answers_gone;
 };
 
 class shard_server {
@@ -152,8 +154,10 @@ class shard_server {
   std::vector<ps::job_config> batch_;
   /// Each answer of a step carries `answering_` as its `sent` token; the token's end
   /// (answers_left) sends the transfers that waited for it.
-  std::shared_ptr<const void> answering_;
-  std::weak_ptr<const void> answers_out_;  ///< the last step's token, until its answers are out
+  std::shared_ptr<answers_token> answering_;
+  std::weak_ptr<answers_token> answers_out_;  ///< the last step's token, until its answers are out
+  /// ports.answers_gone, shared by every token (a token may outlive the server).
+  std::shared_ptr<const std::function<void()>> answers_gone_;
   std::vector<wire::wire_message> transfers_waiting_;
   /// The versions whose snapshot the master asked for (the last few): it asks in a
   /// snapshot_request and on the step's pushes (flag::snapshot), and is answered once.
