@@ -1,5 +1,7 @@
 #include "transport/frame_seal.hpp"
 
+#include "transport/part_cipher.hpp"
+
 #include <sodium.h>
 
 #include <cstring>
@@ -16,18 +18,9 @@ bool sodium_ready() noexcept {
   return ok;
 }
 
-using nonce12 = std::array<unsigned char, crypto_aead_chacha20poly1305_IETF_NPUBBYTES>;
-static_assert(crypto_aead_aes256gcm_NPUBBYTES == crypto_aead_chacha20poly1305_IETF_NPUBBYTES);
 static_assert(crypto_aead_aes256gcm_ABYTES == seal_tag_bytes);
 static_assert(crypto_aead_chacha20poly1305_IETF_ABYTES == seal_tag_bytes);
 static_assert(crypto_kx_SESSIONKEYBYTES == seal_key_bytes);
-
-/// Part i of a message with counter C is sealed under C + i: 8 bytes little-endian, then zeros.
-nonce12 nonce_of(std::uint64_t counter) noexcept {
-  nonce12 n{};
-  for (int i = 0; i < 8; ++i) n[std::size_t(i)] = static_cast<unsigned char>(counter >> (8 * i));
-  return n;
-}
 
 std::uint64_t read_counter(const std::byte* p) noexcept {
   std::uint64_t c = 0;
@@ -37,15 +30,6 @@ std::uint64_t read_counter(const std::byte* p) noexcept {
 
 void write_counter(std::uint64_t c, std::byte* p) noexcept {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(c >> (8 * i));
-}
-
-/// libsodium declares its pointers non-null even for 0 bytes: an empty part points here.
-unsigned char empty_part[1] = {0};
-unsigned char* uc(std::byte* p) noexcept {
-  return p ? reinterpret_cast<unsigned char*>(p) : empty_part;
-}
-const unsigned char* uc(const std::byte* p) noexcept {
-  return p ? reinterpret_cast<const unsigned char*>(p) : empty_part;
 }
 
 }  // namespace
@@ -119,18 +103,22 @@ result<seal_key> derive_seal_key(bool client, const raw_key& own_public, const r
   return key;
 }
 
-frame_sealer::frame_sealer(const seal_key& key, seal_params params, std::uint64_t first_counter)
-    : key_(key), params_(params), next_(first_counter) {
-  COACH_ENFORCE(sodium_ready(), "libsodium failed to initialise");
-  COACH_ENFORCE(params_.mode != data_protection::none, "a sealer needs a protection");
-  COACH_ENFORCE(params_.mode != data_protection::encrypt ||
-                    params_.cipher != seal_cipher::aes256gcm || aes256gcm_available(),
-                "AES-256-GCM chosen on a CPU without AES-NI");
+bool openssl_engine_available() noexcept {
+  return COACH_OPENSSL_AEAD != 0;
 }
 
-frame_sealer::~frame_sealer() {
-  sodium_memzero(key_.data(), key_.size());
+frame_sealer::frame_sealer(const seal_key& key, seal_params params, std::uint64_t first_counter,
+                           seal_engine engine)
+    : writes_(params.mode == data_protection::encrypt), next_(first_counter) {
+  COACH_ENFORCE(sodium_ready(), "libsodium failed to initialise");
+  COACH_ENFORCE(params.mode != data_protection::none, "a sealer needs a protection");
+  COACH_ENFORCE(params.mode != data_protection::encrypt ||
+                    params.cipher != seal_cipher::aes256gcm || aes256gcm_available(),
+                "AES-256-GCM chosen on a CPU without AES-NI");
+  cipher_ = detail::make_part_cipher(key, params, engine, true);
 }
+
+frame_sealer::~frame_sealer() = default;
 
 std::size_t frame_sealer::head_bytes(std::size_t header_bytes) noexcept {
   return seal_counter_bytes + header_bytes;
@@ -141,23 +129,7 @@ std::size_t frame_sealer::tags_bytes(std::size_t payloads) noexcept {
 }
 
 bool frame_sealer::writes_payloads() const noexcept {
-  return params_.mode == data_protection::encrypt;
-}
-
-void frame_sealer::seal_part(std::uint64_t counter, const std::byte* in, std::size_t bytes,
-                             std::byte* out, std::byte* tag) const {
-  const auto n = nonce_of(counter);
-  unsigned long long tag_bytes = 0;
-  if (params_.mode == data_protection::authenticate)
-    crypto_aead_chacha20poly1305_ietf_encrypt_detached(empty_part, uc(tag), &tag_bytes, empty_part,
-                                                       0, uc(in), bytes, nullptr, n.data(),
-                                                       key_.data());
-  else if (params_.cipher == seal_cipher::aes256gcm)
-    crypto_aead_aes256gcm_encrypt_detached(uc(out), uc(tag), &tag_bytes, uc(in), bytes, nullptr, 0,
-                                           nullptr, n.data(), key_.data());
-  else
-    crypto_aead_chacha20poly1305_ietf_encrypt_detached(uc(out), uc(tag), &tag_bytes, uc(in), bytes,
-                                                       nullptr, 0, nullptr, n.data(), key_.data());
+  return writes_;
 }
 
 void frame_sealer::seal(std::span<const std::byte> header,
@@ -174,38 +146,24 @@ void frame_sealer::seal(std::span<const std::byte> header,
   next_ += payloads.size() + 1;
   write_counter(c, head_out.data());
   std::byte* head_body = head_out.data() + seal_counter_bytes;
-  if (params_.mode == data_protection::authenticate && !header.empty())
-    std::memmove(head_body, header.data(), header.size());
-  seal_part(c, header.data(), header.size(), head_body, tags_out.data());
+  if (!writes_ && !header.empty()) std::memmove(head_body, header.data(), header.size());
+  cipher_->seal(c, header.data(), header.size(), head_body, tags_out.data());
   for (std::size_t i = 0; i < payloads.size(); ++i)
-    seal_part(c + 1 + i, payloads[i].data(), payloads[i].size(),
-              writes_payloads() ? payload_out[i] : nullptr,
-              tags_out.data() + (i + 1) * seal_tag_bytes);
+    cipher_->seal(c + 1 + i, payloads[i].data(), payloads[i].size(),
+                  writes_ ? payload_out[i] : nullptr, tags_out.data() + (i + 1) * seal_tag_bytes);
 }
 
-frame_opener::frame_opener(const seal_key& key, seal_params params) : key_(key), params_(params) {
+frame_opener::frame_opener(const seal_key& key, seal_params params, seal_engine engine) {
   COACH_ENFORCE(sodium_ready(), "libsodium failed to initialise");
-  COACH_ENFORCE(params_.mode != data_protection::none, "an opener needs a protection");
+  COACH_ENFORCE(params.mode != data_protection::none, "an opener needs a protection");
+  // A peer may choose AES-256-GCM only where this CPU has it (the handshake): else refused.
+  COACH_ENFORCE(params.mode != data_protection::encrypt ||
+                    params.cipher != seal_cipher::aes256gcm || aes256gcm_available(),
+                "AES-256-GCM chosen on a CPU without AES-NI");
+  cipher_ = detail::make_part_cipher(key, params, engine, false);
 }
 
-frame_opener::~frame_opener() {
-  sodium_memzero(key_.data(), key_.size());
-}
-
-bool frame_opener::open_part(std::uint64_t counter, std::byte* data, std::size_t bytes,
-                             const std::byte* tag) const {
-  const auto n = nonce_of(counter);
-  if (params_.mode == data_protection::authenticate)
-    return crypto_aead_chacha20poly1305_ietf_decrypt_detached(empty_part, nullptr, empty_part, 0,
-                                                              uc(tag), uc(data), bytes, n.data(),
-                                                              key_.data()) == 0;
-  if (params_.cipher == seal_cipher::aes256gcm)
-    return aes256gcm_available() &&
-           crypto_aead_aes256gcm_decrypt_detached(uc(data), nullptr, uc(data), bytes, uc(tag),
-                                                  nullptr, 0, n.data(), key_.data()) == 0;
-  return crypto_aead_chacha20poly1305_ietf_decrypt_detached(
-             uc(data), nullptr, uc(data), bytes, uc(tag), nullptr, 0, n.data(), key_.data()) == 0;
-}
+frame_opener::~frame_opener() = default;
 
 std::expected<std::span<const std::byte>, open_refusal> frame_opener::open(
     std::span<std::byte> head, std::span<const std::span<std::byte>> payloads,
@@ -218,11 +176,11 @@ std::expected<std::span<const std::byte>, open_refusal> frame_opener::open(
     return std::unexpected(open_refusal::malformed);
   if (c < next_) return std::unexpected(open_refusal::stale);
   auto body = head.subspan(seal_counter_bytes);
-  if (!open_part(c, body.data(), body.size(), tags.data()))
+  if (!cipher_->open(c, body.data(), body.size(), tags.data()))
     return std::unexpected(open_refusal::forged);
   for (std::size_t i = 0; i < n; ++i)
-    if (!open_part(c + 1 + i, payloads[i].data(), payloads[i].size(),
-                   tags.data() + (i + 1) * seal_tag_bytes))
+    if (!cipher_->open(c + 1 + i, payloads[i].data(), payloads[i].size(),
+                       tags.data() + (i + 1) * seal_tag_bytes))
       return std::unexpected(open_refusal::forged);
   next_ = c + n + 1;
   return body;

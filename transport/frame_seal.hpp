@@ -26,6 +26,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 
@@ -54,6 +55,18 @@ enum class seal_cipher : std::uint8_t {
 
 /// True when this CPU runs libsodium's AES-256-GCM (crypto_aead_aes256gcm_is_available).
 bool aes256gcm_available() noexcept;
+
+/// Which library computes the ciphers (the same constructions, the same bytes): OpenSSL's
+/// libcrypto where the build has it (its AES-GCM uses VAES and its Poly1305 AVX-512: 2.4x and 5x
+/// libsodium 1.0.18's on this project's CPU, docs/performance.md), else libsodium. Tests seal
+/// with one and open with the other.
+enum class seal_engine : std::uint8_t { fastest, libsodium, openssl };
+/// True when this build has the OpenSSL engine.
+bool openssl_engine_available() noexcept;
+
+namespace detail {
+class part_cipher;
+}
 
 /// How one data connection is sealed: both ends must agree (the handshake fixes it).
 struct seal_params {
@@ -85,7 +98,8 @@ result<seal_key> derive_seal_key(bool client, const raw_key& own_public, const r
 /// The sending end of a data connection.
 class frame_sealer {
  public:
-  frame_sealer(const seal_key& key, seal_params params, std::uint64_t first_counter = 0);
+  frame_sealer(const seal_key& key, seal_params params, std::uint64_t first_counter = 0,
+               seal_engine engine = seal_engine::fastest);
   ~frame_sealer();
   frame_sealer(const frame_sealer&) = delete;
   frame_sealer& operator=(const frame_sealer&) = delete;
@@ -107,10 +121,8 @@ class frame_sealer {
   std::uint64_t next_counter() const noexcept { return next_; }
 
  private:
-  void seal_part(std::uint64_t counter, const std::byte* in, std::size_t bytes, std::byte* out,
-                 std::byte* tag) const;
-  seal_key key_;
-  seal_params params_;
+  std::unique_ptr<detail::part_cipher> cipher_;
+  bool writes_;
   std::uint64_t next_;
 };
 
@@ -125,7 +137,7 @@ std::string_view to_string(open_refusal r) noexcept;
 /// The receiving end of a data connection.
 class frame_opener {
  public:
-  frame_opener(const seal_key& key, seal_params params);
+  frame_opener(const seal_key& key, seal_params params, seal_engine engine = seal_engine::fastest);
   ~frame_opener();
   frame_opener(const frame_opener&) = delete;
   frame_opener& operator=(const frame_opener&) = delete;
@@ -141,10 +153,7 @@ class frame_opener {
   std::uint64_t next_counter() const noexcept { return next_; }
 
  private:
-  bool open_part(std::uint64_t counter, std::byte* data, std::size_t bytes,
-                 const std::byte* tag) const;
-  seal_key key_;
-  seal_params params_;
+  std::unique_ptr<detail::part_cipher> cipher_;
   std::uint64_t next_ = 0;
 };
 

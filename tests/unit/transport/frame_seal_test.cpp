@@ -2,7 +2,7 @@
 // cipher and for every size; a tampered byte (header, payload or tag), a replayed message, two
 // messages swapped and two frames swapped are refused with their reason and leave the opener as
 // it was; both ends derive the same key, and other nonces, another mode or another key pair
-// give another. No sockets.
+// give another; OpenSSL and libsodium seal the same bytes and open each other's. No sockets.
 #include "transport/frame_seal.hpp"
 
 #include <gtest/gtest.h>
@@ -189,6 +189,28 @@ TEST_P(frame_seal_modes, another_connection_key_cannot_open_it) {
   auto got = open_copy(stranger, seal_one(*sealer_, header_, {pattern(32, 1)}));
   ASSERT_FALSE(got);
   EXPECT_EQ(got.error(), open_refusal::forged);
+}
+
+TEST_P(frame_seal_modes, openssl_and_libsodium_seal_the_same_bytes) {
+  if (!openssl_engine_available()) GTEST_SKIP() << "this build has no OpenSSL engine";
+  // Each engine opens what the other sealed, and both seal a message to the same bytes.
+  for (auto [from, to] : {std::pair{seal_engine::openssl, seal_engine::libsodium},
+                          std::pair{seal_engine::libsodium, seal_engine::openssl}}) {
+    frame_sealer sealer(conn_->client_key, GetParam(), 0, from);
+    frame_sealer twin(conn_->client_key, GetParam(), 0, to);
+    frame_opener opener(conn_->server_key, GetParam(), to);
+    const auto m = seal_one(sealer, header_, payloads_);
+    const auto same = seal_one(twin, header_, payloads_);
+    EXPECT_EQ(m.head, same.head);
+    EXPECT_EQ(m.payloads, same.payloads);
+    EXPECT_EQ(m.tags, same.tags);
+    auto forged = m;
+    forged.payloads[4][12345] ^= std::byte{2};
+    EXPECT_EQ(open_copy(opener, forged).error(), open_refusal::forged);
+    auto got = open_copy(opener, m);
+    ASSERT_TRUE(got) << to_string(got.error());
+    EXPECT_EQ(got->second, payloads_);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
