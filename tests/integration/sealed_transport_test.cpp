@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 namespace tl = coach::transport_logic;
 using namespace std::chrono_literals;
 
-struct sealed_hosts : ::testing::Test {
+struct sealed_transport_hosts : ::testing::Test {
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
   fs::path dir;
@@ -86,7 +86,7 @@ std::vector<float> counted(std::size_t n, float from) {
   return v;
 }
 
-class every_protection : public sealed_hosts,
+class every_protection : public sealed_transport_hosts,
                          public ::testing::WithParamInterface<tl::data_protection> {};
 
 TEST_P(every_protection, messages_cross_intact_and_in_order_both_ways) {
@@ -119,7 +119,7 @@ TEST_P(every_protection, messages_cross_intact_and_in_order_both_ways) {
   EXPECT_EQ(a->received().messages, 1u);
 }
 
-INSTANTIATE_TEST_SUITE_P(modes, every_protection,
+INSTANTIATE_TEST_SUITE_P(sealed_transport, every_protection,
                          ::testing::Values(tl::data_protection::encrypt,
                                            tl::data_protection::authenticate,
                                            tl::data_protection::none),
@@ -207,7 +207,8 @@ struct hand_made_sender {
   }
 };
 
-class attacked : public sealed_hosts, public ::testing::WithParamInterface<tl::data_protection> {};
+class attacked : public sealed_transport_hosts,
+                 public ::testing::WithParamInterface<tl::data_protection> {};
 
 TEST_P(attacked, replayed_altered_and_reordered_messages_are_refused_and_counted) {
   auto b = start(2, tl::data_protection::none);  // it receives whatever the sender chose
@@ -255,12 +256,12 @@ TEST_P(attacked, replayed_altered_and_reordered_messages_are_refused_and_counted
   EXPECT_NE(to_string(r).find("stale 2, forged 2"), std::string::npos) << to_string(r);
 }
 
-INSTANTIATE_TEST_SUITE_P(modes, attacked,
+INSTANTIATE_TEST_SUITE_P(sealed_transport, attacked,
                          ::testing::Values(tl::data_protection::encrypt,
                                            tl::data_protection::authenticate),
                          [](const auto& info) { return std::string(tl::to_string(info.param)); });
 
-TEST_F(sealed_hosts, only_a_token_from_a_handshake_admits_a_data_connection) {
+TEST_F(sealed_transport_hosts, only_a_token_from_a_handshake_admits_a_data_connection) {
   auto b = start(2, tl::data_protection::encrypt);
   deliver_to_test(*b, on_b);
   hand_made_sender s;

@@ -214,7 +214,7 @@ TEST_P(frame_seal_modes, openssl_and_libsodium_seal_the_same_bytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    every_mode, frame_seal_modes,
+    transport, frame_seal_modes,
     ::testing::Values(seal_params{data_protection::encrypt, seal_cipher::aes256gcm},
                       seal_params{data_protection::encrypt, seal_cipher::chacha20poly1305},
                       seal_params{data_protection::authenticate, seal_cipher::chacha20poly1305}),
@@ -254,7 +254,7 @@ TEST(derive_seal_key, a_low_order_public_key_is_refused) {
   EXPECT_EQ(k.error().message, "the peer's public key is not a valid key");
 }
 
-TEST(data_protection, parses_its_three_names_and_refuses_others) {
+TEST(transport_data_protection, parses_its_three_names_and_refuses_others) {
   EXPECT_EQ(*parse_data_protection("encrypt"), data_protection::encrypt);
   EXPECT_EQ(*parse_data_protection("authenticate"), data_protection::authenticate);
   EXPECT_EQ(*parse_data_protection("none"), data_protection::none);
