@@ -98,6 +98,29 @@ void zmq_transport_impl::forget_data_link(std::uint32_t host) {
   if (data_links_.erase(host) > 0) ++data_links_made_;
 }
 
+zmq_transport_impl::sent zmq_transport_impl::say_hello(std::uint32_t host, zmq::socket_t& curve) {
+  data_link link;
+  link.nonce = coach::transport_logic::random_nonce();
+  link.since = clock::now();
+  {
+    std::lock_guard lock{mu_};
+    const auto* p = peers_.find_peer(host);
+    if (!p) return sent::failed;
+    link.address = p->address;
+    link.server_key = opt_.security.server_key_for(p->key);
+  }
+  const auto hello = encode(coach::transport_logic::data_hello{
+      opt_.host, link.nonce, opt_.data_protection, coach::transport_logic::aes256gcm_available()});
+  try {
+    if (!curve.send(zmq::buffer(hello), zmq::send_flags::dontwait)) return sent::would_block;
+  } catch (const zmq::error_t& e) {
+    log("cannot say hello to host {}: {}", host, e.what());
+    return sent::failed;
+  }
+  data_links_.emplace(host, std::move(link));
+  return sent::would_block;  // the message waits in the host's queue for the welcome
+}
+
 zmq_transport_impl::sent zmq_transport_impl::send_sealed(const wire_message& msg,
                                                          zmq::socket_t& curve) {
   const std::uint32_t host = msg.hdr.dst.host;
@@ -107,29 +130,7 @@ zmq_transport_impl::sent zmq_transport_impl::send_sealed(const wire_message& msg
     data_links_.erase(it);  // unanswered: said again with a new nonce
     it = data_links_.end();
   }
-  if (it == data_links_.end()) {
-    data_link link;
-    link.nonce = coach::transport_logic::random_nonce();
-    link.since = now;
-    {
-      std::lock_guard lock{mu_};
-      const auto* p = peers_.find_peer(host);
-      if (!p) return sent::failed;
-      link.address = p->address;
-      link.server_key = opt_.security.server_key_for(p->key);
-    }
-    const auto hello =
-        encode(coach::transport_logic::data_hello{opt_.host, link.nonce, opt_.data_protection,
-                                                  coach::transport_logic::aes256gcm_available()});
-    try {
-      if (!curve.send(zmq::buffer(hello), zmq::send_flags::dontwait)) return sent::would_block;
-    } catch (const zmq::error_t& e) {
-      log("cannot say hello to host {}: {}", host, e.what());
-      return sent::failed;
-    }
-    data_links_.emplace(host, std::move(link));
-    return sent::would_block;  // the message waits in the host's queue for the welcome
-  }
+  if (it == data_links_.end()) return say_hello(host, curve);
   auto& link = it->second;
   if (!link.sealer) return sent::would_block;
   sizes_.clear();

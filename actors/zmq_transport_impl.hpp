@@ -180,6 +180,9 @@ class zmq_transport_impl final : public zmq_transport {
   /// `curve` (the host's CURVE DEALER) and returns would_block until the welcome. REQUIRES:
   /// sock_mu_ held.
   sent send_sealed(const wire_message& msg, zmq::socket_t& curve);
+  /// Starts the handshake with `host`: a hello on its CURVE DEALER. would_block: sent (the
+  /// message waits for the welcome) or no room for it; failed: not a peer. REQUIRES: sock_mu_.
+  sent say_hello(std::uint32_t host, zmq::socket_t& curve);
   /// Forgets the data connection to `host` (its CURVE connection closed or was replaced).
   /// REQUIRES: sock_mu_ held.
   void forget_data_link(std::uint32_t host);
