@@ -58,8 +58,8 @@
 //
 // Data connections (zmq_transport_options::data_protection, docs/security.md): with a key pair
 // and a protection, the DEALER to a peer carries only a handshake (a hello, answered through the
-// ROUTER with a welcome: nonces, a one-time token, the port of the peer's data ROUTER); every
-// message to that peer then goes, in order, over a second, plain DEALER to that data ROUTER,
+// ROUTER with a welcome: nonces, a token of this session, the port of the peer's data ROUTER);
+// every message to that peer then goes, in order, over a second, plain DEALER to that data ROUTER,
 // admitted by the token (ZeroMQ PLAIN, checked by the ZAP handler) and sealed part by part
 // (transport/frame_seal.hpp) under a key derived from both CURVE key pairs and the nonces.
 // Messages wait in the host's queue during the handshake. A CURVE connection that closes takes

@@ -1,12 +1,10 @@
 // actors::zmq_transport: data connections (actors/zmq_transport_impl.hpp; docs/security.md
 // "Data connections", docs/wire.md "Data connections"). The sending side says hello over its
 // CURVE DEALER, waits for the welcome (its messages wait in the host's queue meanwhile), then
-// connects a plain DEALER to the peer's data ROUTER with the welcome's one-time token and sends
-// every message sealed (transport/frame_seal.hpp). The receiving side answers hellos, admits a
-// token once (ZAP, domain "coach-data"), and opens what arrives; what does not open is counted
-// (receive_stats: stale, forged, malformed) and dropped.
-#include <sodium.h>
-
+// connects a plain DEALER to the peer's data ROUTER with the welcome's token and sends every
+// message sealed (transport/frame_seal.hpp). The receiving side answers hellos, admits only the
+// tokens of its sessions (ZAP, domain "coach-data"), and opens what arrives; what does not open
+// is counted (receive_stats: stale, forged, malformed) and dropped.
 #include <algorithm>
 #include <cstring>
 #include <memory>

@@ -2,7 +2,7 @@
 // transport::data_handshake: the two messages that open a data connection (docs/wire.md "Data
 // connections"), said over the CURVE connection: the sender's hello (its host id, its nonce, its
 // protection, whether it has AES-NI) and the receiver's welcome (both nonces, the cipher, a
-// one-time token, the data ROUTER's port). Each is one ZeroMQ frame that starts with 4 magic
+// session token, the data ROUTER's port). Each is one ZeroMQ frame that starts with 4 magic
 // bytes no Cap'n Proto header starts with. Plain encoding and parsing; no sockets.
 
 #include <array>
