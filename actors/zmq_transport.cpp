@@ -56,6 +56,7 @@ result<void> zmq_transport_impl::open() {
     router_.set(zmq::sockopt::router_mandatory, true);
     router_.bind(opt_.listen);
     bound_ = router_.get(zmq::sockopt::last_endpoint);
+    open_data();  // with a key: data connections (zmq_transport_data.cpp)
   } catch (const zmq::error_t& e) {
     return fail(errc::invalid_argument, "cannot listen on '{}': {}", opt_.listen, e.what());
   }
@@ -126,6 +127,7 @@ void zmq_transport_impl::add_peer(std::uint32_t host, std::string address, std::
   if (peers_.add_peer(host, std::move(address), std::move(public_key)) &&
       dealers_.erase(host) > 0) {
     dealer_monitors_.erase(host);
+    forget_data_link(host);
     links_.forget(host);
     ++sockets_changed_;
   }

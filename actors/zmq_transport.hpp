@@ -56,6 +56,15 @@
 // tells when a peer's process is gone (its connection closed, the reconnection refused):
 // on_peer_gone, the scheduler's fast path to a node loss.
 //
+// Data connections (zmq_transport_options::data_protection, docs/security.md): with a key pair
+// and a protection, the DEALER to a peer carries only a handshake (a hello, answered through the
+// ROUTER with a welcome: nonces, a token of this session, the port of the peer's data ROUTER);
+// every message to that peer then goes, in order, over a second, plain DEALER to that data ROUTER,
+// admitted by the token (ZeroMQ PLAIN, checked by the ZAP handler) and sealed part by part
+// (transport/frame_seal.hpp) under a key derived from both CURVE key pairs and the nonces.
+// Messages wait in the host's queue during the handshake. A CURVE connection that closes takes
+// its data connection with it (the peer may have restarted); the next message shakes hands again.
+//
 // The decisions that need no socket are plain classes that unit tests drive (transport/): the
 // peers and remembered clients (peer_table), each peer's connection state (connection_tracker),
 // the receive counters (receive_counter). actors/zmq_transport_impl.hpp has the I/O class.
@@ -71,6 +80,7 @@
 #include "actors/transport.hpp"
 #include "common/error.hpp"
 #include "transport/connection_tracker.hpp"
+#include "transport/frame_seal.hpp"
 #include "transport/receive_counter.hpp"
 
 namespace coach::actors {
@@ -118,6 +128,16 @@ struct zmq_transport_options {
   std::size_t max_clients = 4096;
   /// Keys (none: plain connections, accepted from loopback addresses only).
   transport_security security;
+  /// How messages to peers travel (with a key pair only; without one, `none` is all there is):
+  /// encrypt or authenticate: over a data connection of their own, admitted by a handshake on
+  /// the CURVE connection, every part sealed (transport/frame_seal.hpp, docs/security.md "Data
+  /// connections"); none: over the CURVE connection. The receiving side accepts every choice.
+  /// Replies to clients (the CLI) always go over CURVE.
+  coach::transport_logic::data_protection data_protection =
+      coach::transport_logic::data_protection::none;
+  /// Where the data connections' ROUTER binds ("tcp://IP:PORT"); empty: the listen address's
+  /// IP and any free port (told to each peer in the handshake).
+  std::string data_listen;
   /// Log why a peer refused this transport's connection, and that a peer's process is gone (a
   /// client reports what matters itself).
   bool log_refusals = true;

@@ -6,6 +6,7 @@
 //   zmq_transport_send.cpp      DEALERs made on first use, sending now, the queues' retries
 //   zmq_transport_receive.cpp   the I/O loop: poll set, batches received, decoded, delivered
 //   zmq_transport_security.cpp  ZAP answers, the sockets' monitors, peers gone
+//   zmq_transport_data.cpp      data connections: handshake, sealed sends, sealed receives
 // The decisions that need no socket are plain classes (transport/): who is a peer or a
 // remembered client (peer_table), how each peer's connection stands (connection_tracker), what
 // arrived and was refused (receive_counter); peer_authorizer (actors/curve_keys.hpp) says who
@@ -24,6 +25,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -38,10 +40,16 @@
 #include "common/log.hpp"
 #include "common/log_limiter.hpp"
 #include "transport/connection_tracker.hpp"
+#include "transport/frame_seal.hpp"
 #include "transport/peer_table.hpp"
 #include "transport/receive_counter.hpp"
 
 namespace coach::actors::detail {
+
+/// Whether a frame is a data connection's hello (on the ROUTER) or welcome (on a DEALER):
+/// zmq_transport_data.cpp; docs/wire.md "Data connections".
+bool is_data_hello(const zmq::message_t& frame) noexcept;
+bool is_data_welcome(const zmq::message_t& frame) noexcept;
 
 class zmq_transport_impl final : public zmq_transport {
  public:
@@ -162,6 +170,39 @@ class zmq_transport_impl final : public zmq_transport {
   /// ZAP (ZeroMQ RFC 27): asks the authorizer, counts and logs a refusal, answers. I/O thread.
   void answer_zap(std::vector<zmq::message_t>& req);
 
+  // zmq_transport_data.cpp
+  /// True when messages to peers go over sealed data connections (a protection and a key).
+  bool sealing() const noexcept;
+  /// Binds the data ROUTER (when sealing() or with a key: this node accepts data connections
+  /// whatever it sends itself). Throws zmq::error_t.
+  void open_data();
+  /// Sends `msg` sealed over the data connection to its host; without one yet, says hello on
+  /// `curve` (the host's CURVE DEALER) and returns would_block until the welcome. REQUIRES:
+  /// sock_mu_ held.
+  sent send_sealed(const wire_message& msg, zmq::socket_t& curve);
+  /// Starts the handshake with `host`: a hello on its CURVE DEALER. would_block: sent (the
+  /// message waits for the welcome) or no room for it; failed: not a peer. REQUIRES: sock_mu_.
+  sent say_hello(std::uint32_t host, zmq::socket_t& curve);
+  /// Forgets the data connection to `host` (its CURVE connection closed or was replaced).
+  /// REQUIRES: sock_mu_ held.
+  void forget_data_link(std::uint32_t host);
+  /// A hello that arrived on the ROUTER (`parts`: routing id, hello): answers with a welcome
+  /// and remembers the session. I/O thread, without sock_mu_.
+  void answer_hello(std::vector<zmq::message_t>& parts);
+  /// A welcome that arrived on a DEALER: connects the data DEALER. I/O thread, without sock_mu_.
+  void accept_welcome(const zmq::message_t& welcome);
+  /// Opens a sealed message from the data ROUTER and delivers it; refused ones are counted.
+  /// I/O thread.
+  void deliver_sealed(std::vector<zmq::message_t>& parts);
+  /// The ZAP answer for the data ROUTER: PLAIN with a token of a session not yet admitted.
+  zap_verdict admit_data(std::string_view mechanism, std::string_view address,
+                         std::string_view token);
+  /// Decodes `header` and hands the message made of parts [first, last) to its actor; a
+  /// message from a host that is no peer remembers `client_id` as its route. I/O thread.
+  void deliver_decoded(std::span<const std::byte> header, std::vector<zmq::message_t>& parts,
+                       std::size_t first, std::size_t last, std::string_view client_id,
+                       const std::string& from);
+
   zmq_transport_options opt_;
   peer_authorizer authorizer_;
   /// Random per transport object: part of every DEALER's routing id.
@@ -197,13 +238,38 @@ class zmq_transport_impl final : public zmq_transport {
   std::uint64_t sockets_changed_ = 0;
   std::vector<std::size_t> sizes_;
   std::vector<std::byte> header_;
+  /// This node's data connection to one peer: the hello's nonce until the welcome, then the
+  /// socket and the sealer.
+  struct data_link {
+    coach::transport_logic::seal_nonce nonce{};
+    std::string server_key;  ///< Z85: the key the CURVE DEALER expects of the peer
+    std::string address;     ///< the peer's CURVE address (its IP is the data address's too)
+    clock::time_point since;
+    std::optional<zmq::socket_t> socket;
+    std::unique_ptr<coach::transport_logic::frame_sealer> sealer;
+  };
+  std::map<std::uint32_t, data_link> data_links_;  ///< by peer host
+  zmq::socket_t data_router_;                      ///< receives data connections
+  std::uint16_t data_port_ = 0;
+  std::uint64_t data_links_made_ = 0;
+
+  /// A data connection a peer may open to this node, by its token (I/O thread only).
+  struct data_session {
+    std::uint32_t host = 0;  ///< the peer's host id (its hello says)
+    std::string curve_id;    ///< the routing id of its CURVE connection: replies to a client
+    std::unique_ptr<coach::transport_logic::frame_opener> opener;
+    clock::time_point since;
+    bool admitted = false;
+  };
+  std::map<std::string, data_session> data_sessions_;
+  coach::transport_logic::raw_key own_public_{}, own_secret_{};
 
   // I/O thread only.
   std::optional<detail::inline_unit>
       unit_;  ///< made at the first delivery (it needs the actor system)
   std::vector<std::vector<zmq::message_t>> incoming_;
-  std::size_t security_fds_ = 0;  ///< where the ZAP and monitor sockets begin in the poll set
-  std::vector<bool> routed_;
+  std::size_t security_fds_ = 0;      ///< where the ZAP and monitor sockets begin in the poll set
+  std::vector<std::uint8_t> source_;  ///< of each incoming_: 0 ROUTER, 1 DEALER, 2 data ROUTER
   std::vector<std::size_t> recv_sizes_;
 
   alignas(64) detail::route_table routes_;

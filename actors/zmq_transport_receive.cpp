@@ -51,34 +51,48 @@ std::size_t zmq_transport_impl::take(zmq::socket_t& s, std::size_t most,
 
 void zmq_transport_impl::deliver(std::vector<zmq::message_t>& parts, bool routed) {
   const std::size_t head = routed ? 1 : 0;
+  if (parts.size() < head + 1) {
+    recv_.dropped(coach::transport_logic::receive_counter::drop::malformed);
+    log_dropped("dropped a message from '{}': no header frame",
+                routed && !parts.empty() ? printable_id(parts[0]) : std::string("a peer's ROUTER"));
+    return;
+  }
+  // The data connections' handshake travels on the CURVE connections (zmq_transport_data.cpp).
+  if (routed && is_data_hello(parts[1])) return answer_hello(parts);
+  if (!routed && is_data_welcome(parts[0])) return accept_welcome(parts[0]);
+  const auto& header = parts[head];
+  deliver_decoded({static_cast<const std::byte*>(header.data()), header.size()}, parts, head + 1,
+                  parts.size(), routed ? parts[0].to_string_view() : std::string_view(),
+                  routed ? printable_id(parts[0]) : std::string("a peer's ROUTER"));
+}
+
+void zmq_transport_impl::deliver_decoded(std::span<const std::byte> header,
+                                         std::vector<zmq::message_t>& parts, std::size_t first,
+                                         std::size_t last, std::string_view client_id,
+                                         const std::string& from) {
   using why = coach::transport_logic::receive_counter::drop;
   auto bad = [&](const coach::error& e, why w) {
     recv_.dropped(w);
-    log_dropped("dropped a message from '{}': {}",
-                routed && !parts.empty() ? printable_id(parts[0]) : std::string("a peer's ROUTER"),
-                e.message);
+    log_dropped("dropped a message from '{}': {}", from, e.message);
   };
-  if (parts.size() < head + 1)
-    return bad({errc::protocol_error, "no header frame"}, why::malformed);
-  const auto& header = parts[head];
-  auto hdr = codec::decode_header({static_cast<const std::byte*>(header.data()), header.size()});
+  auto hdr = codec::decode_header(header);
   if (!hdr) {
     const bool foreign = hdr.error().message.find("foreign wire version") != std::string::npos;
     return bad(hdr.error(), foreign ? why::foreign : why::malformed);
   }
   recv_sizes_.clear();
-  for (std::size_t i = head + 1; i < parts.size(); ++i) recv_sizes_.push_back(parts[i].size());
+  for (std::size_t i = first; i < last; ++i) recv_sizes_.push_back(parts[i].size());
   if (auto ok = codec::check_frames(*hdr, recv_sizes_); !ok) return bad(ok.error(), why::frames);
   wire_message msg;
   msg.hdr = std::move(hdr->env);
   // A sender that addressed host 0 meant the node at the other end of its link: this one.
   if (msg.hdr.dst.host == 0) msg.hdr.dst.host = opt_.host;
-  if (routed) {  // a host that is no peer is a client: replies reach it through the ROUTER
-    std::lock_guard lock{mu_};
-    peers_.remember_client(msg.hdr.src.host, parts[0].to_string_view(), clock::now());
+  if (!client_id.empty()) {     // a host that is no peer is a client: replies reach it through the
+    std::lock_guard lock{mu_};  // ROUTER
+    peers_.remember_client(msg.hdr.src.host, client_id, clock::now());
   }
   std::size_t bytes = header.size();
-  for (std::size_t i = head + 1; i < parts.size(); ++i) {
+  for (std::size_t i = first; i < last; ++i) {
     auto owner = std::make_shared<zmq::message_t>(std::move(parts[i]));
     bytes += owner->size();
     msg.frames.push_back(
@@ -114,17 +128,24 @@ bool zmq_transport_impl::receive_all() {
   for (int round = 0; more && !stop_ && round < rounds; ++round) {
     more = false;
     incoming_.clear();
-    routed_.clear();
+    source_.clear();
     {
       std::lock_guard lock{sock_mu_};
       if (closed_) return false;
       if (take(router_, batch, incoming_) == batch) more = true;
-      routed_.assign(incoming_.size(), true);
+      source_.assign(incoming_.size(), 0);
       for (auto& [host, d] : dealers_)
         if (take(d, batch, incoming_) == batch) more = true;
-      routed_.resize(incoming_.size(), false);
+      source_.resize(incoming_.size(), 1);
+      if (data_router_ && take(data_router_, batch, incoming_) == batch) more = true;
+      source_.resize(incoming_.size(), 2);
     }
-    for (std::size_t i = 0; i < incoming_.size(); ++i) deliver(incoming_[i], routed_[i]);
+    for (std::size_t i = 0; i < incoming_.size(); ++i) {
+      if (source_[i] == 2)
+        deliver_sealed(incoming_[i]);
+      else
+        deliver(incoming_[i], source_[i] == 0);
+    }
     incoming_.clear();
     if (unit_) unit_->run_chosen();
     if (more) flush_queues();
@@ -147,6 +168,7 @@ void zmq_transport_impl::refresh_poll_set(std::vector<pollfd>& fds, std::uint64_
   };
   add(router_);
   for (auto& [host, d] : dealers_) add(d);
+  if (data_router_) add(data_router_);
   security_fds_ = fds.size();
   add(zap_);
   add(router_monitor_);
@@ -195,6 +217,8 @@ void zmq_transport_impl::run() {
   closed_ = true;
   dealer_monitors_.clear();
   dealers_.clear();
+  data_links_.clear();
+  if (data_router_) data_router_.close();
   router_monitor_.close();
   router_.close();
   zap_.close();

@@ -105,6 +105,8 @@ std::vector<std::uint32_t> zmq_transport_impl::read_dealer_monitors() {
         }
         out = links_.note(host, *e, clock::now(), address, expected);
       }
+      // The peer may have restarted: its data connection's token and keys died with it.
+      if (*e == coach::transport_logic::link_event::disconnected) forget_data_link(host);
       if (out.gone) gone.push_back(host);
       if (out.unanswered && opt_.log_refusals)
         log("the connection to {} was accepted but its handshake not answered within {:.0f} s (a "
@@ -140,7 +142,12 @@ void zmq_transport_impl::answer_zap(std::vector<zmq::message_t>& req) {
     zmq_z85_encode(z.data(), static_cast<const std::uint8_t*>(req[6].data()), 32);
     client_key = z.data();
   }
-  const auto verdict = authorizer_.check(mechanism, req[3].to_string_view(), client_key);
+  // The data ROUTER's connections (domain "coach-data", zmq_transport_data.cpp): admitted by a
+  // token from a CURVE handshake; its user id, the token, marks every message they carry.
+  const bool data = req[2].to_string_view() == "coach-data";
+  if (data) client_key = req.size() > 7 ? req[7].to_string() : std::string();
+  const auto verdict = data ? admit_data(mechanism, req[3].to_string_view(), client_key)
+                            : authorizer_.check(mechanism, req[3].to_string_view(), client_key);
   if (!verdict.accepted()) {
     using refusal = coach::transport_logic::receive_counter::refusal;
     const auto total = recv_.refused(verdict.why == refusal_reason::key       ? refusal::key

@@ -78,6 +78,7 @@ zmq_transport_impl::sent zmq_transport_impl::send_now(const wire_message& msg,
     counter_.dropped();
     return sent::failed;
   }
+  if (!to_client && sealing()) return send_sealed(msg, *s);
   sizes_.clear();
   for (const auto& f : msg.frames) sizes_.push_back(f.bytes);
   codec::encode_header(msg.hdr, sizes_, header_);

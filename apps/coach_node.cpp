@@ -11,7 +11,9 @@
 // with --python.
 //
 // Authentication (docs/security.md): with --key every connection is CURVE and only keys in
-// --authorized-keys may connect; without a key, only loopback addresses may.
+// --authorized-keys may connect; without a key, only loopback addresses may. With a key, what a
+// node sends to other nodes travels on data connections, encrypted (--data-protection encrypt,
+// the default), only authenticated (authenticate: trusted networks), or over CURVE (none).
 //
 // What the transport received and refused, by reason (actors::receive_stats: malformed, foreign,
 // unknown_dst, refused connections), is one line on stderr when the node stops, and every
@@ -172,6 +174,16 @@ int main(int argc, char** argv) {
   app.add_option("--server-key", server_key_file,
                  "The scheduler node's public key, a .pub file (default: $COACH_SERVER_KEY, else "
                  "this node's own: a cluster-wide key)");
+  std::string data_protection_text, data_listen;
+  app.add_option("--data-protection", data_protection_text,
+                 "How messages to other nodes travel, with a key: encrypt (AES-256-GCM or "
+                 "ChaCha20-Poly1305 on a data connection; the default), authenticate (in clear, "
+                 "every frame authenticated: trusted networks), none (inside CURVE, slower); "
+                 "docs/security.md")
+      ->check(CLI::IsMember({"encrypt", "authenticate", "none"}));
+  app.add_option("--data-listen", data_listen,
+                 "Address of the data connections' listener, tcp://IP:PORT (default: --listen's "
+                 "IP, any free port)");
   std::string metrics_listen;
   app.add_option("--metrics-listen", metrics_listen,
                  "Serve Prometheus metrics over HTTP at http://HOST:PORT/metrics (e.g. "
@@ -334,11 +346,23 @@ int main(int argc, char** argv) {
   actors::http_access http_access{.public_reads = http_public, .admin_token = {}};
   if (dashboard_admin && security->key)
     http_access.admin_token = actors::admin_token(*security->key);
+  using transport_logic::data_protection;
+  auto protection = security->key ? data_protection::encrypt : data_protection::none;
+  if (!data_protection_text.empty()) {
+    protection = *transport_logic::parse_data_protection(data_protection_text);
+    if (protection != data_protection::none && !security->key) {
+      std::fprintf(stderr, "coach-node: --data-protection %s needs a key (--key or COACH_KEY)\n",
+                   data_protection_text.c_str());
+      return 2;
+    }
+  }
   const std::uint32_t host = actors::node_host_id(address);
   auto net = actors::zmq_transport::start({.host = host,
                                            .listen = listen,
                                            .max_frame = max_frame_mib << 20,
-                                           .security = std::move(*security)});
+                                           .security = std::move(*security),
+                                           .data_protection = protection,
+                                           .data_listen = data_listen});
   if (!net) {
     log::error("{}", net.error().message);
     if (!log_file.empty()) std::fprintf(stderr, "coach-node: %s\n", net.error().message.c_str());

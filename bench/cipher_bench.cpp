@@ -1,8 +1,10 @@
 // cipher_bench: how fast this CPU's core encrypts and authenticates a buffer with the ciphers
 // that could carry Coach's data path (docs/performance.md "CURVE"): XSalsa20-Poly1305 (what
 // libzmq's CURVE does per message, crypto_box_afternm), AES-256-GCM (libsodium, AES-NI) and
-// Poly1305 alone; against a plain copy of the same buffer. One thread, one buffer reused; the
-// figure is the median of --repeat timed passes of --rounds encryptions each.
+// Poly1305 alone; against a plain copy of the same buffer. Then what Coach's data connections
+// run (transport/frame_seal.hpp: one part sealed, encrypt and authenticate) with each engine,
+// libsodium and OpenSSL's libcrypto. One thread, one buffer reused; the figure is the median
+// of --repeat timed passes of --rounds encryptions each.
 //
 //   ./build/bench/cipher_bench                  # 1 MiB, 500 rounds, 5 passes
 //   ./build/bench/cipher_bench --quick          # what the suite runs: small and fast
@@ -16,6 +18,8 @@
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "transport/frame_seal.hpp"
 
 namespace {
 
@@ -59,8 +63,8 @@ int main(int argc, char** argv) {
   std::vector<unsigned char> in(bytes), out(bytes + 64);
   randombytes_buf(in.data(), in.size());
   std::printf("%zu bytes, %d rounds, median of %d passes, one thread\n", bytes, rounds, repeat);
-  std::printf("%-34s %8s\n", "", "GB/s");
-  const auto show = [](const char* name, double gbs) { std::printf("%-34s %8.2f\n", name, gbs); };
+  std::printf("%-50s %8s\n", "", "GB/s");
+  const auto show = [](const char* name, double gbs) { std::printf("%-50s %8.2f\n", name, gbs); };
 
   show("memcpy", rate([&] { std::memcpy(out.data(), in.data(), bytes); }, bytes, rounds, repeat));
 
@@ -86,12 +90,41 @@ int main(int argc, char** argv) {
                                      },
                                      bytes, rounds, repeat));
   } else {
-    std::printf("%-34s %8s\n", "AES-256-GCM (AES-NI)", "n/a (no AES-NI on this CPU)");
+    std::printf("%-50s %8s\n", "AES-256-GCM (AES-NI)", "n/a (no AES-NI on this CPU)");
   }
 
   unsigned char mac[crypto_onetimeauth_BYTES], mkey[crypto_onetimeauth_KEYBYTES];
   crypto_onetimeauth_keygen(mkey);
   show("Poly1305 alone (MAC, no cipher)",
        rate([&] { crypto_onetimeauth(mac, in.data(), bytes, mkey); }, bytes, rounds, repeat));
+
+  // Coach's data connections: one payload part sealed (encrypted into `out`, or only tagged).
+  using namespace coach::transport_logic;
+  seal_key key{};
+  randombytes_buf(key.data(), key.size());
+  const std::vector<std::pair<const char*, seal_params>> modes = {
+      {"encrypt AES-256-GCM", {data_protection::encrypt, seal_cipher::aes256gcm}},
+      {"encrypt ChaCha20-Poly1305", {data_protection::encrypt, seal_cipher::chacha20poly1305}},
+      {"authenticate (Poly1305)", {data_protection::authenticate, seal_cipher::chacha20poly1305}}};
+  for (auto engine : {seal_engine::libsodium, seal_engine::openssl}) {
+    if (engine == seal_engine::openssl && !openssl_engine_available()) continue;
+    for (const auto& [name, params] : modes) {
+      if (params.cipher == seal_cipher::aes256gcm && params.mode == data_protection::encrypt &&
+          !aes256gcm_available())
+        continue;
+      frame_sealer sealer(key, params, 0, engine);
+      std::array<std::byte, 8> head{};
+      std::vector<std::byte> tags(frame_sealer::tags_bytes(1));
+      const std::span<const std::byte> part(reinterpret_cast<const std::byte*>(in.data()), bytes);
+      std::byte* to = reinterpret_cast<std::byte*>(out.data());
+      const std::string label = std::string("seal: ") + name +
+                                (engine == seal_engine::openssl ? " (OpenSSL)" : " (libsodium)");
+      show(label.c_str(), rate(
+                              [&] {
+                                sealer.seal({}, {&part, 1}, head, {&to, 1}, tags);
+                              },
+                              bytes, rounds, repeat));
+    }
+  }
   return 0;
 }

@@ -12,9 +12,10 @@
 // on). Beside it, for 2 and more shards, the same fan-out in raw ZeroMQ ("fan-out": as many echo
 // processes, each sent its share): what spreading the bytes over that many processes costs by
 // itself on this machine. The co-located line runs the shard in this process (no socket).
-// --curve adds the same rounds over connections authenticated and encrypted with CURVE
-// (docs/security.md; one key pair for all the processes), measured in the same turns: the cost
-// of security against the plain transport.
+// --curve adds the same rounds with keys (docs/security.md; one key pair for all the processes),
+// measured in the same turns, three ways: every message inside CURVE (--data-protection none),
+// on sealed data connections encrypted (encrypt: AES-256-GCM where the CPU has AES-NI) and only
+// authenticated (authenticate): the cost of security against the plain transport.
 
 #include <signal.h>
 #include <spawn.h>
@@ -48,6 +49,10 @@ using namespace coach;
 using namespace coach::bench;
 using namespace coach::actors;
 using clock_type = std::chrono::steady_clock;
+using transport_logic::data_protection;
+/// The ways --curve measures, in this order: inside CURVE, encrypted, authenticated.
+constexpr data_protection secured_modes[] = {data_protection::none, data_protection::encrypt,
+                                             data_protection::authenticate};
 
 /// v with `decimals` digits after the point (what the figure can claim); NaN and infinities stay
 /// as they are (JSON null).
@@ -90,14 +95,16 @@ std::shared_ptr<job_context> bench_context(std::size_t floats, std::uint32_t sha
 /// Child: serves shard `id` until killed.
 int serve_shard(std::uint32_t id, std::uint32_t shards, std::size_t floats,
                 const std::string& listen, const std::string& parent, int ready_fd,
-                const std::string& key_file) {
+                const std::string& key_file, transport_logic::data_protection protection) {
   auto security = load_security(key_file, "", "");
   if (!security) {
     std::fprintf(stderr, "ps_bench shard: %s\n", security.error().to_string().c_str());
     return 1;
   }
-  auto net =
-      zmq_transport::start({.host = id + 1, .listen = listen, .security = std::move(*security)});
+  auto net = zmq_transport::start({.host = id + 1,
+                                   .listen = listen,
+                                   .security = std::move(*security),
+                                   .data_protection = protection});
   if (!net) {
     std::fprintf(stderr, "ps_bench shard: %s\n", net.error().to_string().c_str());
     return 1;
@@ -326,7 +333,8 @@ int main(int argc, char** argv) {
   std::uint32_t shards_arg = 1;
   std::size_t floats_arg = 0;
   bool serve_echo_flag = false, curve = false;
-  std::string key_file;
+  std::string key_file, protection_text = "none";
+  app.add_option("--data-protection", protection_text)->group("");
   app.add_option("--sizes", sizes_text, "Bytes of the whole parameter vector per round");
   app.add_option("--shards", shards_text, "Shard counts");
   app.add_option("--seconds", seconds, "Measuring time per configuration");
@@ -352,7 +360,9 @@ int main(int argc, char** argv) {
   }
   if (serve_shard_id >= 0)
     return serve_shard(std::uint32_t(serve_shard_id), shards_arg, floats_arg, listen, parent,
-                       ready_fd, key_file);
+                       ready_fd, key_file,
+                       transport_logic::parse_data_protection(protection_text)
+                           .value_or(transport_logic::data_protection::none));
   // --curve: one key pair for every process of the run, in a directory of its own.
   std::string curve_key;
   key_pair curve_pair;
@@ -385,7 +395,9 @@ int main(int argc, char** argv) {
   std::printf("ps_bench: push+pull rounds, %.1f s per configuration\n", seconds);
   std::printf("%10s %6s %10s %10s %8s %11s %8s %10s %10s%s\n", "bytes", "shards", "GB/s",
               "zmq GB/s", "ratio", "fan-out GB/s", "ratio", "p50 us", "p99 us",
-              curve ? "  curve GB/s  /plain  zmq curve  /zmq-c  curve p50" : "");
+              curve ? "  curve GB/s  /plain  zmq curve  /zmq-c  curve p50  enc GB/s  /plain "
+                      " auth GB/s  /plain"
+                    : "");
   coach::json results = coach::json::array();
   for (std::size_t bytes : sizes) {
     const std::size_t floats = std::max<std::size_t>(bytes / sizeof(float), 1);
@@ -395,7 +407,7 @@ int main(int argc, char** argv) {
     for (std::size_t m : shard_counts) {
       // m shard processes serving `net` (with the key or without): false when one fails.
       auto start_shards = [&](const std::shared_ptr<zmq_transport>& net, const std::string& key,
-                              std::vector<child>& children) {
+                              data_protection protection, std::vector<child>& children) {
         for (std::uint32_t k = 0; k < m; ++k) {
           const std::string addr = free_address();
           net->add_peer(k + 1, addr);
@@ -405,7 +417,9 @@ int main(int argc, char** argv) {
               "--serve-shard", std::to_string(k),      "--num-shards", std::to_string(m),
               "--floats",      std::to_string(floats), "--listen",     addr,
               "--parent",      net->bound_address(),   "--ready-fd",   std::to_string(fds[1])};
-          if (!key.empty()) args.insert(args.end(), {"--key", key});
+          if (!key.empty())
+            args.insert(args.end(), {"--key", key, "--data-protection",
+                                     std::string(transport_logic::to_string(protection))});
           children.push_back(spawn_self(args));
           ::close(fds[1]);
           char one = 0;
@@ -418,39 +432,45 @@ int main(int argc, char** argv) {
         }
         return true;
       };
-      auto start_net = [&](const std::string& key) -> std::shared_ptr<zmq_transport> {
+      auto start_net = [&](const std::string& key,
+                           data_protection protection) -> std::shared_ptr<zmq_transport> {
         auto security = load_security(key, "", "");
         if (!security) return nullptr;
-        auto t = zmq_transport::start(
-            {.host = 0, .listen = "tcp://127.0.0.1:0", .security = std::move(*security)});
+        auto t = zmq_transport::start({.host = 0,
+                                       .listen = "tcp://127.0.0.1:0",
+                                       .security = std::move(*security),
+                                       .data_protection = protection});
         if (!t) std::fprintf(stderr, "ps_bench: %s\n", t.error().to_string().c_str());
         return t ? *t : nullptr;
       };
-      auto net = start_net("");
+      auto net = start_net("", data_protection::none);
       if (!net) return 1;
       std::vector<child> children;
       auto ctx = bench_context(floats, std::uint32_t(m), net);
-      if (!start_shards(net, "", children)) {
+      if (!start_shards(net, "", data_protection::none, children)) {
         stop(children);
         return 1;
       }
-      std::shared_ptr<zmq_transport> curve_net;
-      std::shared_ptr<job_context> curve_ctx;
-      if (curve) {
-        curve_net = start_net(curve_key);
-        if (!curve_net) return 1;
-        curve_ctx = bench_context(floats, std::uint32_t(m), curve_net);
-        if (!start_shards(curve_net, curve_key, children)) {
-          stop(children);
-          return 1;
+      // With keys: inside CURVE, encrypted and authenticated data connections (that order).
+      std::vector<std::shared_ptr<job_context>> secured_ctx;
+      if (curve)
+        for (auto p : secured_modes) {
+          auto secured_net = start_net(curve_key, p);
+          if (!secured_net) return 1;
+          secured_ctx.push_back(bench_context(floats, std::uint32_t(m), secured_net));
+          if (!start_shards(secured_net, curve_key, p, children)) {
+            stop(children);
+            return 1;
+          }
         }
-      }
       // Coach, the raw echo and, for more than one shard, the same fan-out in raw ZeroMQ (m
       // echo processes, each sent its share), measured in turns.
       coach_rounds coach(sys, ctx, floats);
-      std::optional<coach_rounds> secured;
-      if (curve_ctx) secured.emplace(sys, curve_ctx, floats);
-      if (!coach.handshake() || (secured && !secured->handshake())) {
+      std::vector<std::unique_ptr<coach_rounds>> secured;
+      for (auto& c : secured_ctx) secured.push_back(std::make_unique<coach_rounds>(sys, c, floats));
+      bool answered = coach.handshake();
+      for (auto& s : secured) answered = answered && s->handshake();
+      if (!answered) {
         std::fprintf(stderr, "ps_bench: shards did not answer\n");
         stop(children);
         return 1;
@@ -463,18 +483,21 @@ int main(int argc, char** argv) {
         rounds.push_back([&] { fan_out->round(); });
         bytes_per_round.push_back(fan_out->bytes_per_round());
       }
-      if (secured) {
+      const std::size_t secured_at = rounds.size() + 1;  // after the raw CURVE echo
+      if (!secured.empty()) {
         rounds.push_back([&] { curve_echo->round(); });
         bytes_per_round.push_back(curve_echo->bytes_per_round());
-        rounds.push_back([&] { secured->round(); });
-        bytes_per_round.push_back(secured->bytes_per_round());
+        for (auto& s : secured) {
+          rounds.push_back([&s] { s->round(); });
+          bytes_per_round.push_back(s->bytes_per_round());
+        }
       }
       const auto got = interleaved(rounds, bytes_per_round, seconds);
       const auto& r = got[0];
       const auto& ref = got[1];
       const auto& fan = fan_out ? got[2] : got[1];
       fan_out.reset();
-      secured.reset();
+      secured.clear();
       stop(children);
       std::printf("%10zu %6zu %10.3f %10.3f %8.2f %11.3f %8.2f %10.1f %10.1f", floats * 4, m,
                   r.gbps, ref.gbps, r.gbps / ref.gbps, fan.gbps, r.gbps / fan.gbps, r.p50_us,
@@ -489,10 +512,19 @@ int main(int argc, char** argv) {
                        {"p50_us", rounded(r.p50_us, 1)},
                        {"p99_us", rounded(r.p99_us, 1)}};
       if (curve) {
-        const auto& c = got.back();
-        const auto& raw = got[got.size() - 2];
-        std::printf(" %10.3f %8.2f %10.3f %8.2f %10.1f", c.gbps, c.gbps / r.gbps, raw.gbps,
-                    c.gbps / raw.gbps, c.p50_us);
+        const auto& c = got[secured_at];
+        const auto& raw = got[secured_at - 1];
+        const auto& enc = got[secured_at + 1];
+        const auto& auth = got[secured_at + 2];
+        std::printf(" %10.3f %8.2f %10.3f %8.2f %10.1f %9.3f %7.2f %9.3f %7.2f", c.gbps,
+                    c.gbps / r.gbps, raw.gbps, c.gbps / raw.gbps, c.p50_us, enc.gbps,
+                    enc.gbps / r.gbps, auth.gbps, auth.gbps / r.gbps);
+        item["encrypt_gbps"] = rounded(enc.gbps, 4);
+        item["encrypt_ratio"] = rounded(enc.gbps / r.gbps, 4);
+        item["encrypt_p50_us"] = rounded(enc.p50_us, 1);
+        item["authenticate_gbps"] = rounded(auth.gbps, 4);
+        item["authenticate_ratio"] = rounded(auth.gbps / r.gbps, 4);
+        item["authenticate_p50_us"] = rounded(auth.p50_us, 1);
         item["curve_gbps"] = rounded(c.gbps, 4);
         item["curve_ratio"] = rounded(c.gbps / r.gbps, 4);
         item["zmq_curve_gbps"] = rounded(raw.gbps, 4);

@@ -7,9 +7,10 @@ namespace coach::transport_logic {
 std::string to_string(const receive_stats& s) {
   return coach::format(
       "messages {}, bytes {}, malformed {}, malformed_frames {}, foreign {}, unknown_dst {}, "
-      "refused_key {}, refused_address {}, refused_mechanism {}, failed_handshakes {}",
+      "refused_key {}, refused_address {}, refused_mechanism {}, failed_handshakes {}, stale {}, "
+      "forged {}",
       s.messages, s.bytes, s.malformed, s.malformed_frames, s.foreign, s.unknown_dst, s.refused_key,
-      s.refused_address, s.refused_mechanism, s.failed_handshakes);
+      s.refused_address, s.refused_mechanism, s.failed_handshakes, s.stale, s.forged);
 }
 
 void receive_counter::delivered(std::uint64_t bytes) {
@@ -25,7 +26,10 @@ void receive_counter::unknown_destination() {
 
 void receive_counter::dropped(drop why) {
   std::lock_guard lock{mu_};
-  ++(why == drop::foreign ? s_.foreign : s_.malformed);
+  ++(why == drop::foreign  ? s_.foreign
+     : why == drop::stale  ? s_.stale
+     : why == drop::forged ? s_.forged
+                           : s_.malformed);
   if (why == drop::frames) ++s_.malformed_frames;
 }
 

@@ -24,6 +24,9 @@ struct receive_stats {
   std::uint64_t refused_address = 0;    ///< no key here: a client not on loopback
   std::uint64_t refused_mechanism = 0;  ///< no key offered to a CURVE server, or the reverse
   std::uint64_t failed_handshakes = 0;  ///< undecryptable (another server key) or garbage
+  // Sealed messages refused on a data connection (transport/frame_seal.hpp, docs/security.md).
+  std::uint64_t stale = 0;   ///< replayed or reordered: a counter not past the last accepted
+  std::uint64_t forged = 0;  ///< a tag that does not match: altered, moved, or another key
   std::uint64_t refused() const noexcept {
     return refused_key + refused_address + refused_mechanism + failed_handshakes;
   }
@@ -31,8 +34,8 @@ struct receive_stats {
 
 /// The counts as one line, each as its field's name and value, in the order of the fields:
 /// "messages 12, bytes 3456, malformed 3, malformed_frames 1, foreign 0, unknown_dst 2,
-/// refused_key 0, refused_address 0, refused_mechanism 0, failed_handshakes 0" (coach-node
-/// prints it on stderr, docs/hostile-input.md).
+/// refused_key 0, refused_address 0, refused_mechanism 0, failed_handshakes 0, stale 0,
+/// forged 0" (coach-node prints it on stderr, docs/hostile-input.md).
 std::string to_string(const receive_stats& s);
 
 class receive_counter {
@@ -42,6 +45,8 @@ class receive_counter {
     malformed,  ///< no header frame, or one that does not decode
     frames,     ///< payload frames that disagree with the header (malformed too)
     foreign,    ///< another wire version
+    stale,      ///< a sealed message replayed or reordered
+    forged,     ///< a sealed message whose tag does not match
   };
   /// Why a connection was refused.
   enum class refusal : std::uint8_t {
