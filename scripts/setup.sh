@@ -13,7 +13,7 @@ build=${BUILD_DIR:-build}
 
 packages=(build-essential cmake ninja-build pkg-config git zlib1g-dev
   libcaf-dev cppzmq-dev libzmq3-dev capnproto libcapnp-dev libeigen3-dev libsqlite3-dev
-  libyaml-cpp-dev libcli11-dev libsodium-dev nlohmann-json3-dev libspdlog-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libyaml-cpp-dev libcli11-dev libsodium-dev libssl-dev nlohmann-json3-dev libspdlog-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist python3-numpy)
 missing=()
 for p in "${packages[@]}"; do
