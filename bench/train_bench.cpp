@@ -5,6 +5,11 @@
 //   train_bench [--spec examples/fashion-mlp.yaml] [--samples 20000] [--repeat 3]
 //               [--configs 1x1,2x1,4x1,1x2,2x2,4x2] [--backend cpu|cuda|auto] [--json]
 //               [--layers N]   (N batches on one thread, each layer's share of the time)
+//               [--compare-gemm]
+//
+// On the cpu backend the kernel is COACH_CPU_KERNEL's (auto, avx512, avx2, eigen; unset: the
+// widest this CPU has), printed in the header and in the JSON ("kernel"); a kernel this CPU
+// lacks is a one-line error. With --layers the JSON carries the breakdown ("layers").
 //
 // Each figure is the training throughput of one epoch over `samples` training rows (the
 // evaluation after the epoch is not timed). Each measurement is paired with a plain loop run
@@ -110,12 +115,30 @@ struct config {
   bool host_reduce = false;  ///< "WxSr": the workers sum their gradients before pushing
 };
 
+/// One layer's time in a breakdown, ms a batch.
+struct layer_time {
+  std::string kind;
+  double forward_ms = 0, backward_ms = 0;
+};
+
+/// A breakdown's figures: the passes' samples/s and each layer's time.
+struct breakdown {
+  double samples_per_s = 0;
+  std::vector<layer_time> layers;
+};
+
+/// The kernel a cpu backend runs ("avx2", ...), or the backend's name.
+std::string kernel_of(const kernels::backend& be) {
+  if (const auto* cpu = dynamic_cast<const kernels::cpu_backend*>(&be))
+    return std::string(kernels::to_string(cpu->gemm_kind()));
+  return std::string(be.name());
+}
+
 /// Where a step's time goes: `batches` forward and backward passes of one batch on one thread,
 /// each layer's share printed (forward and backward apart).
-/// Returns the samples/s of those passes.
-double print_layer_breakdown(const scheduler::job_spec& spec, const worker::dataset& train,
-                             std::unique_ptr<kernels::backend> be, std::string_view label,
-                             int batches) {
+breakdown print_layer_breakdown(const scheduler::job_spec& spec, const worker::dataset& train,
+                                std::unique_ptr<kernels::backend> be, std::string_view label,
+                                int batches) {
   be->set_precision(spec.precision);
   const auto model = worker::network::for_data(spec.model, train).value();
   const std::size_t n = model.num_params();
@@ -147,6 +170,7 @@ double print_layer_breakdown(const scheduler::job_spec& spec, const worker::data
       double(batches) * spec.batch_size / wall);
   std::printf("%-4s %-12s %-12s %10s %10s %7s\n", "#", "layer", "output", "fwd ms", "bwd ms",
               "share");
+  breakdown out{double(batches) * spec.batch_size / wall, {}};
   const auto& layers = model.layers();
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const auto& t = run.timings()[i];
@@ -157,27 +181,30 @@ double print_layer_breakdown(const scheduler::job_spec& spec, const worker::data
                 std::string(worker::to_string(layers[i].cfg.kind)).c_str(), shape.c_str(),
                 1e3 * t.forward_s / batches, 1e3 * t.backward_s / batches,
                 100.0 * (t.forward_s + t.backward_s) / wall);
+    out.layers.push_back({std::string(worker::to_string(layers[i].cfg.kind)),
+                          1e3 * t.forward_s / batches, 1e3 * t.backward_s / batches});
   }
   std::printf("gradient to host memory: %.3f ms a batch (%zu floats), %.1f%% of a batch's time\n",
               1e3 * copy / batches, n, 100.0 * copy / wall);
-  return double(batches) * spec.batch_size / wall;
+  return out;
 }
 
-/// The layer breakdown on `kind`; on the cpu backend with `compare_gemm`, once with Eigen's
+/// The layer breakdown on `kind` (on the cpu backend: the kernel COACH_CPU_KERNEL names, or the
+/// widest this CPU has), returned; on the cpu backend with `compare_gemm`, then once with Eigen's
 /// product, once with the AVX2/FMA kernel and once with the AVX-512 one (where the CPU has
 /// them), one after the other, and the ratios.
-void layer_breakdowns(const scheduler::job_spec& spec, const worker::dataset& train,
-                      kernels::backend_kind kind, int batches, bool compare_gemm) {
-  if (kind != kernels::backend_kind::cpu || !compare_gemm) {
-    auto be = std::move(*kernels::make_backend(kind));
-    const std::string label(be->name());
-    print_layer_breakdown(spec, train, std::move(be), label, batches);
-    return;
-  }
+breakdown layer_breakdowns(const scheduler::job_spec& spec, const worker::dataset& train,
+                           kernels::backend_kind kind, int batches, bool compare_gemm) {
+  auto made = std::move(*kernels::make_backend(kind));
+  const std::string label = std::string(made->name()) + ", " + kernel_of(*made) +
+                            (made->name() == "cpu" ? " kernel" : "");
+  const breakdown chosen = print_layer_breakdown(spec, train, std::move(made), label, batches);
+  if (kind != kernels::backend_kind::cpu || !compare_gemm) return chosen;
   using kernels::cpu_gemm;
   const double eigen =
       print_layer_breakdown(spec, train, std::make_unique<kernels::cpu_backend>(cpu_gemm::eigen),
-                            "cpu, eigen gemm", batches);
+                            "cpu, eigen gemm", batches)
+          .samples_per_s;
   const struct {
     cpu_gemm kind;
     bool present;
@@ -192,16 +219,18 @@ void layer_breakdowns(const scheduler::job_spec& spec, const worker::dataset& tr
     const std::string name(kernels::to_string(k.kind));
     if (!k.present) {
       std::printf("\nthis CPU has no %s: no %s breakdown\n", k.missing, name.c_str());
-      return;
+      return chosen;
     }
     const double rate =
         print_layer_breakdown(spec, train, std::make_unique<kernels::cpu_backend>(k.kind),
-                              "cpu, " + name + " gemm", batches);
+                              "cpu, " + name + " gemm", batches)
+            .samples_per_s;
     std::printf("\n%s gemm / %s gemm: %.2fx samples/s; / eigen gemm: %.2fx\n", name.c_str(),
                 before_name.c_str(), rate / before, rate / eigen);
     before = rate;
     before_name = name;
   }
+  return chosen;
 }
 
 }  // namespace
@@ -209,7 +238,7 @@ void layer_breakdowns(const scheduler::job_spec& spec, const worker::dataset& tr
 int main(int argc, char** argv) {
   CLI::App app{"Coach train_bench: actor system samples/s vs a plain loop", "train_bench"};
   std::string spec_path = "examples/fashion-mlp.yaml", configs_text = "1x1,2x1,4x1,1x2,2x2,4x2";
-  std::string backend = "cpu";
+  std::string backend = "cpu", kernel;
   std::size_t samples = 20000;
   int repeat = 3;
   bool json = false;
@@ -249,6 +278,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     backend = std::string((*probe)->name());
+    kernel = kernel_of(**probe);
     kind = kernels::parse_backend_kind(backend);
   }
   spec->epochs = 1;
@@ -329,8 +359,9 @@ int main(int argc, char** argv) {
   // vs plain: the median ratio of the pairs (range in brackets). compute: the share of wall
   // time x workers spent in forward/backward (the rest is the optimizer in the plain loop;
   // waiting for the shards, the master and the other workers in the cluster).
-  std::printf("train_bench: %s, %zu samples, batch %d, %s backend, %d round(s)\n",
-              spec->name.c_str(), data->train.rows, spec->batch_size, backend.c_str(), repeat);
+  std::printf("train_bench: %s, %zu samples, batch %d, %s backend (%s kernel), %d round(s)\n",
+              spec->name.c_str(), data->train.rows, spec->batch_size, backend.c_str(),
+              kernel.c_str(), repeat);
   std::printf("%-8s %-7s %10s %9s %13s %8s\n", "workers", "shards", "samples/s", "vs plain",
               "(range)", "compute");
   std::printf("%-8s %-7s %10.0f %9s %13s %8.2f\n", "plain", "-", plain.samples_per_s, "1.00", "",
@@ -355,12 +386,24 @@ int main(int argc, char** argv) {
                                   {"ratio_max", rounded(*hi, 4)},
                                   {"compute_share", rounded(m.compute_share, 4)}});
   }
-  if (layer_batches > 0) layer_breakdowns(*spec, data->train, *kind, layer_batches, compare_gemm);
+  coach::json layers_json = coach::json::array();
+  double layers_rate = 0;
+  if (layer_batches > 0) {
+    const auto b = layer_breakdowns(*spec, data->train, *kind, layer_batches, compare_gemm);
+    layers_rate = b.samples_per_s;
+    for (const auto& l : b.layers)
+      layers_json.push_back(coach::json{{"kind", l.kind},
+                                        {"forward_ms", rounded(l.forward_ms, 4)},
+                                        {"backward_ms", rounded(l.backward_ms, 4)}});
+  }
   if (json)
     std::printf("%s\n", coach::json{{"backend", backend},
+                                    {"kernel", kernel},
                                     {"plain_loop_samples_per_s", rounded(plain.samples_per_s, 1)},
                                     {"plain_loop_compute_share", rounded(plain.compute_share, 4)},
-                                    {"results", std::move(results)}}
+                                    {"results", std::move(results)},
+                                    {"layers", std::move(layers_json)},
+                                    {"layers_samples_per_s", rounded(layers_rate, 1)}}
                             .dump()
                             .c_str());
   return 0;
