@@ -68,13 +68,15 @@ def torch_setup(spec, data, threads, device):
     return net, opt, torch.nn.CrossEntropyLoss(), x, y
 
 
-def torch_round(setup, batch, device):
-    """samples/s of one epoch over the samples: forward, backward and the optimizer's step."""
+def torch_round(setup, batch, device, clock):
+    """samples/s of one epoch over the samples: forward, backward and the optimizer's step, by
+    `clock` (wall: time.perf_counter; cpu: this thread's CPU time, for one thread)."""
     net, opt, loss_fn, x, y = setup
+    now = time.thread_time if clock == "cpu" else time.perf_counter
     order = torch.randperm(x.shape[0], device=device)
     if device == "cuda":
         torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    t0 = now()
     for b in range(0, x.shape[0], batch):
         idx = order[b:b + batch]
         opt.zero_grad(set_to_none=True)
@@ -82,7 +84,7 @@ def torch_round(setup, batch, device):
         opt.step()
     if device == "cuda":
         torch.cuda.synchronize()
-    return x.shape[0] / (time.perf_counter() - t0)
+    return x.shape[0] / (now() - t0)
 
 
 # Profiler events by layer type: forward ops, and the autograd nodes of their backward passes.
@@ -100,8 +102,8 @@ BACKWARD_NODES = {"ConvolutionBackward0": "conv2d", "ReluBackward0": "relu",
 
 
 def torch_breakdown(setup, batch, batches):
-    """ms a batch by layer type, forward and backward apart, and the optimizer's step: the
-    profiler's totals over `batches` batches (after one unprofiled)."""
+    """ms a batch by layer type, forward and backward apart, and the optimizer's step: each
+    batch profiled alone (after one unprofiled), each figure the fastest batch's (wall)."""
     from torch.profiler import profile, ProfilerActivity
     net, opt, loss_fn, x, y = setup
 
@@ -112,27 +114,42 @@ def torch_breakdown(setup, batch, batches):
         opt.step()
 
     step(0)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    best = {}
+    # The profiler's library prints a line on stderr at each start and stop: not ours to show.
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+    try:
+        profiles = []
         for b in range(batches):
-            step(b + 1)
-    out = {}
-    for e in prof.key_averages():
-        name, ms = e.key, e.cpu_time_total / 1e3 / batches
-        if name in FORWARD_OPS:
-            out.setdefault(FORWARD_OPS[name], [0.0, 0.0])[0] += ms
-        elif name.startswith("autograd::engine::evaluate_function: "):
-            node = name.split(": ", 1)[1]
-            if node in BACKWARD_NODES:
-                out.setdefault(BACKWARD_NODES[node], [0.0, 0.0])[1] += ms
-        elif name.startswith("Optimizer.step#"):
-            out.setdefault("optimizer", [0.0, 0.0])[0] += ms
-    return out
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                step(b + 1)
+            profiles.append(prof.key_averages())
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    for averages in profiles:
+        out = {}
+        for e in averages:
+            name, ms = e.key, e.cpu_time_total / 1e3
+            if name in FORWARD_OPS:
+                out.setdefault(FORWARD_OPS[name], [0.0, 0.0])[0] += ms
+            elif name.startswith("autograd::engine::evaluate_function: "):
+                node = name.split(": ", 1)[1]
+                if node in BACKWARD_NODES:
+                    out.setdefault(BACKWARD_NODES[node], [0.0, 0.0])[1] += ms
+            elif name.startswith("Optimizer.step#"):
+                out.setdefault("optimizer", [0.0, 0.0])[0] += ms
+        for kind, (f, bw) in out.items():
+            old = best.get(kind)
+            best[kind] = [min(f, old[0]), min(bw, old[1])] if old else [f, bw]
+    return best
 
 
-def coach_run(train_bench, spec_path, samples, configs, device, layers):
+def coach_run(train_bench, spec_path, samples, configs, device, layers, clock):
     """One round of train_bench (its figures are each configuration's samples/s)."""
     cmd = [train_bench, "--spec", spec_path, "--samples", str(samples), "--configs", configs,
-           "--repeat", "1", "--backend", device, "--json"]
+           "--repeat", "1", "--backend", device, "--clock", clock, "--json"]
     if layers:
         cmd += ["--layers", str(layers)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -151,10 +168,10 @@ def print_breakdown(coach_report, torch_parts, kernel, batch):
     coach = {}
     for layer in coach_report.get("layers", []):
         part = coach.setdefault(layer["kind"], [0.0, 0.0])
-        part[0] += layer["forward_ms"]
-        part[1] += layer["backward_ms"]
-    print(f"\nper layer type, ms a batch of {batch} on one thread (coach: {kernel} kernel, "
-          f"train_bench --layers; pytorch: its profiler)")
+        part[0] += layer["forward_min_ms"]
+        part[1] += layer["backward_min_ms"]
+    print(f"\nper layer type, ms a batch of {batch} on one thread, the fastest batch's (coach: "
+          f"{kernel} kernel, train_bench --layers; pytorch: its profiler, a batch at a time)")
     print(f"{'layer':<12} {'coach fwd':>10} {'coach bwd':>10} {'torch fwd':>10} {'torch bwd':>10}")
     for kind in list(dict.fromkeys(list(coach) + list(torch_parts))):
         c = coach.get(kind)
@@ -196,6 +213,9 @@ def main():
                     help="hold Coach's kernel and PyTorch's oneDNN to one instruction set")
     ap.add_argument("--breakdown", type=int, default=0,
                     help="N batches: forward/backward per layer type for both (0: none)")
+    ap.add_argument("--clock", default="wall", choices=["wall", "cpu"],
+                    help="cpu: one thread's CPU time on both sides (a loaded machine); the "
+                         "cluster's rows and more than one PyTorch thread stay wall time")
     ap.add_argument("--quick", action="store_true", help="the suite's smoke run")
     a = ap.parse_args()
     if a.quick:
@@ -225,24 +245,29 @@ def main():
     for r in range(a.rounds):
         if a.train_bench:
             rows, run = coach_run(a.train_bench, a.spec, a.samples, a.configs, a.device,
-                                  a.breakdown if r == 0 else 0)
+                                  a.breakdown if r == 0 else 0, a.clock)
             report = report or run  # the first round's: it has the breakdown
             for name, rate in rows:
                 best[name] = max(best.get(name, 0.0), rate)
         for t in threads:
             torch.set_num_threads(t)
             name = f"pytorch {torch.__version__} {a.device} ({t} thread(s))"
-            best[name] = max(best.get(name, 0.0), torch_round(setups[t], batch, a.device))
+            clock = a.clock if t == 1 else "wall"
+            best[name] = max(best.get(name, 0.0), torch_round(setups[t], batch, a.device, clock))
 
     isa = f", isa {a.isa} (COACH_CPU_KERNEL={os.environ.get('COACH_CPU_KERNEL', '')}, " \
           f"ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', '')})" \
         if a.isa != "native" else ""
     kernel = report.get("kernel", "?") if report else "?"
     print(f"{spec.get('name', a.spec)}: {a.samples} samples, batch {batch}, best of {a.rounds} "
-          f"interleaved round(s){isa}; coach kernel {kernel}")
+          f"interleaved round(s){isa}; coach kernel {kernel}; clock {a.clock}")
     base = next(iter(best.values()))
     for name, rate in best.items():
         print(f"{name:<44} {rate:9.0f} samples/s  {rate / base:5.2f}x")
+    one = [rate for name, rate in best.items() if name.endswith("(1 thread(s))")]
+    if a.train_bench and one:
+        plain = best["coach plain loop (1 thread)"]
+        print(f"coach plain loop / pytorch 1 thread: {plain / one[0]:.2f}x")
     if a.breakdown and a.device == "cpu":
         torch.set_num_threads(1)
         parts = torch_breakdown(torch_setup(spec, data, 1, a.device), batch, a.breakdown)

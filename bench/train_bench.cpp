@@ -5,7 +5,7 @@
 //   train_bench [--spec examples/fashion-mlp.yaml] [--samples 20000] [--repeat 3]
 //               [--configs 1x1,2x1,4x1,1x2,2x2,4x2] [--backend cpu|cuda|auto] [--json]
 //               [--layers N]   (N batches on one thread, each layer's share of the time)
-//               [--compare-gemm]
+//               [--compare-gemm] [--clock wall|cpu]
 //
 // On the cpu backend the kernel is COACH_CPU_KERNEL's (auto, avx512, avx2, eigen; unset: the
 // widest this CPU has), printed in the header and in the JSON ("kernel"); a kernel this CPU
@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -50,6 +51,21 @@ double rounded(double v, int decimals) {
   return std::round(v * scale) / scale;
 }
 
+/// The clock the plain loop and the layer breakdown read: wall time, or the calling thread's CPU
+/// time (CLOCK_THREAD_CPUTIME_ID: one thread's work without the time other processes held its
+/// core, for measuring on a loaded machine; the cluster's configurations always read wall time).
+struct bench_clock {
+  bool cpu = false;
+  double now() const {
+    if (!cpu)
+      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+    timespec ts{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+  }
+};
+
 /// One epoch's samples/s, and the share of its wall time x workers spent in forward/backward
 /// (on the cpu backend; with cuda the plain loop's share counts kernel launches only, since it
 /// does not wait for the device after each step).
@@ -61,7 +77,7 @@ struct measure {
 /// The reference: one thread, one backend, forward/backward then the optimizer on the whole
 /// vector, over the same shuffled chunks the dispenser hands out.
 result<measure> plain_loop(const scheduler::job_spec& spec, const worker::dataset_pair& data,
-                           kernels::backend_kind kind) {
+                           kernels::backend_kind kind, bench_clock clock) {
   auto made = kernels::make_backend(kind);
   if (!made) return std::unexpected(made.error());
   auto be = std::move(*made);
@@ -81,12 +97,12 @@ result<measure> plain_loop(const scheduler::job_spec& spec, const worker::datase
   std::int64_t t = 0;
   std::size_t samples = 0;
   double compute_s = 0;
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = clock.now();
   while (auto c = d.take()) {
     auto idx = d.indices(*c);
-    const auto f0 = std::chrono::steady_clock::now();
+    const double f0 = clock.now();
     run.forward_backward(w, data.train, idx, g);
-    compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
+    compute_s += clock.now() - f0;
     const float scale = 1.0f / float(idx.size());
     switch (spec.optimizer.kind) {
       case ps::optimizer_kind::sgd: {
@@ -105,7 +121,7 @@ result<measure> plain_loop(const scheduler::job_spec& spec, const worker::datase
     samples += idx.size();
   }
   be->download(host.data(), w, 1);  // wait for pending work
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = clock.now() - t0;
   for (float* p : {w, g, m, v}) be->free(p);
   return measure{double(samples) / s, compute_s / s};
 }
@@ -118,7 +134,8 @@ struct config {
 /// One layer's time in a breakdown, ms a batch.
 struct layer_time {
   std::string kind;
-  double forward_ms = 0, backward_ms = 0;
+  double forward_ms = 0, backward_ms = 0;          ///< the mean over the batches (wall)
+  double forward_min_ms = 0, backward_min_ms = 0;  ///< the fastest batch's (wall)
 };
 
 /// A breakdown's figures: the passes' samples/s and each layer's time.
@@ -138,7 +155,7 @@ std::string kernel_of(const kernels::backend& be) {
 /// each layer's share printed (forward and backward apart).
 breakdown print_layer_breakdown(const scheduler::job_spec& spec, const worker::dataset& train,
                                 std::unique_ptr<kernels::backend> be, std::string_view label,
-                                int batches) {
+                                int batches, bench_clock clock) {
   be->set_precision(spec.precision);
   const auto model = worker::network::for_data(spec.model, train).value();
   const std::size_t n = model.num_params();
@@ -152,9 +169,23 @@ breakdown print_layer_breakdown(const scheduler::job_spec& spec, const worker::d
   for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = std::uint32_t(i % train.rows);
   run.forward_backward(w, train, idx, g, 1);  // warm: workspaces grown, pages touched
   run.enable_timing(true);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int b = 0; b < batches; ++b) run.forward_backward(w, train, idx, g, std::uint64_t(b));
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Each layer's fastest batch too (the timings accumulate: a batch's are the differences), which
+  // a loaded machine's preemptions move least.
+  const std::size_t count = model.layers().size();
+  std::vector<double> fwd_min(count, 1e30), bwd_min(count, 1e30), fwd_before(count),
+      bwd_before(count);
+  const double t0 = clock.now();
+  for (int b = 0; b < batches; ++b) {
+    run.forward_backward(w, train, idx, g, std::uint64_t(b));
+    for (std::size_t i = 0; i < count; ++i) {
+      const auto& t = run.timings()[i];
+      fwd_min[i] = std::min(fwd_min[i], t.forward_s - fwd_before[i]);
+      bwd_min[i] = std::min(bwd_min[i], t.backward_s - bwd_before[i]);
+      fwd_before[i] = t.forward_s;
+      bwd_before[i] = t.backward_s;
+    }
+  }
+  const double wall = clock.now() - t0;
   // The gradient's copy to host memory, as a worker makes it after each step (what overlapping
   // it with the backward pass could save at most).
   std::vector<float> grad_host(n);
@@ -164,25 +195,29 @@ breakdown print_layer_breakdown(const scheduler::job_spec& spec, const worker::d
   be->free(w);
   be->free(g);
   std::printf(
-      "\nper layer (%.*s), batch %d, %d batches on one thread: %.2f ms a batch, %.0f samples/s "
-      "(forward + backward only)\n",
+      "\nper layer (%.*s), batch %d, %d batches on one thread: %.2f ms a batch (%s), %.0f "
+      "samples/s (forward + backward only)\n",
       int(label.size()), label.data(), spec.batch_size, batches, 1e3 * wall / batches,
-      double(batches) * spec.batch_size / wall);
-  std::printf("%-4s %-12s %-12s %10s %10s %7s\n", "#", "layer", "output", "fwd ms", "bwd ms",
-              "share");
+      clock.cpu ? "thread CPU time" : "wall", double(batches) * spec.batch_size / wall);
+  std::printf("%-4s %-12s %-12s %10s %10s %7s %10s %10s\n", "#", "layer", "output", "fwd ms",
+              "bwd ms", "share", "fwd min", "bwd min");
   breakdown out{double(batches) * spec.batch_size / wall, {}};
   const auto& layers = model.layers();
+  double layers_s = 0;  // the share's whole: the layers' time (wall, whichever the clock)
+  for (const auto& t : run.timings()) layers_s += t.forward_s + t.backward_s;
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const auto& t = run.timings()[i];
     const auto& o = layers[i].out;
     const std::string shape =
         std::to_string(o[0]) + "x" + std::to_string(o[1]) + "x" + std::to_string(o[2]);
-    std::printf("%-4zu %-12s %-12s %10.3f %10.3f %6.1f%%\n", i,
+    std::printf("%-4zu %-12s %-12s %10.3f %10.3f %6.1f%% %10.3f %10.3f\n", i,
                 std::string(worker::to_string(layers[i].cfg.kind)).c_str(), shape.c_str(),
                 1e3 * t.forward_s / batches, 1e3 * t.backward_s / batches,
-                100.0 * (t.forward_s + t.backward_s) / wall);
+                100.0 * (t.forward_s + t.backward_s) / layers_s, 1e3 * fwd_min[i],
+                1e3 * bwd_min[i]);
     out.layers.push_back({std::string(worker::to_string(layers[i].cfg.kind)),
-                          1e3 * t.forward_s / batches, 1e3 * t.backward_s / batches});
+                          1e3 * t.forward_s / batches, 1e3 * t.backward_s / batches,
+                          1e3 * fwd_min[i], 1e3 * bwd_min[i]});
   }
   std::printf("gradient to host memory: %.3f ms a batch (%zu floats), %.1f%% of a batch's time\n",
               1e3 * copy / batches, n, 100.0 * copy / wall);
@@ -194,16 +229,18 @@ breakdown print_layer_breakdown(const scheduler::job_spec& spec, const worker::d
 /// product, once with the AVX2/FMA kernel and once with the AVX-512 one (where the CPU has
 /// them), one after the other, and the ratios.
 breakdown layer_breakdowns(const scheduler::job_spec& spec, const worker::dataset& train,
-                           kernels::backend_kind kind, int batches, bool compare_gemm) {
+                           kernels::backend_kind kind, int batches, bool compare_gemm,
+                           bench_clock clock) {
   auto made = std::move(*kernels::make_backend(kind));
   const std::string label = std::string(made->name()) + ", " + kernel_of(*made) +
                             (made->name() == "cpu" ? " kernel" : "");
-  const breakdown chosen = print_layer_breakdown(spec, train, std::move(made), label, batches);
+  const breakdown chosen =
+      print_layer_breakdown(spec, train, std::move(made), label, batches, clock);
   if (kind != kernels::backend_kind::cpu || !compare_gemm) return chosen;
   using kernels::cpu_gemm;
   const double eigen =
       print_layer_breakdown(spec, train, std::make_unique<kernels::cpu_backend>(cpu_gemm::eigen),
-                            "cpu, eigen gemm", batches)
+                            "cpu, eigen gemm", batches, clock)
           .samples_per_s;
   const struct {
     cpu_gemm kind;
@@ -223,7 +260,7 @@ breakdown layer_breakdowns(const scheduler::job_spec& spec, const worker::datase
     }
     const double rate =
         print_layer_breakdown(spec, train, std::make_unique<kernels::cpu_backend>(k.kind),
-                              "cpu, " + name + " gemm", batches)
+                              "cpu, " + name + " gemm", batches, clock)
             .samples_per_s;
     std::printf("\n%s gemm / %s gemm: %.2fx samples/s; / eigen gemm: %.2fx\n", name.c_str(),
                 before_name.c_str(), rate / before, rate / eigen);
@@ -257,7 +294,13 @@ int main(int argc, char** argv) {
                "With --layers on the cpu backend: the breakdown with Eigen's product, then with "
                "the AVX2/FMA kernel and with the AVX-512 one (where the CPU has them), and "
                "their ratios");
+  std::string clock_name = "wall";
+  app.add_option("--clock", clock_name,
+                 "wall | cpu: the plain loop's and the breakdown's clock (cpu: the thread's CPU "
+                 "time, for a loaded machine)")
+      ->check(CLI::IsMember({"wall", "cpu"}));
   CLI11_PARSE(app, argc, argv);
+  const bench_clock clock{clock_name == "cpu"};
 
   auto spec = scheduler::load_job_spec(spec_path);
   if (!spec) {
@@ -341,7 +384,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "train_bench: %s\n", m.error().to_string().c_str());
         return 1;
       }
-      auto p = plain_loop(*spec, *data, *kind);
+      auto p = plain_loop(*spec, *data, *kind, clock);
       if (!p) {
         std::fprintf(stderr, "train_bench: %s\n", p.error().to_string().c_str());
         return 1;
@@ -389,16 +432,19 @@ int main(int argc, char** argv) {
   coach::json layers_json = coach::json::array();
   double layers_rate = 0;
   if (layer_batches > 0) {
-    const auto b = layer_breakdowns(*spec, data->train, *kind, layer_batches, compare_gemm);
+    const auto b = layer_breakdowns(*spec, data->train, *kind, layer_batches, compare_gemm, clock);
     layers_rate = b.samples_per_s;
     for (const auto& l : b.layers)
       layers_json.push_back(coach::json{{"kind", l.kind},
                                         {"forward_ms", rounded(l.forward_ms, 4)},
-                                        {"backward_ms", rounded(l.backward_ms, 4)}});
+                                        {"backward_ms", rounded(l.backward_ms, 4)},
+                                        {"forward_min_ms", rounded(l.forward_min_ms, 4)},
+                                        {"backward_min_ms", rounded(l.backward_min_ms, 4)}});
   }
   if (json)
     std::printf("%s\n", coach::json{{"backend", backend},
                                     {"kernel", kernel},
+                                    {"clock", clock_name},
                                     {"plain_loop_samples_per_s", rounded(plain.samples_per_s, 1)},
                                     {"plain_loop_compute_share", rounded(plain.compute_share, 4)},
                                     {"results", std::move(results)},

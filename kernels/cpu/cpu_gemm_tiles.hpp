@@ -124,6 +124,14 @@ struct avx2_kernel {
       half_tile(kb, pa, pb, c, ldc, t);
       return;
     }
+    if (t.rows <= 2) {
+      short_tile<2>(kb, pa, pb, c, ldc, t);
+      return;
+    }
+    if (t.rows <= 4) {
+      short_tile<4>(kb, pa, pb, c, ldc, t);
+      return;
+    }
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     for (int p = 0; p < kb; ++p, pa += mr, pb += nr) {
@@ -150,23 +158,59 @@ struct avx2_kernel {
     }
     const __m256 acc[mr][2] = {{c00, c01}, {c10, c11}, {c20, c21},
                                {c30, c31}, {c40, c41}, {c50, c51}};
-    if (t.rows == mr && t.columns == nr) {
-      for (int r = 0; r < mr; ++r) {
+    store(acc, c, ldc, t);
+  }
+
+  /// The tile's sums acc[r] (rows r < t.rows) into C; a partial tile goes through a local copy
+  /// of its valid part.
+  COACH_AVX2 static void store(const __m256 (*acc)[2], float* c, int ldc, const tile_store& t) {
+    if (t.columns == nr) {
+      for (int r = 0; r < t.rows; ++r) {
         float* row = c + std::size_t(r) * ldc;
         _mm256_storeu_ps(row, combined(acc[r][0], row, t));
         _mm256_storeu_ps(row + 8, combined(acc[r][1], row + 8, t));
       }
       return;
     }
-    alignas(32) float local[mr][nr] = {};
+    alignas(32) float local[nr] = {};
     const bool reads_c = !t.first || t.beta != 0.0f;
     for (int r = 0; r < t.rows; ++r) {
       float* row = c + std::size_t(r) * ldc;
-      if (reads_c) std::copy(row, row + t.columns, local[r]);
-      _mm256_store_ps(local[r], combined(acc[r][0], local[r], t));
-      _mm256_store_ps(local[r] + 8, combined(acc[r][1], local[r] + 8, t));
-      std::copy(local[r], local[r] + t.columns, row);
+      if (reads_c) std::copy(row, row + t.columns, local);
+      _mm256_store_ps(local, combined(acc[r][0], local, t));
+      _mm256_store_ps(local + 8, combined(acc[r][1], local + 8, t));
+      std::copy(local, local + t.columns, row);
     }
+  }
+
+  /// A tile of at most R (2 or 4) valid rows (the last strip of a C whose rows are no multiple
+  /// of 6, as 32 filters' 5 x 6 + 2): only those rows' chains, the same ones.
+  template <int R>
+  COACH_AVX2 static void short_tile(int kb, const float* pa, const float* pb, float* c, int ldc,
+                                    const tile_store& t) {
+    static_assert(R == 2 || R == 4);
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00;
+    __m256 c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+    for (int p = 0; p < kb; ++p, pa += mr, pb += nr) {
+      const __m256 b0 = _mm256_loadu_ps(pb);
+      const __m256 b1 = _mm256_loadu_ps(pb + 8);
+      __m256 av = _mm256_broadcast_ss(pa);
+      c00 = _mm256_fmadd_ps(av, b0, c00);
+      c01 = _mm256_fmadd_ps(av, b1, c01);
+      av = _mm256_broadcast_ss(pa + 1);
+      c10 = _mm256_fmadd_ps(av, b0, c10);
+      c11 = _mm256_fmadd_ps(av, b1, c11);
+      if constexpr (R == 4) {
+        av = _mm256_broadcast_ss(pa + 2);
+        c20 = _mm256_fmadd_ps(av, b0, c20);
+        c21 = _mm256_fmadd_ps(av, b1, c21);
+        av = _mm256_broadcast_ss(pa + 3);
+        c30 = _mm256_fmadd_ps(av, b0, c30);
+        c31 = _mm256_fmadd_ps(av, b1, c31);
+      }
+    }
+    const __m256 acc[4][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
+    store(acc, c, ldc, t);
   }
 
   /// A tile of at most 8 valid columns (the last strip of a row of C, as for a 14 x 14 plane's
