@@ -84,8 +84,11 @@ void packed_gemm(const packed_a& a, bool trans_b, int n, float alpha, const floa
                  float beta, float* c, int ldc);
 
 /// What the column products below need of a convolution's shape, made once per batch: for each
-/// kernel row r (column q), which output positions meet the image, 16 positions a mask
-/// (out_w == W is assumed: position j is row j / W, column j % W).
+/// kernel row r (column q), which output positions meet the image, 16 positions a mask (the
+/// AVX-512 loads' masks); and for each kernel offset (r, q), a lane mask a position (-1 where
+/// the position meets the image, 0 elsewhere and past the plane, up to a multiple of 16: the
+/// AVX2 loads' masks, read as they are). out_w == W is assumed: position j is row j / W, column
+/// j % W.
 class column_masks {
  public:
   explicit column_masks(const conv2d_shape& s);
@@ -96,12 +99,17 @@ class column_masks {
   const std::uint16_t* columns(int q) const noexcept {
     return columns_.data() + std::size_t(q) * chunks_;
   }
+  /// Kernel offset (r, q)'s lane masks, 16 x chunks of them.
+  const std::int32_t* lanes(int r, int q) const noexcept {
+    return lanes_.data() + std::size_t(r * s_.kernel_w + q) * chunks_ * 16;
+  }
 
  private:
   conv2d_shape s_;
   int chunks_ = 0;
   std::vector<std::uint16_t> rows_;     ///< [r][chunk of 16 output positions]
   std::vector<std::uint16_t> columns_;  ///< [q][chunk]
+  std::vector<std::int32_t> lanes_;     ///< [r S + q][position], 16 x chunks a row
 };
 
 /// C = alpha op(A) cols + beta C on a.isa()'s tile, cols the C R S x out_h out_w column matrix

@@ -16,6 +16,7 @@ namespace coach::kernels::detail {
 column_masks::column_masks(const conv2d_shape& s) : s_(s), chunks_((s.out_plane() + 15) / 16) {
   rows_.assign(std::size_t(s.kernel_h) * chunks_, 0);
   columns_.assign(std::size_t(s.kernel_w) * chunks_, 0);
+  lanes_.assign(std::size_t(s.kernel_h) * s.kernel_w * chunks_ * 16, 0);
   for (int j = 0; j < s.out_plane(); ++j) {
     const int oh = j / s.width, ow = j % s.width;
     const auto bit = std::uint16_t(1u << (j % 16));
@@ -26,6 +27,14 @@ column_masks::column_masks(const conv2d_shape& s) : s_(s), chunks_((s.out_plane(
       if (const int iw = ow - s.pad_w + q; iw >= 0 && iw < s.width)
         columns_[std::size_t(q) * chunks_ + j / 16] |= bit;
   }
+  for (int r = 0; r < s.kernel_h; ++r)
+    for (int q = 0; q < s.kernel_w; ++q) {
+      std::int32_t* row = lanes_.data() + std::size_t(r * s.kernel_w + q) * chunks_ * 16;
+      for (int j = 0; j < s.out_plane(); ++j) {
+        const auto bit = 1u << (j % 16);
+        if ((rows(r)[j / 16] & columns(q)[j / 16] & bit) != 0) row[j] = -1;
+      }
+    }
 }
 
 bool columns_packed_from_image(tile_isa isa, const conv2d_shape& s) noexcept {
@@ -120,12 +129,14 @@ class image_columns {
   /// pack_b's layout of rows [p0, p0 + kb) x columns [j0, j0 + nb) (strips of 32 columns).
   COACH_AVX512 void pack_rows16(int p0, int kb, int j0, int nb, float* dst) const {
     constexpr int nr = tiles::avx512_kernel::nr;
-    for (int p = p0; p < p0 + kb; ++p) {
-      const row_view row = view(p);
-      float* d = dst + std::size_t(p - p0) * nr;
-      for (int js = 0; js < nb; js += nr, d += std::size_t(kb) * nr) {
-        _mm512_storeu_ps(d, row.load16(j0 + js, std::min(16, nb - js)));
-        _mm512_storeu_ps(d + 16, row.load16(j0 + js + 16, std::min(16, nb - js - 16)));
+    // A strip at a time, as pack_rows8.
+    row_view rows[tiles::kc];
+    for (int p = p0; p < p0 + kb; ++p) rows[p - p0] = view(p);
+    for (int js = 0; js < nb; js += nr, dst += std::size_t(kb) * nr) {
+      const int first = std::min(16, nb - js), second = std::min(16, nb - js - 16);
+      for (int i = 0; i < kb; ++i) {
+        _mm512_storeu_ps(dst + std::size_t(i) * nr, rows[i].load16(j0 + js, first));
+        _mm512_storeu_ps(dst + std::size_t(i) * nr + 16, rows[i].load16(j0 + js + 16, second));
       }
     }
   }
@@ -157,14 +168,17 @@ class image_columns {
   /// pack_rows16 for the AVX2 tile: strips of 16 columns, 8 entries a masked load.
   COACH_AVX2 void pack_rows8(int p0, int kb, int j0, int nb, float* dst) const {
     constexpr int nr = tiles::avx2_kernel::nr;
-    for (int p = p0; p < p0 + kb; ++p) {
-      const row_view row = view(p);
-      float* d = dst + std::size_t(p - p0) * nr;
-      for (int js = 0; js < nb; js += nr, d += std::size_t(kb) * nr) {
-        _mm256_storeu_ps(d, row.load8(j0 + js, std::min(8, nb - js)));
-        _mm256_storeu_ps(d + 8, row.load8(j0 + js + 8, std::min(8, nb - js - 8)));
+    // A strip at a time, its rows in order: the stores run through memory (a row at a time,
+    // they went to every strip in turn, 16 KB apart, and cost as much as the loads). Past the
+    // last column (nb is no multiple of 16 only at the plane's end) the lane masks are 0: those
+    // entries are the zeros pack_b writes there.
+    row_view rows[tiles::kc];
+    for (int p = p0; p < p0 + kb; ++p) rows[p - p0] = view(p);
+    for (int j = j0; j < j0 + nb; j += nr, dst += std::size_t(kb) * nr)
+      for (int i = 0; i < kb; ++i) {
+        _mm256_storeu_ps(dst + std::size_t(i) * nr, rows[i].load8(j));
+        _mm256_storeu_ps(dst + std::size_t(i) * nr + 8, rows[i].load8(j + 8));
       }
-    }
   }
 
   /// pack_transposed16 for the AVX2 tile: runs of 8 column-matrix rows through an 8 x 8
@@ -181,7 +195,7 @@ class image_columns {
         for (int half = 0; half < nr; half += 8) {
           __m256 v[8];
           for (int i = 0; i < 8; ++i)
-            v[i] = half + i < width ? rows[half + i].load8(p0 + t, count) : _mm256_setzero_ps();
+            v[i] = half + i < width ? rows[half + i].load8(p0 + t) : _mm256_setzero_ps();
           transpose8(v);
           for (int u = 0; u < count; ++u)
             _mm256_storeu_ps(strip + std::size_t(t + u) * nr + half, v[u]);
@@ -197,6 +211,7 @@ class image_columns {
     std::ptrdiff_t shift;       ///< (r - pad_h) W + (q - pad_w): entry j reads base[j + shift]
     const std::uint16_t* rows;  ///< column_masks::rows(r)
     const std::uint16_t* cols;  ///< column_masks::columns(q)
+    const std::int32_t* lanes;  ///< column_masks::lanes(r, q)
 
     /// Entries [j, j + count) in the low lanes, zeros elsewhere (count <= 0: all zeros). j is a
     /// multiple of 16 in every call (strip widths, kc and nc are), so it starts a mask chunk.
@@ -212,21 +227,12 @@ class image_columns {
       return _mm512_maskz_loadu_ps(__mmask16(mask), reinterpret_cast<const float*>(addr));
     }
 
-    /// load16's entries [j, j + count) for the AVX2 tile: 8 lanes, j a multiple of 8 (strip
-    /// halves, kc and nc are), so it starts a chunk's low or high byte of mask. A full mask is
-    /// a plain load, an empty one no load; vmaskmovps does not fault on masked-off lanes either.
-    COACH_AVX2 __m256 load8(int j, int count) const {
-      if (count <= 0) return _mm256_setzero_ps();
-      const int chunk = j / 16;
-      auto mask = (std::uint32_t(rows[chunk] & cols[chunk]) >> (j % 16)) & 0xFFu;
-      if (count < 8) mask &= (1u << count) - 1u;
-      if (mask == 0) return _mm256_setzero_ps();
-      const auto* p = reinterpret_cast<const float*>(address(j));
-      if (mask == 0xFFu) return _mm256_loadu_ps(p);
-      const __m256i bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-      const __m256i lanes =
-          _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(int(mask)), bits), bits);
-      return _mm256_maskload_ps(p, lanes);
+    /// Entries [j, j + 8) for the AVX2 tile, each where its lane mask (column_masks::lanes) is
+    /// set, 0 elsewhere: past the plane too (j + 8 <= the masks' 16 x chunks). vmaskmovps
+    /// neither reads nor faults on masked-off lanes, so the address may lie outside the plane.
+    COACH_AVX2 __m256 load8(int j) const {
+      const __m256i mask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + j));
+      return _mm256_maskload_ps(reinterpret_cast<const float*>(address(j)), mask);
     }
 
     /// The address of entry j (it may lie outside the plane where the entry is masked off).
@@ -241,7 +247,7 @@ class image_columns {
     const int c = p / per_channel, r = (p / s_.kernel_w) % s_.kernel_h, q = p % s_.kernel_w;
     return {x_ + std::size_t(c) * s_.height * s_.width,
             std::ptrdiff_t(r - s_.pad_h) * s_.width + (q - s_.pad_w), masks_.rows(r),
-            masks_.columns(q)};
+            masks_.columns(q), masks_.lanes(r, q)};
   }
 
   const conv2d_shape& s_;
