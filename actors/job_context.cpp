@@ -126,7 +126,7 @@ result<std::unique_ptr<kernels::backend>> backend_for(const job_context& ctx, st
     // a process runs the same.
     if (be && rank == 0)
       if (const auto* cpu = dynamic_cast<const kernels::cpu_backend*>(be->get()))
-        log::info("{}: job {}: workers on the cpu, {} kernel", who, ctx.job,
+        log::info("job {}: workers on the cpu, {} kernel", ctx.job,
                   kernels::to_string(cpu->gemm_kind()));
     return be;
   }
