@@ -123,4 +123,12 @@ void gemm_columns(const column_masks& masks, const float* image, const packed_a&
 void gemm_columns_t(tile_isa isa, const column_masks& masks, const float* image, int m, float alpha,
                     const float* a, int lda, float beta, float* c, int ldc);
 
+/// The widest kernel col2im_avx2 takes.
+inline constexpr int col2im_avx2_max_kw = 32;
+
+/// The adjoint of im2col for one image of a stride-1 convolution (cpu_layers.cpp's col2im, whose
+/// order of additions it keeps: the same bits), with AVX2: dx (C H W) from col (C R S x out_h
+/// out_w). Requires cpu_has_avx2_fma(), stride 1 and kernel_w <= col2im_avx2_max_kw.
+void col2im_avx2(const conv2d_shape& s, const float* col, float* dx);
+
 }  // namespace coach::kernels::detail

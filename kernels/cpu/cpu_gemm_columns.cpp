@@ -1,6 +1,7 @@
 // The convolutions' column products (cpu_gemm.hpp): im2col's columns packed straight from the
 // image into the blocked product's strips, for the AVX-512 tile (16 entries a masked load, a
-// 16 x 16 register transpose) and the AVX2 tile (8 entries a masked load, an 8 x 8 transpose).
+// 16 x 16 register transpose) and the AVX2 tile (8 entries a masked load, an 8 x 8 transpose);
+// and col2im at stride 1 with AVX2.
 
 #include <algorithm>
 #include <cstddef>
@@ -300,6 +301,50 @@ void gemm_columns_t(tile_isa isa, const column_masks& masks, const float* image,
       beta, c, ldc);
 }
 
+// --- col2im ----------------------------------------------------------------------------------
+
+// col2im at stride 1 with AVX2, as a gather: each run of 8 inputs of a row sums its column
+// entries in registers, kernel rows r then columns q descending (col2im's order), from 0; an
+// entry that does not exist (its output outside the plane) is skipped by a blend, not added as
+// a 0 (which would turn a -0 sum into +0): each input gets the adds of the scalar loop in its
+// order, the same bits. The scatter stored and reloaded each input once per kernel offset, a
+// float to the side of the store before it, which the store buffer cannot forward.
+COACH_AVX2 void col2im_avx2(const conv2d_shape& s, const float* col, float* dx) {
+  const int oh_n = s.out_h(), ow_n = s.out_w(), kh = s.kernel_h, kw = s.kernel_w;
+  const std::size_t plane = std::size_t(oh_n) * std::size_t(ow_n);
+  __m256i exists[col2im_avx2_max_kw];  // for the chunk: lanes whose output column exists, per q
+  for (int iw0 = 0; iw0 < s.width; iw0 += 8) {
+    const __m256i iw =
+        _mm256_add_epi32(_mm256_set1_epi32(iw0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i in_row = _mm256_cmpgt_epi32(_mm256_set1_epi32(s.width), iw);
+    for (int q = 0; q < kw; ++q) {
+      const __m256i ow = _mm256_sub_epi32(iw, _mm256_set1_epi32(q - s.pad_w));
+      exists[q] = _mm256_and_si256(
+          in_row, _mm256_and_si256(_mm256_cmpgt_epi32(ow, _mm256_set1_epi32(-1)),
+                                   _mm256_cmpgt_epi32(_mm256_set1_epi32(ow_n), ow)));
+    }
+    for (int c = 0; c < s.channels; ++c)
+      for (int ih = 0; ih < s.height; ++ih) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int r = kh - 1; r >= 0; --r) {
+          const int oh = ih + s.pad_h - r;
+          if (oh < 0 || oh >= oh_n) continue;
+          for (int q = kw - 1; q >= 0; --q) {
+            if (_mm256_testz_si256(exists[q], exists[q])) continue;
+            // Lanes masked off are neither read nor faulted on: the address may lie outside.
+            const auto at =
+                reinterpret_cast<std::uintptr_t>(col + (std::size_t(c * kh + r) * kw + q) * plane +
+                                                 std::size_t(oh) * ow_n) +
+                std::uintptr_t(std::ptrdiff_t(iw0 + s.pad_w - q) * 4);
+            const __m256 v = _mm256_maskload_ps(reinterpret_cast<const float*>(at), exists[q]);
+            acc = _mm256_blendv_ps(acc, _mm256_add_ps(acc, v), _mm256_castsi256_ps(exists[q]));
+          }
+        }
+        _mm256_maskstore_ps(dx + (std::size_t(c) * s.height + ih) * s.width + iw0, in_row, acc);
+      }
+  }
+}
+
 #else  // not x86: columns_packed_from_image is false, so these are never called
 
 void gemm_columns(const column_masks&, const float*, const packed_a&, float, float, float*, int) {
@@ -309,6 +354,10 @@ void gemm_columns(const column_masks&, const float*, const packed_a&, float, flo
 void gemm_columns_t(tile_isa, const column_masks&, const float*, int, float, const float*, int,
                     float, float*, int) {
   COACH_ENFORCE(false, "gemm_columns_t called on a CPU that is not x86");
+}
+
+void col2im_avx2(const conv2d_shape&, const float*, float*) {
+  COACH_ENFORCE(false, "col2im_avx2 called on a CPU that is not x86");
 }
 
 #endif

@@ -14,9 +14,6 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include "common/enforce.hpp"
 #include "kernels/counter_rng.hpp"
@@ -104,67 +101,18 @@ __attribute__((optimize("no-tree-loop-distribute-patterns"))) void im2col(const 
       }
 }
 
-#if defined(__x86_64__)
-#define COACH_COL2IM_AVX2 1
-/// col2im at stride 1 with AVX2, as a gather: each run of 8 inputs of a row sums its column
-/// entries in registers, kernel rows r then columns q descending (col2im's order), from 0; an
-/// entry that does not exist (its output outside the plane) is skipped by a blend, not added as
-/// a 0 (which would turn a -0 sum into +0): each input gets the adds of the scalar loop in its
-/// order, the same bits. The scatter stored and reloaded each input once per kernel offset, a
-/// float to the side of the store before it, which the store buffer cannot forward.
-__attribute__((target("avx2"))) void col2im_avx2(const conv2d_shape& s, const float* col,
-                                                 float* dx) {
-  const int oh_n = s.out_h(), ow_n = s.out_w(), kh = s.kernel_h, kw = s.kernel_w;
-  const std::size_t plane = std::size_t(oh_n) * std::size_t(ow_n);
-  constexpr int max_kw = 32;
-  __m256i exists[max_kw];  // for the chunk: lanes whose output column exists, per q
-  for (int iw0 = 0; iw0 < s.width; iw0 += 8) {
-    const __m256i iw =
-        _mm256_add_epi32(_mm256_set1_epi32(iw0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    const __m256i in_row = _mm256_cmpgt_epi32(_mm256_set1_epi32(s.width), iw);
-    for (int q = 0; q < kw; ++q) {
-      const __m256i ow = _mm256_sub_epi32(iw, _mm256_set1_epi32(q - s.pad_w));
-      exists[q] = _mm256_and_si256(
-          in_row, _mm256_and_si256(_mm256_cmpgt_epi32(ow, _mm256_set1_epi32(-1)),
-                                   _mm256_cmpgt_epi32(_mm256_set1_epi32(ow_n), ow)));
-    }
-    for (int c = 0; c < s.channels; ++c)
-      for (int ih = 0; ih < s.height; ++ih) {
-        __m256 acc = _mm256_setzero_ps();
-        for (int r = kh - 1; r >= 0; --r) {
-          const int oh = ih + s.pad_h - r;
-          if (oh < 0 || oh >= oh_n) continue;
-          for (int q = kw - 1; q >= 0; --q) {
-            if (_mm256_testz_si256(exists[q], exists[q])) continue;
-            // Lanes masked off are neither read nor faulted on: the address may lie outside.
-            const auto at =
-                reinterpret_cast<std::uintptr_t>(col + (std::size_t(c * kh + r) * kw + q) * plane +
-                                                 std::size_t(oh) * ow_n) +
-                std::uintptr_t(std::ptrdiff_t(iw0 + s.pad_w - q) * 4);
-            const __m256 v = _mm256_maskload_ps(reinterpret_cast<const float*>(at), exists[q]);
-            acc = _mm256_blendv_ps(acc, _mm256_add_ps(acc, v), _mm256_castsi256_ps(exists[q]));
-          }
-        }
-        _mm256_maskstore_ps(dx + (std::size_t(c) * s.height + ih) * s.width + iw0, in_row, acc);
-      }
-  }
-}
-#endif
-
 /// The adjoint of im2col for one image: dx[c, ih, iw] = the sum of the column entries that
 /// im2col copied from (c, ih, iw), added in geometry::col2im_sum's order (output rows, then
 /// columns, ascending: r and q descending) from 0, so the same bits; as a scatter over the
 /// column rows, which reads the columns in order (the gather per input cost as much as the
 /// product).
-/// With `avx2` (a CPU that has it), a stride-1 convolution's goes through col2im_avx2: the same
-/// bits.
-void col2im(const conv2d_shape& s, const float* col, float* dx, [[maybe_unused]] bool avx2) {
-#if defined(COACH_COL2IM_AVX2)
-  if (avx2 && s.stride_h == 1 && s.stride_w == 1 && s.kernel_w <= 32) {
-    col2im_avx2(s, col, dx);
+/// With `avx2` (a CPU that has it), a stride-1 convolution's goes through detail::col2im_avx2
+/// (cpu_gemm.hpp): the same bits.
+void col2im(const conv2d_shape& s, const float* col, float* dx, bool avx2) {
+  if (avx2 && s.stride_h == 1 && s.stride_w == 1 && s.kernel_w <= detail::col2im_avx2_max_kw) {
+    detail::col2im_avx2(s, col, dx);
     return;
   }
-#endif
   const int oh_n = s.out_h(), ow_n = s.out_w();
   const std::size_t plane = std::size_t(oh_n) * std::size_t(ow_n);
   std::fill(dx, dx + std::size_t(s.channels) * s.height * s.width, 0.0f);
