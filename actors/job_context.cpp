@@ -5,6 +5,7 @@
 
 #include "actors/job_context.hpp"
 #include "common/log.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
 
 namespace coach::actors {
 
@@ -119,7 +120,16 @@ namespace {
 /// make_worker_backend before the precision is set.
 result<std::unique_ptr<kernels::backend>> backend_for(const job_context& ctx, std::uint32_t rank,
                                                       std::string_view who) {
-  if (!ctx.devices) return kernels::make_backend(ctx.spec.backend);
+  if (!ctx.devices) {
+    auto be = kernels::make_backend(ctx.spec.backend);
+    // The cpu kernel (COACH_CPU_KERNEL or the widest this CPU has), once a job: every worker of
+    // a process runs the same.
+    if (be && rank == 0)
+      if (const auto* cpu = dynamic_cast<const kernels::cpu_backend*>(be->get()))
+        log::info("job {}: workers on the cpu, {} kernel", ctx.job,
+                  kernels::to_string(cpu->gemm_kind()));
+    return be;
+  }
   // No device at all: the backend's own error says why (the CUDA runtime's reason).
   if (kernels::device_count() == 0) return kernels::make_backend(kernels::backend_kind::cuda);
   auto d = ctx.devices->take(ctx.job, rank, ctx.spec.gpus_per_worker);

@@ -33,6 +33,7 @@
 #include "common/nearest.hpp"
 #include "common/writable.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
 #include "report/report_plot.hpp"
 #include "report/train_events.hpp"
 #include "spec/job_spec.hpp"
@@ -565,6 +566,13 @@ int main(int argc, char** argv) {
                 std::string(coach::kernels::compiled_backends()).c_str());
     return 0;
   }
+  if (*train || *eval || *predict)
+    // COACH_CPU_KERNEL (kernels::make_backend's cpu kernel): a bad value is one line before any
+    // backend is made.
+    if (const auto& kernel = coach::kernels::cpu_kernel_from_environment(); !kernel) {
+      std::fprintf(stderr, "coach: %s\n", kernel.error().message.c_str());
+      return 2;
+    }
   if (*train) {
     if (every->count() > 0) tf.every_s = every_s;
     return run_train(spec_path, workers, shards, tf);

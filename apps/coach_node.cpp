@@ -48,6 +48,7 @@
 #include "common/huge_pages.hpp"
 #include "common/log.hpp"
 #include "host/host_probe.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
 #include "scheduler/job_store.hpp"
 #include "scheduler/placement.hpp"
 #include "scheduler/policy.hpp"
@@ -229,6 +230,12 @@ int main(int argc, char** argv) {
   if (exit_with_parent) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) return 1;  // the parent was already gone
+  }
+  // COACH_CPU_KERNEL (kernels::make_backend's cpu kernel): a bad value is one line at start, not
+  // a job's failure later.
+  if (const auto& kernel = kernels::cpu_kernel_from_environment(); !kernel) {
+    std::fprintf(stderr, "coach-node: %s\n", kernel.error().message.c_str());
+    return 2;
   }
   auto min_level = log::parse_level(log_level);
   if (!min_level) {

@@ -5,6 +5,11 @@
 //   train_bench [--spec examples/fashion-mlp.yaml] [--samples 20000] [--repeat 3]
 //               [--configs 1x1,2x1,4x1,1x2,2x2,4x2] [--backend cpu|cuda|auto] [--json]
 //               [--layers N]   (N batches on one thread, each layer's share of the time)
+//               [--compare-gemm] [--clock wall|cpu]
+//
+// On the cpu backend the kernel is COACH_CPU_KERNEL's (auto, avx512, avx2, eigen; unset: the
+// widest this CPU has), printed in the header and in the JSON ("kernel"); a kernel this CPU
+// lacks is a one-line error. With --layers the JSON carries the breakdown ("layers").
 //
 // Each figure is the training throughput of one epoch over `samples` training rows (the
 // evaluation after the epoch is not timed). Each measurement is paired with a plain loop run
@@ -19,6 +24,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -45,6 +51,21 @@ double rounded(double v, int decimals) {
   return std::round(v * scale) / scale;
 }
 
+/// The clock the plain loop and the layer breakdown read: wall time, or the calling thread's CPU
+/// time (CLOCK_THREAD_CPUTIME_ID: one thread's work without the time other processes held its
+/// core, for measuring on a loaded machine; the cluster's configurations always read wall time).
+struct bench_clock {
+  bool cpu = false;
+  double now() const {
+    if (!cpu)
+      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+    timespec ts{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+  }
+};
+
 /// One epoch's samples/s, and the share of its wall time x workers spent in forward/backward
 /// (on the cpu backend; with cuda the plain loop's share counts kernel launches only, since it
 /// does not wait for the device after each step).
@@ -56,7 +77,7 @@ struct measure {
 /// The reference: one thread, one backend, forward/backward then the optimizer on the whole
 /// vector, over the same shuffled chunks the dispenser hands out.
 result<measure> plain_loop(const scheduler::job_spec& spec, const worker::dataset_pair& data,
-                           kernels::backend_kind kind) {
+                           kernels::backend_kind kind, bench_clock clock) {
   auto made = kernels::make_backend(kind);
   if (!made) return std::unexpected(made.error());
   auto be = std::move(*made);
@@ -76,12 +97,12 @@ result<measure> plain_loop(const scheduler::job_spec& spec, const worker::datase
   std::int64_t t = 0;
   std::size_t samples = 0;
   double compute_s = 0;
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = clock.now();
   while (auto c = d.take()) {
     auto idx = d.indices(*c);
-    const auto f0 = std::chrono::steady_clock::now();
+    const double f0 = clock.now();
     run.forward_backward(w, data.train, idx, g);
-    compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
+    compute_s += clock.now() - f0;
     const float scale = 1.0f / float(idx.size());
     switch (spec.optimizer.kind) {
       case ps::optimizer_kind::sgd: {
@@ -100,7 +121,7 @@ result<measure> plain_loop(const scheduler::job_spec& spec, const worker::datase
     samples += idx.size();
   }
   be->download(host.data(), w, 1);  // wait for pending work
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = clock.now() - t0;
   for (float* p : {w, g, m, v}) be->free(p);
   return measure{double(samples) / s, compute_s / s};
 }
@@ -110,12 +131,31 @@ struct config {
   bool host_reduce = false;  ///< "WxSr": the workers sum their gradients before pushing
 };
 
+/// One layer's time in a breakdown, ms a batch.
+struct layer_time {
+  std::string kind;
+  double forward_ms = 0, backward_ms = 0;          ///< the mean over the batches (wall)
+  double forward_min_ms = 0, backward_min_ms = 0;  ///< the fastest batch's (wall)
+};
+
+/// A breakdown's figures: the passes' samples/s and each layer's time.
+struct breakdown {
+  double samples_per_s = 0;
+  std::vector<layer_time> layers;
+};
+
+/// The kernel a cpu backend runs ("avx2", ...), or the backend's name.
+std::string kernel_of(const kernels::backend& be) {
+  if (const auto* cpu = dynamic_cast<const kernels::cpu_backend*>(&be))
+    return std::string(kernels::to_string(cpu->gemm_kind()));
+  return std::string(be.name());
+}
+
 /// Where a step's time goes: `batches` forward and backward passes of one batch on one thread,
 /// each layer's share printed (forward and backward apart).
-/// Returns the samples/s of those passes.
-double print_layer_breakdown(const scheduler::job_spec& spec, const worker::dataset& train,
-                             std::unique_ptr<kernels::backend> be, std::string_view label,
-                             int batches) {
+breakdown print_layer_breakdown(const scheduler::job_spec& spec, const worker::dataset& train,
+                                std::unique_ptr<kernels::backend> be, std::string_view label,
+                                int batches, bench_clock clock) {
   be->set_precision(spec.precision);
   const auto model = worker::network::for_data(spec.model, train).value();
   const std::size_t n = model.num_params();
@@ -129,9 +169,23 @@ double print_layer_breakdown(const scheduler::job_spec& spec, const worker::data
   for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = std::uint32_t(i % train.rows);
   run.forward_backward(w, train, idx, g, 1);  // warm: workspaces grown, pages touched
   run.enable_timing(true);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int b = 0; b < batches; ++b) run.forward_backward(w, train, idx, g, std::uint64_t(b));
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Each layer's fastest batch too (the timings accumulate: a batch's are the differences), which
+  // a loaded machine's preemptions move least.
+  const std::size_t count = model.layers().size();
+  std::vector<double> fwd_min(count, 1e30), bwd_min(count, 1e30), fwd_before(count),
+      bwd_before(count);
+  const double t0 = clock.now();
+  for (int b = 0; b < batches; ++b) {
+    run.forward_backward(w, train, idx, g, std::uint64_t(b));
+    for (std::size_t i = 0; i < count; ++i) {
+      const auto& t = run.timings()[i];
+      fwd_min[i] = std::min(fwd_min[i], t.forward_s - fwd_before[i]);
+      bwd_min[i] = std::min(bwd_min[i], t.backward_s - bwd_before[i]);
+      fwd_before[i] = t.forward_s;
+      bwd_before[i] = t.backward_s;
+    }
+  }
+  const double wall = clock.now() - t0;
   // The gradient's copy to host memory, as a worker makes it after each step (what overlapping
   // it with the backward pass could save at most).
   std::vector<float> grad_host(n);
@@ -141,43 +195,53 @@ double print_layer_breakdown(const scheduler::job_spec& spec, const worker::data
   be->free(w);
   be->free(g);
   std::printf(
-      "\nper layer (%.*s), batch %d, %d batches on one thread: %.2f ms a batch, %.0f samples/s "
-      "(forward + backward only)\n",
+      "\nper layer (%.*s), batch %d, %d batches on one thread: %.2f ms a batch (%s), %.0f "
+      "samples/s (forward + backward only)\n",
       int(label.size()), label.data(), spec.batch_size, batches, 1e3 * wall / batches,
-      double(batches) * spec.batch_size / wall);
-  std::printf("%-4s %-12s %-12s %10s %10s %7s\n", "#", "layer", "output", "fwd ms", "bwd ms",
-              "share");
+      clock.cpu ? "thread CPU time" : "wall", double(batches) * spec.batch_size / wall);
+  std::printf("%-4s %-12s %-12s %10s %10s %7s %10s %10s\n", "#", "layer", "output", "fwd ms",
+              "bwd ms", "share", "fwd min", "bwd min");
+  breakdown out{double(batches) * spec.batch_size / wall, {}};
   const auto& layers = model.layers();
+  double layers_s = 0;  // the share's whole: the layers' time (wall, whichever the clock)
+  for (const auto& t : run.timings()) layers_s += t.forward_s + t.backward_s;
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const auto& t = run.timings()[i];
     const auto& o = layers[i].out;
     const std::string shape =
         std::to_string(o[0]) + "x" + std::to_string(o[1]) + "x" + std::to_string(o[2]);
-    std::printf("%-4zu %-12s %-12s %10.3f %10.3f %6.1f%%\n", i,
+    std::printf("%-4zu %-12s %-12s %10.3f %10.3f %6.1f%% %10.3f %10.3f\n", i,
                 std::string(worker::to_string(layers[i].cfg.kind)).c_str(), shape.c_str(),
                 1e3 * t.forward_s / batches, 1e3 * t.backward_s / batches,
-                100.0 * (t.forward_s + t.backward_s) / wall);
+                100.0 * (t.forward_s + t.backward_s) / layers_s, 1e3 * fwd_min[i],
+                1e3 * bwd_min[i]);
+    out.layers.push_back({std::string(worker::to_string(layers[i].cfg.kind)),
+                          1e3 * t.forward_s / batches, 1e3 * t.backward_s / batches,
+                          1e3 * fwd_min[i], 1e3 * bwd_min[i]});
   }
   std::printf("gradient to host memory: %.3f ms a batch (%zu floats), %.1f%% of a batch's time\n",
               1e3 * copy / batches, n, 100.0 * copy / wall);
-  return double(batches) * spec.batch_size / wall;
+  return out;
 }
 
-/// The layer breakdown on `kind`; on the cpu backend with `compare_gemm`, once with Eigen's
+/// The layer breakdown on `kind` (on the cpu backend: the kernel COACH_CPU_KERNEL names, or the
+/// widest this CPU has), returned; on the cpu backend with `compare_gemm`, then once with Eigen's
 /// product, once with the AVX2/FMA kernel and once with the AVX-512 one (where the CPU has
 /// them), one after the other, and the ratios.
-void layer_breakdowns(const scheduler::job_spec& spec, const worker::dataset& train,
-                      kernels::backend_kind kind, int batches, bool compare_gemm) {
-  if (kind != kernels::backend_kind::cpu || !compare_gemm) {
-    auto be = std::move(*kernels::make_backend(kind));
-    const std::string label(be->name());
-    print_layer_breakdown(spec, train, std::move(be), label, batches);
-    return;
-  }
+breakdown layer_breakdowns(const scheduler::job_spec& spec, const worker::dataset& train,
+                           kernels::backend_kind kind, int batches, bool compare_gemm,
+                           bench_clock clock) {
+  auto made = std::move(*kernels::make_backend(kind));
+  const std::string label = std::string(made->name()) + ", " + kernel_of(*made) +
+                            (made->name() == "cpu" ? " kernel" : "");
+  const breakdown chosen =
+      print_layer_breakdown(spec, train, std::move(made), label, batches, clock);
+  if (kind != kernels::backend_kind::cpu || !compare_gemm) return chosen;
   using kernels::cpu_gemm;
   const double eigen =
       print_layer_breakdown(spec, train, std::make_unique<kernels::cpu_backend>(cpu_gemm::eigen),
-                            "cpu, eigen gemm", batches);
+                            "cpu, eigen gemm", batches, clock)
+          .samples_per_s;
   const struct {
     cpu_gemm kind;
     bool present;
@@ -192,16 +256,18 @@ void layer_breakdowns(const scheduler::job_spec& spec, const worker::dataset& tr
     const std::string name(kernels::to_string(k.kind));
     if (!k.present) {
       std::printf("\nthis CPU has no %s: no %s breakdown\n", k.missing, name.c_str());
-      return;
+      return chosen;
     }
     const double rate =
         print_layer_breakdown(spec, train, std::make_unique<kernels::cpu_backend>(k.kind),
-                              "cpu, " + name + " gemm", batches);
+                              "cpu, " + name + " gemm", batches, clock)
+            .samples_per_s;
     std::printf("\n%s gemm / %s gemm: %.2fx samples/s; / eigen gemm: %.2fx\n", name.c_str(),
                 before_name.c_str(), rate / before, rate / eigen);
     before = rate;
     before_name = name;
   }
+  return chosen;
 }
 
 }  // namespace
@@ -209,7 +275,7 @@ void layer_breakdowns(const scheduler::job_spec& spec, const worker::dataset& tr
 int main(int argc, char** argv) {
   CLI::App app{"Coach train_bench: actor system samples/s vs a plain loop", "train_bench"};
   std::string spec_path = "examples/fashion-mlp.yaml", configs_text = "1x1,2x1,4x1,1x2,2x2,4x2";
-  std::string backend = "cpu";
+  std::string backend = "cpu", kernel;
   std::size_t samples = 20000;
   int repeat = 3;
   bool json = false;
@@ -228,7 +294,13 @@ int main(int argc, char** argv) {
                "With --layers on the cpu backend: the breakdown with Eigen's product, then with "
                "the AVX2/FMA kernel and with the AVX-512 one (where the CPU has them), and "
                "their ratios");
+  std::string clock_name = "wall";
+  app.add_option("--clock", clock_name,
+                 "wall | cpu: the plain loop's and the breakdown's clock (cpu: the thread's CPU "
+                 "time, for a loaded machine)")
+      ->check(CLI::IsMember({"wall", "cpu"}));
   CLI11_PARSE(app, argc, argv);
+  const bench_clock clock{clock_name == "cpu"};
 
   auto spec = scheduler::load_job_spec(spec_path);
   if (!spec) {
@@ -249,6 +321,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     backend = std::string((*probe)->name());
+    kernel = kernel_of(**probe);
     kind = kernels::parse_backend_kind(backend);
   }
   spec->epochs = 1;
@@ -311,7 +384,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "train_bench: %s\n", m.error().to_string().c_str());
         return 1;
       }
-      auto p = plain_loop(*spec, *data, *kind);
+      auto p = plain_loop(*spec, *data, *kind, clock);
       if (!p) {
         std::fprintf(stderr, "train_bench: %s\n", p.error().to_string().c_str());
         return 1;
@@ -329,8 +402,9 @@ int main(int argc, char** argv) {
   // vs plain: the median ratio of the pairs (range in brackets). compute: the share of wall
   // time x workers spent in forward/backward (the rest is the optimizer in the plain loop;
   // waiting for the shards, the master and the other workers in the cluster).
-  std::printf("train_bench: %s, %zu samples, batch %d, %s backend, %d round(s)\n",
-              spec->name.c_str(), data->train.rows, spec->batch_size, backend.c_str(), repeat);
+  std::printf("train_bench: %s, %zu samples, batch %d, %s backend (%s kernel), %d round(s)\n",
+              spec->name.c_str(), data->train.rows, spec->batch_size, backend.c_str(),
+              kernel.c_str(), repeat);
   std::printf("%-8s %-7s %10s %9s %13s %8s\n", "workers", "shards", "samples/s", "vs plain",
               "(range)", "compute");
   std::printf("%-8s %-7s %10.0f %9s %13s %8.2f\n", "plain", "-", plain.samples_per_s, "1.00", "",
@@ -355,12 +429,27 @@ int main(int argc, char** argv) {
                                   {"ratio_max", rounded(*hi, 4)},
                                   {"compute_share", rounded(m.compute_share, 4)}});
   }
-  if (layer_batches > 0) layer_breakdowns(*spec, data->train, *kind, layer_batches, compare_gemm);
+  coach::json layers_json = coach::json::array();
+  double layers_rate = 0;
+  if (layer_batches > 0) {
+    const auto b = layer_breakdowns(*spec, data->train, *kind, layer_batches, compare_gemm, clock);
+    layers_rate = b.samples_per_s;
+    for (const auto& l : b.layers)
+      layers_json.push_back(coach::json{{"kind", l.kind},
+                                        {"forward_ms", rounded(l.forward_ms, 4)},
+                                        {"backward_ms", rounded(l.backward_ms, 4)},
+                                        {"forward_min_ms", rounded(l.forward_min_ms, 4)},
+                                        {"backward_min_ms", rounded(l.backward_min_ms, 4)}});
+  }
   if (json)
     std::printf("%s\n", coach::json{{"backend", backend},
+                                    {"kernel", kernel},
+                                    {"clock", clock_name},
                                     {"plain_loop_samples_per_s", rounded(plain.samples_per_s, 1)},
                                     {"plain_loop_compute_share", rounded(plain.compute_share, 4)},
-                                    {"results", std::move(results)}}
+                                    {"results", std::move(results)},
+                                    {"layers", std::move(layers_json)},
+                                    {"layers_samples_per_s", rounded(layers_rate, 1)}}
                             .dump()
                             .c_str());
   return 0;

@@ -95,8 +95,12 @@ result<std::unique_ptr<backend>> make_backend(backend_kind kind, int device) {
     case backend_kind::auto_select:
       if (cuda_device_present()) return make_backend(backend_kind::cuda, device);
       return make_backend(backend_kind::cpu);
-    case backend_kind::cpu:
-      return std::unique_ptr<backend>(std::make_unique<cpu_backend>());
+    case backend_kind::cpu: {
+      // COACH_CPU_KERNEL (read once): a kernel this CPU lacks is an error here, not a crash.
+      const auto& kernel = cpu_kernel_from_environment();
+      if (!kernel) return std::unexpected(kernel.error());
+      return std::unique_ptr<backend>(std::make_unique<cpu_backend>(*kernel));
+    }
     case backend_kind::cuda: {
       const auto& plugin = cuda_plugin();
       if (!plugin) return std::unexpected(plugin.error());

@@ -257,9 +257,11 @@ class backend {
 
 /// Makes a backend. cuda (or auto on a host with a device) needs the CUDA plugin
 /// (kernels/cuda_plugin.hpp); otherwise: errc::unsupported naming the reason. auto falls back to
-/// cpu without a device. `device`: the CUDA device (an index among those this process sees, so
-/// CUDA_VISIBLE_DEVICES applies) a cuda backend runs on; a cpu backend ignores it. Errors:
-/// invalid_argument for a device that does not exist.
+/// cpu without a device. A cpu backend runs the kernel COACH_CPU_KERNEL names
+/// (cpu_kernel_from_environment in kernels/cpu/cpu_backend.hpp; unset: the widest this CPU has);
+/// a bad name is invalid_argument, a kernel this CPU lacks unsupported. `device`: the CUDA device
+/// (an index among those this process sees, so CUDA_VISIBLE_DEVICES applies) a cuda backend runs
+/// on; a cpu backend ignores it. Errors: invalid_argument for a device that does not exist.
 result<std::unique_ptr<backend>> make_backend(backend_kind kind, int device = 0);
 
 /// CUDA devices visible to this process (0 without the CUDA plugin or without a device).

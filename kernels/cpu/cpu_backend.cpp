@@ -6,9 +6,11 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
+#include <string>
 
 #include "common/enforce.hpp"
 #include "kernels/cpu/cpu_gemm.hpp"
@@ -126,26 +128,56 @@ void adamw(float* __restrict w, float* __restrict m, float* __restrict v, const 
 std::string_view to_string(cpu_gemm g) noexcept {
   switch (g) {
     case cpu_gemm::best:
-      return "best";
+      return "auto";
     case cpu_gemm::eigen:
       return "eigen";
     case cpu_gemm::avx2_fma:
-      return "avx2_fma";
+      return "avx2";
     case cpu_gemm::avx512:
       return "avx512";
   }
   return "?";
 }
 
+result<cpu_gemm> parse_cpu_kernel(std::string_view name) {
+  for (cpu_gemm g : {cpu_gemm::best, cpu_gemm::avx512, cpu_gemm::avx2_fma, cpu_gemm::eigen})
+    if (name == to_string(g)) return g;
+  return fail(errc::invalid_argument, "{}: '{}' is not a CPU kernel (auto, avx512, avx2 or eigen)",
+              cpu_kernel_variable, name);
+}
+
+cpu_features this_cpu() noexcept {
+  return {detail::cpu_has_avx2_fma(), detail::cpu_has_avx512f()};
+}
+
+result<cpu_gemm> runnable_cpu_kernel(cpu_gemm g, cpu_features cpu) {
+  const bool avx2 = cpu.avx2_fma, avx512 = cpu.avx512f;
+  if (g == cpu_gemm::best)
+    return avx512 ? cpu_gemm::avx512 : avx2 ? cpu_gemm::avx2_fma : cpu_gemm::eigen;
+  if ((g == cpu_gemm::avx512 && !avx512) || (g == cpu_gemm::avx2_fma && !avx2))
+    return fail(errc::unsupported, "{}={}: this CPU has no {} (it runs {})", cpu_kernel_variable,
+                to_string(g), g == cpu_gemm::avx512 ? "AVX-512F" : "AVX2 and FMA",
+                avx2 ? "avx2 and eigen" : "eigen");
+  return g;
+}
+
+result<cpu_gemm> cpu_kernel_from(const char* value) {
+  if (value == nullptr || *value == '\0') return runnable_cpu_kernel(cpu_gemm::best);
+  auto g = parse_cpu_kernel(value);
+  if (!g) return g;
+  return runnable_cpu_kernel(*g);
+}
+
+const result<cpu_gemm>& cpu_kernel_from_environment() {
+  static const result<cpu_gemm> kernel =
+      cpu_kernel_from(std::getenv(std::string(cpu_kernel_variable).c_str()));
+  return kernel;
+}
+
 cpu_backend::cpu_backend(cpu_gemm gemm) : gemm_(gemm) {
-  if (gemm_ == cpu_gemm::best)
-    gemm_ = detail::cpu_has_avx512f()    ? cpu_gemm::avx512
-            : detail::cpu_has_avx2_fma() ? cpu_gemm::avx2_fma
-                                         : cpu_gemm::eigen;
-  COACH_ENFORCE(gemm_ != cpu_gemm::avx2_fma || detail::cpu_has_avx2_fma(),
-                "cpu_gemm::avx2_fma requested on a CPU without AVX2 and FMA");
-  COACH_ENFORCE(gemm_ != cpu_gemm::avx512 || detail::cpu_has_avx512f(),
-                "cpu_gemm::avx512 requested on a CPU without AVX-512F");
+  auto runnable = runnable_cpu_kernel(gemm);
+  COACH_ENFORCE(runnable.has_value(), runnable ? "" : runnable.error().message.c_str());
+  gemm_ = *runnable;
 }
 
 // --- memory ---------------------------------------------------------------------------------

@@ -15,9 +15,12 @@
 // Layers (cpu_layers.cpp): convolution is im2col of one image at a time into a column buffer the
 // object owns (C R S x out_h out_w floats, grown to the largest request, kept until the object
 // dies), then one gemm per image; a pointwise convolution (1 x 1, stride 1, no pad) uses the image
-// itself. Pooling backward and col2im gather each input's contributions in output order, and
-// per-channel sums accumulate in double in (n, position) order, so every result is a fixed
-// sequence of operations, which the cuda kernels repeat where they can (cuda_layers.cu).
+// itself. With a packed kernel (avx2_fma or avx512) the weights are packed once per batch, and a
+// stride-1 convolution whose output rows are as wide as its input's reads its columns straight
+// from the image into the product's strips (cpu_gemm.hpp): no column buffer, the same bits. Pooling
+// backward and col2im gather each input's contributions in output order, and per-channel sums
+// accumulate in double in (n, position) order, so every result is a fixed sequence of operations,
+// which the cuda kernels repeat where they can (cuda_layers.cu).
 //
 // Threads: the column buffer is the only state; one thread at a time uses the object
 // (backend.hpp).
@@ -40,16 +43,44 @@ enum class cpu_gemm {
   avx512,    ///< the packed AVX-512 kernel: avx2_fma's bits; requires AVX-512F, AVX2 and FMA
 };
 
-/// "best", "eigen", "avx2_fma" or "avx512".
+/// The kernel's name as COACH_CPU_KERNEL takes it: "auto" (best), "eigen", "avx2" (avx2_fma) or
+/// "avx512".
 std::string_view to_string(cpu_gemm g) noexcept;
+
+/// The environment variable that chooses the cpu backend's kernel (docs/operations.md).
+inline constexpr std::string_view cpu_kernel_variable = "COACH_CPU_KERNEL";
+
+/// Parses a kernel name: to_string's names. Errors: invalid_argument,
+/// "COACH_CPU_KERNEL: 'NAME' is not a CPU kernel (auto, avx512, avx2 or eigen)".
+result<cpu_gemm> parse_cpu_kernel(std::string_view name);
+
+/// What of the packed kernels' instruction sets a CPU has.
+struct cpu_features {
+  bool avx2_fma = false;  ///< AVX2 and FMA
+  bool avx512f = false;   ///< AVX-512F (with AVX2 and FMA)
+};
+
+/// This CPU's (read once).
+cpu_features this_cpu() noexcept;
+
+/// `g` as a CPU with `cpu` runs it: best resolved to the widest kernel the CPU has; a kernel it
+/// lacks is errc::unsupported, one line: "COACH_CPU_KERNEL=avx512: this CPU has no AVX-512F (it
+/// runs avx2 and eigen)".
+result<cpu_gemm> runnable_cpu_kernel(cpu_gemm g, cpu_features cpu = this_cpu());
+
+/// parse_cpu_kernel then runnable_cpu_kernel of `value` (unset or empty: auto): what
+/// make_backend(backend_kind::cpu) makes its backends with, COACH_CPU_KERNEL's value passed in.
+result<cpu_gemm> cpu_kernel_from(const char* value);
+
+/// cpu_kernel_from(getenv("COACH_CPU_KERNEL")), read once per process.
+const result<cpu_gemm>& cpu_kernel_from_environment();
 
 /// The host backend; always built. Made by make_backend(backend_kind::cpu). Not final: tests
 /// derive from it to stand for a device backend in host memory (device_reducer_test).
 class cpu_backend : public backend {
  public:
   /// A backend whose products run `gemm` (best: the fastest this CPU has). Requesting a kernel
-  /// the CPU lacks is a programming error (check detail::cpu_has_avx2_fma() or
-  /// detail::cpu_has_avx512f()).
+  /// the CPU lacks is a programming error (check runnable_cpu_kernel first).
   explicit cpu_backend(cpu_gemm gemm = cpu_gemm::best);
 
   /// The product this object runs: eigen, avx2_fma or avx512, never best.

@@ -106,7 +106,13 @@ __attribute__((optimize("no-tree-loop-distribute-patterns"))) void im2col(const 
 /// columns, ascending: r and q descending) from 0, so the same bits; as a scatter over the
 /// column rows, which reads the columns in order (the gather per input cost as much as the
 /// product).
-void col2im(const conv2d_shape& s, const float* col, float* dx) {
+/// With `avx2` (a CPU that has it), a stride-1 convolution's goes through detail::col2im_avx2
+/// (cpu_gemm.hpp): the same bits.
+void col2im(const conv2d_shape& s, const float* col, float* dx, bool avx2) {
+  if (avx2 && s.stride_h == 1 && s.stride_w == 1 && s.kernel_w <= detail::col2im_avx2_max_kw) {
+    detail::col2im_avx2(s, col, dx);
+    return;
+  }
   const int oh_n = s.out_h(), ow_n = s.out_w();
   const std::size_t plane = std::size_t(oh_n) * std::size_t(ow_n);
   std::fill(dx, dx + std::size_t(s.channels) * s.height * s.width, 0.0f);
@@ -192,6 +198,14 @@ inline void max_pool_2x2_four(const float* x, int width, int start, float* y, st
 }
 #endif
 
+/// The tile of a packed product (none for Eigen's): what the convolutions' batch-wide packing
+/// and their columns read from the image run on.
+std::optional<detail::tile_isa> packed_tile(cpu_gemm g) {
+  if (g == cpu_gemm::avx512) return detail::tile_isa::avx512;
+  if (g == cpu_gemm::avx2_fma) return detail::tile_isa::avx2;
+  return std::nullopt;
+}
+
 }  // namespace
 
 // --- index memory ---------------------------------------------------------------------------
@@ -266,19 +280,20 @@ void cpu_backend::conv2d_forward(const conv2d_shape& s, const float* x, const fl
   const int plane = s.out_h() * s.out_w();
   const std::size_t x_image = std::size_t(s.channels) * s.height * s.width;
   const std::size_t y_image = std::size_t(k) * plane;
-  const bool implicit = gemm_ == cpu_gemm::avx512 && detail::columns_packed_from_image(s);
+  const auto isa = packed_tile(gemm_);
+  const bool implicit = isa && detail::columns_packed_from_image(*isa, s);
   float* col = s.is_pointwise() || implicit ? nullptr : columns(s.column_size());
   std::optional<detail::packed_a> packed_w;
   std::optional<detail::column_masks> masks;
   if (implicit) {
-    packed_w.emplace(false, k, crs, w, crs);
+    packed_w.emplace(*isa, false, k, crs, w, crs);
     masks.emplace(s);
   }
   for (int n = 0; n < s.batch; ++n) {
     const float* xn = x + std::size_t(n) * x_image;
     float* yn = y + std::size_t(n) * y_image;
     if (implicit)
-      detail::avx512_gemm_columns(*masks, xn, *packed_w, 1.0f, 0.0f, yn, plane);
+      detail::gemm_columns(*masks, xn, *packed_w, 1.0f, 0.0f, yn, plane);
     else {
       if (col != nullptr) im2col(s, xn, col);
       product(false, false, k, plane, crs, 1.0f, w, crs, col != nullptr ? col : xn, plane, 0.0f, yn,
@@ -309,19 +324,19 @@ void cpu_backend::conv2d_backward_data(const conv2d_shape& s, const float* dy, c
   const std::size_t x_image = std::size_t(s.channels) * s.height * s.width;
   const std::size_t y_image = std::size_t(k) * plane;
   float* col = s.is_pointwise() ? nullptr : columns(s.column_size());
-  // W^T packed once for the batch where the AVX-512 product runs.
+  // W^T packed once for the batch where a packed product runs.
   std::optional<detail::packed_a> packed_wt;
-  if (gemm_ == cpu_gemm::avx512) packed_wt.emplace(true, crs, k, w, crs);
+  if (const auto isa = packed_tile(gemm_)) packed_wt.emplace(*isa, true, crs, k, w, crs);
   for (int n = 0; n < s.batch; ++n) {
     const float* dyn = dy + std::size_t(n) * y_image;
     float* dxn = dx + std::size_t(n) * x_image;
     // columns = W^T dy_n (C R S x out positions); a pointwise convolution's columns are dx_n.
     float* out = col != nullptr ? col : dxn;
     if (packed_wt)
-      detail::avx512_gemm_packed(*packed_wt, false, plane, 1.0f, dyn, plane, 0.0f, out, plane);
+      detail::packed_gemm(*packed_wt, false, plane, 1.0f, dyn, plane, 0.0f, out, plane);
     else
       product(true, false, crs, plane, k, 1.0f, w, crs, dyn, plane, 0.0f, out, plane);
-    if (col != nullptr) col2im(s, col, dxn);
+    if (col != nullptr) col2im(s, col, dxn, gemm_ != cpu_gemm::eigen);
     if (precision_ == math_precision::bf16) round_into(precision_, dxn, x_image, dxn);
   }
 }
@@ -340,7 +355,8 @@ void cpu_backend::conv2d_backward_filter(const conv2d_shape& s, const float* x, 
   const int plane = s.out_h() * s.out_w();
   const std::size_t x_image = std::size_t(s.channels) * s.height * s.width;
   const std::size_t y_image = std::size_t(k) * plane;
-  const bool implicit = gemm_ == cpu_gemm::avx512 && detail::columns_packed_from_image(s);
+  const auto isa = packed_tile(gemm_);
+  const bool implicit = isa && detail::columns_packed_from_image(*isa, s);
   float* col = s.is_pointwise() || implicit ? nullptr : columns(s.column_size());
   std::optional<detail::column_masks> masks;
   if (implicit) masks.emplace(s);
@@ -350,7 +366,7 @@ void cpu_backend::conv2d_backward_filter(const conv2d_shape& s, const float* x, 
     const float beta = n == 0 ? 0.0f : 1.0f;
     // dW (+)= dy_n col^T, images in order.
     if (implicit) {
-      detail::avx512_gemm_columns_t(*masks, xn, k, 1.0f, dyn, plane, beta, dw, crs);
+      detail::gemm_columns_t(*isa, *masks, xn, k, 1.0f, dyn, plane, beta, dw, crs);
       continue;
     }
     if (col != nullptr) im2col(s, xn, col);

@@ -1244,7 +1244,7 @@ TEST(cpu_gemm_choice, best_takes_the_widest_packed_kernel_the_cpu_has) {
                                                          : cpu_gemm::eigen;
   EXPECT_EQ(best.gemm_kind(), expected);
   EXPECT_EQ(cpu_backend(cpu_gemm::eigen).gemm_kind(), cpu_gemm::eigen);
-  EXPECT_EQ(to_string(cpu_gemm::avx2_fma), "avx2_fma");
+  EXPECT_EQ(to_string(cpu_gemm::avx2_fma), "avx2");
   EXPECT_EQ(to_string(cpu_gemm::avx512), "avx512");
 }
 
@@ -1291,47 +1291,8 @@ TEST(cpu_gemm_choice, an_avx2_element_depends_only_on_its_row_and_column) {
   EXPECT_TRUE(std::equal(one.begin(), one.end(), whole.begin() + 3 * n));
 }
 
-TEST(cpu_gemm_choice, convolutions_packed_from_the_image_equal_im2col_products_bit_for_bit) {
-  if (!detail::cpu_has_avx512f()) GTEST_SKIP() << "this CPU has no AVX-512F";
-  // The AVX-512 backend reads stride-1, same-width convolutions' columns straight from the image;
-  // the AVX2 backend forms them with im2col. Both must give the same forward output, filter and
-  // bias gradients, bit for bit: shapes with planes not a multiple of 16 or 32, more than one
-  // packed panel (a 64 x 64 plane is 4096 > 3072 columns), more than one 256-term block (C R S =
-  // 400), kernels taller than the padding (out_h < H), and one that takes the im2col path.
-  struct conv_case {
-    conv2d_shape s;
-    bool from_image;
-  };
-  const conv_case cases[] = {
-      {make_conv(3, 16, 14, 14, 32, 5, 5, 1, 1, 2, 2), true},
-      {make_conv(2, 1, 28, 28, 16, 5, 5, 1, 1, 2, 2), true},
-      {make_conv(2, 3, 9, 7, 5, 3, 3, 1, 1, 1, 1), true},
-      {make_conv(1, 2, 64, 64, 4, 3, 3, 1, 1, 1, 1), true},
-      {make_conv(2, 4, 10, 13, 6, 3, 5, 1, 1, 0, 2), true},
-      {make_conv(2, 3, 9, 9, 4, 3, 3, 2, 2, 1, 1), false},
-  };
-  cpu_backend avx2(cpu_gemm::avx2_fma), avx512(cpu_gemm::avx512);
-  std::uint32_t seed = 300;
-  for (const auto& [s, from_image] : cases) {
-    EXPECT_EQ(detail::columns_packed_from_image(s), from_image);
-    const auto x = random_floats(s.input_size(), ++seed);
-    const auto w = random_floats(s.weight_size(), ++seed);
-    const auto bias = random_floats(std::size_t(s.filters), ++seed);
-    const auto dy = random_floats(s.output_size(), ++seed);
-    std::vector<float> y2(s.output_size()), y5(s.output_size());
-    avx2.conv2d_forward(s, x.data(), w.data(), bias.data(), y2.data());
-    avx512.conv2d_forward(s, x.data(), w.data(), bias.data(), y5.data());
-    EXPECT_EQ(0, std::memcmp(y2.data(), y5.data(), y2.size() * sizeof(float)))
-        << "forward, plane " << s.out_h() << "x" << s.out_w();
-    std::vector<float> dw2(s.weight_size()), dw5(s.weight_size());
-    std::vector<float> db2(std::size_t(s.filters)), db5(std::size_t(s.filters));
-    avx2.conv2d_backward_filter(s, x.data(), dy.data(), dw2.data(), db2.data());
-    avx512.conv2d_backward_filter(s, x.data(), dy.data(), dw5.data(), db5.data());
-    EXPECT_EQ(0, std::memcmp(dw2.data(), dw5.data(), dw2.size() * sizeof(float)))
-        << "filter gradient, plane " << s.out_h() << "x" << s.out_w();
-    EXPECT_EQ(db2, db5);
-  }
-}
+// The convolutions' packed paths (columns from the image, weights packed once per batch) on
+// both tiles: cpu_kernel_test.cpp.
 
 TEST(backend_factory, parses_and_prints_every_kind) {
   for (backend_kind kind : {backend_kind::auto_select, backend_kind::cpu, backend_kind::cuda}) {
