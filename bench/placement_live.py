@@ -161,6 +161,14 @@ def main():
     if a.quick:
         a.epochs, a.orders = 2, "spread,dltap;dltap,spread"
     orders = [o.split(",") for o in a.orders.split(";")]
+    for step in (s for o in orders for s in o):
+        placement, at, size = step.partition("@")
+        w, x, sh = size.partition("x")
+        if placement not in ("spread", "dltap") or (at and not (w.isdigit() and x and sh.isdigit())):
+            print(f"placement_live: --orders: '{step}' is not PLACEMENT or PLACEMENT@WxS "
+                  "(spread or dltap; e.g. spread,dltap;dltap@3x1,spread: ',' between steps, "
+                  "';' between orders)", file=sys.stderr)
+            return 2
     for p in ("coach", "coach-node"):
         if not os.access(os.path.join(a.bin_dir, p), os.X_OK):
             print(f"placement_live: {a.bin_dir}/{p} is not built", file=sys.stderr)
