@@ -7,17 +7,11 @@
 // successor before it handles it; each backup does the same to its own successor. Every replica
 // applies the same messages in the same order to the same ps::shard, so each holds bitwise the
 // values and optimizer state of the head, some messages behind. A replica acknowledges a version
-// to its predecessor once it holds every push of the steps before it and its successor
-// acknowledged it too: an acknowledgement from the head's successor means the whole chain holds
-// the version. "Holds" is not "applied": a backup acknowledges a step as soon as its last push
-// is in, before the step's update (ps::shard::on_step_held), and applies the update while the
-// acknowledgement travels, so the backup's update is not on the step's critical path; nothing
-// comes between the two (one message handler), so a backup that acknowledged a version reaches
-// it bitwise. The head answers a version (the pushers' parameters, pulls) only once it applied
-// it and the chain holds it: a worker that has version v can count on every replica reaching
-// it, and the steps it pushed and was not answered are all it has to send again to a backup
-// that takes over. A worker on the head's node, lost with it, takes no push of a step answered
-// to the others with it: the backup acknowledged holding that push before the answer.
+// to its predecessor once it has applied every step before it and its successor acknowledged it
+// too: an acknowledgement from the head's successor means the whole chain holds the version.
+// The head answers a version (the pushers' parameters, pulls) only once it is held so: a worker
+// that has version v can count on every replica reaching it, and the steps it pushed and was not
+// answered are all it has to send again to a backup that takes over.
 //
 // Not thread-safe: its actor calls it from one message handler at a time.
 
@@ -31,26 +25,24 @@ class replica_chain {
   /// A replica at version `version` (the shard it follows starts there: a new job's 0, or a
   /// checkpoint's version); `head`: the primary; `has_next`: a successor follows it.
   replica_chain(std::int64_t version, bool head, bool has_next) noexcept
-      : holds_(version), acked_(version), told_(version), head_(head), has_next_(has_next) {}
+      : applied_(version), acked_(version), told_(version), head_(head), has_next_(has_next) {}
 
   bool head() const noexcept { return head_; }
   bool has_next() const noexcept { return has_next_; }
 
   /// The version held here and at every replica after this one.
-  std::int64_t held() const noexcept { return has_next_ && acked_ < holds_ ? acked_ : holds_; }
+  std::int64_t held() const noexcept { return has_next_ && acked_ < applied_ ? acked_ : applied_; }
   /// Whether the head may answer version `v`: the whole chain holds it.
   bool may_answer(std::int64_t v) const noexcept { return v <= held(); }
 
-  /// This replica's shard holds every push of the steps before `v`: applied them, or is about
-  /// to apply the last one in the same call (a backup, told by ps::shard::on_step_held; the head
-  /// tells once it applied, as it answers from the values). Returns the version a backup now
+  /// This replica's shard applied every step before `v`. Returns the version a backup now
   /// acknowledges to its predecessor, when it holds a newer one than it last told.
-  std::optional<std::int64_t> holds(std::int64_t v) noexcept {
-    if (v > holds_) holds_ = v;
+  std::optional<std::int64_t> applied(std::int64_t v) noexcept {
+    if (v > applied_) applied_ = v;
     return to_tell();
   }
   /// The successor acknowledged `v` (older acknowledgements, repeated or reordered, count
-  /// nothing). Returns what holds() returns.
+  /// nothing). Returns what applied() returns.
   std::optional<std::int64_t> successor_acked(std::int64_t v) noexcept {
     if (v > acked_) acked_ = v;
     return to_tell();
@@ -70,7 +62,7 @@ class replica_chain {
     return told_;
   }
 
-  std::int64_t holds_;  ///< every push of the steps before it is here
+  std::int64_t applied_;
   std::int64_t acked_;  ///< the successor's newest acknowledgement
   std::int64_t told_;   ///< the newest version acknowledged to the predecessor
   bool head_;

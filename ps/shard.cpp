@@ -114,7 +114,6 @@ result<int> shard::resume() {
 bool shard::maybe_apply(const piece_callback& on_piece) {
   for (auto r : members_)
     if (!pending_.contains(r)) return false;
-  if (on_held_) on_held_(applied_ + 1);
   apply(on_piece, applied_);
   // The members of the step that opens now.
   if (auto it = schedule_.upper_bound(applied_); it != schedule_.begin())

@@ -121,10 +121,6 @@ struct piece {
 /// holds the piece; sharing it there is allowed (see share_values()).
 using piece_callback = std::function<void(const piece&)>;
 
-/// Told that a step holds every contribution it waits for, with the version it produces, just
-/// before the step's update starts (ps::shard::on_step_held).
-using held_callback = std::function<void(std::int64_t version)>;
-
 class shard {
  public:
   /// A shard owning `ranges` with initial values `initial` (the ranges' values concatenated).
@@ -231,15 +227,6 @@ class shard {
 
   const shard_options& options() const noexcept { return options_; }
 
-  /// Calls `f` each time a step holds every contribution it waits for (whatever completes it:
-  /// push, configure, resume), with the version it produces, before the step's update starts;
-  /// the update follows in the same call, with nothing else in between. What it is for: a
-  /// backup shard acknowledges a step as soon as it holds it, and applies the step while the
-  /// acknowledgement travels (ps/replica_chain.hpp). Not for asp (one_push_per_step), whose
-  /// steps are applied on arrival. Empty: none. REQUIRES: `f` does not call into the shard but
-  /// for its const members.
-  void on_step_held(held_callback f) { on_held_ = std::move(f); }
-
   /// asp: pushes of steps already applied, dropped.
   std::uint64_t stale_dropped() const noexcept { return stale_dropped_; }
 
@@ -317,7 +304,6 @@ class shard {
   std::uint64_t last_samples_ = 0;
   double last_loss_ = 0;
   std::uint64_t stale_dropped_ = 0;
-  held_callback on_held_;  ///< on_step_held
   /// asp: steps applied ahead of applied_ (their turn had not come: applied_ counts the steps
   /// applied without a gap).
   std::set<std::int64_t> applied_ahead_;

@@ -25,16 +25,9 @@ shard_server::shard_server(shard_server_setup setup, shard_server_ports ports,
       core_(std::move(core)) {
   if (ports_.answers_gone)
     answers_gone_ = std::make_shared<const std::function<void()>>(ports_.answers_gone);
-  if (setup_.replicas > 1) {
+  if (setup_.replicas > 1)
     chain_.emplace(core_->applied_steps(), setup_.replica == 0,
                    setup_.replica + 1 < setup_.replicas);
-    // A backup acknowledges a step once it holds the step's pushes, before it applies them:
-    // its update runs while the acknowledgement travels, off the step's critical path.
-    core_->on_step_held([this](std::int64_t v) {
-      if (chain_->head()) return;
-      if (auto told = chain_->holds(v)) tell_prev(*told);
-    });
-  }
 }
 
 void shard_server::on_message(wire_message& m) {
@@ -402,7 +395,7 @@ void shard_server::on_push(wire_message& m) {
     return;
   }
   if (*done) {
-    if (chain_) chain_->holds(core_->applied_steps());
+    if (chain_) chain_->applied(core_->applied_steps());
     if (chain_ && !chain_->may_answer(core_->applied_steps())) {
       gated_step_ = step;  // answered once the chain holds the version (release_gated)
       return;
@@ -428,8 +421,7 @@ void shard_server::forward(const wire_message& m) {
   ports_.send(copy_to(m, setup_.next, flag::replica));
 }
 
-/// A backup's copy of a push: applied as the primary applies it, answered to nobody; a step it
-/// completes is acknowledged before its update (on_step_held, set in the constructor). The
+/// A backup's copy of a push: applied as the primary applies it, answered to nobody. The
 /// master's snapshot request on it is kept (`retained_`) in case the primary's answer is lost.
 void shard_server::on_push_copy(std::int64_t step, const wire_message& m, ps::contribution c) {
   if ((m.hdr.flags & flag::snapshot) && step == core_->applied_steps() &&
@@ -474,7 +466,7 @@ bool shard_server::serve_retained(std::int64_t v, const endpoint& who, bool stat
 /// Chain bookkeeping after a message: a backup acknowledges what it holds now; the head
 /// answers what the chain holds now.
 void shard_server::chain_moved() {
-  if (auto v = chain_->holds(core_->applied_steps())) tell_prev(*v);
+  if (auto v = chain_->applied(core_->applied_steps())) tell_prev(*v);
   release_gated();
 }
 

@@ -12,9 +12,8 @@
 // workers' critical path, the transfer has their compute time to travel in); the consistency
 // mode's rules (asp: each push applied on arrival and answered with the values as they are);
 // and the replica chain (docs/design.md "Shard replicas"): copies forwarded to the next
-// replica, acknowledgements to the one before (a backup's as soon as it holds a step's pushes,
-// before it applies them), a head that answers only what the whole chain holds, a backup that
-// keeps what the master asked of it and takes over when told.
+// replica, acknowledgements to the one before, a head that answers only what the whole chain
+// holds, a backup that keeps what the master asked of it and takes over when told.
 //
 // actors/shard_actor.cpp turns CAF messages into these calls; tests/unit/shard/ drive it with
 // no actor system. Threads: one owner.
@@ -72,9 +71,6 @@ class shard_server {
   /// computes on, kept as long as the server.
   shard_server(shard_server_setup setup, shard_server_ports ports,
                std::unique_ptr<kernels::backend> be, std::unique_ptr<ps::shard> core);
-  /// Not copied or moved: a replicated shard's `core` calls back into it (on_step_held).
-  shard_server(const shard_server&) = delete;
-  shard_server& operator=(const shard_server&) = delete;
 
   /// A message of the data path addressed to this replica. Anything malformed or unexpected is
   /// counted (protocol_errors) and logged, never applied.

@@ -20,14 +20,14 @@ using ps::replica_chain;
 TEST(replica_chain, the_head_answers_a_version_only_once_its_backup_holds_it) {
   replica_chain head(0, true, true);
   EXPECT_TRUE(head.may_answer(0));
-  EXPECT_EQ(head.holds(1), std::nullopt) << "the head acknowledges to nobody";
-  EXPECT_FALSE(head.may_answer(1)) << "held here, not yet at the backup";
+  EXPECT_EQ(head.applied(1), std::nullopt) << "the head acknowledges to nobody";
+  EXPECT_FALSE(head.may_answer(1)) << "applied here, not yet at the backup";
   head.successor_acked(1);
   EXPECT_TRUE(head.may_answer(1));
   // The backup may be ahead of the head's own apply: the head waits for itself too.
   head.successor_acked(2);
   EXPECT_FALSE(head.may_answer(2));
-  head.holds(2);
+  head.applied(2);
   EXPECT_TRUE(head.may_answer(2));
   // A late, repeated or reordered acknowledgement takes nothing back.
   head.successor_acked(1);
@@ -37,26 +37,26 @@ TEST(replica_chain, the_head_answers_a_version_only_once_its_backup_holds_it) {
 
 TEST(replica_chain, a_middle_replica_acknowledges_what_it_and_the_tail_both_hold) {
   replica_chain tail(10, false, false), middle(10, false, true);
-  EXPECT_EQ(tail.holds(11), 11) << "the tail acknowledges what it holds";
-  EXPECT_EQ(tail.holds(11), std::nullopt) << "told once";
-  EXPECT_EQ(middle.holds(11), std::nullopt) << "its successor has not acknowledged 11";
+  EXPECT_EQ(tail.applied(11), 11) << "the tail holds what it applied";
+  EXPECT_EQ(tail.applied(11), std::nullopt) << "told once";
+  EXPECT_EQ(middle.applied(11), std::nullopt) << "its successor has not acknowledged 11";
   EXPECT_EQ(middle.successor_acked(11), 11);
-  EXPECT_EQ(middle.successor_acked(12), std::nullopt) << "it does not hold 12 itself";
-  EXPECT_EQ(middle.holds(13), 12) << "both hold 12";
-  // Its successor is lost: what it holds, the chain after it holds (nothing after it).
+  EXPECT_EQ(middle.successor_acked(12), std::nullopt) << "it has not applied 12 itself";
+  EXPECT_EQ(middle.applied(13), 12) << "both hold 12";
+  // Its successor is lost: it holds alone what it applied.
   EXPECT_EQ(middle.successor_lost(), 13);
   EXPECT_FALSE(middle.has_next());
-  EXPECT_EQ(middle.holds(14), 14);
+  EXPECT_EQ(middle.applied(14), 14);
 }
 
 TEST(replica_chain, a_backup_that_takes_over_answers_and_acknowledges_nothing) {
   replica_chain backup(5, false, false);
   EXPECT_FALSE(backup.head());
-  EXPECT_EQ(backup.holds(6), 6);
+  EXPECT_EQ(backup.applied(6), 6);
   backup.take_over();
   EXPECT_TRUE(backup.head());
-  EXPECT_EQ(backup.holds(7), std::nullopt);
-  EXPECT_TRUE(backup.may_answer(7)) << "alone now: held here is held by the chain";
+  EXPECT_EQ(backup.applied(7), std::nullopt);
+  EXPECT_TRUE(backup.may_answer(7)) << "alone now: what it applied is held";
   EXPECT_FALSE(backup.may_answer(8));
 }
 
