@@ -64,30 +64,11 @@ void pack_b(bool trans_b, const float* b, int ldb, int p0, int kb, int j0, int n
 }
 
 /// Packs op(A)[i0 .. i0+mb) x [p0 .. p0+kb) as strips of MR rows: strip s holds, for each p, MR
-/// consecutive floats (zeros past the last row).
+/// consecutive floats (zeros past the last row). op(A)'s columns are op(A)^T's rows, so this is
+/// pack_b of op(A)^T (A transposed the other way).
 template <int MR>
 void pack_a(bool trans_a, const float* a, int lda, int i0, int mb, int p0, int kb, float* dst) {
-  for (int is = 0; is < mb; is += MR) {
-    const int height = std::min(MR, mb - is);
-    float* strip = dst + std::size_t(is / MR) * kb * MR;
-    if (trans_a) {
-      for (int p = 0; p < kb; ++p) {
-        const float* src = a + std::size_t(p0 + p) * lda + i0 + is;
-        float* d = strip + std::size_t(p) * MR;
-        std::copy(src, src + height, d);
-        std::fill(d + height, d + MR, 0.0f);
-      }
-      continue;
-    }
-    for (int r = 0; r < MR; ++r) {
-      if (r >= height) {
-        for (int p = 0; p < kb; ++p) strip[std::size_t(p) * MR + r] = 0.0f;
-        continue;
-      }
-      const float* src = a + std::size_t(i0 + is + r) * lda + p0;
-      for (int p = 0; p < kb; ++p) strip[std::size_t(p) * MR + r] = src[p];
-    }
-  }
+  pack_b<MR>(!trans_a, a, lda, p0, kb, i0, mb, dst);
 }
 
 /// How a tile's sums enter C.
