@@ -5,6 +5,7 @@
 // it (docs/design.md, "Elastic jobs"), and every push names the configuration it was made under.
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -48,6 +49,9 @@ struct slice_transfer {
   bool buffer_shared = false;
   std::vector<float> state_a;  ///< momentum velocity or Adam m (empty for sgd)
   std::vector<float> state_b;  ///< Adam v (empty otherwise)
+  /// The sparse rows of the buckets the ranges carry (ps/shard_rows.hpp), in
+  /// sparse::row_store's transfer layout; empty for a model without sparse tables.
+  std::vector<std::byte> rows;
   /// lr_scaling adascale: the source's gain estimate (adascale_gain::state(); empty: none).
   std::vector<double> gain_state;
 

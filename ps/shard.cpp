@@ -39,6 +39,15 @@ shard::shard(std::uint32_t id, const optimizer_config& opt, kernels::backend& be
   if (per >= 1) state_a_.assign(total, 0.0f);
   if (per >= 2) state_b_.assign(total, 0.0f);
   acc_.assign(std::min(total, options_.piece_floats), 0.0f);
+  if (options_.rows) {
+    const auto& r = *options_.rows;
+    COACH_ENFORCE(r.num_params >= 1 && r.num_params <= max_rows_num_params,
+                  "shard: sparse rows need a model with 1 to 2^47 dense parameters");
+    auto store =
+        sparse::row_store::create(r.seed, r.tables, r.optimizer, buckets_of(ranges_, r.num_params));
+    COACH_ENFORCE(store.has_value(), "shard: the sparse tables' configuration is invalid");
+    rows_.emplace(std::move(*store));
+  }
 }
 
 void shard::set_members(std::vector<std::uint32_t> ranks) {
@@ -53,6 +62,12 @@ void shard::set_members(std::vector<std::uint32_t> ranks) {
 
 result<void> shard::check_parts(const contribution& c) const {
   if (c.samples == 0) return {};
+  if (!c.rows.empty() && !rows_)
+    return fail(errc::protocol_error, "shard {}: rank {} pushed sparse rows; the model has none",
+                id_, c.rank);
+  for (const auto& part : c.rows)
+    if (auto ok = rows_->check(part.table, part.ids, part.grads.size(), "a push"); !ok)
+      return fail(errc::protocol_error, "shard {}: rank {}: {}", id_, c.rank, ok.error().message);
   if (c.parts.size() != ranges_.size())
     return fail(errc::protocol_error, "shard {}: rank {} sent {} parts for {} ranges", id_, c.rank,
                 c.parts.size(), ranges_.size());
@@ -245,6 +260,14 @@ result<slice_transfer> shard::release(const std::vector<key_range>& ranges, std:
     return fail(errc::protocol_error, "shard {}: keys [{}, {}) are not owned here", id_,
                 cut[c].begin, cut[c].end);
   slice_transfer t;
+  if (rows_) {
+    // The rows of the buckets the leaving keys carry; all or nothing, before any key moves.
+    std::vector<key_range> leaving;
+    for (const auto& p : go) leaving.push_back(p.range);
+    auto blob = rows_->release(buckets_of(merged(leaving), options_.rows->num_params));
+    if (!blob) return fail(errc::protocol_error, "shard {}: {}", id_, blob.error().message);
+    t.rows = std::move(*blob);
+  }
   t.from = id_;
   t.to = to;
   t.version = applied_;
@@ -297,6 +320,7 @@ slice_transfer shard::snapshot() const {
   t.values.assign(v.begin(), v.end());
   t.state_a = state_a_;
   t.state_b = state_b_;
+  if (rows_) t.rows = rows_->save();
   return t;
 }
 
@@ -310,11 +334,17 @@ result<void> shard::adopt(slice_transfer&& t) {
   if (t.buffer_shared || t.values_span().size() != n || t.state_a.size() != (per >= 1 ? n : 0) ||
       t.state_b.size() != (per >= 2 ? n : 0) || sorted != t.ranges)
     return adopt(std::as_const(t));  // copies shared values; a refusal says what is wrong
+  const adascale_gain gain_before = gain_;
   if (!gain_.restore(t.gain_state))
     return fail(errc::protocol_error,
                 "shard {}: a transfer from shard {} carries a malformed "
                 "gain estimate",
                 id_, t.from);
+  // The last check that can fail: a refused transfer changes nothing.
+  if (auto ok = adopt_rows(t); !ok) {
+    gain_ = gain_before;
+    return ok;
+  }
   applied_ = t.version;
   updates_ = t.updates;
   samples_applied_ = t.samples_applied;
@@ -373,11 +403,17 @@ result<void> shard::adopt(const slice_transfer& t) {
     append(b, p.theirs ? t.state_b : state_b_, pc);
   }
   // Both sides folded in the same totals; a shard that has seen none (new) takes the source's.
+  const adascale_gain gain_before = gain_;
   if (!gain_.restore(t.gain_state))
     return fail(errc::protocol_error,
                 "shard {}: a transfer from shard {} carries a malformed "
                 "gain estimate",
                 id_, t.from);
+  // The last check that can fail: a refused transfer changes nothing.
+  if (auto ok = adopt_rows(t); !ok) {
+    gain_ = gain_before;
+    return ok;
+  }
   updates_ = std::max(updates_, t.updates);
   samples_applied_ = std::max(samples_applied_, t.samples_applied);
   if (empty) {
@@ -491,6 +527,7 @@ void shard::apply(const piece_callback& on_piece, std::int64_t step) {
       }
     }
   }
+  if (samples > 0) apply_rows(scale);
   with_data_.clear();
   if (adascale) last_stats_ = stats;
   last_samples_ = samples;

@@ -53,8 +53,17 @@
 #include "ps/job_config.hpp"
 #include "ps/optimizer.hpp"
 #include "ps/shard_map.hpp"
+#include "ps/shard_rows.hpp"
 
 namespace coach::ps {
+
+/// A worker's gradients for rows of one sparse table, those this shard holds: the sums over the
+/// worker's samples, `ids.size() * dim` floats, each row once.
+struct row_part {
+  std::uint32_t table = 0;
+  std::span<const std::uint64_t> ids;
+  std::span<const float> grads;
+};
 
 /// One worker's gradient for one step, restricted to a shard's ranges.
 struct contribution {
@@ -64,7 +73,10 @@ struct contribution {
   /// Gradient of the SUM of per-sample losses, one span per range of the shard, in the shard's
   /// range order, each of that range's size. Empty when samples == 0.
   std::vector<std::span<const float>> parts;
-  std::shared_ptr<const void> keep_alive;  ///< owns the memory behind parts
+  /// Row gradients of the sparse tables (ps/shard_rows.hpp), for the rows this shard holds;
+  /// empty when samples == 0 or the step touched none of them.
+  std::vector<row_part> rows;
+  std::shared_ptr<const void> keep_alive;  ///< owns the memory behind parts and rows
   /// lr_scaling adascale: the totals over every key of the step that produced the version this
   /// gradient was computed from (the pusher added up every shard's step_stats()).
   std::optional<grad_stats> stats;
@@ -99,6 +111,10 @@ struct shard_options {
   /// (a stand-in's empty push raced the dead worker's own, or the reverse) is dropped and
   /// counted (stale_dropped()).
   bool one_push_per_step = false;
+  /// The job's sparse tables (ps/shard_rows.hpp): the shard holds the rows of the buckets its
+  /// key ranges carry, applies their gradients with each step, and moves them with its ranges.
+  /// Unset: a model without sparse tables.
+  std::optional<sparse_rows_config> rows;
   /// Test hook: called as each step is applied, with the step and the (rank, samples) of every
   /// contribution it took, in rank order (what tests/unit/elastic_test.cpp checks the
   /// parameters against); empty: none.
@@ -145,6 +161,13 @@ class shard {
   /// step is being written to: the pieces reported so far are final and never written again
   /// (the later pieces of the step are, so a reader reads only the pieces it was told of).
   std::shared_ptr<const float_buffer> share_values() const noexcept { return values_; }
+  /// The sparse rows this shard holds (options().rows set), else null.
+  const sparse::row_store* rows() const noexcept { return rows_ ? &*rows_ : nullptr; }
+  /// Copies rows `ids` of sparse table `table` at the current version into `out` (ids.size() *
+  /// dim floats), creating those not touched before (their initial values). Errors
+  /// (protocol_error): no sparse tables, or those of row_store::read (a row another shard holds).
+  result<void> read_rows(std::uint32_t table, std::span<const std::uint64_t> ids,
+                         std::span<float> out);
   /// Steps applied so far: the version of values(). Step s's gradients are computed on version s.
   std::int64_t applied_steps() const noexcept { return applied_; }
 
@@ -307,6 +330,12 @@ class shard {
   /// asp: steps applied ahead of applied_ (their turn had not come: applied_ counts the steps
   /// applied without a gap).
   std::set<std::int64_t> applied_ahead_;
+  std::optional<sparse::row_store> rows_;  ///< options_.rows: the rows of this shard's buckets
+  /// Adds the step's row gradients (the contributions with data, in rank order) and applies them.
+  void apply_rows(float scale);
+  /// Takes the rows of a transfer (after every other check of it passed): errors as
+  /// sparse::row_store::adopt, and a transfer with rows for a model without or the reverse.
+  result<void> adopt_rows(const slice_transfer& t);
 };
 
 }  // namespace coach::ps

@@ -78,6 +78,10 @@ class row_store {
   /// unknown table, a row >= its rows, a row in a bucket this store does not own, a wrong size.
   result<void> read(std::uint32_t table, std::span<const std::uint64_t> rows, std::span<float> out);
 
+  /// The checks of read() and add() alone (`what` names the request in the message: "a read").
+  result<void> check(std::uint32_t table, std::span<const std::uint64_t> rows, std::size_t floats,
+                     const char* what) const;
+
   /// Adds one worker's gradients for `rows` of `table` (rows.size() * dim floats, the sums over
   /// its samples) to the open step's sums, creating the rows not held yet. Call in rank order.
   /// Errors as read(); nothing is added then.
@@ -129,8 +133,6 @@ class row_store {
   /// The slot of (table, row), created with its initial values when not held.
   std::uint32_t slot_of(std::uint32_t table, std::uint64_t row);
   std::uint32_t new_slot(std::uint32_t table);
-  result<void> check(std::uint32_t table, std::span<const std::uint64_t> rows, std::size_t floats,
-                     const char* what) const;
 
   std::uint64_t seed_ = 0;
   std::vector<table_config> tables_;
