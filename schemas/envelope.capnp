@@ -62,6 +62,11 @@ enum MsgKind {
   takeOver @16;        # master -> a backup shard and every worker: shard `rank`'s primary is now
                        # host `epoch`, id `chunkId`; mapVersion = the master's configuration
   replicaLost @17;     # master -> a replica of shard `rank`: the replicas after it are gone
+  rowsPull @18;        # worker -> shard: step = version wanted; frames: tables (u32, one a part),
+                       # then each part's row ids (u64) (docs/wire.md "Sparse rows")
+  rows @19;            # shard -> worker: step = version; frames: tables (u32), then each part's
+                       # ids (u64) and values (f32); ranges = keys of rows asked that it no
+                       # longer owns, mapVersion = the configuration that moved them
 }
 
 # An error that crosses the network intact: coach::errc's number (docs/errors.md, 1..9) and the

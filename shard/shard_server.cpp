@@ -116,7 +116,12 @@ void shard_server::serve(std::int64_t v) {
   auto values = core_->share_values();
   std::shared_ptr<const void> owner = values;
   std::shared_ptr<const ps::slice_transfer> snapshot;  // made once, for the state requests
-  for (const auto& [dst, asked, state, label] : it->second) {
+  for (const auto& w : it->second) {
+    const auto& [dst, asked, state, label, rows] = w;
+    if (rows) {
+      send_rows(w, v);
+      continue;
+    }
     if (state) {
       // The optimizer state is written in place by the next step: copied now, at version v.
       if (!snapshot) snapshot = std::make_shared<const ps::slice_transfer>(core_->snapshot());
@@ -361,7 +366,10 @@ void shard_server::on_push(wire_message& m) {
   c.loss_sum = m.hdr.loss;
   c.stats = ps::grad_stats::from_list(m.hdr.grad_stats);
   if (c.samples > 0) {
-    for (const auto& f : m.frames) c.parts.push_back(f.as<float>());
+    // The dense frames, one a range, then the sparse rows' frames (wire/row_frames.hpp).
+    const std::size_t dense = std::min(m.hdr.ranges.size(), m.frames.size());
+    for (std::size_t i = 0; i < dense; ++i) c.parts.push_back(m.frames[i].as<float>());
+    if (!read_push_rows(m, c)) return;
     // The contribution is read when the step's last push arrives: every frame's memory must
     // live until then. A local push's frames share one owner (the worker's gradient buffer);
     // a received one's frames each own their own ZeroMQ message, so all of them are kept.
@@ -566,6 +574,9 @@ void shard_server::handle(wire_message& m) {
       break;
     case msg_kind::pull:
       want(m.hdr.step, m.hdr.src, m.hdr.ranges, true, false);
+      break;
+    case msg_kind::rows_pull:
+      on_rows_pull(m);
       break;
     case msg_kind::snapshot_request:
       want(m.hdr.step, m.hdr.src, m.hdr.ranges, false, (m.hdr.flags & flag::with_state) != 0);

@@ -5,7 +5,8 @@
 // shard's logic (ps::shard), and the answers, transfers and acknowledgements it sends back.
 //
 // What it adds to ps::shard: who waits for which version (pulls and snapshot requests, answered
-// with one message holding every range, keys no longer owned answered `moved`); a step's
+// with one message holding every range, keys no longer owned answered `moved`; rows_pulls of
+// sparse rows, answered with the rows, those it no longer holds named by their keys); a step's
 // answers sent piece by piece to its pushers as the pieces are updated, in messages of about
 // piece_floats floats; migrate orders and transfers applied once the shard reaches their
 // version, each transfer sent after the answers of the step before it (they are on the
@@ -90,6 +91,8 @@ class shard_server {
     bool state = false;                ///< a snapshot with the optimizer state (flag::with_state)
     /// asp: the version the master asked for, answered with a later one (-1: none such).
     std::int64_t version = -1;
+    /// A rows_pull (sparse tables): the request, answered with the rows it names (rows frames).
+    std::shared_ptr<const wire::wire_message> rows;
   };
 
   void report(const coach::error& e);
@@ -123,6 +126,11 @@ class shard_server {
   bool chain_entry(wire::wire_message& m);
   void take_over();
   void handle(wire::wire_message& m);
+  // Sparse rows (shard_server_rows.cpp).
+  void on_rows_pull(const wire::wire_message& m);
+  void send_rows(const waiter& w, std::int64_t v);
+  /// The row gradients after a push's dense frames, into c.rows; false (reported) if malformed.
+  bool read_push_rows(const wire::wire_message& m, ps::contribution& c);
 
   shard_server_setup setup_;
   shard_server_ports ports_;

@@ -49,7 +49,9 @@ static_assert(std::uint16_t(msg_kind::state) == std::uint16_t(wire::MsgKind::STA
 static_assert(std::uint16_t(msg_kind::replica_ack) == std::uint16_t(wire::MsgKind::REPLICA_ACK));
 static_assert(std::uint16_t(msg_kind::take_over) == std::uint16_t(wire::MsgKind::TAKE_OVER));
 static_assert(std::uint16_t(msg_kind::replica_lost) == std::uint16_t(wire::MsgKind::REPLICA_LOST));
-static_assert(msg_kind_count == 18, "a new msg_kind needs its MsgKind in envelope.capnp");
+static_assert(std::uint16_t(msg_kind::rows_pull) == std::uint16_t(wire::MsgKind::ROWS_PULL));
+static_assert(std::uint16_t(msg_kind::rows) == std::uint16_t(wire::MsgKind::ROWS));
+static_assert(msg_kind_count == 20, "a new msg_kind needs its MsgKind in envelope.capnp");
 
 constexpr std::uint16_t max_errc =
     std::uint16_t(errc::not_authorized);  // highest code in error.hpp

@@ -130,6 +130,8 @@ wire_message make_slices(const endpoint& src, const endpoint& dst, std::uint64_t
     m.frames.push_back(frame::of(owner, t->state_a.data(), t->state_a.size()));
   if (!t->state_b.empty())
     m.frames.push_back(frame::of(owner, t->state_b.data(), t->state_b.size()));
+  // The sparse rows of the buckets the ranges carry (ps/shard_rows.hpp), as one frame.
+  if (!t->rows.empty()) m.frames.push_back(frame::of(owner, t->rows.data(), t->rows.size()));
   return m;
 }
 
@@ -142,12 +144,14 @@ result<ps::slice_transfer> read_slices(const wire_message& m, std::size_t state_
     return fail(errc::protocol_error, "{} message at version {}", to_string(kind), m.hdr.step);
   std::size_t keys = 0;
   for (const auto& r : m.hdr.ranges) keys += r.size();
-  if (m.frames.size() != 1 + state_per_param)
+  // The values, the optimizer state, and the sparse rows' frame where the model has tables.
+  if (m.frames.size() != 1 + state_per_param && m.frames.size() != 2 + state_per_param)
     return fail(errc::protocol_error,
-                "{} message has {} frames, expected {} (values and optimizer state)",
+                "{} message has {} frames, expected {} (values and optimizer state) or one more "
+                "(sparse rows)",
                 to_string(kind), m.frames.size(), 1 + state_per_param);
-  for (const auto& f : m.frames)
-    if (f.bytes != keys * sizeof(float))
+  for (std::size_t i = 0; i < 1 + state_per_param; ++i)
+    if (const auto& f = m.frames[i]; f.bytes != keys * sizeof(float))
       return fail(errc::protocol_error, "{} message: a frame of {} bytes for {} keys",
                   to_string(kind), f.bytes, keys);
   ps::slice_transfer t;
@@ -176,6 +180,10 @@ result<ps::slice_transfer> read_slices(const wire_message& m, std::size_t state_
   }
   if (state_per_param >= 1) copy(1, t.state_a);
   if (state_per_param >= 2) copy(2, t.state_b);
+  if (m.frames.size() == 2 + state_per_param) {
+    const frame& rows = m.frames.back();
+    t.rows.assign(rows.data, rows.data + rows.bytes);  // checked by the shard that adopts it
+  }
   return t;
 }
 

@@ -38,6 +38,10 @@ std::string_view to_string(msg_kind k) noexcept {
       return "take_over";
     case msg_kind::replica_lost:
       return "replica_lost";
+    case msg_kind::rows_pull:
+      return "rows_pull";
+    case msg_kind::rows:
+      return "rows";
   }
   return "unknown";
 }

@@ -51,9 +51,17 @@ enum class msg_kind : std::uint16_t {
   take_over = 16,
   /// master -> a replica: the replicas after it in its chain are gone; it holds its steps alone
   replica_lost = 17,
+  // Sparse tables (docs/design.md "Sparse tables"; wire/row_frames.hpp builds and reads them).
+  /// worker -> shard: step = version wanted; frames: the parts' tables (u32), then each part's
+  /// row ids (u64)
+  rows_pull = 18,
+  /// shard -> worker: the answer to a rows_pull at version `step`; frames: tables (u32), then
+  /// each part's row ids (u64) and values (f32, ids x dim); ranges: the keys of rows asked for
+  /// that the shard no longer owns, map_version the configuration that moved them
+  rows = 19,
 };
 /// One more than the highest msg_kind (arrays indexed by kind number leave index 0 unused).
-inline constexpr std::size_t msg_kind_count = 18;
+inline constexpr std::size_t msg_kind_count = 20;
 std::string_view to_string(msg_kind k) noexcept;
 
 /// Where an actor lives: a host number and an id unique on the cluster.
