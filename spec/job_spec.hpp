@@ -157,6 +157,7 @@
 #include "ps/change_kind.hpp"
 #include "ps/consistency.hpp"
 #include "ps/optimizer.hpp"
+#include "sparse/row_optimizer.hpp"
 #include "spec/checkpoint_config.hpp"
 #include "worker/dataset.hpp"
 #include "worker/model_config.hpp"
@@ -200,6 +201,8 @@ struct job_spec {
   worker::dataset_config dataset;  ///< path is absolute
   worker::model_config model;
   ps::optimizer_config optimizer;
+  /// The optimizer of the embedding tables' rows (model.embeddings), applied by the shards.
+  sparse::row_optimizer_config sparse_optimizer;
   /// Per worker at the initial worker count (batch: global) or always (per_worker).
   int batch_size = 64;
   batch_kind batch = batch_kind::global;
