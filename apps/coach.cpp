@@ -28,6 +28,7 @@
 #include "actors/curve_keys.hpp"
 #include "actors/embedded_cluster.hpp"
 #include "coach_api.hpp"
+#include "coach_data.hpp"
 #include "coach_experiment.hpp"
 #include "coach_model.hpp"
 #include "common/nearest.hpp"
@@ -396,6 +397,7 @@ int main(int argc, char** argv) {
   dashboard_token->add_option("--key", token_key,
                               "The scheduler node's key pair, a .key file (default: $COACH_KEY)");
 
+  coach::apps::data_command data(app);
   coach::apps::experiment_options xo;
   auto* experiment = app.add_subcommand(
       "experiment",
@@ -583,6 +585,7 @@ int main(int argc, char** argv) {
   if (*dashboard_token) return run_dashboard_token(token_key);
   if (*plot) return run_plot(plot_report, plot_out);
   if (*experiment) return coach::apps::run_experiment(xo);
+  if (data.chosen()) return data.run();
   auto security = coach::actors::load_security(key_file, "", server_key_file);
   if (!security) {
     std::fprintf(stderr, "coach: %s\n", security.error().message.c_str());

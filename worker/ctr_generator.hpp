@@ -38,8 +38,10 @@
 // missing with probability missing_dense, each categorical with missing_categorical.
 //
 // Row r's draws come from a SplitMix64 stream keyed by (seed, r): the file is a pure function of
-// the options, written row by row (memory O(1) in the rows but for the held-out rows'
-// probabilities: 12 bytes a held-out row, for their exact AUC).
+// the options (the normal and Zipf draws go through libm's exp, log and cos: two machines agree
+// bitwise where their libm does: the same glibc), written row by row (memory
+// O(1) in the rows but for the held-out rows' probabilities: 12 bytes a held-out row, for their
+// exact AUC).
 
 #include <algorithm>
 #include <array>
