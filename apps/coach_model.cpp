@@ -211,10 +211,13 @@ int run_eval(const std::string& model_path, const std::string& spec_path, bool j
                           {"correct", ev.correct},
                           {"confusion", rows}};
     if (!m->labels.class_names.empty()) out["class_names"] = m->labels.class_names;
+    if (ev.auc) out["auc"] = *ev.auc;  // 2-class models (worker/binary_metrics.hpp)
+    if (ev.log_loss) out["log_loss"] = *ev.log_loss;
     std::printf("%s\n", out.dump().c_str());
   } else {
-    std::printf("test loss %.4f  test accuracy %.4f  (%lld samples)\n", loss, ev.accuracy(),
-                static_cast<long long>(ev.total));
+    std::printf("test loss %.4f  test accuracy %.4f", loss, ev.accuracy());
+    if (ev.auc) std::printf("  test auc %.4f", *ev.auc);
+    std::printf("  (%lld samples)\n", static_cast<long long>(ev.total));
   }
   return 0;
 }

@@ -404,10 +404,10 @@ result<fields> open_top(const spec_parser& p, const YAML::Node& root) {
   }
   return p.open_map(
       root, "", spec_parser::line_of(root, 1),
-      {"name",     "dataset",     "model",      "optimizer",   "batch_size", "batch",
-       "epochs",   "consistency", "seed",       "workers",     "shards",     "gpus_per_worker",
-       "backend",  "precision",   "slice_size", "host_reduce", "placement",  "replicas",
-       "function", "schedule",    "checkpoint", "output"});
+      {"name",     "dataset",     "model",      "optimizer",   "batch_size",      "batch",
+       "epochs",   "consistency", "seed",       "workers",     "shards",          "gpus_per_worker",
+       "backend",  "precision",   "slice_size", "host_reduce", "placement",       "replicas",
+       "function", "schedule",    "checkpoint", "output",      "sparse_optimizer"});
 }
 
 /// Parses one document into a job_spec, the fields in the order of the spec, so that the
@@ -429,7 +429,11 @@ result<job_spec> parse_spec(const spec_parser& p, const YAML::Node& root,
   if (auto r = parse_model(p, *top, spec); !r) return std::unexpected(std::move(r.error()));
   if (spec.model.script)
     spec.model.script->path = resolve_path(script_dir, spec.model.script->path);
+  if (auto r = check_embeddings(p, *top, spec); !r) return std::unexpected(std::move(r.error()));
   if (auto r = parse_optimizer(p, *top, spec); !r) return std::unexpected(std::move(r.error()));
+  if (auto r = parse_sparse_optimizer(p, *top, spec); !r) {
+    return std::unexpected(std::move(r.error()));
+  }
   int consistency_line = 0;
   if (auto r = parse_training(p, *top, spec, consistency_line); !r) {
     return std::unexpected(std::move(r.error()));

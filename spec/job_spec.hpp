@@ -6,15 +6,20 @@
 //
 //   name: fashion-mlp            # required; letters, digits, '.', '_', '-' (at most 128)
 //   dataset:                     # required; the formats are described in worker/dataset.hpp
-//     format: idx                # idx (default) | csv | npy
-//     path: /usr/share/datasets/fashion-mnist   # required; idx, npy: a directory, csv: a file
+//     format: idx                # idx (default) | csv | npy | ctr
+//     path: /usr/share/datasets/fashion-mnist   # required; idx, npy: a directory, csv, ctr: a
+//                                # file
 //     train_limit: 0             # keep the first N training samples; 0 (default) = all
 //     test_limit: 0              # keep the first N test samples; 0 (default) = all
 //     normalize: max             # none | max (default: features divided by the largest value
 //                                # read; idx: by 255) | standardize (per feature, (x - mean) /
 //                                # std of the training rows; std 0 counts as 1)
 //     # test_fraction: 0.2       # csv, and npy without x_test.npy and y_test.npy: fraction of
-//                                # the rows held out for test, in (0, 1); default 0.2
+//                                # the rows held out for test, in (0, 1); default 0.2; ctr:
+//                                # the file's last rows, in file order
+//     # n_dense: 13              # ctr only: integer columns after the label, in [0, 4096];
+//                                # default 13 (ctr's normalize defaults to none: log(1 + x))
+//     # n_fields: 26             # ctr only: categorical columns after them; default 26
 //     # header: false            # csv only: true: the first row holds column names; default
 //                                # false (a first row that is not numbers is then an error)
 //     # label_column: -1         # csv only: the label's column, 0-based, negative from the end;
@@ -27,6 +32,21 @@
 //     hidden: [256, 128]         # mlp: hidden widths, each in [1, 1048576]; [] = softmax
 //                                # regression; default [128]
 //     activation: relu           # mlp: relu (default; the only one)
+//     # embeddings:              # ctr only (docs/sparse.md): tables in front of the layers
+//     #   - fields: all          # all (default) | [i, ...], distinct, each < dataset.n_fields
+//     #     rows: 1000000        # required, in [1, 2^40]: ids are hashed into them
+//     #     dim: 16              # required, in [1, 65536]
+//     #     pooling: sum         # sum (default) | mean
+//     #     init_scale: 0.01     # >= 0; default 0.01
+//     #     per_field: true      # true (default): a table per field; false: one shared table
+//   # sparse_optimizer:          # optional, needs model.embeddings: the rows' optimizer
+//   #   type: adagrad            # sgd | adagrad (default) | lazy_adam
+//   #   learning_rate: 0.01      # > 0; default 0.01
+//   #   weight_decay: 0          # >= 0; default 0
+//   #   epsilon: 1e-10           # adagrad, lazy_adam: > 0; default 1e-10 (lazy_adam 1e-8)
+//   #   initial_accumulator: 0   # adagrad only, >= 0; default 0
+//   #   beta1: 0.9               # lazy_adam only, in [0, 1); default 0.9
+//   #   beta2: 0.999             # lazy_adam only, in [0, 1); default 0.999
 //   # ... or a list of layers (worker/network.hpp), softmax cross-entropy after the last:
 //   # model:
 //   #   input_shape: [1, 28, 28] # optional [C, H, W]; default: the data set's (IDX: 1 x rows x
@@ -157,6 +177,7 @@
 #include "ps/change_kind.hpp"
 #include "ps/consistency.hpp"
 #include "ps/optimizer.hpp"
+#include "sparse/row_optimizer.hpp"
 #include "spec/checkpoint_config.hpp"
 #include "worker/dataset.hpp"
 #include "worker/model_config.hpp"
@@ -200,6 +221,8 @@ struct job_spec {
   worker::dataset_config dataset;  ///< path is absolute
   worker::model_config model;
   ps::optimizer_config optimizer;
+  /// The optimizer of the embedding tables' rows (model.embeddings), applied by the shards.
+  sparse::row_optimizer_config sparse_optimizer;
   /// Per worker at the initial worker count (batch: global) or always (per_worker).
   int batch_size = 64;
   batch_kind batch = batch_kind::global;

@@ -40,7 +40,8 @@ result<void> parse_dataset_numbers(const spec_parser& p, const fields& f,
                                    worker::dataset_config& cfg) {
   if (const entry* e = f.find("test_fraction")) {
     if (cfg.format == worker::dataset_format::idx) {
-      return p.bad(*e, "applies only to format csv or npy (format idx has its own test files)");
+      return p.bad(*e,
+                   "applies only to format csv, npy or ctr (format idx has its own test files)");
     }
     auto v = p.get_number(*e, 0.0, true, 1.0, true);
     if (!v) return std::unexpected(std::move(v.error()));
@@ -65,7 +66,34 @@ result<void> parse_dataset_numbers(const spec_parser& p, const fields& f,
                                           "none, max, standardize");
     if (!v) return std::unexpected(std::move(v.error()));
     cfg.normalize = *v;
+  } else if (cfg.format == worker::dataset_format::ctr) {
+    cfg.normalize = worker::normalization::none;  // load_ctr's features are log(1 + x) already
   }
+  return {};
+}
+
+/// The largest n_dense and n_fields of a ctr data set.
+constexpr std::int64_t max_ctr_columns = 4096;
+
+/// The options of the ctr reader: n_dense, n_fields; refused with the other formats.
+result<void> parse_ctr_options(const spec_parser& p, const fields& f, worker::dataset_config& cfg) {
+  for (std::string_view key : {"n_dense", "n_fields"}) {
+    const entry* e = f.find(key);
+    if (e != nullptr && cfg.format != worker::dataset_format::ctr)
+      return p.bad(*e, "applies only to format ctr, not {}", worker::to_string(cfg.format));
+  }
+  if (const entry* e = f.find("n_dense")) {
+    auto v = p.get_int(*e, 0, max_ctr_columns);
+    if (!v) return std::unexpected(std::move(v.error()));
+    cfg.n_dense = std::size_t(*v);
+  }
+  if (const entry* e = f.find("n_fields")) {
+    auto v = p.get_int(*e, 0, max_ctr_columns);
+    if (!v) return std::unexpected(std::move(v.error()));
+    cfg.n_fields = std::size_t(*v);
+  }
+  if (cfg.n_dense + cfg.n_fields == 0 && cfg.format == worker::dataset_format::ctr)
+    return p.bad(*f.find("n_dense"), "and n_fields are both 0: a row needs a column");
   return {};
 }
 
@@ -130,21 +158,24 @@ result<void> parse_dataset(const spec_parser& p, const fields& top, const std::s
                            job_spec& spec) {
   const entry* d = top.find("dataset");
   if (d == nullptr) return p.missing(top, "dataset");
-  auto f = p.open_map(*d, {"format", "path", "test_fraction", "train_limit", "test_limit",
-                           "normalize", "header", "label_column", "delimiter"});
+  auto f =
+      p.open_map(*d, {"format", "path", "test_fraction", "train_limit", "test_limit", "normalize",
+                      "header", "label_column", "delimiter", "n_dense", "n_fields"});
   if (!f) return std::unexpected(std::move(f.error()));
   worker::dataset_config& cfg = spec.dataset;
   if (const entry* e = f->find("format")) {
     auto v = p.get_enum<worker::dataset_format>(*e,
                                                 {{"idx", worker::dataset_format::idx},
                                                  {"csv", worker::dataset_format::csv},
-                                                 {"npy", worker::dataset_format::npy}},
-                                                "idx, csv, npy");
+                                                 {"npy", worker::dataset_format::npy},
+                                                 {"ctr", worker::dataset_format::ctr}},
+                                                "idx, csv, npy, ctr");
     if (!v) return std::unexpected(std::move(v.error()));
     cfg.format = *v;
   }
   if (auto r = parse_dataset_path(p, *f, base_dir, cfg); !r) return r;
   if (auto r = parse_dataset_numbers(p, *f, cfg); !r) return r;
+  if (auto r = parse_ctr_options(p, *f, cfg); !r) return r;
   return parse_csv_options(p, *f, cfg);
 }
 

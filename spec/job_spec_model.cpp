@@ -1,5 +1,6 @@
 // spec/job_spec_model.cpp: the `model:` section of a job spec and its list of layers
 // (job_spec_sections.hpp).
+#include <algorithm>
 #include <initializer_list>
 #include <string_view>
 #include <utility>
@@ -245,9 +246,85 @@ result<void> parse_input_shape(const spec_parser& p, const entry& e, worker::mod
   return {};
 }
 
+/// The most rows of an embedding table (ids are hashed into them) and floats of a row.
+constexpr std::uint64_t max_table_rows = std::uint64_t{1} << 40;
+constexpr std::uint64_t max_table_dim = 65536;
+
+/// `fields` of an embedding: `all`, or a non-empty list of distinct field indices.
+result<void> parse_embedding_fields(const spec_parser& p, const entry& e,
+                                    worker::embedding_config& emb) {
+  if (e.value.IsScalar() && e.value.Scalar() == "all") {
+    emb.fields.clear();
+    return {};
+  }
+  if (!e.value.IsSequence() || e.value.size() == 0)
+    return p.bad(e, "must be all or a non-empty list of field indices, got {}", describe(e.value));
+  for (std::size_t i = 0; i < e.value.size(); ++i) {
+    const entry item{e.key, e.value[i], coach::format("{}[{}]", e.path, i)};
+    auto v = p.get_int(item, 0, max_width);
+    if (!v) return std::unexpected(std::move(v.error()));
+    if (std::find(emb.fields.begin(), emb.fields.end(), int(*v)) != emb.fields.end())
+      return p.bad(item, "lists field {} a second time", *v);
+    emb.fields.push_back(int(*v));
+  }
+  return {};
+}
+
+/// One entry of `embeddings`: {fields, rows, dim, pooling, init_scale, per_field}.
+result<worker::embedding_config> parse_embedding(const spec_parser& p, const entry& item) {
+  auto f = p.open_map(item, {"fields", "rows", "dim", "pooling", "init_scale", "per_field"});
+  if (!f) return std::unexpected(std::move(f.error()));
+  worker::embedding_config emb;
+  if (const entry* e = f->find("fields")) {
+    if (auto r = parse_embedding_fields(p, *e, emb); !r) return std::unexpected(r.error());
+  }
+  const entry* rows = f->find("rows");
+  if (rows == nullptr) return p.missing(*f, "rows");
+  auto r = p.get_uint(*rows, 1);
+  if (!r) return std::unexpected(std::move(r.error()));
+  if (*r > max_table_rows) return p.bad(*rows, "must be <= {} (2^40), got {}", max_table_rows, *r);
+  emb.rows = *r;
+  const entry* dim = f->find("dim");
+  if (dim == nullptr) return p.missing(*f, "dim");
+  auto d = p.get_uint(*dim, 1);
+  if (!d) return std::unexpected(std::move(d.error()));
+  if (*d > max_table_dim) return p.bad(*dim, "must be <= {}, got {}", max_table_dim, *d);
+  emb.dim = std::uint32_t(*d);
+  if (const entry* e = f->find("pooling")) {
+    auto v = p.get_enum<sparse::pooling>(
+        *e, {{"sum", sparse::pooling::sum}, {"mean", sparse::pooling::mean}}, "sum, mean");
+    if (!v) return std::unexpected(std::move(v.error()));
+    emb.pooling = *v;
+  }
+  if (const entry* e = f->find("init_scale")) {
+    auto v = p.get_float(*e, 0.0, false, 1e6, false);
+    if (!v) return std::unexpected(std::move(v.error()));
+    emb.init_scale = *v;
+  }
+  if (const entry* e = f->find("per_field")) {
+    auto v = p.get_enum<bool>(*e, {{"true", true}, {"false", false}}, "true, false");
+    if (!v) return std::unexpected(std::move(v.error()));
+    emb.per_field = *v;
+  }
+  return emb;
+}
+
+/// `embeddings`: a list of tables in front of the layers (docs/sparse.md).
+result<void> parse_embeddings(const spec_parser& p, const entry& e, worker::model_config& model) {
+  if (!e.value.IsSequence())
+    return p.bad(e, "must be a list of embedding tables, got {}", describe(e.value));
+  for (std::size_t i = 0; i < e.value.size(); ++i) {
+    const entry item{e.key, e.value[i], coach::format("{}[{}]", e.path, i)};
+    auto emb = parse_embedding(p, item);
+    if (!emb) return std::unexpected(std::move(emb.error()));
+    model.embeddings.push_back(std::move(*emb));
+  }
+  return {};
+}
+
 /// A script's model: `script` (a file), `args` (a list of strings), `start_timeout_s`, `warm`.
 result<void> parse_script(const spec_parser& p, const fields& f, worker::model_config& model) {
-  for (const char* native : {"hidden", "activation", "layers", "input_shape"})
+  for (const char* native : {"hidden", "activation", "layers", "input_shape", "embeddings"})
     if (const entry* e = f.find(native))
       return p.bad(*e, "is for a model of layers; a script builds its own model");
   const entry* e = f.find("script");
@@ -306,11 +383,37 @@ result<void> check_script_model(const spec_parser& p, const fields& top, const j
   return {};
 }
 
+result<void> check_embeddings(const spec_parser& p, const fields& top, const job_spec& spec) {
+  if (spec.model.embeddings.empty()) return {};
+  const entry* m = top.find("model");
+  const YAML::Node list = m->value["embeddings"];
+  const entry whole{m->key, list, "model.embeddings"};
+  if (spec.dataset.format != worker::dataset_format::ctr)
+    return p.bad(whole,
+                 "needs a data set with categorical fields (dataset.format: ctr), got format {}",
+                 worker::to_string(spec.dataset.format));
+  const std::size_t n_fields = spec.dataset.n_fields;
+  for (std::size_t i = 0; i < spec.model.embeddings.size(); ++i) {
+    const auto& emb = spec.model.embeddings[i];
+    const std::string at = coach::format("model.embeddings[{}]", i);
+    if (emb.fields.empty() && n_fields == 0)
+      return p.bad(entry{m->key, list[i], at + ".fields"},
+                   "is all, but the data set has no categorical fields (dataset.n_fields: 0)");
+    const YAML::Node fields_node = list[i]["fields"];
+    for (std::size_t j = 0; j < emb.fields.size(); ++j) {
+      if (std::size_t(emb.fields[j]) < n_fields) continue;
+      return p.bad(entry{m->key, fields_node[j], coach::format("{}.fields[{}]", at, j)},
+                   "must be < the data set's n_fields ({}), got {}", n_fields, emb.fields[j]);
+    }
+  }
+  return {};
+}
+
 result<void> parse_model(const spec_parser& p, const fields& top, job_spec& spec) {
   const entry* m = top.find("model");
   if (m == nullptr) return p.missing(top, "model");
-  auto f = p.open_map(*m, {"type", "hidden", "activation", "layers", "input_shape", "script",
-                           "args", "start_timeout_s", "warm"});
+  auto f = p.open_map(*m, {"type", "hidden", "activation", "layers", "input_shape", "embeddings",
+                           "script", "args", "start_timeout_s", "warm"});
   if (!f) return std::unexpected(std::move(f.error()));
   const entry* type_entry = f->find("type");
   const bool script =
@@ -336,6 +439,9 @@ result<void> parse_model(const spec_parser& p, const fields& top, job_spec& spec
       return p.bad(*e, "is for type mlp; with 'layers' each layer is listed");
   }
   if (auto r = parse_mlp(p, *f, spec.model); !r) return r;
+  if (const entry* e = f->find("embeddings")) {
+    if (auto r = parse_embeddings(p, *e, spec.model); !r) return r;
+  }
   if (const entry* e = f->find("input_shape")) {
     if (auto r = parse_input_shape(p, *e, spec.model); !r) return r;
   }

@@ -174,3 +174,56 @@ result<void> parse_optimizer(const spec_parser& p, const fields& top, job_spec& 
 }
 
 }  // namespace coach::scheduler::detail
+
+namespace coach::scheduler::detail {
+
+result<void> parse_sparse_optimizer(const spec_parser& p, const fields& top, job_spec& spec) {
+  const entry* o = top.find("sparse_optimizer");
+  if (o == nullptr) return {};
+  if (spec.model.embeddings.empty())
+    return p.bad(*o, "is for a model with embedding tables (model.embeddings), which this has not");
+  auto f = p.open_map(*o, {"type", "learning_rate", "weight_decay", "epsilon",
+                           "initial_accumulator", "beta1", "beta2"});
+  if (!f) return std::unexpected(std::move(f.error()));
+  sparse::row_optimizer_config cfg;
+  if (const entry* e = f->find("type")) {
+    auto s = p.get_string(*e);
+    if (!s) return std::unexpected(std::move(s.error()));
+    auto k = sparse::parse_row_optimizer_kind(*s);
+    if (!k) return p.bad(*e, "must be one of sgd, adagrad, lazy_adam, got {}", describe(e->value));
+    cfg.kind = *k;
+  }
+  if (cfg.kind == sparse::row_optimizer_kind::lazy_adam) cfg.epsilon = 1e-8f;  // Adam's usual
+  const auto number = [&](std::string_view key, double lo, bool lo_open, double hi, bool hi_open,
+                          float& into) -> result<void> {
+    const entry* e = f->find(key);
+    if (e == nullptr) return {};
+    auto v = p.get_float(*e, lo, lo_open, hi, hi_open);
+    if (!v) return std::unexpected(std::move(v.error()));
+    into = *v;
+    return {};
+  };
+  // A value the type does not use is refused, as in `optimizer:`.
+  for (std::string_view key : {"beta1", "beta2"})
+    if (const entry* e = f->find(key); e && cfg.kind != sparse::row_optimizer_kind::lazy_adam)
+      return p.bad(*e, "applies only to type lazy_adam, not {}", sparse::to_string(cfg.kind));
+  if (const entry* e = f->find("initial_accumulator");
+      e && cfg.kind != sparse::row_optimizer_kind::adagrad)
+    return p.bad(*e, "applies only to type adagrad, not {}", sparse::to_string(cfg.kind));
+  if (const entry* e = f->find("epsilon"); e && cfg.kind == sparse::row_optimizer_kind::sgd)
+    return p.bad(*e, "applies only to types adagrad and lazy_adam, not sgd");
+  if (auto r = number("learning_rate", 0.0, true, inf, false, cfg.learning_rate); !r) return r;
+  if (auto r = number("weight_decay", 0.0, false, inf, false, cfg.weight_decay); !r) return r;
+  if (auto r = number("epsilon", 0.0, true, inf, false, cfg.epsilon); !r) return r;
+  if (auto r = number("initial_accumulator", 0.0, false, inf, false, cfg.initial_accumulator); !r)
+    return r;
+  if (auto r = number("beta1", 0.0, false, 1.0, true, cfg.beta1); !r) return r;
+  if (auto r = number("beta2", 0.0, false, 1.0, true, cfg.beta2); !r) return r;
+  if (auto ok = cfg.validate(); !ok)
+    return fail(errc::invalid_argument, "{}:{}: {}", p.source(), spec_parser::line_of(*o),
+                ok.error().message);
+  spec.sparse_optimizer = cfg;
+  return {};
+}
+
+}  // namespace coach::scheduler::detail

@@ -38,4 +38,12 @@ result<void> check_script_model(const spec_parser& p, const fields& top, const j
 /// `consistency:` too: clip_norm and a schedule are refused with averaging:K).
 result<void> parse_optimizer(const spec_parser& p, const fields& top, job_spec& spec);
 
+/// Reads the optional `sparse_optimizer:` section of `top` into spec.sparse_optimizer (refused
+/// without model.embeddings; read after the model).
+result<void> parse_sparse_optimizer(const spec_parser& p, const fields& top, job_spec& spec);
+
+/// What model.embeddings ask of the data set: format ctr, and field indices below its n_fields
+/// (the error at the field at fault); called once dataset and model are read.
+result<void> check_embeddings(const spec_parser& p, const fields& top, const job_spec& spec);
+
 }  // namespace coach::scheduler::detail

@@ -1,12 +1,13 @@
 // worker/dataset.cpp: the public entry points of dataset.hpp. Each format has its reader
-// (idx_reader.cpp, csv_reader.cpp, npy_reader.cpp); what they share after reading, the split
-// and the normalization, is in dataset_split.cpp.
+// (idx_reader.cpp, csv_reader.cpp, npy_reader.cpp, dataset_ctr.cpp); what they share after reading,
+// the split and the normalization, is in dataset_split.cpp.
 #include "worker/dataset.hpp"
 
 #include <exception>
 #include <new>
 
 #include "worker/csv_reader.hpp"
+#include "worker/dataset_ctr.hpp"
 #include "worker/dataset_split.hpp"
 #include "worker/idx_reader.hpp"
 #include "worker/npy_reader.hpp"
@@ -51,6 +52,8 @@ result<dataset_pair> load_dataset(const dataset_config& cfg, std::uint64_t seed)
         return detail::load_csv(cfg, seed);
       case dataset_format::npy:
         return detail::load_npy_dir(cfg, seed);
+      case dataset_format::ctr:
+        return detail::load_ctr_split(cfg);
     }
     return fail(errc::invalid_argument, "{}: unknown data set format {}", cfg.path,
                 int(cfg.format));
@@ -69,6 +72,8 @@ std::string_view to_string(dataset_format format) noexcept {
       return "csv";
     case dataset_format::npy:
       return "npy";
+    case dataset_format::ctr:
+      return "ctr";
   }
   return "unknown";
 }
@@ -77,7 +82,9 @@ result<dataset_format> parse_dataset_format(std::string_view text) {
   if (text == "idx") return dataset_format::idx;
   if (text == "csv") return dataset_format::csv;
   if (text == "npy") return dataset_format::npy;
-  return fail(errc::invalid_argument, "unknown data set format '{}' (expected idx, csv or npy)",
+  if (text == "ctr") return dataset_format::ctr;
+  return fail(errc::invalid_argument,
+              "unknown data set format '{}' (expected idx, csv, npy or ctr)",
               detail::printable(text));
 }
 

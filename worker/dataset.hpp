@@ -1,5 +1,5 @@
 #pragma once
-// worker::dataset: labelled samples held in memory, and the loaders of the three on-disk formats a
+// worker::dataset: labelled samples held in memory, and the loaders of the four on-disk formats a
 // job spec can name (`dataset:` section):
 //
 //   idx  MNIST's IDX files (Fashion-MNIST, MNIST): `path` is a directory holding
@@ -31,6 +31,17 @@
 //        shape 1 x h x w and (rows, c, h, w) of c x h x w (NCHW, as PyTorch); others are flat.
 //        y: shape (rows,) or (rows, 1), an integer dtype, or a float one holding whole numbers,
 //        in [0, max_label].
+//   ctr  click-through-rate rows in the Criteo layout (worker/ctr_data.hpp: label, `n_dense`
+//        integer columns, `n_fields` hex categorical columns; tab-separated, plain or gzipped),
+//        read by load_ctr: x holds the dense features (log(1 + x) already, so normalize
+//        defaults to none in a spec), y the 0/1 labels (classes 2), and `categorical` the
+//        categorical values (`fields` per row, ctr_missing where a cell is empty), which a model's
+//        embedding tables look up (worker/sparse_batch.hpp). The test set is the LAST
+//        test_fraction of the rows, in file order, the training set the rows before them: the
+//        generator (worker/ctr_generator.hpp) holds out its last rows, and Criteo's test day is
+//        its last. The seed plays no part (the chunk dispenser shuffles the training rows).
+//        Memory: load_ctr's vectors become the training set's (moved, then cut to the
+//        training rows); only the test rows are copied out first.
 //
 // Features are then normalized (`normalize`, the same for every format): none keeps them; max
 // (the default) divides them by the largest feature value read (idx: by 255; csv: of the whole
@@ -61,7 +72,8 @@
 
 namespace coach::worker {
 
-/// Labelled samples: `rows` samples of `features` floats each, and one label per sample.
+/// Labelled samples: `rows` samples of `features` floats each, and one label per sample; for
+/// ctr data, also `fields` categorical values per sample.
 struct dataset {
   std::size_t rows = 0;
   std::size_t features = 0;
@@ -74,6 +86,10 @@ struct dataset {
   /// csv labels that are names: class i is class_names[i] (sorted bytewise, classes entries).
   /// Empty when the labels are integers (every idx and npy set).
   std::vector<std::string> class_names;
+  /// ctr: categorical values per sample (the data set's n_fields); 0 for the other formats.
+  std::size_t fields = 0;
+  /// ctr: rows x fields, row-major; ctr_missing where a cell is empty. Empty for other formats.
+  std::vector<std::uint32_t> categorical;
 };
 
 /// How raw feature values are mapped before training (`dataset.normalize`).
@@ -109,7 +125,7 @@ struct dataset_pair {
 };
 
 /// On-disk format of a data set.
-enum class dataset_format { idx, csv, npy };
+enum class dataset_format { idx, csv, npy, ctr };
 
 /// A csv column: by index, or by its name in the header.
 struct column_ref {
@@ -121,14 +137,19 @@ struct column_ref {
 /// The `dataset:` section of a job spec.
 struct dataset_config {
   dataset_format format = dataset_format::idx;
-  std::string path;             ///< idx, npy: the directory of the files; csv: the file
-  double test_fraction = 0.2;   ///< csv, npy without test files: rows held out for test, in (0, 1)
+  std::string path;  ///< idx, npy: the directory of the files; csv, ctr: the file
+  /// csv, npy without test files: rows held out for test, in (0, 1); ctr: the last rows.
+  double test_fraction = 0.2;
   std::size_t train_limit = 0;  ///< keep only the first N training samples (0 = all)
   std::size_t test_limit = 0;   ///< keep only the first N test samples (0 = all)
-  normalization normalize = normalization::max;  ///< every format
-  bool header = false;                           ///< csv only: the first row holds column names
-  column_ref label_column;  ///< csv only: the column of the label; default the last
-  char delimiter = ',';     ///< csv only: the cell separator (parse_delimiter)
+  /// Every format. A spec's default is max, but none for ctr (whose features are log(1 + x)
+  /// already); set here, the field means what it says for every format.
+  normalization normalize = normalization::max;
+  bool header = false;        ///< csv only: the first row holds column names
+  column_ref label_column;    ///< csv only: the column of the label; default the last
+  char delimiter = ',';       ///< csv only: the cell separator (parse_delimiter)
+  std::size_t n_dense = 13;   ///< ctr only: integer columns after the label (Criteo: 13)
+  std::size_t n_fields = 26;  ///< ctr only: categorical columns after them (Criteo: 26)
 };
 
 /// Largest label a loader accepts; keeps a corrupt label from sizing a huge output layer.
@@ -155,15 +176,15 @@ result<dataset> load_idx_images_only(const std::string& images_path);
 /// after the split. Both sets have at least one sample, and classes >= 2.
 /// idx, npy with test files: classes comes from the training labels; a test label outside it is
 /// an error. csv, npy split: classes = largest label of the whole file + 1 (or the number of
-/// class names).
+/// class names). ctr: classes 2; the split is by file order (the last rows test), not seeded.
 /// Errors: those named in the comment at the top, each with the file (and line, column, row or
 /// element) at fault.
 result<dataset_pair> load_dataset(const dataset_config& cfg, std::uint64_t seed);
 
-/// "idx", "csv" or "npy".
+/// "idx", "csv", "npy" or "ctr".
 std::string_view to_string(dataset_format format) noexcept;
 
-/// Parses "idx" | "csv" | "npy".
+/// Parses "idx" | "csv" | "npy" | "ctr".
 result<dataset_format> parse_dataset_format(std::string_view text);
 
 /// "none", "max" or "standardize".

@@ -10,16 +10,18 @@ namespace {
 
 // Everything that changes what load_dataset returns. The csv and npy splits depend on the seed
 // (npy only without test files, but the key does not look at the directory); the idx split does
-// not, so idx ignores it and jobs with other seeds share one copy.
+// not, so idx ignores it and jobs with other seeds share one copy. The ctr split is by file
+// order: its test_fraction counts, not the seed; its column counts do.
 using cache_key = std::tuple<int, std::string, double, std::size_t, std::size_t, std::uint64_t, int,
-                             bool, std::int64_t, std::string, char>;
+                             bool, std::int64_t, std::string, char, std::size_t, std::size_t>;
 
 cache_key key_of(const dataset_config& cfg, std::uint64_t seed) {
-  const bool seeded = cfg.format != dataset_format::idx;
+  const bool ctr = cfg.format == dataset_format::ctr;
+  const bool seeded = cfg.format != dataset_format::idx && !ctr;
   const bool csv = cfg.format == dataset_format::csv;
   return {int(cfg.format),
           cfg.path,
-          seeded ? cfg.test_fraction : 0.0,
+          seeded || ctr ? cfg.test_fraction : 0.0,
           cfg.train_limit,
           cfg.test_limit,
           seeded ? seed : 0,
@@ -27,7 +29,9 @@ cache_key key_of(const dataset_config& cfg, std::uint64_t seed) {
           csv && cfg.header,
           csv ? cfg.label_column.index : 0,
           csv ? cfg.label_column.name : std::string(),
-          csv ? cfg.delimiter : ','};
+          csv ? cfg.delimiter : ',',
+          ctr ? cfg.n_dense : 0,
+          ctr ? cfg.n_fields : 0};
 }
 
 struct cache {

@@ -1,14 +1,18 @@
 #pragma once
 // worker::model_config: the model section of a job spec: a list of layers, softmax cross-entropy
 // at the end. The `type: mlp` form is shorthand for dense layers with ReLU between them
-// (expanded_layers()).
+// (expanded_layers()). A model of ctr data may put embedding tables in front of the layers
+// (`embeddings:`, docs/sparse.md): their rows live in the shards, not in the flat parameters.
 
 #include <array>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "sparse/bag_lookup.hpp"
 
 namespace coach::worker {
 
@@ -49,6 +53,22 @@ struct layer_config {
 
 struct external_model;
 
+/// One entry of `model.embeddings:` (docs/sparse.md, "The model"): tables of `rows` rows of
+/// `dim` floats that the categorical fields `fields` of a ctr data set look up, each sample's
+/// bag pooled into `dim` inputs of the layers.
+struct embedding_config {
+  /// Categorical fields (0-based, < the data set's n_fields), in order; empty: all of them.
+  std::vector<int> fields;
+  std::uint64_t rows = 0;  ///< rows of each table (required, >= 1): ids are hashed into them
+  std::uint32_t dim = 0;   ///< floats per row (required, >= 1)
+  sparse::pooling pooling = sparse::pooling::sum;  ///< how a bag's rows become one vector
+  float init_scale = 0.01f;  ///< initial rows uniform in [-init_scale, init_scale], >= 0
+  /// true: one table per field, each `rows` rows (a bag holds the sample's one value of that
+  /// field); false: one table for all the fields, whose bag holds each field's value (multi-hot).
+  bool per_field = true;
+  friend bool operator==(const embedding_config&, const embedding_config&) = default;
+};
+
 /// `model: {script: PATH, args: [...], start_timeout_s: S}`: a user's script computes the steps
 /// (docs/python.md; the protocol in docs/wire.md).
 struct script_config {
@@ -76,7 +96,10 @@ struct model_config {
   std::vector<layer_config> layers;
   /// Shape of one sample, {C, H, W}; {0, 0, 0}: the data set's (IDX images are 1 x rows x cols,
   /// other data 1 x 1 x features). When given, C H W must equal the data set's features.
+  /// With embeddings: the layers' input, 1 x 1 x (n_dense + the tables' dims).
   std::array<int, 3> input_shape{0, 0, 0};
+  /// Embedding tables in front of the layers (ctr data only); empty: none.
+  std::vector<embedding_config> embeddings;
   friend bool operator==(const model_config&, const model_config&) = default;
 };
 

@@ -189,7 +189,23 @@ std::string model_yaml(const network& net) {
   }
   std::string out;
   const auto in = net.input_shape();
-  out += coach::format("{{type: layers, input_shape: [{}, {}, {}], layers: [", in[0], in[1], in[2]);
+  out += coach::format("{{type: layers, input_shape: [{}, {}, {}], ", in[0], in[1], in[2]);
+  if (!net.tables().empty()) {
+    // One entry per table, its fields explicit: the same tables for any data set of as many
+    // fields or more (the rows themselves live in the shards, not in this file).
+    out += "embeddings: [";
+    for (std::size_t t = 0; t < net.tables().size(); ++t) {
+      const auto& table = net.tables()[t];
+      std::string fields;
+      for (int f : table.fields) fields += coach::format("{}{}", fields.empty() ? "" : ", ", f);
+      out += coach::format(
+          "{}{{fields: [{}], rows: {}, dim: {}, pooling: {}, init_scale: {}, per_field: false}}",
+          t == 0 ? "" : ", ", fields, table.config.rows, table.config.dim,
+          sparse::to_string(table.pooling), table.config.init_scale);
+    }
+    out += "], ";
+  }
+  out += "layers: [";
   bool first = true;
   for (const auto& l : net.layers()) {
     const auto& c = l.cfg;

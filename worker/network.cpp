@@ -8,6 +8,7 @@
 #include "common/enforce.hpp"
 #include "common/format.hpp"
 #include "kernels/layer_shapes_check.hpp"
+#include "worker/binary_metrics.hpp"
 
 namespace coach::worker {
 
@@ -106,6 +107,14 @@ bool is_windowed(layer_kind k) {
 }  // namespace
 
 result<network> network::build(const model_config& cfg, sample_shape input, int classes) {
+  if (!cfg.embeddings.empty())
+    return fail(errc::invalid_argument,
+                "model.embeddings: the tables are resolved against the data set's categorical "
+                "fields; build such a model for its data set (network::for_data)");
+  return build_layers(cfg, input, classes);
+}
+
+result<network> network::build_layers(const model_config& cfg, sample_shape input, int classes) {
   if (classes < 2)
     return fail(errc::invalid_argument, "model: {} class(es); 2 or more needed", classes);
   if (cfg.input_shape != sample_shape{0, 0, 0}) {
@@ -226,9 +235,52 @@ result<network> network::for_data(const model_config& cfg, const dataset& data) 
                   cfg.script->path);
     return external(cfg.external);
   }
-  sample_shape shape = data.shape;
-  if (shape == sample_shape{0, 0, 0}) shape = {1, 1, int(data.features)};
-  return build(cfg, shape, data.classes);
+  if (cfg.embeddings.empty()) {
+    sample_shape shape = data.shape;
+    if (shape == sample_shape{0, 0, 0}) shape = {1, 1, int(data.features)};
+    return build(cfg, shape, data.classes);
+  }
+  if (data.fields == 0)
+    return fail(errc::invalid_argument,
+                "model.embeddings need a data set with categorical fields (format ctr); this one "
+                "has none");
+  std::vector<embedding_table> tables;
+  std::size_t width = data.features;
+  for (std::size_t i = 0; i < cfg.embeddings.size(); ++i) {
+    const embedding_config& e = cfg.embeddings[i];
+    if (e.rows == 0 || e.dim == 0)
+      return fail(errc::invalid_argument, "model.embeddings[{}]: rows and dim must be >= 1", i);
+    std::vector<int> fields = e.fields;
+    if (fields.empty())
+      for (std::size_t f = 0; f < data.fields; ++f) fields.push_back(int(f));
+    for (std::size_t j = 0; j < fields.size(); ++j)
+      if (fields[j] < 0 || std::size_t(fields[j]) >= data.fields)
+        return fail(errc::invalid_argument,
+                    "model.embeddings[{}].fields[{}]: field {} is not among the data set's {} "
+                    "categorical fields",
+                    i, j, fields[j], data.fields);
+    const sparse::table_config tc{e.rows, e.dim, e.init_scale};
+    if (e.per_field) {
+      for (int f : fields) tables.push_back({tc, e.pooling, {f}});
+    } else {
+      tables.push_back({tc, e.pooling, std::move(fields)});
+    }
+  }
+  for (const auto& t : tables) width += t.config.dim;
+  if (width > std::size_t(1) << 30)
+    return fail(errc::invalid_argument, "model.embeddings: an input of {} values is too large",
+                width);
+  auto net = build_layers(cfg, sample_shape{1, 1, int(width)}, data.classes);
+  if (!net) return net;
+  net->tables_ = std::move(tables);
+  net->dense_inputs_ = data.features;
+  return net;
+}
+
+std::size_t network::table_column(std::size_t t) const noexcept {
+  std::size_t column = dense_inputs();
+  for (std::size_t i = 0; i < t && i < tables_.size(); ++i) column += tables_[i].config.dim;
+  return column;
 }
 
 network network::external(std::shared_ptr<const external_model> model) {
@@ -396,6 +448,8 @@ void network_runner::reserve(int rows) {
 }
 
 void network_runner::gather(const dataset& data, std::span<const std::uint32_t> indices) {
+  COACH_ENFORCE(model_.tables().empty(),
+                "a model with embedding tables runs on its batch's rows (worker/sparse_batch.hpp)");
   reserve(int(indices.size()));  // a worker's share of a step can grow as workers leave
   COACH_ENFORCE(data.features == std::size_t(model_.inputs()), "data set width != model inputs");
   const std::size_t f = data.features;
@@ -495,9 +549,12 @@ float* network_runner::forward(const float* params, int rows, bool training, std
   return outs_.back();
 }
 
-void network_runner::backward(const float* params, int rows, float* dz, float* grad,
-                              std::uint64_t noise) {
+const float* network_runner::backward(const float* params, int rows, float* dz, float* grad,
+                                      std::uint64_t noise) {
   const auto& layers = model_.layers();
+  // With embedding tables the gradient goes on past the first layer, to its input: the pooled
+  // bags are part of it, and their rows are trained by it.
+  const bool input_grad = !model_.tables().empty();
   float* spare = delta_a_;
   const auto flip = [&](float* used) { return used == delta_a_ ? delta_b_ : delta_a_; };
   for (std::size_t i = layers.size(); i-- > 0;) {
@@ -508,7 +565,7 @@ void network_runner::backward(const float* params, int rows, float* dz, float* g
     const float* w = params + l.param_offset;
     float* g = grad + l.param_offset;
     const std::size_t n_in = std::size_t(rows) * l.in_size();
-    const bool first = i == 0;
+    const bool first = i == 0 && !input_grad;
     switch (l.cfg.kind) {
       case layer_kind::dense: {
         const int f = int(l.in_size()), u = l.cfg.units;
@@ -573,6 +630,7 @@ void network_runner::backward(const float* params, int rows, float* dz, float* g
       timings_[i].backward_s +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
+  return input_grad ? dz : nullptr;
 }
 
 void network_runner::on_gradient_ready(
@@ -583,6 +641,9 @@ void network_runner::on_gradient_ready(
 double network_runner::forward_backward(const float* params, const dataset& data,
                                         std::span<const std::uint32_t> indices, float* grad,
                                         std::uint64_t noise) {
+  COACH_ENFORCE(model_.tables().empty(),
+                "forward_backward: a model with embedding tables needs its batch's rows (the "
+                "overload that takes table_batch)");
   const int rows = int(indices.size());
   if (rows == 0) {
     // No samples: a zero gradient, so a caller may still contribute to a synchronous step.
@@ -622,12 +683,35 @@ const std::vector<std::int32_t>& network_runner::argmax_rows(const float* logits
   return best_;
 }
 
+void network_runner::collect_binary(const float* logits, int rows, binary_scores& s) {
+  if (model_.classes() != 2) return;
+  host_logits_.resize(std::size_t(rows) * 2);
+  be_.download(host_logits_.data(), logits, host_logits_.size());
+  for (std::size_t r = 0; r < std::size_t(rows); ++r) {
+    // softmax's class-1 probability: 1 / (1 + exp(l0 - l1)), in double.
+    const double d = double(host_logits_[2 * r]) - double(host_logits_[2 * r + 1]);
+    s.p.push_back(1.0 / (1.0 + std::exp(d)));
+    s.labels.push_back(labels_[r] != 0 ? 1.0f : 0.0f);
+  }
+}
+
+void network_runner::finish_binary(const binary_scores& s, evaluation& ev) {
+  if (s.p.empty()) return;
+  if (auto auc = binary_auc(s.p, s.labels)) ev.auc = *auc;  // undefined with one class only
+  if (auto ll = binary_log_loss(s.p, s.labels)) ev.log_loss = *ll;
+}
+
 network_runner::evaluation network_runner::evaluate(const float* params, const dataset& data,
                                                     std::vector<std::int64_t>* confusion) {
+  COACH_ENFORCE(model_.tables().empty(),
+                "evaluate: a model with embedding tables needs a row source (the overload that "
+                "takes one)");
   evaluation ev;
+  binary_scores scores;
   const int classes = model_.classes();
   if (confusion != nullptr) confusion->assign(std::size_t(classes) * classes, 0);
   for_each_batch(params, data, [&](float* logits, int n) {
+    collect_binary(logits, n, scores);
     ev.correct += be_.count_correct(logits, labels_.data(), n, classes);
     if (confusion != nullptr) {
       const auto& best = argmax_rows(logits, n);
@@ -637,6 +721,7 @@ network_runner::evaluation network_runner::evaluate(const float* params, const d
     ev.loss_sum += be_.softmax_xent(logits, labels_.data(), n, classes, logits);
     ev.total += std::int64_t(n);
   });
+  finish_binary(scores, ev);
   return ev;
 }
 

@@ -469,9 +469,9 @@ TEST(job_spec, unknown_enum_values_list_the_allowed_ones) {
                     "adamw, got 'rmsprop'"},
            bad_case{"backend", "backend: tpu",
                     "job.yaml:9: field 'backend' must be one of auto, cpu, cuda, got 'tpu'"},
-           bad_case{
-               "  path", "  path: /d\n  format: parquet",
-               "job.yaml:4: field 'dataset.format' must be one of idx, csv, npy, got 'parquet'"},
+           bad_case{"  path", "  path: /d\n  format: parquet",
+                    "job.yaml:4: field 'dataset.format' must be one of idx, csv, npy, ctr, got "
+                    "'parquet'"},
            bad_case{"model", "model: {type: cnn}",
                     "job.yaml:4: field 'model.type' must be one of mlp, layers, script, got 'cnn'"},
            bad_case{"model", "model: {activation: tanh}",
@@ -982,9 +982,10 @@ TEST(job_spec_dataset, bad_csv_options_name_the_field_and_line) {
                     "standardize, got 'zscore'"},
            bad_case{"  path: /d\n  format: npy\n  test_fraction: 1.5",
                     "job.yaml:5: field 'dataset.test_fraction' must be in (0, 1), got 1.5"},
-           bad_case{"  path: /d\n  test_fraction: 0.3",
-                    "job.yaml:4: field 'dataset.test_fraction' applies only to format csv or npy "
-                    "(format idx has its own test files)"},
+           bad_case{
+               "  path: /d\n  test_fraction: 0.3",
+               "job.yaml:4: field 'dataset.test_fraction' applies only to format csv, npy or ctr "
+               "(format idx has its own test files)"},
            bad_case{"  path: /d.csv\n  format: csv\n  label_colum: 1",
                     "job.yaml:5: unknown field 'dataset.label_colum' (did you mean "
                     "'dataset.label_column'?)"},
