@@ -41,6 +41,7 @@ master::job_master_setup setup_of(const job_context& ctx) {
   s.worker_ep = [c = &ctx](std::uint32_t r) { return c->worker_ep(r); };
   s.replica_ep = [c = &ctx](std::uint32_t k, std::uint32_t i) { return c->replica_ep(k, i); };
   s.on_step = ctx.on_step;
+  s.sparse_rows = !ctx.model.tables().empty();
   return s;
 }
 
@@ -173,6 +174,40 @@ eval_result evaluate_external(evaluator_state& st, const job_context& ctx,
                      ev->loss_sum};
 }
 
+/// A model with sparse tables: the epoch's rows (every shard's, param_snapshot::rows) merged
+/// into one store that holds every bucket, the test set's lookups read from it (a row no step
+/// touched reads as its initial value, as a shard would create it).
+eval_result evaluate_rows(evaluator_state& st, const job_context& ctx, const param_snapshot& snap) {
+  eval_result r{snap.epoch, 0, 0, 0};
+  std::vector<sparse::table_config> tables;
+  for (const auto& t : ctx.model.tables()) tables.push_back(t.config);
+  const sparse::bucket_range all[] = {{0, sparse::bucket_count}};
+  auto store =
+      sparse::row_store::create(ctx.spec.seed, std::move(tables), ctx.spec.sparse_optimizer, all);
+  if (!store) {
+    log::error("job {}: cannot evaluate epoch {}: {}", ctx.job, snap.epoch, store.error().message);
+    return r;
+  }
+  if (snap.rows)
+    for (const auto& blob : *snap.rows)
+      if (auto ok = store->merge(blob); !ok) {
+        log::error("job {}: cannot evaluate epoch {}: {}", ctx.job, snap.epoch, ok.error().message);
+        return r;
+      }
+  const auto ev =
+      st.runner->evaluate(st.params, ctx.data->test,
+                          [&](std::uint32_t t, std::span<const std::uint64_t> ids,
+                              std::span<float> out) { return store->read(t, ids, out); });
+  if (!ev) {
+    log::error("job {}: cannot evaluate epoch {}: {}", ctx.job, snap.epoch, ev.error().message);
+    return r;
+  }
+  r = eval_result{snap.epoch, ev->correct, ev->total, ev->loss_sum};
+  if (ev->auc) r.auc = *ev->auc;
+  if (ev->log_loss) r.log_loss = *ev->log_loss;
+  return r;
+}
+
 caf::behavior evaluator_actor(caf::stateful_actor<evaluator_state>* self,
                               std::shared_ptr<const job_context> ctx) {
   auto& st = self->state;
@@ -204,6 +239,11 @@ caf::behavior evaluator_actor(caf::stateful_actor<evaluator_state>* self,
       [self, ctx](eval_atom, param_snapshot& snap, caf::actor& reply_to) {
         auto& s = self->state;
         s.be->upload(s.params, snap.values->data(), snap.values->size());
+        if (!ctx->model.tables().empty()) {
+          auto r = evaluate_rows(s, *ctx, snap);
+          self->send(reply_to, eval_atom::value, r);
+          return;
+        }
         const auto ev = s.runner->evaluate(s.params, ctx->data->test);
         eval_result r{snap.epoch, ev.correct, ev.total, ev.loss_sum};
         self->send(reply_to, eval_atom::value, r);

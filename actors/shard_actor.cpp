@@ -27,7 +27,16 @@ caf::behavior shard_actor(caf::stateful_actor<shard_state>* self,
                           std::vector<float> initial_owned, ps::job_config cfg,
                           std::optional<ps::slice_transfer> start_from) {
   auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
-  const auto options = ps::make_consistency(ctx->spec.consistency)->shard_rules();
+  auto options = ps::make_consistency(ctx->spec.consistency)->shard_rules();
+  // Sparse tables: the shard holds the rows of the buckets its keys carry (ps/shard_rows.hpp).
+  if (!ctx->model.tables().empty()) {
+    ps::sparse_rows_config rows;
+    rows.seed = ctx->spec.seed;
+    for (const auto& t : ctx->model.tables()) rows.tables.push_back(t.config);
+    rows.optimizer = ctx->spec.sparse_optimizer;
+    rows.num_params = ctx->model.num_params();
+    options.rows = std::move(rows);
+  }
   // The schedule counts epochs in training samples; batch norm's running statistics are folded
   // in, not trained.
   std::vector<ps::statistic_range> statistics;

@@ -191,7 +191,9 @@ int run_train(const std::string& spec_path, std::uint32_t workers, std::uint32_t
       events->epoch(e);
     }
     if (tty) std::fprintf(stderr, "\r\033[K");
-    const std::string gain = e.lr_gain > 0 ? coach::format("  lr gain {:.3f}", e.lr_gain) : "";
+    std::string gain = e.lr_gain > 0 ? coach::format("  lr gain {:.3f}", e.lr_gain) : "";
+    if (!std::isnan(e.test_auc))
+      gain += coach::format("  test AUC {:.4f}  log loss {:.4f}", e.test_auc, e.test_log_loss);
     std::fprintf(stderr,
                  "epoch %u/%d  train loss %.4f  test loss %.4f  test accuracy %.4f  %.2f s  "
                  "%.0f samples/s%s\n",

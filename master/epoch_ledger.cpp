@@ -52,8 +52,8 @@ void epoch_ledger::completed(std::uint32_t epoch) {
 }
 
 void epoch_ledger::evaluated(std::uint32_t epoch, std::int64_t correct, std::int64_t total,
-                             double loss_sum) {
-  epochs_[epoch].eval = evaluation{correct, total, loss_sum};
+                             double loss_sum, double auc, double log_loss) {
+  epochs_[epoch].eval = evaluation{correct, total, loss_sum, auc, log_loss};
 }
 
 std::optional<epoch_report> epoch_ledger::take_report(std::uint32_t epoch) {
@@ -69,6 +69,8 @@ std::optional<epoch_report> epoch_ledger::take_report(std::uint32_t epoch) {
   rep.train_loss = e.samples ? e.loss_sum / double(e.samples) : 0.0;
   rep.test_accuracy = e.eval->total ? double(e.eval->correct) / double(e.eval->total) : 0.0;
   rep.test_loss = e.eval->total ? e.eval->loss_sum / double(e.eval->total) : 0.0;
+  rep.test_auc = e.eval->auc;
+  rep.test_log_loss = e.eval->log_loss;
   rep.seconds = *e.seconds;
   rep.samples_per_s = *e.seconds > 0 ? double(e.samples) / *e.seconds : 0.0;
   rep.compute_seconds = double(e.compute_us) / 1e6;

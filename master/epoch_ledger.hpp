@@ -12,6 +12,7 @@
 // Threads: one owner (the master).
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <vector>
@@ -47,8 +48,11 @@ class epoch_ledger {
                 std::uint64_t compute_us);
   /// Every chunk of `epoch` completed now.
   void completed(std::uint32_t epoch);
-  /// The test set's totals after `epoch`.
-  void evaluated(std::uint32_t epoch, std::int64_t correct, std::int64_t total, double loss_sum);
+  /// The test set's totals after `epoch`, and for a click-through-rate model its AUC and log
+  /// loss (NaN otherwise).
+  void evaluated(std::uint32_t epoch, std::int64_t correct, std::int64_t total, double loss_sum,
+                 double auc = std::numeric_limits<double>::quiet_NaN(),
+                 double log_loss = std::numeric_limits<double>::quiet_NaN());
 
   /// The report of `epoch` once it is complete and evaluated; nullopt before, and after it was
   /// given once.
@@ -63,6 +67,8 @@ class epoch_ledger {
     std::int64_t correct = 0;
     std::int64_t total = 0;
     double loss_sum = 0;
+    double auc = 0;
+    double log_loss = 0;
   };
   struct segment {
     epoch_segment figures;

@@ -184,7 +184,9 @@ bool job_master::open(std::int64_t s, std::optional<std::uint32_t> only) {
     if (o->ends_epoch) {
       ledger_.ends_with(dispenser_.epoch(), std::uint32_t(cfg().members.size()),
                         std::uint32_t(live_shards().size()));
-      snapshots_.request(s + 1, dispenser_.epoch(), false, checkpoint_due(dispenser_.epoch()));
+      // Sparse rows travel in the shards' state snapshots only: every epoch end asks for them.
+      snapshots_.request(s + 1, dispenser_.epoch(), false,
+                         checkpoint_due(dispenser_.epoch()) || setup_.sparse_rows);
     }
   }
   // Step s's configuration is final now (its change, if any, has begun), and no grant of it
@@ -351,13 +353,18 @@ void job_master::on_assembled(snapshot_assembler::assembled a) {
   last_version_ = a.version;
   if (a.final) return finish(false);
   param_snapshot p{a.epoch, a.version, a.values, std::move(a.state)};
+  if (p.state && !p.state->rows.empty()) {
+    p.rows = std::make_shared<const std::vector<std::vector<std::byte>>>(p.state->rows);
+    // Asked for the rows alone, not for a checkpoint: no checkpoint is reported.
+    if (!checkpoint_due(a.epoch)) p.state.reset();
+  }
   epoch_params_[a.epoch] = p;
   p.state.reset();
   ports_.evaluate(std::move(p));
 }
 
 void job_master::evaluated(const eval_result& r) {
-  ledger_.evaluated(r.epoch, r.correct, r.total, r.loss_sum);
+  ledger_.evaluated(r.epoch, r.correct, r.total, r.loss_sum, r.auc, r.log_loss);
   maybe_finish_epoch(r.epoch);
 }
 

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -60,6 +61,9 @@ struct param_snapshot {
   /// A checkpoint's: everything the shards held at `version` (values, optimizer state,
   /// counters); null when the master was not asked for it (job_master_options::checkpoint_due).
   std::shared_ptr<const ps::training_state> state;
+  /// A model with sparse tables: every shard's rows at `version` (sparse::row_store transfers,
+  /// one a shard), for the evaluator; null otherwise.
+  std::shared_ptr<const std::vector<std::vector<std::byte>>> rows;
 };
 
 /// The evaluator's answer.
@@ -68,6 +72,10 @@ struct eval_result {
   std::int64_t correct = 0;
   std::int64_t total = 0;
   double loss_sum = 0;
+  /// A two-class model with sparse tables (click-through rate): the test set's AUC and log loss
+  /// (worker/binary_metrics.hpp); NaN otherwise.
+  double auc = std::numeric_limits<double>::quiet_NaN();
+  double log_loss = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// What a job ends with: a result, or the error that stopped it.
@@ -114,6 +122,9 @@ struct job_master_setup {
   std::function<wire::endpoint(std::uint32_t k, std::uint32_t i)> replica_ep;
   /// Test hook: called as each step completes (step_trace); empty: none.
   std::function<void(const step_trace&)> on_step;
+  /// The model keeps sparse rows in the shards (ps/shard_rows.hpp): each epoch's end is asked
+  /// with the state, which carries them, and the evaluator gets them (param_snapshot::rows).
+  bool sparse_rows = false;
 };
 
 /// Where a part the master asked for starts: in this process (usable at once) or elsewhere

@@ -27,6 +27,10 @@ struct training_state {
   std::vector<float> values;   ///< the whole vector
   std::vector<float> state_a;  ///< momentum velocity or Adam m, as long as values; empty for sgd
   std::vector<float> state_b;  ///< Adam v, as long as values; empty otherwise
+  /// A model with sparse tables: each shard's rows and their optimizer state
+  /// (sparse::row_store's transfer layout, one a shard); empty otherwise. Not yet written to
+  /// checkpoint files (docs/sparse.md).
+  std::vector<std::vector<std::byte>> rows;
 };
 
 /// Checks that `s` fits a job of `num_params` floats whose optimizer keeps `state_per_param`

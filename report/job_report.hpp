@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,10 @@ struct epoch_report {
   double train_loss = 0;    ///< mean training loss over the epoch's samples
   double test_loss = 0;     ///< mean loss on the test set after the epoch
   double test_accuracy = 0;
+  /// A click-through-rate model (two classes, sparse tables): the test set's AUC and log loss
+  /// of the predicted probability of class 1 (worker/binary_metrics.hpp); NaN otherwise.
+  double test_auc = std::numeric_limits<double>::quiet_NaN();
+  double test_log_loss = std::numeric_limits<double>::quiet_NaN();
   double seconds = 0;        ///< wall time of the epoch's training (evaluation not included)
   double samples_per_s = 0;  ///< training samples / seconds
   std::uint64_t samples = 0;

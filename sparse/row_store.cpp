@@ -267,6 +267,22 @@ result<void> row_store::adopt(std::span<const std::byte> blob,
     for (std::uint32_t b = r.first; b < r.end; ++b)
       if (owned_[b])
         return fail(errc::protocol_error, "an adoption of bucket {}: owned already", b);
+  if (auto ok = take_in(blob, ranges); !ok) return ok;
+  for (const auto& r : ranges)
+    for (std::uint32_t b = r.first; b < r.end; ++b) owned_[b] = true;
+  return {};
+}
+
+result<void> row_store::merge(std::span<const std::byte> blob) {
+  for (std::uint32_t b = 0; b < bucket_count; ++b)
+    if (!owned_[b])
+      return fail(errc::protocol_error, "a merge of rows into a store that lacks bucket {}", b);
+  const bucket_range all[] = {{0, bucket_count}};
+  return take_in(blob, all);
+}
+
+result<void> row_store::take_in(std::span<const std::byte> blob,
+                                std::span<const bucket_range> ranges) {
   // Check the whole blob before taking anything in.
   blob_reader in(blob);
   std::uint32_t magic = 0, format = 0, tables = 0, state = 0;
@@ -321,8 +337,6 @@ result<void> row_store::adopt(std::span<const std::byte> blob,
       rows_[table].index.insert(row, slot);
     }
   }
-  for (const auto& r : ranges)
-    for (std::uint32_t b = r.first; b < r.end; ++b) owned_[b] = true;
   return {};
 }
 

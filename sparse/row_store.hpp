@@ -103,6 +103,10 @@ class row_store {
   /// changed): a malformed blob, tables or optimizer state that disagree, a row out of its table
   /// or out of `ranges`, a row held already, a bucket owned already.
   result<void> adopt(std::span<const std::byte> blob, std::span<const bucket_range> ranges);
+  /// Takes the rows of a blob from release() or save() into a store that owns every bucket
+  /// (an evaluator's copy of all the shards' rows). Errors as adopt(), and a store that lacks a
+  /// bucket.
+  result<void> merge(std::span<const std::byte> blob);
   /// Every row held, in release()'s layout (rows in no particular order), the store unchanged.
   std::vector<std::byte> save() const;
 
@@ -133,6 +137,8 @@ class row_store {
   /// The slot of (table, row), created with its initial values when not held.
   std::uint32_t slot_of(std::uint32_t table, std::uint64_t row);
   std::uint32_t new_slot(std::uint32_t table);
+  /// adopt() and merge(): checks the whole blob (every row within `ranges`), then takes it.
+  result<void> take_in(std::span<const std::byte> blob, std::span<const bucket_range> ranges);
 
   std::uint64_t seed_ = 0;
   std::vector<table_config> tables_;

@@ -326,6 +326,10 @@ result<void> parse_resources(const spec_parser& p, const fields& top, job_spec& 
     if (!v) return std::unexpected(std::move(v.error()));
     spec.precision = *v;
   }
+  // A model with embedding tables: its rows ride with the dense keys (ps/shard_rows.hpp), so
+  // the slices must be many for the rows to spread over the shards (a CTR model's dense part
+  // is small: 16,384-float slices left all its rows on one shard).
+  if (!spec.model.embeddings.empty()) spec.slice_size = sparse_slice_size;
   if ((e = top.find("slice_size"))) {
     auto v = p.get_uint(*e, 1);
     if (!v) return std::unexpected(std::move(v.error()));
@@ -452,6 +456,22 @@ result<job_spec> parse_spec(const spec_parser& p, const YAML::Node& root,
   }
   if (auto r = detail::check_script_model(p, *top, spec); !r) {
     return std::unexpected(std::move(r.error()));
+  }
+  // Sparse tables: their rows are pulled at each step's version and pushed once per worker, so
+  // far under bsp only, each worker pushing its own (docs/sparse.md, "Not built yet").
+  if (!spec.model.embeddings.empty()) {
+    const auto refuse = [&](std::string_view field, int fallback_line, std::string_view why) {
+      const entry* e = top->find(std::string(field));
+      return p.bad(errc::unsupported, e ? int(e->key.Mark().line) + 1 : fallback_line, field,
+                   "{}: a model with embedding tables (model.embeddings) runs under consistency "
+                   "bsp, without host_reduce or function, so far",
+                   why);
+    };
+    if (spec.consistency.kind != consistency_kind::bsp)
+      return refuse("consistency", consistency_line,
+                    coach::format("is {}", to_string(spec.consistency)));
+    if (spec.host_reduce) return refuse("host_reduce", consistency_line, "is true");
+    if (spec.function) return refuse("function", consistency_line, "is set");
   }
   // Model averaging runs the optimizer on the workers, where it has no state across rounds.
   if (spec.consistency.kind == consistency_kind::averaging &&

@@ -121,6 +121,8 @@
 //                                # cores), float accumulation; parameters, pushes and the
 //                                # shards' optimizer stay float32 (kernels/precision.hpp)
 //   slice_size: 16384            # floats per slice of the parameter vector, >= 1; default 16384
+//                                # (1024 for a model with embeddings: its rows ride with the
+//                                # keys, docs/sparse.md)
 //   host_reduce: false           # true: the workers of one host sum their gradients and push
 //                                # once per host (worker/host_reducer.hpp; on cuda on the
 //                                # devices with NCCL, worker/device_reducer.hpp); default false
@@ -216,6 +218,10 @@ struct schedule_action {
 };
 
 /// A validated job spec.
+/// The default slice_size of a model with embedding tables (model.embeddings): its sparse rows
+/// ride with the dense keys (ps/shard_rows.hpp), and small slices spread them over the shards.
+inline constexpr std::size_t sparse_slice_size = 1024;
+
 struct job_spec {
   std::string name;
   worker::dataset_config dataset;  ///< path is absolute

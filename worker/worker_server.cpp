@@ -49,6 +49,11 @@ worker_server::worker_server(worker_server_setup setup, worker_server_ports port
     });
   }
   received_.emplace(n_);
+  if (!setup_.model->tables().empty()) {
+    std::vector<std::uint32_t> dims;
+    for (const auto& t : setup_.model->tables()) dims.push_back(t.config.dim);
+    rows_ = std::make_unique<row_puller>(std::move(dims), n_);
+  }
   use(std::move(cfg));
 }
 
@@ -119,6 +124,9 @@ bool worker_server::on_message(wire_message& m) {
       break;
     case msg_kind::take_over:
       on_take_over(m);
+      break;
+    case msg_kind::rows:
+      on_rows(m);
       break;
     default:
       log::warn("worker {}: unexpected message {}", setup_.rank, to_string(m.hdr.kind));
@@ -288,6 +296,7 @@ void worker_server::push_to(std::uint32_t k, std::uint32_t as_rank, std::uint64_
     m.hdr.ranges = ranges_[k];
     for (const auto& r : ranges_[k])
       m.frames.push_back(frame::of(owner, grad->data() + r.begin, r.size()));
+    if (rows_) add_push_rows(m, k);
   }
   if (setup_.replicas > 1) last_pushes_.emplace_back(k, m);
   ports_.send(std::move(m));
@@ -426,6 +435,15 @@ bool worker_server::compute(const wire_message& g, const float* w, float* out, d
       be_->upload(out, r->out.data(), r->out.size());
   } else if (averager_ && !indices.empty()) {
     loss = averager_->run(*runner_, w, train, indices, sizes, out, 1, noise).loss_sum;
+  } else if (rows_) {
+    // Sparse tables: the batch's pooled rows in front of the layers (worker/sparse_batch.hpp).
+    if (indices.empty()) {
+      std::fill_n(out, n_, 0.0f);
+    } else {
+      std::vector<std::span<const float>> pulled;
+      for (std::uint32_t t = 0; t < lookups_.size(); ++t) pulled.push_back(rows_->values(t));
+      loss = runner_->forward_backward(w, train, indices, lookups_, pulled, out, row_grads_, noise);
+    }
   } else {
     loss = runner_->forward_backward(w, train, indices, out, noise);
   }
@@ -450,7 +468,9 @@ void worker_server::try_step() {
     wait_bounded_at_ = step_;
     ports_.bound_wait(step_);
   }
-  if (it == grants_.end() || !params_ready()) return;
+  if (it == grants_.end()) return;
+  const bool rows_here = !rows_ || rows_ready(it->second);
+  if (!rows_here || !params_ready()) return;
   const wire_message& g = it->second;
 
   // Host memory for the gradient, except where it is summed on the devices and never
@@ -498,6 +518,9 @@ void worker_server::finish_step(const wire_message& g, std::shared_ptr<float_buf
   const std::int64_t from = staleness_ > 0 ? newest_ : step_;
   if (auto totals = stats_.total(from)) step_totals_ = totals->to_list();
   stats_.forget_before(from);
+  if (rows_ && samples > 0)
+    row_pushes_ = rows_->push_parts([this](std::uint64_t key) { return owner_of(key); },
+                                    std::move(row_grads_));
   if (setup_.reducer || setup_.device_reducer) {
     if (!push_reduced(samples, std::move(buf))) return;
   } else {
@@ -528,6 +551,7 @@ void worker_server::finish_step(const wire_message& g, std::shared_ptr<float_buf
   ports_.send(std::move(report));
 
   grants_.erase(step_);
+  row_pushes_.clear();
   ++step_;
   moved_keys_.clear();
   moved_from_.clear();

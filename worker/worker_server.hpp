@@ -42,7 +42,9 @@
 #include "worker/local_averaging.hpp"
 #include "worker/network.hpp"
 #include "worker/pinned_pool.hpp"
+#include "worker/row_puller.hpp"
 #include "worker/script_invocations.hpp"
+#include "worker/sparse_batch.hpp"
 
 namespace coach::worker {
 
@@ -150,6 +152,15 @@ class worker_server {
   bool compute(const wire::wire_message& grant, const float* w, float* out, double& loss,
                std::size_t& samples);
   void try_step();
+  // Sparse tables (worker_server_rows.cpp).
+  /// The step's rows: asks for them when its grant is new (and for moved ones once the
+  /// configuration that moved them is here); true once all are here.
+  bool rows_ready(const wire::wire_message& grant);
+  void on_rows(const wire::wire_message& m);
+  /// The shard that holds key `key` under the current configuration.
+  std::uint32_t owner_of(std::uint64_t key) const;
+  /// Appends the step's row gradients for shard k to its push.
+  void add_push_rows(wire::wire_message& m, std::uint32_t k) const;
   void finish_step(const wire::wire_message& grant, std::shared_ptr<float_buffer> buf,
                    std::size_t samples, double loss, std::int64_t us);
 
@@ -222,6 +233,13 @@ class worker_server {
   /// Shard replicas: this worker's pushes of its last step, by shard, until the next step's:
   /// sent again to a backup that takes over before they were answered (on_take_over).
   std::vector<std::pair<std::uint32_t, wire::wire_message>> last_pushes_;
+  /// Sparse tables: the step's rows pulled from their shards, the batch's lookups into them,
+  /// their gradients and, once computed, those gradients split by shard for the pushes; null
+  /// for a model without tables.
+  std::unique_ptr<row_puller> rows_;
+  std::vector<table_batch> lookups_;
+  std::vector<std::vector<float>> row_grads_;
+  std::map<std::uint32_t, row_parts_for> row_pushes_;
 };
 
 }  // namespace coach::worker

@@ -233,6 +233,27 @@ TEST(RowStore, SaveAndAdoptRestoreEveryRowAndItsState) {
   }
 }
 
+TEST(RowStore, MergesEveryShardsRowsIntoOneStoreHoldingAllBuckets) {
+  row_optimizer_config opt;
+  const bucket_range lo[] = {{0, 100}}, hi[] = {{100, bucket_count}};
+  auto a = make({{500, 2, 0.3f}}, opt, lo), b = make({{500, 2, 0.3f}}, opt, hi);
+  std::vector<std::uint64_t> ra, rb;
+  for (std::uint64_t r = 0; r < 500; ++r) (a.owns(bucket_of(0, r)) ? ra : rb).push_back(r);
+  ASSERT_FALSE(ra.empty());
+  read(a, 0, ra);
+  read(b, 0, rb);
+  auto all = make({{500, 2, 0.3f}}, opt);
+  ASSERT_TRUE(all.merge(a.save()));
+  ASSERT_TRUE(all.merge(b.save()));
+  EXPECT_EQ(all.stats().rows, 500u);
+  const auto twice = all.merge(a.save());
+  ASSERT_FALSE(twice);
+  EXPECT_TRUE(twice.error().message.ends_with("of table 0 twice")) << twice.error().message;
+  auto part = make({{500, 2, 0.3f}}, opt, lo);
+  EXPECT_EQ(part.merge(b.save()).error().message,
+            "a merge of rows into a store that lacks bucket 100");
+}
+
 TEST(RowStore, RefusesATransferThatIsCutShortOrDoesNotFit) {
   row_optimizer_config opt;
   auto s = make({{50, 2}}, opt);

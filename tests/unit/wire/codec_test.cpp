@@ -355,8 +355,8 @@ TEST(codec, foreign_wire_version_is_refused) {
 TEST(codec, unknown_kind_is_refused) {
   EXPECT_EQ(decode_error(raw([](auto root) { root.setKind(schemas::MsgKind::UNKNOWN); })),
             "unknown message kind 0");
-  EXPECT_EQ(decode_error(raw([](auto root) { root.setKind(static_cast<schemas::MsgKind>(18)); })),
-            "unknown message kind 18");
+  EXPECT_EQ(decode_error(raw([](auto root) { root.setKind(static_cast<schemas::MsgKind>(20)); })),
+            "unknown message kind 20");
   EXPECT_EQ(decode_error(raw([](auto root) { root.setKind(static_cast<schemas::MsgKind>(300)); })),
             "unknown message kind 300");
 }
