@@ -187,6 +187,7 @@ result<scheduler::job_result> train_embedded(const scheduler::job_spec& spec_in,
   outcome->result.external = spec.model.external;
   outcome->result.features = kept->train.features;
   outcome->result.classes = kept->train.classes;
+  outcome->result.fields = kept->train.fields;
   return std::move(outcome->result);
 }
 

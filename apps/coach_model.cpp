@@ -14,6 +14,7 @@
 #include "spec/checkpoint_file.hpp"
 #include "worker/model_file.hpp"
 #include "worker/network.hpp"
+#include "worker/tables_file.hpp"
 
 namespace coach::apps {
 namespace {
@@ -62,7 +63,22 @@ result<loaded_model> load_model(const std::string& path) {
     return fail(errc::invalid_argument, "{}: coach.classes '{}' is not a class count", path,
                 *classes_text);
   const auto in = model->input_shape;
-  auto net = worker::network::build(*model, in, classes);
+  // A model with embedding tables is resolved against its data set's columns, as it was in
+  // training (coach.features, coach.fields).
+  auto net = [&]() -> result<worker::network> {
+    if (model->embeddings.empty()) return worker::network::build(*model, in, classes);
+    auto features = meta("coach.features");
+    if (!features) return std::unexpected(features.error());
+    auto fields = meta("coach.fields");
+    if (!fields) return std::unexpected(fields.error());
+    worker::dataset shape;
+    shape.classes = classes;
+    if (std::sscanf(features->c_str(), "%zu", &shape.features) != 1 ||
+        std::sscanf(fields->c_str(), "%zu", &shape.fields) != 1)
+      return fail(errc::invalid_argument, "coach.features and coach.fields must be counts");
+    model->input_shape = {0, 0, 0};
+    return worker::network::for_data(*model, shape);
+  }();
   if (!net) return fail(net.error().code, "{}: {}", path, net.error().message);
   auto params = worker::unpack_params(*net, *file);
   if (!params) return fail(params.error().code, "{}: {}", path, params.error().message);
@@ -183,10 +199,19 @@ int run_eval(const std::string& model_path, const std::string& spec_path, bool j
   auto data = worker::load_dataset(spec->dataset, spec->seed);
   if (!data) return report(data.error());
   const auto& test = data->test;
-  if (test.features != std::size_t(m->net.inputs()))
+  // The layers take the dense features, and the pooled bags of a model with tables.
+  if (test.features != m->net.dense_inputs())
     return report(error{errc::invalid_argument,
                         coach::format("{}: samples of {} features; the model takes {}",
-                                      spec->dataset.path, test.features, m->net.inputs())});
+                                      spec->dataset.path, test.features, m->net.dense_inputs())});
+  std::size_t fields_needed = 0;
+  for (const auto& t : m->net.tables())
+    for (int f : t.fields) fields_needed = std::max(fields_needed, std::size_t(f) + 1);
+  if (test.fields < fields_needed)
+    return report(error{errc::invalid_argument,
+                        coach::format("{}: samples of {} categorical fields; the model's tables "
+                                      "look up {}",
+                                      spec->dataset.path, test.fields, fields_needed)});
   if (test.classes > m->net.classes())
     return report(error{errc::invalid_argument,
                         coach::format("{}: {} classes; the model knows {}", spec->dataset.path,
@@ -196,20 +221,40 @@ int run_eval(const std::string& model_path, const std::string& spec_path, bool j
   be->upload(w, m->params.data(), m->params.size());
   worker::network_runner runner(m->net, *be, 1000);
   std::vector<std::int64_t> confusion;
-  const auto ev = runner.evaluate(w, test, &confusion);
+  worker::network_runner::evaluation ev;
+  if (m->net.tables().empty()) {
+    ev = runner.evaluate(w, test, &confusion);
+  } else {
+    // Embedding tables: their rows from the tables file beside the model (worker/tables_file.hpp).
+    const auto tables_file = worker::tables_path(model_path);
+    auto file = worker::read_safetensors(tables_file);
+    if (!file) return report(file.error());
+    auto store = worker::unpack_tables(m->net, *file);
+    if (!store)
+      return report(
+          error{store.error().code, coach::format("{}: {}", tables_file, store.error().message)});
+    auto got = runner.evaluate(
+        w, test, [&](std::uint32_t t, std::span<const std::uint64_t> ids, std::span<float> out) {
+          return store->read(t, ids, out);
+        });
+    if (!got) return report(got.error());
+    ev = *got;
+  }
   be->free(w);
   const double loss = ev.total ? ev.loss_sum / double(ev.total) : 0.0;
   if (json) {
     const std::size_t k = std::size_t(m->net.classes());
     nlohmann::json rows = nlohmann::json::array();
-    for (std::size_t i = 0; i < k; ++i)
+    for (std::size_t i = 0; i < k && !confusion.empty(); ++i)
       rows.push_back(std::vector<std::int64_t>(confusion.begin() + std::ptrdiff_t(i * k),
                                                confusion.begin() + std::ptrdiff_t((i + 1) * k)));
-    nlohmann::json out = {{"samples", ev.total},
-                          {"loss", loss},
-                          {"accuracy", ev.accuracy()},
-                          {"correct", ev.correct},
-                          {"confusion", rows}};
+    nlohmann::json out = {
+        {"samples", ev.total},
+        {"loss", loss},
+        {"accuracy", ev.accuracy()},
+        {"correct", ev.correct},
+    };
+    if (!confusion.empty()) out["confusion"] = rows;
     if (!m->labels.class_names.empty()) out["class_names"] = m->labels.class_names;
     if (ev.auc) out["auc"] = *ev.auc;  // 2-class models (worker/binary_metrics.hpp)
     if (ev.log_loss) out["log_loss"] = *ev.log_loss;

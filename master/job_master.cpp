@@ -169,7 +169,7 @@ bool job_master::open(std::int64_t s, std::optional<std::uint32_t> only) {
   if (!change_due(s)) return false;
   if (cancelled_) {
     if (stop_step_ < 0) stop_step_ = s;
-    snapshots_.request(s, dispenser_.epoch(), true);
+    snapshots_.request(s, dispenser_.epoch(), true, setup_.sparse_rows);
   }
   const std::uint32_t alone[] = {only.value_or(0)};
   const auto o = planner_.open(
@@ -350,11 +350,15 @@ void job_master::on_state(const wire_message& m) {
 /// is evaluated (and reported with its state when it is a checkpoint's).
 void job_master::on_assembled(snapshot_assembler::assembled a) {
   last_params_ = a.values;
+  // A model with sparse tables: the shards' rows, which ride in their state snapshots.
+  last_rows_ = a.state && !a.state->rows.empty()
+                   ? std::make_shared<const std::vector<std::vector<std::byte>>>(a.state->rows)
+                   : nullptr;
   last_version_ = a.version;
   if (a.final) return finish(false);
   param_snapshot p{a.epoch, a.version, a.values, std::move(a.state)};
-  if (p.state && !p.state->rows.empty()) {
-    p.rows = std::make_shared<const std::vector<std::vector<std::byte>>>(p.state->rows);
+  if (last_rows_) {
+    p.rows = last_rows_;
     // Asked for the rows alone, not for a checkpoint: no checkpoint is reported.
     if (!checkpoint_due(a.epoch)) p.state.reset();
   }
@@ -410,6 +414,7 @@ void job_master::finish(bool complete) {
   result_.changes = timer_.reports();
   if (setup_.spec.function) result_.invocations = summed_invocations();
   if (last_params_) result_.params = *last_params_;
+  if (last_rows_) result_.rows = *last_rows_;
   // Where it stopped as the master decided it, not as the parameters say: a final snapshot
   // of another version (parameters of a step boundary other than the stop) shows.
   result_.steps = !complete && stop_step_ >= 0 ? stop_step_ : last_version_;

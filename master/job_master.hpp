@@ -262,6 +262,8 @@ class job_master {
   /// The versions wanted whole: epochs' ends and a cancelled job's last.
   snapshot_assembler snapshots_;
   std::shared_ptr<const std::vector<float>> last_params_;
+  /// A model with sparse tables: every shard's rows at last_version_ (the job's result).
+  std::shared_ptr<const std::vector<std::vector<std::byte>>> last_rows_;
   std::int64_t last_version_ = 0;  ///< last_params_' version: the steps applied since the seed
   std::int64_t stop_step_ = -1;    ///< cancelled: the step it stopped at (whose version is final)
   scheduler::job_result result_;

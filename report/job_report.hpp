@@ -119,6 +119,11 @@ struct job_result {
   std::array<int, 3> sample_shape{0, 0, 0};
   std::size_t features = 0;
   int classes = 0;
+  std::size_t fields = 0;  ///< categorical fields of a ctr data set (embedding tables), else 0
+  /// A model with sparse tables: every shard's rows at the final version
+  /// (sparse::row_store's transfer layout, one a shard); what a saved model's tables file
+  /// holds. Not written to the report.
+  std::vector<std::vector<std::byte>> rows;
   /// A script's model: its registered layout (the saved model's tensors); null otherwise. Not
   /// written to the report.
   std::shared_ptr<const worker::external_model> external;

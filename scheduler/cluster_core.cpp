@@ -354,6 +354,7 @@ result<void> cluster_core::write_output(registered_job& job, job_result& r) {
   r.sample_shape = data->train.shape;
   r.features = data->train.features;
   r.classes = data->train.classes;
+  r.fields = data->train.fields;
   if (auto ok = write_model(spec->output, *spec, r); !ok)
     return fail(ok.error().code,
                 "job {}: training finished (test accuracy {:.4f}) but its model "

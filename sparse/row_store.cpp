@@ -13,7 +13,7 @@ constexpr std::uint32_t blob_magic = 0x31525343;  // "CSR1" little-endian
 constexpr std::uint32_t blob_format = 1;
 
 template <class T>
-void put(std::vector<std::byte>& out, const T& v) {
+void append_pod(std::vector<std::byte>& out, const T& v) {
   const auto* p = reinterpret_cast<const std::byte*>(&v);
   out.insert(out.end(), p, p + sizeof(T));
 }
@@ -203,18 +203,18 @@ std::size_t row_store::apply(float scale, float learning_rate, std::int64_t step
 
 std::vector<std::byte> row_store::save() const {
   std::vector<std::byte> out;
-  put(out, blob_magic);
-  put(out, blob_format);
-  put(out, static_cast<std::uint32_t>(tables_.size()));
-  put(out, static_cast<std::uint32_t>(opt_.state_per_element()));
+  append_pod(out, blob_magic);
+  append_pod(out, blob_format);
+  append_pod(out, static_cast<std::uint32_t>(tables_.size()));
+  append_pod(out, static_cast<std::uint32_t>(opt_.state_per_element()));
   for (std::uint32_t table = 0; table < rows_.size(); ++table) {
     const auto& t = rows_[table];
-    put(out, tables_[table].dim);
-    put(out, static_cast<std::uint64_t>(t.index.size()));
+    append_pod(out, tables_[table].dim);
+    append_pod(out, static_cast<std::uint64_t>(t.index.size()));
     std::vector<std::pair<std::uint64_t, std::uint32_t>> held;
     held.reserve(t.index.size());
     t.index.for_each([&](std::uint64_t row, std::uint32_t slot) { held.emplace_back(row, slot); });
-    for (const auto& [row, slot] : held) put(out, row);
+    for (const auto& [row, slot] : held) append_pod(out, row);
     const std::size_t bytes = stride(table) * sizeof(float);
     for (const auto& [row, slot] : held) {
       const auto* p = reinterpret_cast<const std::byte*>(slot_data(table, slot));
@@ -234,19 +234,19 @@ result<std::vector<std::byte>> row_store::release(std::span<const bucket_range> 
       if (!owned_[b])
         return fail(errc::protocol_error, "a release of bucket {}: not owned here", b);
   std::vector<std::byte> out;
-  put(out, blob_magic);
-  put(out, blob_format);
-  put(out, static_cast<std::uint32_t>(tables_.size()));
-  put(out, static_cast<std::uint32_t>(opt_.state_per_element()));
+  append_pod(out, blob_magic);
+  append_pod(out, blob_format);
+  append_pod(out, static_cast<std::uint32_t>(tables_.size()));
+  append_pod(out, static_cast<std::uint32_t>(opt_.state_per_element()));
   for (std::uint32_t table = 0; table < rows_.size(); ++table) {
     auto& t = rows_[table];
     std::vector<std::pair<std::uint64_t, std::uint32_t>> moving;
     t.index.for_each([&](std::uint64_t row, std::uint32_t slot) {
       if (in_ranges(bucket_of(table, row), ranges)) moving.emplace_back(row, slot);
     });
-    put(out, tables_[table].dim);
-    put(out, static_cast<std::uint64_t>(moving.size()));
-    for (const auto& [row, slot] : moving) put(out, row);
+    append_pod(out, tables_[table].dim);
+    append_pod(out, static_cast<std::uint64_t>(moving.size()));
+    for (const auto& [row, slot] : moving) append_pod(out, row);
     const std::size_t bytes = stride(table) * sizeof(float);
     for (const auto& [row, slot] : moving) {
       const auto* p = reinterpret_cast<const std::byte*>(slot_data(table, slot));
@@ -337,6 +337,22 @@ result<void> row_store::take_in(std::span<const std::byte> blob,
       rows_[table].index.insert(row, slot);
     }
   }
+  return {};
+}
+
+std::vector<std::uint64_t> row_store::held_rows(std::uint32_t table) const {
+  std::vector<std::uint64_t> out;
+  if (table >= rows_.size()) return out;
+  out.reserve(rows_[table].index.size());
+  rows_[table].index.for_each([&](std::uint64_t row, std::uint32_t) { out.push_back(row); });
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+result<void> row_store::put(std::uint32_t table, std::uint64_t row, std::span<const float> values) {
+  const std::uint64_t one[] = {row};
+  if (auto ok = check(table, one, values.size(), "a put"); !ok) return ok;
+  std::memcpy(slot_data(table, slot_of(table, row)), values.data(), values.size_bytes());
   return {};
 }
 

@@ -110,6 +110,11 @@ class row_store {
   /// Every row held, in release()'s layout (rows in no particular order), the store unchanged.
   std::vector<std::byte> save() const;
 
+  /// The rows of `table` held, ascending (a saved model's tables file).
+  std::vector<std::uint64_t> held_rows(std::uint32_t table) const;
+  /// Sets the values of `row` of `table` (dim floats), creating it if not held (its optimizer
+  /// state then initial): a store rebuilt from a saved model's values. Errors as read().
+  result<void> put(std::uint32_t table, std::uint64_t row, std::span<const float> values);
   /// The values of `row` of `table` if held (tests, evaluation), else empty.
   std::span<const float> find(std::uint32_t table, std::uint64_t row) const;
   /// The optimizer state of a held row, else empty.

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "common/format.hpp"
+#include "worker/tables_file.hpp"
 
 namespace coach::scheduler {
 namespace {
@@ -190,6 +191,7 @@ result<void> write_model(const std::string& path, const job_spec& spec, const jo
   shape_of.shape = result.sample_shape;
   shape_of.features = result.features;
   shape_of.classes = result.classes;
+  shape_of.fields = result.fields;
   auto model = spec.model;
   if (model.script && !model.external) model.external = result.external;
   auto net = worker::network::for_data(model, shape_of);
@@ -197,11 +199,22 @@ result<void> write_model(const std::string& path, const job_spec& spec, const jo
   if (net->num_params() != result.params.size())
     return fail(errc::invalid_argument, "{}: the run has {} parameters, the model {}", path,
                 result.params.size(), net->num_params());
-  const std::map<std::string, std::string> extra = {
+  std::map<std::string, std::string> extra = {
       {"coach.name", spec.name},
       // Absolute: a resumed run's reports number its epochs as the run it continues does.
       {"coach.epochs", std::to_string(result.epochs.empty() ? 0 : result.epochs.back().epoch + 1)},
       {"coach.test_accuracy", coach::format("{:.6f}", result.test_accuracy)}};
+  if (!net->tables().empty()) {
+    // What loading needs to rebuild the tables' lookups (coach eval): the data set's columns.
+    extra["coach.features"] = std::to_string(result.features);
+    extra["coach.fields"] = std::to_string(result.fields);
+    if (result.rows.empty())
+      return fail(errc::internal, "{}: the run's final sparse rows did not come back", path);
+    // The tables first: a model file is never left beside tables of another run.
+    auto tables = worker::pack_tables(*net, spec.seed, result.rows, spec.sparse_optimizer);
+    if (!tables) return fail(tables.error().code, "{}: {}", path, tables.error().message);
+    if (auto ok = worker::write_safetensors(worker::tables_path(path), *tables); !ok) return ok;
+  }
   return worker::write_safetensors(
       path, worker::pack_model(*net, result.params, result.class_names, result.transform, extra));
 }

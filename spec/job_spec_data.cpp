@@ -1,4 +1,5 @@
 // spec/job_spec_data.cpp: the `dataset:` section of a job spec (job_spec_sections.hpp).
+#include <limits>
 #include <algorithm>
 #include <filesystem>
 #include <string_view>
@@ -77,7 +78,7 @@ constexpr std::int64_t max_ctr_columns = 4096;
 
 /// The options of the ctr reader: n_dense, n_fields; refused with the other formats.
 result<void> parse_ctr_options(const spec_parser& p, const fields& f, worker::dataset_config& cfg) {
-  for (std::string_view key : {"n_dense", "n_fields"}) {
+  for (std::string_view key : {"n_dense", "n_fields", "min_count"}) {
     const entry* e = f.find(key);
     if (e != nullptr && cfg.format != worker::dataset_format::ctr)
       return p.bad(*e, "applies only to format ctr, not {}", worker::to_string(cfg.format));
@@ -91,6 +92,11 @@ result<void> parse_ctr_options(const spec_parser& p, const fields& f, worker::da
     auto v = p.get_int(*e, 0, max_ctr_columns);
     if (!v) return std::unexpected(std::move(v.error()));
     cfg.n_fields = std::size_t(*v);
+  }
+  if (const entry* e = f.find("min_count")) {
+    auto v = p.get_int(*e, 0, std::numeric_limits<std::int32_t>::max());
+    if (!v) return std::unexpected(std::move(v.error()));
+    cfg.min_count = std::size_t(*v);
   }
   if (cfg.n_dense + cfg.n_fields == 0 && cfg.format == worker::dataset_format::ctr)
     return p.bad(*f.find("n_dense"), "and n_fields are both 0: a row needs a column");
@@ -160,7 +166,8 @@ result<void> parse_dataset(const spec_parser& p, const fields& top, const std::s
   if (d == nullptr) return p.missing(top, "dataset");
   auto f =
       p.open_map(*d, {"format", "path", "test_fraction", "train_limit", "test_limit", "normalize",
-                      "header", "label_column", "delimiter", "n_dense", "n_fields"});
+                      "header", "label_column", "delimiter", "n_dense", "n_fields",
+                      "min_count"});
   if (!f) return std::unexpected(std::move(f.error()));
   worker::dataset_config& cfg = spec.dataset;
   if (const entry* e = f->find("format")) {

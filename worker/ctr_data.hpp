@@ -32,6 +32,9 @@ namespace coach::worker {
 
 /// The categorical value of a missing cell.
 inline constexpr std::uint32_t ctr_missing = 0xFFFFFFFFu;
+/// The categorical value that stands for every value too rare to keep (dataset_config::
+/// min_count), one per field. A file's own fffffffe (one value in 2^32) shares its row.
+inline constexpr std::uint32_t ctr_rare = 0xFFFFFFFEu;
 
 /// The dense feature of integer `v`: log(1 + v) for v > 0, else 0 (as DLRM). A missing cell
 /// is 0 too. Rounded once to float from the double log1p, so any two programs agree bitwise.

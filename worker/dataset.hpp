@@ -35,7 +35,8 @@
 //        integer columns, `n_fields` hex categorical columns; tab-separated, plain or gzipped),
 //        read by load_ctr: x holds the dense features (log(1 + x) already, so normalize
 //        defaults to none in a spec), y the 0/1 labels (classes 2), and `categorical` the
-//        categorical values (`fields` per row, ctr_missing where a cell is empty), which a model's
+//        categorical values (`fields` per row, ctr_missing where a cell is empty; with
+//        min_count, ctr_rare for values seen fewer times in their field's training rows), which a model's
 //        embedding tables look up (worker/sparse_batch.hpp). The test set is the LAST
 //        test_fraction of the rows, in file order, the training set the rows before them: the
 //        generator (worker/ctr_generator.hpp) holds out its last rows, and Criteo's test day is
@@ -150,6 +151,11 @@ struct dataset_config {
   char delimiter = ',';       ///< csv only: the cell separator (parse_delimiter)
   std::size_t n_dense = 13;   ///< ctr only: integer columns after the label (Criteo: 13)
   std::size_t n_fields = 26;  ///< ctr only: categorical columns after them (Criteo: 26)
+  /// ctr only: a categorical value seen fewer than this many times in its field over the
+  /// training rows becomes the field's rare value (ctr_rare), in both sets: rows of ids too
+  /// rare to learn from share one row instead of each fitting its few labels (frequency
+  /// admission). 0 or 1: off.
+  std::size_t min_count = 0;
 };
 
 /// Largest label a loader accepts; keeps a corrupt label from sizing a huge output layer.

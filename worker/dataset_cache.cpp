@@ -13,7 +13,8 @@ namespace {
 // not, so idx ignores it and jobs with other seeds share one copy. The ctr split is by file
 // order: its test_fraction counts, not the seed; its column counts do.
 using cache_key = std::tuple<int, std::string, double, std::size_t, std::size_t, std::uint64_t, int,
-                             bool, std::int64_t, std::string, char, std::size_t, std::size_t>;
+                             bool, std::int64_t, std::string, char, std::size_t, std::size_t,
+                             std::size_t>;
 
 cache_key key_of(const dataset_config& cfg, std::uint64_t seed) {
   const bool ctr = cfg.format == dataset_format::ctr;
@@ -31,7 +32,8 @@ cache_key key_of(const dataset_config& cfg, std::uint64_t seed) {
           csv ? cfg.label_column.name : std::string(),
           csv ? cfg.delimiter : ',',
           ctr ? cfg.n_dense : 0,
-          ctr ? cfg.n_fields : 0};
+          ctr ? cfg.n_fields : 0,
+          ctr ? cfg.min_count : 0};
 }
 
 struct cache {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <unordered_map>
 #include <utility>
 
 #include "worker/ctr_data.hpp"
@@ -25,6 +26,27 @@ std::vector<std::int32_t> labels_of(const std::vector<float>& labels, std::size_
   std::vector<std::int32_t> y(n);
   for (std::size_t i = 0; i < n; ++i) y[i] = labels[first + i] != 0.0f ? 1 : 0;
   return y;
+}
+
+/// Frequency admission (dataset_config::min_count): in each field, the values seen fewer than
+/// `min_count` times in the training rows become ctr_rare, in both sets. Counted per field
+/// over the training rows only, so the test set tells the model nothing.
+void admit_frequent(dataset& train, dataset& test, std::size_t min_count) {
+  const std::size_t f = train.fields;
+  for (std::size_t field = 0; field < f; ++field) {
+    std::unordered_map<std::uint32_t, std::uint32_t> count;
+    for (std::size_t r = 0; r < train.rows; ++r) ++count[train.categorical[r * f + field]];
+    const auto admit = [&](std::vector<std::uint32_t>& cat, std::size_t rows) {
+      for (std::size_t r = 0; r < rows; ++r) {
+        auto& v = cat[r * f + field];
+        if (v == ctr_missing) continue;
+        const auto it = count.find(v);
+        if (it == count.end() || it->second < min_count) v = ctr_rare;
+      }
+    };
+    admit(train.categorical, train.rows);
+    admit(test.categorical, test.rows);
+  }
 }
 
 }  // namespace
@@ -74,6 +96,8 @@ result<dataset_pair> load_ctr_split(const dataset_config& cfg) {
   train.x.resize(keep_train * d);
   train.categorical = std::move(set->categorical);
   train.categorical.resize(keep_train * f);
+
+  if (cfg.min_count > 1) admit_frequent(train, test, cfg.min_count);
 
   float largest = 0.0f;
   for (float v : train.x) largest = std::max(largest, v);
