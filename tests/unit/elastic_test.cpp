@@ -14,6 +14,13 @@
 // next. A worker that dies pushes to some of its shards only, and the master is told later.
 // With momentum and Adam the reference is one unmigrated shard fed the same contributions.
 //
+// Sparse rows (issue 43), under bsp: the job has an embedding table whose rows ride with the
+// keys' buckets (ps/shard_rows.hpp); each worker's push also carries known gradients for the
+// rows its step touches that the shard holds under the push's configuration. The master's final
+// snapshot brings every shard's rows back, and each row must be exactly its initial value with
+// every row gradient the shards took applied once (plain SGD), or bitwise the rows of one
+// unmigrated shard fed the same contributions (lazy Adam).
+//
 // Asynchronous (`consistency: asp`): each step is one worker's, pushed without waiting for any
 // version and applied by each shard as it arrives; a dead worker's steps are completed by the
 // master's stand-in pushes, and whichever of the stand-in and its own push reaches a shard
@@ -29,8 +36,11 @@
 
 #include "master/job_master.hpp"
 #include "ps/shard.hpp"
+#include "ps/shard_rows.hpp"
 #include "shard/shard_server.hpp"
+#include "sparse/row_store.hpp"
 #include "wire/elastic_messages.hpp"
+#include "wire/row_frames.hpp"
 
 namespace coach {
 namespace {
@@ -64,6 +74,21 @@ bool is_worker(const endpoint& e) {
   return e.id >= 1000;
 }
 
+/// The embedding table of the sparse runs: its rows, their initial scale, the job's seed.
+constexpr std::uint64_t table_rows = 1000;
+constexpr std::uint32_t table_dim = 2;
+constexpr std::uint64_t table_seed = 5;
+
+/// The rows worker r's step s touches: five, distinct, ascending.
+std::vector<std::uint64_t> touched_rows(std::uint32_t rank, std::int64_t step) {
+  std::vector<std::uint64_t> rows;
+  for (std::uint64_t j = 0; j < 5; ++j)
+    rows.push_back((std::uint64_t(rank) * 131 + std::uint64_t(step) * 37 + j * 199) % table_rows);
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
 float known_gradient(std::uint32_t rank, std::int64_t step, std::size_t key) {
   std::uint64_t h = (std::uint64_t(rank) * 1000003u + std::uint64_t(step)) * 1000033u + key;
   h ^= h >> 29;
@@ -79,6 +104,8 @@ using counted_log = std::map<std::pair<std::uint32_t, std::int64_t>,
 
 struct run_result {
   std::vector<float> params;  ///< the master's result: version num_steps
+  /// Sparse runs: the master's result's rows (every shard's, at version num_steps).
+  std::vector<std::vector<std::byte>> rows;
   std::vector<float> initial;
   std::map<std::uint64_t, ps::job_config> configs;  ///< every configuration published
   counted_log counted;                              ///< by (shard, step)
@@ -104,7 +131,19 @@ struct sim_options {
   bool deaths = false;
   double duplicates = 0;  ///< the share of pushes delivered twice
   bool asp = false;
+  /// The job has an embedding table (bsp only); its rows' optimizer.
+  std::optional<sparse::row_optimizer_config> rows;
 };
+
+/// The sparse runs' shard configuration of the rows.
+ps::sparse_rows_config rows_config(const sparse::row_optimizer_config& opt) {
+  ps::sparse_rows_config c;
+  c.seed = table_seed;
+  c.tables = {{table_rows, table_dim, 0.25f}};
+  c.optimizer = opt;
+  c.num_params = num_keys;
+  return c;
+}
 
 class job_sim {
  public:
@@ -122,6 +161,7 @@ class job_sim {
     s.spec.batch_size = 8;
     s.spec.batch = scheduler::batch_kind::per_worker;
     s.spec.seed = 5;
+    s.spec.optimizer = opt_;  // the state snapshots (sparse runs' final) carry its state
     s.spec.workers = {1, 6, 2};
     s.spec.shards = {1, 8, 2};
     s.spec.slice_size = slice_size;
@@ -137,6 +177,7 @@ class job_sim {
     s.shard_ep = shard_at;
     s.worker_ep = worker_at;
     s.replica_ep = [](std::uint32_t k, std::uint32_t) { return shard_at(k); };
+    s.sparse_rows = o_.rows.has_value();
     const auto initial = s.initial;
     out.configs[1] = initial;
     for (std::uint32_t k = 0; k < 2; ++k) add_shard(k, initial, true);
@@ -169,6 +210,7 @@ class job_sim {
     EXPECT_FALSE(outcome_->failure) << outcome_->failure->message;
     EXPECT_EQ(outcome_->result.steps, num_steps);
     out.params = outcome_->result.params;
+    out.rows = outcome_->result.rows;
     for (const auto& c : outcome_->result.changes) {
       if (c.what.starts_with("migrate")) ++out.migrations;
     }
@@ -218,6 +260,7 @@ class job_sim {
     ps::consistency_config mode;
     if (o_.asp) mode.kind = ps::consistency_kind::asp;
     auto so = ps::make_consistency(mode)->shard_rules();
+    if (o_.rows) so.rows = rows_config(*o_.rows);
     // What each step took at this shard: the contributions the parameters must hold once.
     so.on_applied = [this, k](std::int64_t step,
                               const std::vector<std::pair<std::uint32_t, std::uint64_t>>& taken) {
@@ -331,6 +374,7 @@ class job_sim {
           for (auto i = range.begin; i < range.end; ++i) v->push_back(known_gradient(r, s, i));
           m.frames.push_back(wire::frame::of(v, v->data(), v->size()));
         }
+        if (o_.rows) add_rows(m, r, s, c, k);
       }
       send(worker_at(r), std::move(m));
     }
@@ -354,6 +398,25 @@ class job_sim {
     send(worker_at(r), std::move(rep));
     w.next = s + 1;
     ask(r);
+  }
+
+  /// The row gradients of worker r's step s for the rows shard k holds under configuration c.
+  static void add_rows(wire_message& m, std::uint32_t r, std::int64_t s, const ps::job_config& c,
+                       std::uint32_t k) {
+    struct memory {
+      std::vector<std::uint64_t> ids;
+      std::vector<float> grads;
+    };
+    auto mem = std::make_shared<memory>();
+    for (auto row : touched_rows(r, s)) {
+      if (c.map.owner(ps::row_key_of(0, row, num_keys) / slice_size) != k) continue;
+      mem->ids.push_back(row);
+      for (std::uint32_t e = 0; e < table_dim; ++e)
+        mem->grads.push_back(known_gradient(r, s, num_keys + row * table_dim + e));
+    }
+    if (mem->ids.empty()) return;
+    const wire::row_frames_part part{0, mem->ids, mem->grads};
+    wire::append_row_parts(m, std::span(&part, 1), mem, true);
   }
 
   void to_worker(std::uint32_t r, wire_message m) {
@@ -544,6 +607,61 @@ std::vector<float> expected_sgd(const run_result& r) {
   return w;
 }
 
+/// Every shard's rows of a run's result in one store (every bucket).
+sparse::row_store rows_of(const run_result& r, const sparse::row_optimizer_config& opt) {
+  const sparse::bucket_range all[] = {{0, sparse::bucket_count}};
+  auto store = sparse::row_store::create(table_seed, {{table_rows, table_dim, 0.25f}}, opt, all);
+  EXPECT_TRUE(store);
+  for (const auto& blob : r.rows) EXPECT_TRUE(store->merge(blob));
+  return std::move(*store);
+}
+
+/// The rows plain SGD (lr 0.5) must end with, from what each shard took: each step's row
+/// gradients of the contributions the shard took, summed (exact: small integers) and applied
+/// as the row optimizer does (w -= lr (sum * scale)), to the initial values.
+void expect_every_row_gradient_once(const run_result& r, std::uint64_t seed) {
+  std::map<std::uint64_t, std::vector<float>> want;
+  for (std::int64_t s = 0; s < num_steps; ++s) {
+    const auto& map = r.at(s).map;
+    for (auto k : map.live_shards()) {
+      auto it = r.counted.find({k, s});
+      if (it == r.counted.end()) continue;
+      std::uint64_t total = 0;
+      for (auto [rank, n] : it->second) total += n;
+      if (total == 0) continue;
+      std::map<std::uint64_t, std::vector<float>> sums;
+      for (auto [rank, n] : it->second) {
+        if (n == 0) continue;
+        for (auto row : touched_rows(rank, s)) {
+          if (map.owner(ps::row_key_of(0, row, num_keys) / slice_size) != k) continue;
+          auto& sum = sums.try_emplace(row, table_dim, 0.0f).first->second;
+          for (std::uint32_t e = 0; e < table_dim; ++e)
+            sum[e] += known_gradient(rank, s, num_keys + row * table_dim + e);
+        }
+      }
+      const float scale = float(1.0 / double(total));
+      for (const auto& [row, sum] : sums) {
+        auto [at, fresh] = want.try_emplace(row, table_dim);
+        if (fresh) sparse::init_row(table_seed, 0, row, 0.25f, at->second);
+        for (std::uint32_t e = 0; e < table_dim; ++e) at->second[e] -= 0.5f * (sum[e] * scale);
+      }
+    }
+  }
+  sparse::row_optimizer_config sgd;
+  sgd.kind = sparse::row_optimizer_kind::sgd;
+  const auto got = rows_of(r, sgd);
+  ASSERT_GT(want.size(), 100u) << "seed " << seed;
+  for (const auto& [row, values] : want) {
+    const auto v = got.find(0, row);
+    ASSERT_EQ(v.size(), table_dim) << "seed " << seed << " row " << row << " missing";
+    for (std::uint32_t e = 0; e < table_dim; ++e)
+      ASSERT_EQ(v[e], values[e]) << "seed " << seed << " row " << row << " element " << e;
+  }
+  // No row took a gradient the expectation lacks (the rows read at their initial value only
+  // are not created by pushes: every row held was updated).
+  EXPECT_EQ(got.stats().rows, want.size()) << "seed " << seed;
+}
+
 /// Every gradient taken applied exactly once, and every epoch completed counted each sample
 /// once.
 void expect_every_gradient_once(const run_result& r, std::uint64_t seed) {
@@ -555,10 +673,15 @@ void expect_every_gradient_once(const run_result& r, std::uint64_t seed) {
   for (const auto& e : r.epochs) EXPECT_EQ(e.samples, num_samples) << "seed " << seed;
 }
 
-/// The same contributions through one shard that never migrates.
-std::vector<float> unmigrated(const run_result& r, const optimizer_config& opt) {
+/// The same contributions through one shard that never migrates (with the rows of the sparse
+/// runs when `rows` is set: `held` gets them).
+std::vector<float> unmigrated(const run_result& r, const optimizer_config& opt,
+                              const sparse::row_optimizer_config* rows = nullptr,
+                              std::vector<std::byte>* held = nullptr) {
   auto be = std::move(*kernels::make_backend(kernels::backend_kind::cpu));
-  ps::shard one(0, opt, *be, {{0, num_keys}}, r.initial);
+  ps::shard_options so;
+  if (rows) so.rows = rows_config(*rows);
+  ps::shard one(0, opt, *be, {{0, num_keys}}, r.initial, so);
   for (std::int64_t s = 0; s < num_steps; ++s) {
     std::vector<std::uint32_t> ranks;
     for (auto [rank, n] : r.granted.at(s)) ranks.push_back(rank);
@@ -570,10 +693,18 @@ std::vector<float> unmigrated(const run_result& r, const optimizer_config& opt) 
       c.rank = rank;
       c.samples = n;
       if (n > 0) c.parts.emplace_back(g->data(), num_keys);
-      c.keep_alive = g;
+      auto ids = std::make_shared<std::vector<std::uint64_t>>(touched_rows(rank, s));
+      auto grads = std::make_shared<std::vector<float>>();
+      for (auto row : *ids)
+        for (std::uint32_t e = 0; e < table_dim; ++e)
+          grads->push_back(known_gradient(rank, s, num_keys + row * table_dim + e));
+      if (rows && n > 0) c.rows.push_back({0, *ids, *grads});
+      c.keep_alive =
+          std::make_shared<std::tuple<decltype(g), decltype(ids), decltype(grads)>>(g, ids, grads);
       EXPECT_TRUE(one.push(s, std::move(c)));
     }
   }
+  if (held) *held = one.rows()->save();
   return {one.values().begin(), one.values().end()};
 }
 
@@ -604,6 +735,25 @@ TEST(elastic_property, random_rescales_migrations_and_deaths_apply_every_gradien
   EXPECT_GT(total.drains, 20);
   EXPECT_GT(total.migrations, 20);
   EXPECT_GT(held, 20) << "pushes never overtook the slices they needed";
+}
+
+TEST(elastic_property, sparse_rows_take_every_row_gradient_once_through_rescales_and_deaths) {
+  sparse::row_optimizer_config sgd;
+  sgd.kind = sparse::row_optimizer_kind::sgd;
+  sgd.learning_rate = 0.5f;
+  int changes = 0, held = 0;
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    auto r = job_sim(plain_sgd(), seed, {.deaths = true, .duplicates = 0.05, .rows = sgd}).run();
+    if (HasFatalFailure()) return;
+    expect_every_gradient_once(r, seed);
+    if (HasFatalFailure()) return;
+    expect_every_row_gradient_once(r, seed);
+    if (HasFatalFailure()) return;
+    changes += r.joins + r.leaves + r.adds + r.drains + r.migrations;
+    held += r.held;
+  }
+  EXPECT_GT(changes, 100);
+  EXPECT_GT(held, 10) << "pushes never overtook the slices (and rows) they needed";
 }
 
 TEST(elastic_property, duplicated_and_late_pushes_are_refused_and_every_gradient_applies_once) {
@@ -652,6 +802,36 @@ TEST_P(elastic_invisible, migrated_run_is_bitwise_equal_to_one_unmigrated_shard)
     const auto want = unmigrated(r, opt);
     ASSERT_EQ(0, std::memcmp(r.params.data(), want.data(), num_keys * sizeof(float)))
         << "seed " << seed;
+  }
+}
+
+TEST(elastic_invisible_rows, migrated_rows_are_bitwise_those_of_one_unmigrated_shard) {
+  optimizer_config opt;
+  opt.kind = optimizer_kind::adam;
+  opt.adam.learning_rate = 0.01f;
+  sparse::row_optimizer_config lazy;
+  lazy.kind = sparse::row_optimizer_kind::lazy_adam;
+  lazy.learning_rate = 0.05f;
+  lazy.epsilon = 1e-8f;
+  lazy.weight_decay = 0.01f;
+  for (std::uint64_t seed = 100; seed < 115; ++seed) {
+    auto r = job_sim(opt, seed, {.rows = lazy}).run();
+    if (HasFatalFailure()) return;
+    std::vector<std::byte> held;
+    const auto want = unmigrated(r, opt, &lazy, &held);
+    ASSERT_EQ(0, std::memcmp(r.params.data(), want.data(), num_keys * sizeof(float)))
+        << "seed " << seed;
+    const auto got = rows_of(r, lazy);
+    const sparse::bucket_range all[] = {{0, sparse::bucket_count}};
+    auto ref = sparse::row_store::create(table_seed, {{table_rows, table_dim, 0.25f}}, lazy, all);
+    ASSERT_TRUE(ref && ref->merge(held));
+    ASSERT_EQ(got.stats().rows, ref->stats().rows) << "seed " << seed;
+    for (auto row : ref->held_rows(0)) {
+      const auto a = got.find(0, row), b = ref->find(0, row);
+      const auto sa = got.find_state(0, row), sb = ref->find_state(0, row);
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), b.size_bytes())) << seed << " row " << row;
+      ASSERT_EQ(0, std::memcmp(sa.data(), sb.data(), sb.size_bytes())) << seed << " row " << row;
+    }
   }
 }
 
