@@ -56,6 +56,12 @@ std::string to_json(const job_result& r) {
                           {"compute_seconds", json_figure(e.compute_seconds)},
                           {"workers", e.workers},
                           {"shards", e.shards}});
+  // A click-through-rate model's (embedding tables): the test set's AUC and log loss.
+  for (std::size_t i = 0; i < r.epochs.size(); ++i)
+    if (!std::isnan(r.epochs[i].test_auc)) {
+      epochs[i]["test_auc"] = json_figure(r.epochs[i].test_auc);
+      epochs[i]["test_log_loss"] = json_figure(r.epochs[i].test_log_loss);
+    }
   for (std::size_t i = 0; i < r.epochs.size(); ++i) {
     const auto& segs = r.epochs[i].segments;
     if (segs.size() < 2) continue;  // one allocation throughout: the epoch's own figures
