@@ -95,8 +95,18 @@ void zmq_transport_impl::deliver_decoded(std::span<const std::byte> header,
   for (std::size_t i = first; i < last; ++i) {
     auto owner = std::make_shared<zmq::message_t>(std::move(parts[i]));
     bytes += owner->size();
-    msg.frames.push_back(
-        frame{owner, static_cast<const std::byte*>(owner->data()), owner->size(), true});
+    const auto* data = static_cast<const std::byte*>(owner->data());
+    // libzmq receives small messages back to back into one buffer, at any offset: a frame read
+    // as floats or row ids (u64) must be aligned, so such a frame gets a copy that is (a large
+    // message has a buffer of its own, aligned, and is not copied).
+    if (reinterpret_cast<std::uintptr_t>(data) % alignof(std::uint64_t) != 0) {
+      auto copy = std::make_shared<std::vector<std::uint64_t>>((owner->size() + 7) / 8);
+      std::memcpy(copy->data(), data, owner->size());
+      msg.frames.push_back(
+          frame{copy, reinterpret_cast<const std::byte*>(copy->data()), owner->size(), true});
+      continue;
+    }
+    msg.frames.push_back(frame{owner, data, owner->size(), true});
   }
   auto route = msg.hdr.dst.host == opt_.host ? routes_.find_route(msg.hdr.dst)
                                              : detail::route_table::route{};

@@ -83,11 +83,13 @@ result<row_store> row_store::create(std::uint64_t seed, std::vector<table_config
   for (const auto& r : owned)
     for (std::uint32_t b = r.first; b < r.end; ++b) s.owned_[b] = true;
   s.rows_.resize(s.tables_.size());
+  for (std::size_t t = 0; t < s.tables_.size(); ++t)
+    s.rows_[t].stride = std::size_t{s.tables_[t].dim} * (1 + s.opt_.state_per_element());
   return s;
 }
 
 std::size_t row_store::stride(std::uint32_t table) const noexcept {
-  return std::size_t{tables_[table].dim} * (1 + opt_.state_per_element());
+  return rows_[table].stride;
 }
 
 float* row_store::slot_data(std::uint32_t table, std::uint32_t slot) const noexcept {
@@ -146,9 +148,19 @@ result<void> row_store::read(std::uint32_t table, std::span<const std::uint64_t>
                              std::span<float> out) {
   if (auto ok = check(table, rows, out.size(), "a read"); !ok) return ok;
   const std::size_t dim = tables_[table].dim;
+  // Two passes, each prefetching a few rows ahead: the index entries, then the rows' values
+  // (a random row of a large table is a cache miss twice; the misses overlap this way).
+  auto& slots = rows_[table].scratch_slots;
+  slots.resize(rows.size());
+  const auto& index = rows_[table].index;
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    const float* p = slot_data(table, slot_of(table, rows[i]));
-    std::memcpy(out.data() + i * dim, p, dim * sizeof(float));
+    if (i + prefetch_ahead < rows.size()) index.prefetch(rows[i + prefetch_ahead]);
+    slots[i] = slot_of(table, rows[i]);
+  }
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (i + prefetch_ahead < rows.size())
+      __builtin_prefetch(slot_data(table, slots[i + prefetch_ahead]));
+    std::memcpy(out.data() + i * dim, slot_data(table, slots[i]), dim * sizeof(float));
   }
   return {};
 }
@@ -164,8 +176,11 @@ result<void> row_store::add(std::uint32_t table, std::span<const std::uint64_t> 
       float* sum = t.sums.data() + std::size_t{*at} * dim;
       for (std::size_t k = 0; k < dim; ++k) sum[k] += g[k];
     } else {
+      // The row's slot now (created if new): apply() updates it without a second lookup.
+      if (i + prefetch_ahead < rows.size()) t.index.prefetch(rows[i + prefetch_ahead]);
       t.pending.insert(rows[i], static_cast<std::uint32_t>(t.pending_rows.size()));
       t.pending_rows.push_back(rows[i]);
+      t.pending_slots.push_back(slot_of(table, rows[i]));
       t.sums.insert(t.sums.end(), g, g + dim);
     }
   }
@@ -186,16 +201,19 @@ std::size_t row_store::apply(float scale, float learning_rate, std::int64_t step
     auto& t = rows_[table];
     const std::size_t dim = tables_[table].dim;
     grad.resize(dim);
+    const std::size_t state = stride(table) - dim;
     for (std::size_t i = 0; i < t.pending_rows.size(); ++i) {
+      if (i + prefetch_ahead < t.pending_rows.size())
+        __builtin_prefetch(slot_data(table, t.pending_slots[i + prefetch_ahead]));
       const float* sum = t.sums.data() + i * dim;
       for (std::size_t k = 0; k < dim; ++k) grad[k] = sum[k] * scale;
-      float* p = slot_data(table, slot_of(table, t.pending_rows[i]));
-      update_row(opt_, step, std::span<float>(p, dim),
-                 std::span<float>(p + dim, stride(table) - dim), grad);
+      float* p = slot_data(table, t.pending_slots[i]);
+      update_row(opt_, step, std::span<float>(p, dim), std::span<float>(p + dim, state), grad);
     }
     updated += t.pending_rows.size();
     t.pending.clear();
     t.pending_rows.clear();
+    t.pending_slots.clear();
     t.sums.clear();
   }
   return updated;

@@ -132,9 +132,14 @@ class row_store {
     /// The open step's sums: row -> position in sums, rows in order of first add.
     row_index pending;
     std::vector<std::uint64_t> pending_rows;
+    std::vector<std::uint32_t> pending_slots;  ///< each pending row's slot
     std::vector<float> sums;
+    std::vector<std::uint32_t> scratch_slots;  ///< read()'s
+    std::size_t stride = 0;                    ///< floats a slot: dim * (1 + state per element)
   };
   static constexpr std::uint32_t block_rows = 4096;
+  /// Rows looked up ahead of the one read (their index entries and values prefetched).
+  static constexpr std::size_t prefetch_ahead = 8;
 
   row_store() = default;
   std::size_t stride(std::uint32_t table) const noexcept;
