@@ -148,3 +148,22 @@ TEST(embeddings_spec, a_model_with_tables_round_trips_through_its_yaml) {
 
 }  // namespace
 }  // namespace coach::scheduler
+
+namespace coach::scheduler {
+namespace {
+
+// examples/ctr.yaml, the example docs/sparse.md runs, says what its comments say.
+TEST(embeddings_spec, the_ctr_example_parses_as_documented) {
+  auto s = load_job_spec(std::string(COACH_SOURCE_DIR) + "/examples/ctr.yaml");
+  ASSERT_TRUE(s) << s.error().to_string();
+  EXPECT_EQ(s->dataset.format, worker::dataset_format::ctr);
+  EXPECT_EQ(s->dataset.min_count, 2000u);
+  ASSERT_EQ(s->model.embeddings.size(), 1u);
+  EXPECT_EQ(s->model.embeddings[0].dim, 16u);
+  EXPECT_EQ(s->sparse_optimizer.kind, sparse::row_optimizer_kind::adagrad);
+  EXPECT_EQ(s->slice_size, sparse_slice_size) << "rows ride with keys: small slices";
+  EXPECT_EQ(s->consistency.kind, consistency_kind::bsp);
+}
+
+}  // namespace
+}  // namespace coach::scheduler
