@@ -39,6 +39,9 @@
 //     #     pooling: sum         # sum (default) | mean
 //     #     init_scale: 0.01     # >= 0; default 0.01
 //     #     per_field: true      # true (default): a table per field; false: one shared table
+//     # interaction: none        # with embeddings only: none (default) | dot: the layers also
+//     #                          # get every two tables' pooled dot product, T(T-1)/2 inputs
+//     #                          # (DLRM); dot needs every entry of one dim
 //   # sparse_optimizer:          # optional, needs model.embeddings: the rows' optimizer
 //   #   type: adagrad            # sgd | adagrad (default) | lazy_adam
 //   #   learning_rate: 0.01      # > 0; default 0.01

@@ -322,9 +322,34 @@ result<void> parse_embeddings(const spec_parser& p, const entry& e, worker::mode
   return {};
 }
 
+/// `interaction` (none | dot), read after `embeddings`: only with embedding tables, and dot only
+/// over entries of one dim (every two tables' vectors meet in a dot product).
+result<void> parse_interaction(const spec_parser& p, const entry& e, const fields& f,
+                               worker::model_config& model) {
+  auto v = p.get_enum<worker::interaction>(
+      e, {{"none", worker::interaction::none}, {"dot", worker::interaction::dot}}, "none, dot");
+  if (!v) return std::unexpected(std::move(v.error()));
+  if (model.embeddings.empty())
+    return p.bad(e, "is for a model with embedding tables (model.embeddings), which this has not");
+  model.interaction = *v;
+  if (model.interaction != worker::interaction::dot) return {};
+  const auto& tables = model.embeddings;
+  for (std::size_t i = 1; i < tables.size(); ++i) {
+    if (tables[i].dim == tables[0].dim) continue;
+    const entry* list = f.find("embeddings");
+    const entry dim{list->key, list->value[i]["dim"], coach::format("{}[{}].dim", list->path, i)};
+    return p.bad(dim,
+                 "must equal model.embeddings[0].dim ({}) with interaction dot (the dot products "
+                 "pair every two tables), got {}",
+                 tables[0].dim, tables[i].dim);
+  }
+  return {};
+}
+
 /// A script's model: `script` (a file), `args` (a list of strings), `start_timeout_s`, `warm`.
 result<void> parse_script(const spec_parser& p, const fields& f, worker::model_config& model) {
-  for (const char* native : {"hidden", "activation", "layers", "input_shape", "embeddings"})
+  for (const char* native :
+       {"hidden", "activation", "layers", "input_shape", "embeddings", "interaction"})
     if (const entry* e = f.find(native))
       return p.bad(*e, "is for a model of layers; a script builds its own model");
   const entry* e = f.find("script");
@@ -413,7 +438,7 @@ result<void> parse_model(const spec_parser& p, const fields& top, job_spec& spec
   const entry* m = top.find("model");
   if (m == nullptr) return p.missing(top, "model");
   auto f = p.open_map(*m, {"type", "hidden", "activation", "layers", "input_shape", "embeddings",
-                           "script", "args", "start_timeout_s", "warm"});
+                           "interaction", "script", "args", "start_timeout_s", "warm"});
   if (!f) return std::unexpected(std::move(f.error()));
   const entry* type_entry = f->find("type");
   const bool script =
@@ -441,6 +466,9 @@ result<void> parse_model(const spec_parser& p, const fields& top, job_spec& spec
   if (auto r = parse_mlp(p, *f, spec.model); !r) return r;
   if (const entry* e = f->find("embeddings")) {
     if (auto r = parse_embeddings(p, *e, spec.model); !r) return r;
+  }
+  if (const entry* e = f->find("interaction")) {
+    if (auto r = parse_interaction(p, *e, *f, spec.model); !r) return r;
   }
   if (const entry* e = f->find("input_shape")) {
     if (auto r = parse_input_shape(p, *e, spec.model); !r) return r;

@@ -2,7 +2,9 @@
 // worker::model_config: the model section of a job spec: a list of layers, softmax cross-entropy
 // at the end. The `type: mlp` form is shorthand for dense layers with ReLU between them
 // (expanded_layers()). A model of ctr data may put embedding tables in front of the layers
-// (`embeddings:`, docs/sparse.md): their rows live in the shards, not in the flat parameters.
+// (`embeddings:`, docs/sparse.md): their rows live in the shards, not in the flat parameters,
+// and may feed the layers the dot products of every two tables' pooled vectors as well
+// (`interaction: dot`, DLRM's interaction).
 
 #include <array>
 #include <cstdint>
@@ -53,6 +55,18 @@ struct layer_config {
 
 struct external_model;
 
+/// What a model with embedding tables feeds its layers besides the dense features and the
+/// tables' pooled vectors (docs/sparse.md, "Interaction").
+enum class interaction {
+  none,  ///< nothing more
+  /// the dot product of every two tables' pooled vectors, pairs (i, j), i < j, in the order
+  /// (0, 1), (0, 2), ..., (1, 2), ...: T (T - 1) / 2 more inputs (DLRM, Naumov et al. 2019)
+  dot,
+};
+
+/// The spec spelling of an interaction ("none", "dot").
+std::string_view to_string(interaction i) noexcept;
+
 /// One entry of `model.embeddings:` (docs/sparse.md, "The model"): tables of `rows` rows of
 /// `dim` floats that the categorical fields `fields` of a ctr data set look up, each sample's
 /// bag pooled into `dim` inputs of the layers.
@@ -96,10 +110,13 @@ struct model_config {
   std::vector<layer_config> layers;
   /// Shape of one sample, {C, H, W}; {0, 0, 0}: the data set's (IDX images are 1 x rows x cols,
   /// other data 1 x 1 x features). When given, C H W must equal the data set's features.
-  /// With embeddings: the layers' input, 1 x 1 x (n_dense + the tables' dims).
+  /// With embeddings: the layers' input, 1 x 1 x (n_dense + the tables' dims, + T (T - 1) / 2
+  /// with interaction dot).
   std::array<int, 3> input_shape{0, 0, 0};
   /// Embedding tables in front of the layers (ctr data only); empty: none.
   std::vector<embedding_config> embeddings;
+  /// With embeddings: none, or dot (every table the same dim); none without embeddings.
+  worker::interaction interaction = worker::interaction::none;
   friend bool operator==(const model_config&, const model_config&) = default;
 };
 

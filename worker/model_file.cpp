@@ -204,6 +204,8 @@ std::string model_yaml(const network& net) {
           sparse::to_string(table.pooling), table.config.init_scale);
     }
     out += "], ";
+    if (net.interaction() != interaction::none)
+      out += coach::format("interaction: {}, ", to_string(net.interaction()));
   }
   out += "layers: [";
   bool first = true;

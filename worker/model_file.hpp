@@ -64,8 +64,9 @@ result<safetensors_file> read_safetensors(const std::string& path);
 /// The model section of a spec for `net`, as YAML on one line, every layer explicit with its
 /// resolved fields: `{type: layers, input_shape: [1, 28, 28], layers: [{type: conv2d, ...}]}`;
 /// a model with embedding tables also lists them, one entry per table with its fields
-/// (`embeddings: [{fields: [0], rows: 1000, dim: 8, ..., per_field: false}, ...]`), and its
-/// input_shape is the layers' input (dense features and pooled bags).
+/// (`embeddings: [{fields: [0], rows: 1000, dim: 8, ..., per_field: false}, ...]`) and, when
+/// not none, its interaction (`interaction: dot`); its input_shape is the layers' input (dense
+/// features, pooled bags and the bags' dot products).
 std::string model_yaml(const network& net);
 
 /// A file holding `params` (num_params floats) of `net` as named tensors, with the metadata

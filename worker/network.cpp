@@ -12,6 +12,10 @@
 
 namespace coach::worker {
 
+std::string_view to_string(interaction i) noexcept {
+  return i == interaction::dot ? "dot" : "none";
+}
+
 std::string_view to_string(layer_kind kind) noexcept {
   switch (kind) {
     case layer_kind::dense:
@@ -58,6 +62,14 @@ std::size_t param_tensor::size() const noexcept {
 }
 
 namespace {
+
+/// A table's fields as the spec lists them: "[1, 3]".
+std::string fields_text(const std::vector<int>& fields) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < fields.size(); ++i)
+    out += coach::format("{}{}", i == 0 ? "" : ", ", fields[i]);
+  return out + "]";
+}
 
 std::string dims(const sample_shape& s) {
   if (s[1] == 1 && s[2] == 1) return coach::format("{}", s[0]);
@@ -111,6 +123,11 @@ result<network> network::build(const model_config& cfg, sample_shape input, int 
     return fail(errc::invalid_argument,
                 "model.embeddings: the tables are resolved against the data set's categorical "
                 "fields; build such a model for its data set (network::for_data)");
+  if (cfg.interaction != interaction::none)
+    return fail(errc::invalid_argument,
+                "model.interaction {}: the interaction is between embedding tables; this model "
+                "has none (model.embeddings)",
+                to_string(cfg.interaction));
   return build_layers(cfg, input, classes);
 }
 
@@ -267,14 +284,30 @@ result<network> network::for_data(const model_config& cfg, const dataset& data) 
     }
   }
   for (const auto& t : tables) width += t.config.dim;
+  if (cfg.interaction == interaction::dot) {
+    // Every two tables' pooled vectors meet in a dot product: one dim for all.
+    for (std::size_t t = 1; t < tables.size(); ++t)
+      if (tables[t].config.dim != tables[0].config.dim)
+        return fail(errc::invalid_argument,
+                    "model.interaction dot: table {} (fields {}) has dim {}, table 0 has {}; the "
+                    "dot products need every table of one dim",
+                    t, fields_text(tables[t].fields), tables[t].config.dim, tables[0].config.dim);
+    width += tables.size() * (tables.size() - 1) / 2;
+  }
   if (width > std::size_t(1) << 30)
     return fail(errc::invalid_argument, "model.embeddings: an input of {} values is too large",
                 width);
   auto net = build_layers(cfg, sample_shape{1, 1, int(width)}, data.classes);
   if (!net) return net;
   net->tables_ = std::move(tables);
+  net->interaction_ = cfg.interaction;
   net->dense_inputs_ = data.features;
   return net;
+}
+
+std::size_t network::pair_inputs() const noexcept {
+  if (interaction_ != interaction::dot) return 0;
+  return tables_.size() * (tables_.size() - 1) / 2;  // 0 tables: 0 * anything
 }
 
 std::size_t network::table_column(std::size_t t) const noexcept {

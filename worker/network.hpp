@@ -18,8 +18,9 @@
 // tables in front of the layers. Their rows live in the shards (ps/shard_rows.hpp), never in
 // the flat vector above, which is the same with or without them. The layers' input is then a
 // sample's dense features followed by one pooled block of `dim` floats per table, in table
-// order; worker/sparse_batch.hpp makes a batch's bags and runs such a model (the
-// forward_backward and evaluate overloads that take rows).
+// order, and with `interaction: dot` the dot products of every two tables' blocks (pairs_column());
+// worker/sparse_batch.hpp makes a batch's bags and runs such a model (the forward_backward and
+// evaluate overloads that take rows).
 
 #include <array>
 #include <cstddef>
@@ -101,9 +102,11 @@ class network {
   /// As build() for a data set: its shape (or 1 x 1 x features) and classes; for a script's
   /// model (cfg.external set), external(cfg.external). With cfg.embeddings: the tables resolved
   /// against the data set's categorical fields (`fields` empty: all of them; a per_field entry
-  /// makes one table per field) and the layers' input 1 x 1 x (features + the tables' dims).
-  /// Errors (invalid_argument): embeddings on a data set without categorical fields, a field
-  /// index >= data.fields, and build()'s.
+  /// makes one table per field) and the layers' input 1 x 1 x (features + the tables' dims,
+  /// + T (T - 1) / 2 dot products with interaction dot). Errors (invalid_argument): embeddings
+  /// on a data set without categorical fields, a field index >= data.fields, interaction dot
+  /// over tables of different dims (naming the first table whose dim differs from table 0's),
+  /// and build()'s (which refuses an interaction without embeddings).
   static result<network> for_data(const model_config& cfg, const dataset& data);
   /// A model that a user's script computes: no layers; its tensors, in the layout's order, and
   /// its statistic ranges (the `buffer` tensors, momentum 1: the shards keep the samples-weighted
@@ -136,6 +139,14 @@ class network {
   }
   /// The first input of table t's pooled block: dense_inputs() + the dims of the tables before.
   std::size_t table_column(std::size_t t) const noexcept;
+  /// What the layers get besides the tables' blocks (none without tables).
+  worker::interaction interaction() const noexcept { return interaction_; }
+  /// With interaction dot, the pairs' inputs: T (T - 1) / 2 dot products, pair (i, j) (i < j)
+  /// at pairs_column() + its rank in the order (0, 1), (0, 2), ..., (0, T-1), (1, 2), ...;
+  /// 0 otherwise.
+  std::size_t pair_inputs() const noexcept;
+  /// The first pair's input: table_column(T), just after the last table's block.
+  std::size_t pairs_column() const noexcept { return table_column(tables_.size()); }
 
   /// Fills `params` (host memory, num_params() floats) with the initial values for `seed`:
   /// He-uniform weights (fan-in C R S for conv2d), zero biases, batch norm gamma 1, beta 0,
@@ -149,6 +160,7 @@ class network {
 
   std::shared_ptr<const external_model> external_;
   std::vector<embedding_table> tables_;
+  worker::interaction interaction_ = worker::interaction::none;
   std::size_t dense_inputs_ = 0;
   std::vector<layer> layers_;
   std::vector<statistic_range> statistics_;
@@ -185,10 +197,11 @@ class network_runner {
   /// The same for a model with embedding tables (worker/sparse_batch.cpp): `batch` is
   /// sparse_batch(model(), data, indices), pulled[t] the values of batch[t].rows.rows (row after
   /// row, dim floats each, host memory). Builds each sample's input (dense features, then each
-  /// table's pooled bag), runs the layers, and also sets row_grads[t] (resized) to the gradient
-  /// of the loss sum with respect to each of batch[t].rows.rows, in that order: a row looked up
-  /// by several samples, or several fields, gets the sum. Needs the gradient with respect to the
-  /// layers' input, which the backend computes as every other layer's (cpu; cuda untested).
+  /// table's pooled bag, then with interaction dot every two bags' dot product), runs the
+  /// layers, and also sets row_grads[t] (resized) to the gradient of the loss sum with respect
+  /// to each of batch[t].rows.rows, in that order: a row looked up by several samples, or
+  /// several fields, gets the sum. Needs the gradient with respect to the layers' input, which
+  /// the backend computes as every other layer's (cpu; cuda untested).
   /// REQUIRES: batch and pulled hold one entry per table, sized as said.
   double forward_backward(const float* params, const dataset& data,
                           std::span<const std::uint32_t> indices,

@@ -1,7 +1,7 @@
 // worker/sparse_batch.cpp: a batch's lookups in a model's embedding tables, and the members of
 // network_runner that run such a model (worker/sparse_batch.hpp): the input built from dense
-// features and pooled bags, the row gradients from the layers' input gradient, and evaluation
-// with rows from a row source.
+// features, pooled bags and (interaction dot) the bags' pairwise dot products, the row
+// gradients from the layers' input gradient, and evaluation with rows from a row source.
 #include "worker/sparse_batch.hpp"
 
 #include <algorithm>
@@ -10,6 +10,53 @@
 #include "worker/binary_metrics.hpp"
 
 namespace coach::worker {
+namespace {
+
+/// Interaction dot, forward: for each of `n` samples (rows of `width` floats in `x`), the dot
+/// product of every two tables' pooled blocks (`tables` blocks of `dim` floats from column
+/// `first`) into the pair columns from `pairs`, pairs in the order (0, 1), (0, 2), ..., (1, 2).
+void dot_forward(float* x, std::size_t n, std::size_t width, std::size_t first, std::size_t tables,
+                 std::size_t dim, std::size_t pairs) {
+  for (std::size_t r = 0; r < n; ++r) {
+    float* row = x + r * width;
+    float* out = row + pairs;
+    for (std::size_t i = 0; i < tables; ++i) {
+      const float* ei = row + first + i * dim;
+      for (std::size_t j = i + 1; j < tables; ++j) {
+        const float* ej = row + first + j * dim;
+        float sum = 0.0f;
+        for (std::size_t k = 0; k < dim; ++k) sum += ei[k] * ej[k];
+        *out++ = sum;
+      }
+    }
+  }
+}
+
+/// Interaction dot, backward: with g = dx[pair (i, j)], adds g e_j to table i's block of `dx`
+/// and g e_i to table j's (e the blocks of `x`, laid out as in dot_forward), pair after pair
+/// in the forward order: the same sums in the same order every time.
+void dot_backward(const float* x, float* dx, std::size_t n, std::size_t width, std::size_t first,
+                  std::size_t tables, std::size_t dim, std::size_t pairs) {
+  for (std::size_t r = 0; r < n; ++r) {
+    const float* row = x + r * width;
+    float* drow = dx + r * width;
+    const float* g = drow + pairs;
+    for (std::size_t i = 0; i < tables; ++i) {
+      const float* ei = row + first + i * dim;
+      float* di = drow + first + i * dim;
+      for (std::size_t j = i + 1; j < tables; ++j, ++g) {
+        const float* ej = row + first + j * dim;
+        float* dj = drow + first + j * dim;
+        for (std::size_t k = 0; k < dim; ++k) {
+          di[k] += *g * ej[k];
+          dj[k] += *g * ei[k];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
 
 std::vector<table_batch> sparse_batch(const network& net, const dataset& data,
                                       std::span<const std::uint32_t> indices) {
@@ -64,6 +111,9 @@ void network_runner::gather_sparse(const dataset& data, std::span<const std::uin
     sparse::bag_forward(tables[t].pooling, b.offsets, b.rows.local, pulled[t], dim,
                         {std::span(staging_x_.data(), n * width), width, model_.table_column(t)});
   }
+  if (model_.interaction() == interaction::dot)
+    dot_forward(staging_x_.data(), n, width, model_.table_column(0), tables.size(),
+                tables[0].config.dim, model_.pairs_column());
   be_.upload(input_, staging_x_.data(), n * width);
 }
 
@@ -92,6 +142,12 @@ double network_runner::forward_backward(const float* params, const dataset& data
   const std::size_t width = std::size_t(model_.inputs());
   host_dinput_.resize(std::size_t(rows) * width);
   be_.download(host_dinput_.data(), dinput, host_dinput_.size());
+  // The pairs' gradients reach the tables' blocks (staging_x_ still holds this batch's input)
+  // before bag_backward reads the blocks.
+  if (model_.interaction() == interaction::dot)
+    dot_backward(staging_x_.data(), host_dinput_.data(), std::size_t(rows), width,
+                 model_.table_column(0), tables.size(), tables[0].config.dim,
+                 model_.pairs_column());
   for (std::size_t t = 0; t < tables.size(); ++t) {
     const std::size_t dim = tables[t].config.dim;
     row_grads[t].resize(batch[t].rows.rows.size() * dim);

@@ -15,7 +15,12 @@
 //
 // Input layout: sample b's input to the layers is its dense features (dataset::x), then, for
 // each table t in order, the pool (sum or mean) of its bag's rows, at columns
-// [table_column(t), table_column(t) + dim).
+// [table_column(t), table_column(t) + dim). With interaction dot (DLRM's), then the dot product
+// of every two tables' pooled vectors e_i . e_j, i < j, in the order (0, 1), (0, 2), ..., (1, 2),
+// ..., from pairs_column(): T (T - 1) / 2 inputs, computed on the host after the pooling, before
+// the upload. Backward, the gradient g of pair (i, j) adds g e_j to table i's block of the
+// input gradient and g e_i to table j's, pair after pair in that order, before the blocks
+// become row gradients: deterministic, and exactly the chain rule through the products.
 //
 // A step (the worker): batch = sparse_batch(net, data, indices); pull batch[t].rows.rows of
 // each table from the shards that hold them; runner.forward_backward(..., batch, pulled, grad,

@@ -1,6 +1,7 @@
 // model.embeddings and sparse_optimizer in a job spec (issue 43): a ctr spec parses to the values
-// and defaults it says, every bad entry gets one line naming its field, and a model with tables
-// goes through model_yaml and back to the same network.
+// and defaults it says, every bad entry gets one line naming its field (model.interaction's
+// too), and a model with tables, with or without interaction dot, goes through model_yaml and
+// back to the same network.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -146,6 +147,85 @@ TEST(embeddings_spec, a_model_with_tables_round_trips_through_its_yaml) {
   EXPECT_EQ(worker::model_yaml(*net2), yaml);
 }
 
+TEST(embeddings_spec, interaction_dot_needs_tables_of_one_dim) {
+  const auto error_of = [](const std::string& yaml) {
+    auto s = parse_job_spec(yaml, "job.yaml");
+    return s ? std::string("no error") : s.error().message;
+  };
+  const std::string hidden = "  hidden: [8]\n  embeddings:\n";
+  const std::string same = hidden +
+                           "    - {rows: 10, dim: 4}\n    - {fields: [1, 2], rows: 10, "
+                           "dim: 4, per_field: false}\n";
+  auto none = parse_job_spec(ctr_spec(same), "job.yaml");
+  ASSERT_TRUE(none) << none.error().message;
+  EXPECT_EQ(none->model.interaction, worker::interaction::none) << "the default";
+  auto dot = parse_job_spec(ctr_spec(same + "  interaction: dot\n"), "job.yaml");
+  ASSERT_TRUE(dot) << dot.error().message;
+  EXPECT_EQ(dot->model.interaction, worker::interaction::dot);
+
+  EXPECT_EQ(error_of(ctr_spec(hidden + "    - {rows: 10, dim: 4}\n    - {rows: 10, dim: 8}\n" +
+                              "  interaction: dot\n")),
+            "job.yaml:7: field 'model.embeddings[1].dim' must equal model.embeddings[0].dim (4) "
+            "with interaction dot (the dot products pair every two tables), got 8");
+  EXPECT_EQ(error_of(ctr_spec(same + "  interaction: cross\n")),
+            "job.yaml:8: field 'model.interaction' must be one of none, dot, got 'cross'");
+  EXPECT_EQ(error_of(ctr_spec("  hidden: [8]\n  interaction: dot\n")),
+            "job.yaml:5: field 'model.interaction' is for a model with embedding tables "
+            "(model.embeddings), which this has not");
+  EXPECT_EQ(error_of(ctr_spec("  hidden: [8]\n  interaction: none\n")),
+            "job.yaml:5: field 'model.interaction' is for a model with embedding tables "
+            "(model.embeddings), which this has not");
+  EXPECT_EQ(error_of("name: s\nmodel: {script: train.py, interaction: dot}\noptimizer: {type: "
+                     "sgd}\nbatch_size: 8\nepochs: 1\n"),
+            "job.yaml:2: field 'model.interaction' is for a model of layers; a script builds its "
+            "own model");
+}
+
+TEST(embeddings_spec, a_dot_model_round_trips_through_its_yaml) {
+  // model_yaml writes the interaction; a saved model is reloaded from that text as coach eval's
+  // load_model does (parse_model_yaml, input_shape cleared, for_data with coach.features and
+  // coach.fields): the same tables, inputs and layers.
+  auto s = parse_job_spec(ctr_spec("  hidden: [16]\n  embeddings:\n    - {rows: 1000, dim: 4}\n"
+                                   "  interaction: dot\n"),
+                          "job.yaml");
+  ASSERT_TRUE(s) << s.error().message;
+  worker::dataset data;
+  data.rows = 1;
+  data.features = 13;
+  data.classes = 2;
+  data.fields = 4;
+  auto net = worker::network::for_data(s->model, data);
+  ASSERT_TRUE(net) << net.error().message;
+  EXPECT_EQ(net->interaction(), worker::interaction::dot);
+  EXPECT_EQ(net->pair_inputs(), 6u);
+  EXPECT_EQ(net->inputs(), 13 + 4 * 4 + 6);
+  const std::string yaml = worker::model_yaml(*net);
+  EXPECT_EQ(yaml,
+            "{type: layers, input_shape: [1, 1, 35], embeddings: [{fields: [0], rows: 1000, "
+            "dim: 4, pooling: sum, init_scale: 0.01, per_field: false}, {fields: [1], rows: "
+            "1000, dim: 4, pooling: sum, init_scale: 0.01, per_field: false}, {fields: [2], "
+            "rows: 1000, dim: 4, pooling: sum, init_scale: 0.01, per_field: false}, {fields: "
+            "[3], rows: 1000, dim: 4, pooling: sum, init_scale: 0.01, per_field: false}], "
+            "interaction: dot, layers: [{type: dense, units: 16}, {type: relu}, {type: dense, "
+            "units: 2}]}");
+  auto again = parse_model_yaml(yaml, "m.safetensors (coach.model)");
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(again->interaction, worker::interaction::dot);
+  again->input_shape = {0, 0, 0};
+  auto net2 = worker::network::for_data(*again, data);
+  ASSERT_TRUE(net2) << net2.error().message;
+  EXPECT_EQ(net2->tables(), net->tables());
+  EXPECT_EQ(net2->interaction(), worker::interaction::dot);
+  EXPECT_EQ(net2->inputs(), net->inputs());
+  EXPECT_EQ(net2->num_params(), net->num_params());
+  EXPECT_EQ(worker::model_yaml(*net2), yaml);
+  // Without interaction the text says nothing of it, as before.
+  s->model.interaction = worker::interaction::none;
+  EXPECT_EQ(
+      worker::model_yaml(worker::network::for_data(s->model, data).value()).find("interaction"),
+      std::string::npos);
+}
+
 }  // namespace
 }  // namespace coach::scheduler
 
@@ -159,7 +239,8 @@ TEST(embeddings_spec, the_ctr_example_parses_as_documented) {
   EXPECT_EQ(s->dataset.format, worker::dataset_format::ctr);
   EXPECT_EQ(s->dataset.min_count, 2000u);
   ASSERT_EQ(s->model.embeddings.size(), 1u);
-  EXPECT_EQ(s->model.embeddings[0].dim, 16u);
+  EXPECT_EQ(s->model.embeddings[0].dim, 8u);
+  EXPECT_EQ(s->model.interaction, worker::interaction_kind::dot);
   EXPECT_EQ(s->sparse_optimizer.kind, sparse::row_optimizer_kind::adagrad);
   EXPECT_EQ(s->slice_size, sparse_slice_size) << "rows ride with keys: small slices";
   EXPECT_EQ(s->consistency.kind, consistency_kind::bsp);
