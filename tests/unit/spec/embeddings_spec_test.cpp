@@ -240,7 +240,7 @@ TEST(embeddings_spec, the_ctr_example_parses_as_documented) {
   EXPECT_EQ(s->dataset.min_count, 2000u);
   ASSERT_EQ(s->model.embeddings.size(), 1u);
   EXPECT_EQ(s->model.embeddings[0].dim, 8u);
-  EXPECT_EQ(s->model.interaction, worker::interaction_kind::dot);
+  EXPECT_EQ(s->model.interaction, worker::interaction::dot);
   EXPECT_EQ(s->sparse_optimizer.kind, sparse::row_optimizer_kind::adagrad);
   EXPECT_EQ(s->slice_size, sparse_slice_size) << "rows ride with keys: small slices";
   EXPECT_EQ(s->consistency.kind, consistency_kind::bsp);
