@@ -16,7 +16,9 @@
 // processes as shards, which moves more bytes than the Coach round (the pull's request carries
 // ids only): its GB/s is what the ratio compares with. --fill first touches every row of the
 // table (a 10^8-row table at dim 8 is 3.2 GB of rows in the shards), so the rounds run against
-// a table of that size; the shards' resident memory (VmRSS) is printed with each line.
+// a table of that size; the shards' resident memory (VmRSS) and this process's (the worker's
+// side) are printed with each line. Shards run on huge pages where the system allows, as
+// coach-node's (common/huge_pages.hpp).
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -34,6 +36,7 @@
 #include "actors/zmq_transport.hpp"
 #include "bench/bench_processes.hpp"
 #include "bench/bench_rounds.hpp"
+#include "common/huge_pages.hpp"
 #include "common/json.hpp"
 #include "ps/key_coverage.hpp"
 #include "ps/shard_rows.hpp"
@@ -324,6 +327,7 @@ int main(int argc, char** argv) {
   app.add_option("--ready-fd", ready_fd)->group("");
   CLI11_PARSE(app, argc, argv);
   if (serve_echo_flag) return serve_echo(listen);
+  coach::use_huge_pages(argv);  // as coach-node: large buffers (a shard's index) on huge pages
   if (serve_shard_id >= 0)
     return serve_shard(std::uint32_t(serve_shard_id), shards_arg, rows_arg, dim, listen, parent,
                        ready_fd);
@@ -333,8 +337,9 @@ int main(int argc, char** argv) {
   }
   ::signal(SIGPIPE, SIG_IGN);
   coach::json lines = coach::json::array();
-  std::printf("%12s %6s %10s %12s %10s %11s %9s %7s %14s\n", "table rows", "shards", "p50 us",
-              "rows/s", "GB/s", "raw GB/s", "ratio", "B/row", "shards' RSS");
+  std::printf("%12s %6s %10s %12s %10s %11s %9s %17s %14s %14s\n", "table rows", "shards", "p50 us",
+              "rows/s", "GB/s", "raw GB/s", "ratio", "sent B/row (rows)", "shards' RSS",
+              "worker's RSS");
   for (const auto table : parse_list(tables_text))
     for (const auto m : parse_list(shards_text)) {
       auto net = zmq_transport::start({.host = 0, .listen = free_address()}).value();
@@ -367,6 +372,7 @@ int main(int argc, char** argv) {
         if (fill) coach_side.fill();
         const std::size_t row_bytes = 8 + 4 * std::size_t(dim);
         echo_rounds raw(touched * row_bytes, m);
+        const auto sent_before = net->traffic().total_bytes();
         const auto got =
             interleaved({[&] { coach_side.round(); },
                          [&] {
@@ -374,14 +380,21 @@ int main(int argc, char** argv) {
                            raw.round();
                          }},
                         {coach_side.bytes_per_round(), 2 * raw.bytes_per_round()}, seconds);
+        // What the worker's side sent a round, as its transport counted it (headers included),
+        // against what the touched rows imply: ids out, then ids and gradients out.
+        const double sent_per_row = double(net->traffic().total_bytes() - sent_before) /
+                                    double(got[0].rounds) / double(touched);
+        const double implied_per_row = double(8 + 8 + 4 * std::size_t(dim));
         std::uint64_t rss = 0;
         for (const auto& c : children) rss += resident(c.pid);
         const double rows_per_s = double(touched) / (got[0].p50_us / 1e6);
         const double ratio = got[0].gbps / got[1].gbps;
-        std::printf("%12llu %6zu %10.0f %12.0f %10.3f %11.3f %9.2f %7.1f %11.1f MiB\n",
-                    (unsigned long long)table, m, got[0].p50_us, rows_per_s, got[0].gbps,
-                    got[1].gbps, ratio, double(coach_side.bytes_per_round()) / double(touched),
-                    double(rss) / (1 << 20));
+        const std::uint64_t own = resident(::getpid());
+        std::printf(
+            "%12llu %6zu %10.0f %12.0f %10.3f %11.3f %9.2f %9.1f (%5.1f) %10.1f MiB "
+            "%10.1f MiB\n",
+            (unsigned long long)table, m, got[0].p50_us, rows_per_s, got[0].gbps, got[1].gbps,
+            ratio, sent_per_row, implied_per_row, double(rss) / (1 << 20), double(own) / (1 << 20));
         std::fflush(stdout);
         coach::json line = coach::json::object();
         line["table_rows"] = table;
@@ -392,7 +405,10 @@ int main(int argc, char** argv) {
         line["raw_gbps"] = rounded(got[1].gbps, 3);
         line["ratio"] = rounded(ratio, 3);
         line["bytes_per_row"] = rounded(double(coach_side.bytes_per_round()) / double(touched), 1);
+        line["sent_bytes_per_row"] = rounded(sent_per_row, 2);
+        line["implied_sent_bytes_per_row"] = implied_per_row;
         line["shards_rss_bytes"] = rss;
+        line["worker_rss_bytes"] = own;
         lines.push_back(line);
       }
       stop(children);
