@@ -120,6 +120,13 @@ result<void> row_puller::accept(const wire::wire_message& m, std::uint32_t from)
   return {};
 }
 
+void row_puller::ask_again(std::uint32_t shard) {
+  for (auto& tb : tables_)
+    for (std::size_t i = 0; i < tb.rows.size(); ++i)
+      if (tb.state[i] == row_state::asked && tb.asked_of[i] == shard)
+        tb.state[i] = row_state::to_ask;
+}
+
 std::map<std::uint32_t, row_parts_for> row_puller::push_parts(
     const key_owner& owner, std::vector<std::vector<float>> grads) const {
   auto g = std::make_shared<gathered>();

@@ -54,6 +54,9 @@ class row_puller {
   /// whose keys it named as moved are asked again by the next requests() (call it once
   /// moved_version() is the configuration's).
   result<void> accept(const wire::wire_message& m, std::uint32_t from);
+  /// Shard `shard`'s primary was lost and its backup took over (ps/replica_chain.hpp): the rows
+  /// asked of it and not answered are asked again (of the new primary) by the next requests().
+  void ask_again(std::uint32_t shard);
   /// The configuration version the moved rows need before they are asked again (0: none moved).
   std::uint64_t moved_version() const noexcept { return moved_version_; }
   /// Whether every row of the step is here.

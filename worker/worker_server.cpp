@@ -310,6 +310,9 @@ void worker_server::on_take_over(const wire_message& m) {
   const std::uint32_t k = m.hdr.rank;
   const endpoint head{m.hdr.epoch, m.hdr.chunk_id};
   if (ports_.took_over) ports_.took_over(k, head);
+  // The step's rows asked of the lost primary and not answered: asked again of its backup
+  // (rows_ready sends them, to shard_ep(k), now the backup).
+  if (rows_) rows_->ask_again(k);
   if (k >= ranges_.size() || ranges_[k].empty() || received_->complete()) return;
   for (const auto& [shard, p] : last_pushes_)
     if (shard == k) ports_.send(wire::copy_to(p, head, flag::resent));

@@ -86,6 +86,24 @@ TEST(row_puller, a_moved_row_is_asked_again_of_its_new_holder) {
   EXPECT_TRUE(rp.complete());
 }
 
+TEST(row_puller, rows_asked_of_a_lost_primary_are_asked_again_of_its_backup) {
+  row_puller rp({2}, n);
+  std::vector<std::uint64_t> lo, hi;
+  for (std::uint64_t r = 0; lo.empty() || hi.empty(); ++r)
+    (ps::row_key_of(0, r, n) < 8 ? lo : hi).push_back(r);
+  std::vector<std::uint64_t> both = {lo[0], hi[0]};
+  std::sort(both.begin(), both.end());
+  rp.start(3, {both});
+  ASSERT_EQ(rp.requests(by_half).size(), 2u);
+  ASSERT_TRUE(rp.accept(answer(3, 0, {lo[0]}), 0));
+  rp.ask_again(1);  // shard 1's primary died before it answered
+  auto again = rp.requests(by_half);
+  ASSERT_EQ(again.size(), 1u) << "only the unanswered row, only of shard 1";
+  EXPECT_EQ(ids_of(again[1], 0), std::vector<std::uint64_t>{hi[0]});
+  ASSERT_TRUE(rp.accept(answer(3, 0, {hi[0]}), 1));
+  EXPECT_TRUE(rp.complete());
+}
+
 TEST(row_puller, splits_the_row_gradients_by_holder) {
   row_puller rp({1, 3}, n);
   rp.start(0, {{1, 2, 3}, {7}});
