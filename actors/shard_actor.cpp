@@ -101,6 +101,26 @@ caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const job_context
   auto ep = ctx->replica_ep(id, replica);
   auto net = ctx->net;
   auto part = ps::slice_of(from, ctx->map.ranges_of(id), id);
+  if (!ctx->model.tables().empty()) {
+    // The checkpoint's rows of the buckets this shard's keys carry (ps/shard_rows.hpp): every
+    // shard's rows merged, this shard's taken out.
+    std::vector<sparse::table_config> tables;
+    for (const auto& t : ctx->model.tables()) tables.push_back(t.config);
+    const sparse::bucket_range all[] = {{0, sparse::bucket_count}};
+    auto store = sparse::row_store::create(ctx->spec.seed, std::move(tables),
+                                           ctx->spec.sparse_optimizer, all);
+    for (const auto& blob : from.rows)
+      if (store)
+        if (auto ok = store->merge(blob); !ok) log::warn("{}", ok.error().to_string());
+    if (store) {
+      const auto mine = ctx->map.ranges_of(id);
+      auto rows = store->release(ps::buckets_of(mine, ctx->model.num_params()));
+      if (rows)
+        part.rows = std::move(*rows);
+      else
+        log::warn("{}", rows.error().to_string());
+    }
+  }
   auto cfg = ctx->initial_config();
   auto a = sys.spawn(shard_actor, std::move(ctx), id, replica, std::vector<ps::key_range>{},
                      std::vector<float>{}, std::move(cfg),

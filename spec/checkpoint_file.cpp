@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <map>
 
 #include "common/format.hpp"
@@ -13,6 +14,8 @@ namespace {
 using json = nlohmann::json;
 
 constexpr const char* info_key = "coach.checkpoint";
+/// The tensors of a sparse model's rows: one a shard (pack_checkpoint).
+const std::string rows_prefix = "coach.rows.";
 
 /// The tensor name prefixes of the optimizer state: state_a's, then state_b's (PyTorch's
 /// names of SGD's and Adam's state).
@@ -75,6 +78,15 @@ worker::safetensors_file pack_checkpoint(const worker::network& net,
   for (std::size_t k = 0; k < prefixes.size(); ++k)
     for (auto& t : worker::pack_tensors(net, *states[k], prefixes[k], true))
       file.tensors.push_back(std::move(t));
+  // Sparse tables: each shard's rows and their optimizer state, as the shard transferred them
+  // (sparse::row_store's layout), one U8 tensor a shard: coach.rows.0, coach.rows.1, ...
+  for (std::size_t i = 0; i < state.rows.size(); ++i) {
+    const auto& blob = state.rows[i];
+    worker::stored_tensor t{rows_prefix + std::to_string(i), "U8", {std::int64_t(blob.size())}, {}};
+    t.bytes.resize(blob.size());
+    if (!blob.empty()) std::memcpy(t.bytes.data(), blob.data(), blob.size());
+    file.tensors.push_back(std::move(t));
+  }
   return file;
 }
 
@@ -177,6 +189,18 @@ result<loaded_checkpoint> load_checkpoint(const std::string& path, const job_spe
     if (!s) return bad(s.error().code, s.error().message);
     *states[k] = std::move(*s);
   }
+  for (std::size_t i = 0;; ++i) {
+    const auto* t = file->find(rows_prefix + std::to_string(i));
+    if (!t) break;
+    if (t->dtype != "U8")
+      return bad(errc::invalid_argument, coach::format("{}{} must be U8", rows_prefix, i));
+    out.state.rows.emplace_back(
+        reinterpret_cast<const std::byte*>(t->bytes.data()),
+        reinterpret_cast<const std::byte*>(t->bytes.data()) + t->bytes.size());
+  }
+  if (!net.tables().empty() && out.state.rows.empty())
+    return bad(errc::invalid_argument,
+               "the model has embedding tables but the checkpoint holds none of their rows");
   out.state.version = info->version;
   out.state.updates = info->updates;
   out.state.samples_applied = info->samples_applied;

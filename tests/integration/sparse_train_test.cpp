@@ -120,6 +120,43 @@ TEST(sparse_train, a_run_rescaled_mid_epoch_counts_every_sample_once_and_lands_n
   EXPECT_NEAR(a, b, 0.01);
 }
 
+/// The tensor bytes of a safetensors file (after its header, whose metadata names the run).
+std::string tensor_bytes(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (all.size() < 8) return {};
+  std::uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = header << 8 | std::uint8_t(all[std::size_t(i)]);
+  return header + 8 <= all.size() ? all.substr(8 + header) : std::string{};
+}
+
+// A checkpoint holds the rows and their optimizer state: a run stopped after its first epoch
+// and resumed from its checkpoint ends with the dense parameters and the tables bit for bit
+// those of the straight run.
+TEST(sparse_train, a_run_resumed_from_its_checkpoint_ends_with_the_straight_runs_rows) {
+  const auto dir = data().dir;
+  auto r = run_coach("train " + write("straight.yaml", spec()).string() + " --save " +
+                     (dir / "straight.safetensors").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::string one_epoch = spec();
+  one_epoch.replace(one_epoch.find("epochs: 3"), 9, "epochs: 1");
+  r = run_coach("train " + write("first.yaml", one_epoch).string() + " --checkpoint " +
+                (dir / "ckpt.safetensors").string() + " --checkpoint-every 0");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("coach: checkpoint after epoch 1 "), std::string::npos) << r.output;
+  r = run_coach("train " + write("rest.yaml", spec()).string() + " --resume " +
+                (dir / "ckpt.safetensors").string() + " --save " +
+                (dir / "resumed.safetensors").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("coach: resuming from "), std::string::npos) << r.output;
+  EXPECT_TRUE(tensor_bytes(dir / "straight.safetensors") ==
+              tensor_bytes(dir / "resumed.safetensors"))
+      << "the dense parameters differ";
+  const auto rows = tensor_bytes(dir / "straight.tables.safetensors");
+  EXPECT_GT(rows.size(), 1000u);
+  EXPECT_TRUE(rows == tensor_bytes(dir / "resumed.tables.safetensors")) << "the tables differ";
+}
+
 TEST(sparse_train, a_consistency_the_sparse_path_cannot_run_is_refused_with_one_line) {
   auto r = run_coach("train " + write("asp.yaml", spec("", "asp")).string());
   EXPECT_EQ(r.code, 2) << r.output;
