@@ -1,7 +1,7 @@
 // spec/job_spec_data.cpp: the `dataset:` section of a job spec (job_spec_sections.hpp).
-#include <limits>
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <string_view>
 #include <system_error>
 #include <utility>
@@ -166,8 +166,7 @@ result<void> parse_dataset(const spec_parser& p, const fields& top, const std::s
   if (d == nullptr) return p.missing(top, "dataset");
   auto f =
       p.open_map(*d, {"format", "path", "test_fraction", "train_limit", "test_limit", "normalize",
-                      "header", "label_column", "delimiter", "n_dense", "n_fields",
-                      "min_count"});
+                      "header", "label_column", "delimiter", "n_dense", "n_fields", "min_count"});
   if (!f) return std::unexpected(std::move(f.error()));
   worker::dataset_config& cfg = spec.dataset;
   if (const entry* e = f->find("format")) {

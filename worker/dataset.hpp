@@ -36,8 +36,8 @@
 //        read by load_ctr: x holds the dense features (log(1 + x) already, so normalize
 //        defaults to none in a spec), y the 0/1 labels (classes 2), and `categorical` the
 //        categorical values (`fields` per row, ctr_missing where a cell is empty; with
-//        min_count, ctr_rare for values seen fewer times in their field's training rows), which a model's
-//        embedding tables look up (worker/sparse_batch.hpp). The test set is the LAST
+//        min_count, ctr_rare for values seen fewer times in their field's training rows), which a
+//        model's embedding tables look up (worker/sparse_batch.hpp). The test set is the LAST
 //        test_fraction of the rows, in file order, the training set the rows before them: the
 //        generator (worker/ctr_generator.hpp) holds out its last rows, and Criteo's test day is
 //        its last. The seed plays no part (the chunk dispenser shuffles the training rows).

@@ -12,9 +12,9 @@ namespace {
 // (npy only without test files, but the key does not look at the directory); the idx split does
 // not, so idx ignores it and jobs with other seeds share one copy. The ctr split is by file
 // order: its test_fraction counts, not the seed; its column counts do.
-using cache_key = std::tuple<int, std::string, double, std::size_t, std::size_t, std::uint64_t, int,
-                             bool, std::int64_t, std::string, char, std::size_t, std::size_t,
-                             std::size_t>;
+using cache_key =
+    std::tuple<int, std::string, double, std::size_t, std::size_t, std::uint64_t, int, bool,
+               std::int64_t, std::string, char, std::size_t, std::size_t, std::size_t>;
 
 cache_key key_of(const dataset_config& cfg, std::uint64_t seed) {
   const bool ctr = cfg.format == dataset_format::ctr;
