@@ -23,7 +23,12 @@ $B/coach-node --exit-with-parent --listen tcp://127.0.0.1:$((P+1)) --join tcp://
 BB=$!
 $B/coach-node --exit-with-parent --listen tcp://127.0.0.1:$((P+2)) --join tcp://127.0.0.1:$P --name c > c.log 2>&1 &
 C=$!
-sleep 2
+# The three nodes joined (every 0.2 s, 30 s at most).
+for i in $(seq 1 150); do
+  N=$("$B/coach" nodes --at tcp://127.0.0.1:$P --json 2>/dev/null | grep -o '"alive":true' | wc -l || true)
+  [ "$N" -ge 3 ] && break
+  sleep 0.2
+done
 cat > spec.yaml <<Y
 name: mem-$ROWS
 dataset: {format: ctr, path: $DATA, test_fraction: 0.1}
