@@ -39,47 +39,8 @@ struct loaded_model {
 result<loaded_model> load_model(const std::string& path) {
   auto file = worker::read_safetensors(path);
   if (!file) return std::unexpected(file.error());
-  const auto meta = [&](const char* key) -> result<std::string> {
-    auto it = file->metadata.find(key);
-    if (it == file->metadata.end())
-      return fail(errc::invalid_argument,
-                  "{}: no '{}' in the file's metadata: not a model saved by coach train --save",
-                  path, key);
-    return it->second;
-  };
-  auto model_text = meta("coach.model");
-  if (!model_text) return std::unexpected(model_text.error());
-  auto classes_text = meta("coach.classes");
-  if (!classes_text) return std::unexpected(classes_text.error());
-  auto model = scheduler::parse_model_yaml(*model_text, path + " (coach.model)");
-  if (!model) return std::unexpected(model.error());
-  if (model->script)
-    return fail(errc::unsupported,
-                "{}: a script's model ({}): load it with its framework, e.g. "
-                "model.load_state_dict(safetensors.torch.load_file(\"{}\")) (docs/python.md)",
-                path, model->script->path, path);
-  int classes = 0;
-  if (std::sscanf(classes_text->c_str(), "%d", &classes) != 1 || classes < 2)
-    return fail(errc::invalid_argument, "{}: coach.classes '{}' is not a class count", path,
-                *classes_text);
-  const auto in = model->input_shape;
-  // A model with embedding tables is resolved against its data set's columns, as it was in
-  // training (coach.features, coach.fields).
-  auto net = [&]() -> result<worker::network> {
-    if (model->embeddings.empty()) return worker::network::build(*model, in, classes);
-    auto features = meta("coach.features");
-    if (!features) return std::unexpected(features.error());
-    auto fields = meta("coach.fields");
-    if (!fields) return std::unexpected(fields.error());
-    worker::dataset shape;
-    shape.classes = classes;
-    if (std::sscanf(features->c_str(), "%zu", &shape.features) != 1 ||
-        std::sscanf(fields->c_str(), "%zu", &shape.fields) != 1)
-      return fail(errc::invalid_argument, "coach.features and coach.fields must be counts");
-    model->input_shape = {0, 0, 0};
-    return worker::network::for_data(*model, shape);
-  }();
-  if (!net) return fail(net.error().code, "{}: {}", path, net.error().message);
+  auto net = scheduler::network_of_model_file(*file, path);
+  if (!net) return std::unexpected(net.error());
   auto params = worker::unpack_params(*net, *file);
   if (!params) return fail(params.error().code, "{}: {}", path, params.error().message);
   auto labels = worker::labels_of(*file);

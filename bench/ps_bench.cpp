@@ -41,6 +41,7 @@
 #include "actors/zmq_transport.hpp"
 #include "bench/bench_processes.hpp"
 #include "bench/bench_rounds.hpp"
+#include "bench/bench_shard.hpp"
 #include "common/json.hpp"
 #include "ps/key_coverage.hpp"
 
@@ -86,33 +87,11 @@ int serve_shard(std::uint32_t id, std::uint32_t shards, std::size_t floats,
     std::fprintf(stderr, "ps_bench shard: %s\n", security.error().to_string().c_str());
     return 1;
   }
-  auto net = zmq_transport::start({.host = id + 1,
-                                   .listen = listen,
-                                   .security = std::move(*security),
-                                   .data_protection = protection});
-  if (!net) {
-    std::fprintf(stderr, "ps_bench shard: %s\n", net.error().to_string().c_str());
-    return 1;
-  }
-  (*net)->add_peer(0, parent);
-  caf::actor_system_config cfg;
-  cfg.set("logger.console", caf::atom("none"));
-  cfg.set("scheduler.max-threads", std::size_t(1));
-  // As coach-node runs its actors: idle scheduler threads park on a condition variable. CAF's
-  // default (work stealing) polls with 50 us sleeps, which added ~60 us to every hand-off from
-  // the transport to the shard here, a cost a deployed shard does not pay.
-  cfg.set("scheduler.policy", caf::atom("sharing"));
-  caf::actor_system sys{cfg};
-  auto ctx = bench_context(floats, shards, *net);
-  std::vector<float> initial(floats, 0.5f);
-  spawn_shard(sys, ctx, id, initial);
-  if (ready_fd >= 0) {  // tell the parent the shard is bound: its first pull finds it
-    const char one = 1;
-    [[maybe_unused]] auto n = ::write(ready_fd, &one, 1);
-    ::close(ready_fd);
-  }
-  pause();  // until SIGTERM
-  return 0;
+  return serve_shard_process(
+      "ps_bench", id,
+      {.listen = listen, .security = std::move(*security), .data_protection = protection}, parent,
+      ready_fd, [&](std::shared_ptr<transport> net) { return bench_context(floats, shards, net); },
+      [&](const job_context&) { return std::vector<float>(floats, 0.5f); });
 }
 
 /// Push+pull rounds from a worker endpoint on host 0 through the job's transport to its shards.

@@ -36,6 +36,7 @@
 #include "actors/zmq_transport.hpp"
 #include "bench/bench_processes.hpp"
 #include "bench/bench_rounds.hpp"
+#include "bench/bench_shard.hpp"
 #include "common/huge_pages.hpp"
 #include "common/json.hpp"
 #include "ps/key_coverage.hpp"
@@ -87,27 +88,10 @@ std::shared_ptr<job_context> bench_context(std::uint64_t rows, std::uint32_t dim
 /// Child: serves shard `id` until killed.
 int serve_shard(std::uint32_t id, std::uint32_t shards, std::uint64_t rows, std::uint32_t dim,
                 const std::string& listen, const std::string& parent, int ready_fd) {
-  auto net = zmq_transport::start({.host = id + 1, .listen = listen});
-  if (!net) {
-    std::fprintf(stderr, "sparse_bench shard: %s\n", net.error().to_string().c_str());
-    return 1;
-  }
-  (*net)->add_peer(0, parent);
-  caf::actor_system_config cfg;
-  cfg.set("logger.console", caf::atom("none"));
-  cfg.set("scheduler.max-threads", std::size_t(1));
-  cfg.set("scheduler.policy", caf::atom("sharing"));  // as coach-node (ps_bench says why)
-  caf::actor_system sys{cfg};
-  auto ctx = bench_context(rows, dim, shards, *net);
-  std::vector<float> initial(ctx->model.num_params(), 0.5f);
-  spawn_shard(sys, ctx, id, initial);
-  if (ready_fd >= 0) {
-    const char one = 1;
-    [[maybe_unused]] auto n = ::write(ready_fd, &one, 1);
-    ::close(ready_fd);
-  }
-  pause();
-  return 0;
+  return serve_shard_process(
+      "sparse_bench", id, {.listen = listen}, parent, ready_fd,
+      [&](std::shared_ptr<transport> net) { return bench_context(rows, dim, shards, net); },
+      [](const job_context& ctx) { return std::vector<float>(ctx.model.num_params(), 0.5f); });
 }
 
 /// VmRSS of process `pid` in bytes (0 when unreadable).

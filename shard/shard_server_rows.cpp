@@ -43,11 +43,17 @@ void shard_server::send_rows(const waiter& w, std::int64_t v) {
   if (!parts) return report(parts.error());
   const auto& store = *core_->rows();
   const std::uint64_t n = setup_.num_params;
+  // The answer's ids frames are the request's own (kept alive with it) where every row asked
+  // is held here, the usual case: one pass over the rows; a copy of those held otherwise.
   struct answer_memory {
-    std::vector<std::vector<std::uint64_t>> ids;
+    std::shared_ptr<const wire_message> request;
+    std::vector<std::vector<std::uint64_t>> held;
     std::vector<std::vector<float>> values;
   };
   auto mem = std::make_shared<answer_memory>();
+  mem->request = w.rows;
+  mem->held.reserve(parts->size());
+  mem->values.reserve(parts->size());
   std::vector<wire::row_frames_part> out;
   std::vector<ps::key_range> gone;
   for (const auto& p : *parts) {
@@ -56,7 +62,14 @@ void shard_server::send_rows(const waiter& w, std::int64_t v) {
                      coach::format("shard {}: a rows_pull of table {}; the model has {}",
                                    core_->id(), p.table, store.tables().size())});
     }
-    auto& ids = mem->ids.emplace_back();
+    const std::size_t dim = store.tables()[p.table].dim;
+    auto& values = mem->values.emplace_back(p.ids.size() * dim);
+    if (core_->read_rows(p.table, p.ids, values)) {
+      out.push_back({p.table, p.ids, values});
+      continue;
+    }
+    // Some rows moved away with their keys (or the request is bad: read_rows says so below).
+    auto& ids = mem->held.emplace_back();
     for (const auto id : p.ids) {
       if (store.owns(sparse::bucket_of(p.table, id))) {
         ids.push_back(id);
@@ -65,7 +78,7 @@ void shard_server::send_rows(const waiter& w, std::int64_t v) {
         gone.push_back({key, key + 1});
       }
     }
-    auto& values = mem->values.emplace_back(ids.size() * store.tables()[p.table].dim);
+    values.resize(ids.size() * dim);
     if (auto ok = core_->read_rows(p.table, ids, values); !ok) return report(ok.error());
     out.push_back({p.table, ids, values});
   }

@@ -209,6 +209,54 @@ result<loaded_checkpoint> load_checkpoint(const std::string& path, const job_spe
   return out;
 }
 
+result<worker::network> network_of_model_file(const worker::safetensors_file& file,
+                                              const std::string& path) {
+  const auto meta = [&](const char* key) -> result<std::string> {
+    auto it = file.metadata.find(key);
+    if (it == file.metadata.end())
+      return fail(errc::invalid_argument,
+                  "{}: no '{}' in the file's metadata: not a model saved by coach train --save",
+                  path, key);
+    return it->second;
+  };
+  auto model_text = meta("coach.model");
+  if (!model_text) return std::unexpected(model_text.error());
+  auto classes_text = meta("coach.classes");
+  if (!classes_text) return std::unexpected(classes_text.error());
+  auto model = parse_model_yaml(*model_text, path + " (coach.model)");
+  if (!model) return std::unexpected(model.error());
+  if (model->script)
+    return fail(errc::unsupported,
+                "{}: a script's model ({}): load it with its framework, e.g. "
+                "model.load_state_dict(safetensors.torch.load_file(\"{}\")) (docs/python.md)",
+                path, model->script->path, path);
+  int classes = 0;
+  if (std::sscanf(classes_text->c_str(), "%d", &classes) != 1 || classes < 2)
+    return fail(errc::invalid_argument, "{}: coach.classes '{}' is not a class count", path,
+                *classes_text);
+  result<worker::network> net;
+  if (model->embeddings.empty()) {
+    net = worker::network::build(*model, model->input_shape, classes);
+  } else {
+    // A model with embedding tables is resolved against its data set's columns, as it was in
+    // training.
+    auto features = meta("coach.features");
+    if (!features) return std::unexpected(features.error());
+    auto fields = meta("coach.fields");
+    if (!fields) return std::unexpected(fields.error());
+    worker::dataset shape;
+    shape.classes = classes;
+    if (std::sscanf(features->c_str(), "%zu", &shape.features) != 1 ||
+        std::sscanf(fields->c_str(), "%zu", &shape.fields) != 1)
+      return fail(errc::invalid_argument, "{}: coach.features and coach.fields must be counts",
+                  path);
+    model->input_shape = {0, 0, 0};
+    net = worker::network::for_data(*model, shape);
+  }
+  if (!net) return fail(net.error().code, "{}: {}", path, net.error().message);
+  return net;
+}
+
 result<void> write_model(const std::string& path, const job_spec& spec, const job_result& result) {
   // The network as the run resolved it against its data set's shape and classes.
   worker::dataset shape_of;

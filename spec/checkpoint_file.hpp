@@ -37,6 +37,14 @@ namespace coach::scheduler {
 /// the result's data shape, io_error naming the path.
 result<void> write_model(const std::string& path, const job_spec& spec, const job_result& result);
 
+/// The network a saved model (or checkpoint) file holds: its coach.model section and
+/// coach.classes, and for a model with embedding tables coach.features and coach.fields (the
+/// data set's columns its tables were resolved against, as write_model records them). Errors
+/// (invalid_argument, naming `path` and the key): metadata missing or not counts; unsupported
+/// for a script's model (its framework loads it); the network's own errors.
+result<worker::network> network_of_model_file(const worker::safetensors_file& file,
+                                              const std::string& path);
+
 /// The `coach.checkpoint` metadata of a checkpoint.
 struct checkpoint_info {
   std::uint32_t epochs_completed = 0;  ///< epochs [0, epochs_completed) trained: the next one

@@ -7,6 +7,7 @@
 // tests/unit/scheduler/job_registry_test.cpp.
 #include <gtest/gtest.h>
 
+#include "tests/helpers/tensor_bytes.hpp"
 #include "tests/integration/process_harness.hpp"
 
 #include <fcntl.h>
@@ -27,6 +28,8 @@
 extern char** environ;
 
 namespace {
+
+using test_files::tensor_bytes;
 
 using namespace itest;
 
@@ -58,17 +61,6 @@ fs::path digits_spec(const std::string& name, int epochs, const std::string& wor
                       << "\nshards: " << shards << "\nslice_size: 1024\nbackend: cpu\n"
                       << extra;
   return path;
-}
-
-/// The tensor bytes of a safetensors file (after its header, whose metadata names the job):
-/// the same model's tensors come in the same order.
-std::string tensor_bytes(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (all.size() < 8) return {};
-  std::uint64_t header = 0;
-  for (int i = 7; i >= 0; --i) header = header << 8 | std::uint8_t(all[std::size_t(i)]);
-  return header + 8 <= all.size() ? all.substr(8 + header) : std::string{};
 }
 
 /// A cluster of coach-node processes: a scheduler node and `joiners` more.
@@ -145,6 +137,16 @@ class scheduler_cluster : public ::testing::Test {
     std::string out;
     for (auto& n : nodes_) out += "---- " + n.log.string() + " ----\n" + slurp(n.log) + "\n";
     return out;
+  }
+
+  /// A node, not the scheduler's, that holds a shard of the job status `st` names and none of
+  /// its workers (killing it changes no step's members); null when there is none.
+  node_process* primary_alone(const std::string& st) {
+    const auto shards = job_strings(st, "shard_nodes"), workers = job_strings(st, "worker_nodes");
+    node_process* found = nullptr;
+    for (auto& n : nodes_)
+      if (n.name != "node-a" && holds(shards, n.name) && !holds(workers, n.name)) found = &n;
+    return found;
   }
 
   void TearDown() override {
@@ -276,10 +278,7 @@ TEST_F(scheduler_cluster, a_backup_takes_over_a_killed_primary_and_not_a_bit_cha
   const std::string job = submit(spec);
   auto st = poll(job, [](const std::string& s) { return job_number(s, "epochs_done") >= 5; });
   ASSERT_GE(job_number(st, "epochs_done"), 5) << st;
-  const auto shards = job_strings(st, "shard_nodes"), workers = job_strings(st, "worker_nodes");
-  node_process* victim = nullptr;
-  for (auto& n : nodes_)
-    if (n.name != "node-a" && holds(shards, n.name) && !holds(workers, n.name)) victim = &n;
+  node_process* victim = primary_alone(st);
   ASSERT_NE(victim, nullptr) << "no primary alone on a node but the scheduler's: " << st;
   stop_node(*victim);  // SIGKILL, mid-epoch
 
@@ -353,10 +352,7 @@ TEST_F(scheduler_cluster, a_backup_takes_over_a_sparse_shard_and_not_a_row_chang
   const std::string job = submit(spec);
   auto st = poll(job, [](const std::string& s) { return job_number(s, "epochs_done") >= 3; });
   ASSERT_GE(job_number(st, "epochs_done"), 3) << st;
-  const auto shards = job_strings(st, "shard_nodes"), workers = job_strings(st, "worker_nodes");
-  node_process* victim = nullptr;
-  for (auto& n : nodes_)
-    if (n.name != "node-a" && holds(shards, n.name) && !holds(workers, n.name)) victim = &n;
+  node_process* victim = primary_alone(st);
   ASSERT_NE(victim, nullptr) << "no primary alone on a node but the scheduler's: " << st;
   stop_node(*victim);  // SIGKILL, mid-epoch
 

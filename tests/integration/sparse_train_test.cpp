@@ -18,8 +18,11 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/helpers/run_coach.hpp"
+#include "tests/helpers/tensor_bytes.hpp"
 
 namespace {
+
+using test_files::tensor_bytes;
 
 namespace fs = std::filesystem;
 using coach::testing::run_coach;
@@ -118,16 +121,6 @@ TEST(sparse_train, a_run_rescaled_mid_epoch_counts_every_sample_once_and_lands_n
   // The same samples in the same steps; only the order the workers' sums are added in differs.
   const double a = plain["epochs"].back()["test_auc"], b = elastic["epochs"].back()["test_auc"];
   EXPECT_NEAR(a, b, 0.01);
-}
-
-/// The tensor bytes of a safetensors file (after its header, whose metadata names the run).
-std::string tensor_bytes(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (all.size() < 8) return {};
-  std::uint64_t header = 0;
-  for (int i = 7; i >= 0; --i) header = header << 8 | std::uint8_t(all[std::size_t(i)]);
-  return header + 8 <= all.size() ? all.substr(8 + header) : std::string{};
 }
 
 // A checkpoint holds the rows and their optimizer state: a run stopped after its first epoch

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "spec/checkpoint_file.hpp"
 #include "spec/job_spec.hpp"
 #include "worker/model_file.hpp"
 #include "worker/network.hpp"
@@ -182,9 +183,9 @@ TEST(embeddings_spec, interaction_dot_needs_tables_of_one_dim) {
 }
 
 TEST(embeddings_spec, a_dot_model_round_trips_through_its_yaml) {
-  // model_yaml writes the interaction; a saved model is reloaded from that text as coach eval's
-  // load_model does (parse_model_yaml, input_shape cleared, for_data with coach.features and
-  // coach.fields): the same tables, inputs and layers.
+  // model_yaml writes the interaction; a saved model's file is read back by
+  // network_of_model_file (what coach eval loads), with coach.features and coach.fields as
+  // write_model records them: the same tables, inputs and layers.
   auto s = parse_job_spec(ctr_spec("  hidden: [16]\n  embeddings:\n    - {rows: 1000, dim: 4}\n"
                                    "  interaction: dot\n"),
                           "job.yaml");
@@ -208,17 +209,22 @@ TEST(embeddings_spec, a_dot_model_round_trips_through_its_yaml) {
             "[3], rows: 1000, dim: 4, pooling: sum, init_scale: 0.01, per_field: false}], "
             "interaction: dot, layers: [{type: dense, units: 16}, {type: relu}, {type: dense, "
             "units: 2}]}");
-  auto again = parse_model_yaml(yaml, "m.safetensors (coach.model)");
-  ASSERT_TRUE(again) << again.error().message;
-  EXPECT_EQ(again->interaction, worker::interaction::dot);
-  again->input_shape = {0, 0, 0};
-  auto net2 = worker::network::for_data(*again, data);
+  worker::safetensors_file file;
+  file.metadata = {{"coach.model", yaml},
+                   {"coach.classes", "2"},
+                   {"coach.features", "13"},
+                   {"coach.fields", "4"}};
+  auto net2 = network_of_model_file(file, "m.safetensors");
   ASSERT_TRUE(net2) << net2.error().message;
   EXPECT_EQ(net2->tables(), net->tables());
   EXPECT_EQ(net2->interaction(), worker::interaction::dot);
   EXPECT_EQ(net2->inputs(), net->inputs());
   EXPECT_EQ(net2->num_params(), net->num_params());
   EXPECT_EQ(worker::model_yaml(*net2), yaml);
+  file.metadata.erase("coach.fields");
+  EXPECT_EQ(network_of_model_file(file, "m.safetensors").error().message,
+            "m.safetensors: no 'coach.fields' in the file's metadata: not a model saved by coach "
+            "train --save");
   // Without interaction the text says nothing of it, as before.
   s->model.interaction = worker::interaction::none;
   EXPECT_EQ(
