@@ -35,6 +35,11 @@ result<std::unique_ptr<worker::function_runner>> make_functions(const job_contex
   setup.shape = ctx.model.input_shape();
   setup.inputs = ctx.model.inputs();
   setup.classes = ctx.model.classes();
+  if (!ctx.model.tables().empty()) {
+    // The tables resolve in the child against the fields; its tasks carry the dense features.
+    setup.inputs = int(ctx.model.dense_inputs());
+    setup.fields = std::uint32_t(ctx.data->train.fields);
+  }
   // The largest share a step may give this worker (the invocation refuses larger ones).
   setup.max_batch = ctx.spec.fixed_global_batch()
                         ? std::max(ctx.spec.batch_size, ctx.spec.global_batch)

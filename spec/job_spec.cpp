@@ -458,20 +458,20 @@ result<job_spec> parse_spec(const spec_parser& p, const YAML::Node& root,
     return std::unexpected(std::move(r.error()));
   }
   // Sparse tables: their rows are pulled at each step's version and pushed once per worker, so
-  // far under bsp only, each worker pushing its own (docs/sparse.md, "Not built yet").
+  // far under bsp only, each worker pushing its own (docs/sparse.md, "Not built yet"); function
+  // mode's invocations get a step's rows with its task.
   if (!spec.model.embeddings.empty()) {
     const auto refuse = [&](std::string_view field, int fallback_line, std::string_view why) {
       const entry* e = top->find(std::string(field));
       return p.bad(errc::unsupported, e ? int(e->key.Mark().line) + 1 : fallback_line, field,
                    "{}: a model with embedding tables (model.embeddings) runs under consistency "
-                   "bsp, without host_reduce or function, so far",
+                   "bsp, without host_reduce, so far",
                    why);
     };
     if (spec.consistency.kind != consistency_kind::bsp)
       return refuse("consistency", consistency_line,
                     coach::format("is {}", to_string(spec.consistency)));
     if (spec.host_reduce) return refuse("host_reduce", consistency_line, "is true");
-    if (spec.function) return refuse("function", consistency_line, "is set");
   }
   // Model averaging runs the optimizer on the workers, where it has no state across rounds.
   if (spec.consistency.kind == consistency_kind::averaging &&

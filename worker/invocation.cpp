@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +14,7 @@
 
 #include "worker/bounded_process.hpp"
 #include "worker/local_averaging.hpp"
+#include "worker/sparse_batch.hpp"
 
 namespace coach::worker {
 namespace {
@@ -144,6 +146,34 @@ std::uint64_t peak_rss() {
   return 0;
 }
 
+/// Whether a task's rows fit a model with tables over `samples` samples: one part per table,
+/// its offsets a bag per sample, each lookup an index of one of its rows, whole rows of the
+/// table's dim.
+result<void> check_rows(const network& model, const invocation_task& task, std::size_t samples) {
+  const auto& tables = model.tables();
+  if (task.tables.size() != tables.size())
+    return fail(errc::invalid_argument, "invocation: {} tables' rows for a model of {} tables",
+                task.tables.size(), tables.size());
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    const auto& r = task.tables[t];
+    const std::size_t dim = tables[t].config.dim;
+    if (r.values.size() % dim != 0)
+      return fail(errc::invalid_argument, "invocation: table {}: {} values are not rows of {}", t,
+                  r.values.size(), dim);
+    const std::size_t distinct = r.values.size() / dim;
+    if (r.offsets.size() != samples + 1 || r.offsets.front() != 0 ||
+        r.offsets.back() != r.local.size() || !std::is_sorted(r.offsets.begin(), r.offsets.end()))
+      return fail(errc::invalid_argument,
+                  "invocation: table {}: offsets of {} entries for {} samples and {} lookups", t,
+                  r.offsets.size(), samples, r.local.size());
+    for (auto i : r.local)
+      if (i >= distinct)
+        return fail(errc::invalid_argument, "invocation: table {}: a lookup of row {} of {}", t, i,
+                    distinct);
+  }
+  return {};
+}
+
 }  // namespace
 
 result<void> write_setup(int fd, const invocation_setup& s) {
@@ -167,6 +197,18 @@ result<void> write_setup(int fd, const invocation_setup& s) {
   w.put(s.local.learning_rate);
   w.put(s.local.momentum);
   w.put(s.local.weight_decay);
+  // model.embeddings, one record each, then the interaction and the data set's fields.
+  w.put(std::uint64_t(s.model.embeddings.size()));
+  for (const auto& e : s.model.embeddings) {
+    w.put(e.rows);
+    w.put(e.dim);
+    w.put(e.init_scale);
+    w.put(std::uint8_t(e.pooling));
+    w.put(std::uint8_t(e.per_field));
+    w.put_array(std::vector<std::int32_t>(e.fields.begin(), e.fields.end()));
+  }
+  w.put(std::uint8_t(s.model.interaction));
+  w.put(s.fields);
   return w.send(fd, kind::setup);
 }
 
@@ -178,6 +220,12 @@ result<void> write_task(int fd, const invocation_task& t) {
   w.put_array(t.sizes);
   w.put(t.passes);
   w.put(t.noise);
+  w.put(std::uint64_t(t.tables.size()));
+  for (const auto& r : t.tables) {
+    w.put_array(r.offsets);
+    w.put_array(r.local);
+    w.put_array(r.values);
+  }
   return w.send(fd, kind::task);
 }
 
@@ -187,6 +235,8 @@ result<void> write_result(int fd, const invocation_result& r) {
   w.put(r.loss_sum);
   w.put(r.peak_rss_bytes);
   w.put_array(r.out);
+  w.put(std::uint64_t(r.row_grads.size()));
+  for (const auto& g : r.row_grads) w.put_array(g);
   return w.send(fd, kind::result);
 }
 
@@ -219,6 +269,25 @@ result<std::optional<invocation_setup>> read_setup(int fd) {
   s.local.learning_rate = rd.get<float>();
   s.local.momentum = rd.get<float>();
   s.local.weight_decay = rd.get<float>();
+  const auto tables = rd.get<std::uint64_t>();
+  if (!rd.ok || tables > rd.bytes.size()) return malformed("setup");
+  for (std::uint64_t i = 0; i < tables && rd.ok; ++i) {
+    embedding_config e;
+    e.rows = rd.get<std::uint64_t>();
+    e.dim = rd.get<std::uint32_t>();
+    e.init_scale = rd.get<float>();
+    const auto pooling = rd.get<std::uint8_t>();
+    e.per_field = rd.get<std::uint8_t>() != 0;
+    const auto fields = rd.get_array<std::int32_t>();
+    if (pooling > std::uint8_t(sparse::pooling::mean)) return malformed("setup");
+    e.pooling = sparse::pooling(pooling);
+    e.fields.assign(fields.begin(), fields.end());
+    s.model.embeddings.push_back(std::move(e));
+  }
+  const auto inter = rd.get<std::uint8_t>();
+  if (inter > std::uint8_t(interaction::dot)) return malformed("setup");
+  s.model.interaction = worker::interaction(inter);
+  s.fields = rd.get<std::uint32_t>();
   if (!rd.ok || rd.at != rd.bytes.size()) return malformed("setup");
   return std::optional<invocation_setup>{std::move(s)};
 }
@@ -235,6 +304,14 @@ result<std::optional<invocation_task>> read_task(int fd) {
   t.sizes = rd.get_array<std::uint32_t>();
   t.passes = rd.get<std::uint32_t>();
   t.noise = rd.get<std::uint64_t>();
+  const auto tables = rd.get<std::uint64_t>();
+  if (!rd.ok || tables > rd.bytes.size()) return malformed("task");
+  t.tables.resize(tables);
+  for (auto& r : t.tables) {
+    r.offsets = rd.get_array<std::uint32_t>();
+    r.local = rd.get_array<std::uint32_t>();
+    r.values = rd.get_array<float>();
+  }
   if (!rd.ok || rd.at != rd.bytes.size()) return malformed("task");
   return std::optional<invocation_task>{std::move(t)};
 }
@@ -249,11 +326,25 @@ result<std::optional<invocation_result>> read_result(int fd) {
   r.loss_sum = rd.get<double>();
   r.peak_rss_bytes = rd.get<std::uint64_t>();
   r.out = rd.get_array<float>();
+  const auto tables = rd.get<std::uint64_t>();
+  if (!rd.ok || tables > rd.bytes.size()) return malformed("result");
+  r.row_grads.resize(tables);
+  for (auto& g : r.row_grads) g = rd.get_array<float>();
   if (!rd.ok || rd.at != rd.bytes.size()) return malformed("result");
   return std::optional<invocation_result>{std::move(r)};
 }
 
 result<network> invocation_network(const invocation_setup& setup) {
+  if (!setup.model.embeddings.empty()) {
+    // The tables resolve against the data set's fields as the worker's network did.
+    dataset layout;
+    layout.features = std::size_t(std::max(setup.inputs, 0));
+    layout.fields = setup.fields;
+    layout.classes = setup.classes;
+    auto net = network::for_data(setup.model, layout);
+    if (!net) return fail(net.error().code, "invocation: {}", net.error().message);
+    return net;
+  }
   std::array<int, 3> shape = setup.shape;
   if (shape == std::array<int, 3>{0, 0, 0}) shape = {1, 1, setup.inputs};
   if (std::int64_t(shape[0]) * shape[1] * shape[2] != setup.inputs)
@@ -295,6 +386,16 @@ result<invocation_result> compute_invocation(const invocation_setup& setup,
     if (label < 0 || label >= setup.classes)
       return fail(errc::invalid_argument, "invocation: label {} of {} classes", label,
                   setup.classes);
+  const auto& tables = model.tables();
+  if (!tables.empty()) {
+    if (setup.averaging)
+      return fail(errc::invalid_argument,
+                  "invocation: a model with embedding tables under averaging");
+    if (auto ok = check_rows(model, task, rows); !ok) return std::unexpected(ok.error());
+  } else if (!task.tables.empty()) {
+    return fail(errc::invalid_argument, "invocation: {} tables' rows for a model without tables",
+                task.tables.size());
+  }
   dataset data;
   data.rows = rows;
   data.features = std::size_t(setup.inputs);
@@ -316,6 +417,19 @@ result<invocation_result> compute_invocation(const invocation_setup& setup,
     const auto o = avg.run(runner, w0, data, indices, task.sizes, out, task.passes, task.noise);
     r.loss_sum = o.loss_sum;
     r.samples = o.samples;
+  } else if (!tables.empty()) {
+    std::vector<table_batch> batch(tables.size());
+    std::vector<std::span<const float>> pulled;
+    for (std::size_t t = 0; t < tables.size(); ++t) {
+      batch[t].table = std::uint32_t(t);
+      batch[t].offsets = task.tables[t].offsets;
+      batch[t].rows.local = task.tables[t].local;
+      // The row ids are the worker's business: the pass needs their values and positions only.
+      batch[t].rows.rows.resize(task.tables[t].values.size() / tables[t].config.dim);
+      pulled.push_back(task.tables[t].values);
+    }
+    r.loss_sum =
+        runner.forward_backward(w0, data, indices, batch, pulled, out, r.row_grads, task.noise);
   } else {
     r.loss_sum = runner.forward_backward(w0, data, indices, out, task.noise);
   }

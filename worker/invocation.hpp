@@ -8,9 +8,13 @@
 // model once (`invocation_setup`) and then up to chunks_per_invocation tasks, one per step: the
 // step's parameters and its chunk rows, and answers each with what the worker pushes (a gradient
 // under bsp, a model delta under averaging). The child holds the model, its buffers and a step's
-// rows: the memory the cap bounds. A task answered is committed (the worker pushes it); a child
-// killed at its deadline or for memory leaves its task unanswered, and the worker gives it to
-// the next invocation: nothing committed is lost, nothing is pushed twice.
+// rows: the memory the cap bounds. A model with embedding tables (model.embeddings, bsp only)
+// gets, with each task, the step's lookups and the values of the distinct rows they touch (the
+// worker pulled them from the shards: worker/row_puller.hpp) and answers their row gradients
+// too: an invocation holds one step's rows, never a table, so a worker under a small cap trains
+// tables many times its size (docs/sparse.md, "Function mode"). A task answered is committed (the
+// worker pushes it); a child killed at its deadline or for memory leaves its task unanswered, and
+// the worker gives it to the next invocation: nothing committed is lost, nothing is pushed twice.
 //
 // Wire format, every message: u32 magic 'COIV', u32 kind, u64 payload bytes, payload (native
 // endianness: both ends are one build on one host). Reads refuse wrong magic, unknown kinds
@@ -35,17 +39,31 @@ struct invocation_setup {
   int classes = 0;
   /// One row as an image, C x H x W with C H W = inputs; {0, 0, 0}: 1 x 1 x inputs.
   std::array<int, 3> shape{0, 0, 0};
-  int max_batch = 0;           ///< rows of one local step at most
+  int max_batch = 0;  ///< rows of one local step at most
+  /// model.embeddings: the data set's categorical fields (the tables resolve against them, as
+  /// network::for_data does); `inputs` is then the dense features alone. 0 without tables.
+  std::uint32_t fields = 0;
   bool averaging = false;      ///< answer model deltas (local_averaging) instead of gradients
   kernels::sgd_options local;  ///< averaging: the local steps' optimizer
   friend bool operator==(const invocation_setup& a, const invocation_setup& b) {
     // The same model: the same layers (the mlp shorthand travels expanded).
     return expanded_layers(a.model) == expanded_layers(b.model) &&
            a.model.input_shape == b.model.input_shape && a.shape == b.shape &&
-           a.inputs == b.inputs && a.classes == b.classes && a.max_batch == b.max_batch &&
-           a.averaging == b.averaging && a.local.learning_rate == b.local.learning_rate &&
-           a.local.momentum == b.local.momentum && a.local.weight_decay == b.local.weight_decay;
+           a.model.embeddings == b.model.embeddings && a.model.interaction == b.model.interaction &&
+           a.fields == b.fields && a.inputs == b.inputs && a.classes == b.classes &&
+           a.max_batch == b.max_batch && a.averaging == b.averaging &&
+           a.local.learning_rate == b.local.learning_rate && a.local.momentum == b.local.momentum &&
+           a.local.weight_decay == b.local.weight_decay;
   }
+};
+
+/// One table's part of a task (a model with embedding tables): the step's lookups as
+/// worker::table_batch holds them, and the values of the distinct rows they touch.
+struct invocation_rows {
+  std::vector<std::uint32_t> offsets;  ///< samples + 1: sample b's lookups [offsets[b], [b + 1])
+  std::vector<std::uint32_t> local;    ///< per lookup: its row's index among the distinct rows
+  std::vector<float> values;           ///< the distinct rows, row after row (rows x dim)
+  friend bool operator==(const invocation_rows&, const invocation_rows&) = default;
 };
 
 /// One step of an invocation: the parameters and the rows to train on.
@@ -57,7 +75,8 @@ struct invocation_task {
   /// Averaging: the local steps run this many times over the rows (a whole job in one
   /// invocation: bench/function_bench); else 1.
   std::uint32_t passes = 1;
-  std::uint64_t noise = 0;  ///< dropout's masks (noise_key of the worker and step)
+  std::uint64_t noise = 0;              ///< dropout's masks (noise_key of the worker and step)
+  std::vector<invocation_rows> tables;  ///< one per table of a model with tables, else none
   friend bool operator==(const invocation_task&, const invocation_task&) = default;
 };
 
@@ -67,6 +86,9 @@ struct invocation_result {
   double loss_sum = 0;
   std::vector<float> out;  ///< gradient of the summed loss (bsp) or n (w0 - w) (averaging)
   std::uint64_t peak_rss_bytes = 0;  ///< the child's resident high-water mark so far
+  /// A model with tables: per table, the gradient of the loss sum with respect to each of the
+  /// task's distinct rows (rows x dim, in their order).
+  std::vector<std::vector<float>> row_grads;
   friend bool operator==(const invocation_result&, const invocation_result&) = default;
 };
 
@@ -80,7 +102,8 @@ result<std::optional<invocation_setup>> read_setup(int fd);
 result<std::optional<invocation_task>> read_task(int fd);
 result<std::optional<invocation_result>> read_result(int fd);
 
-/// The network of a setup; invalid_argument when the layers do not fit its rows.
+/// The network of a setup (with embeddings: network::for_data over a data set of `inputs` dense
+/// features and `fields` categorical ones); invalid_argument when the layers do not fit its rows.
 result<network> invocation_network(const invocation_setup& setup);
 
 /// Computes one task with `setup`'s model on `be` (what the child does; also used in tests to

@@ -371,6 +371,16 @@ result<invocation_result> worker_server::invoke(const float* w,
   else
     t.sizes.assign(sizes.begin(), sizes.end());
   t.noise = noise;
+  if (rows_) {
+    // The step's lookups and its pulled rows: all the child holds of the tables.
+    t.tables.resize(lookups_.size());
+    for (std::uint32_t k = 0; k < lookups_.size(); ++k) {
+      t.tables[k].offsets = lookups_[k].offsets;
+      t.tables[k].local = lookups_[k].rows.local;
+      const auto values = rows_->values(k);
+      t.tables[k].values.assign(values.begin(), values.end());
+    }
+  }
   return setup_.functions->run(t);
 }
 
@@ -432,6 +442,19 @@ bool worker_server::compute(const wire_message& g, const float* w, float* out, d
       return false;
     }
     loss = r->loss_sum;
+    if (rows_) {
+      bool whole = r->row_grads.size() == lookups_.size();
+      for (std::size_t k = 0; whole && k < lookups_.size(); ++k)
+        whole = r->row_grads[k].size() == rows_->values(std::uint32_t(k)).size();
+      if (!whole) {
+        ports_.fail(error{errc::protocol_error,
+                          coach::format("worker {}: an invocation answered step {} without the "
+                                        "row gradients of its {} tables",
+                                        setup_.rank, step_, lookups_.size())});
+        return false;
+      }
+      row_grads_ = std::move(r->row_grads);
+    }
     if (host_backend_)
       std::copy(r->out.begin(), r->out.end(), out);
     else

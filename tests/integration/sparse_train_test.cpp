@@ -2,8 +2,8 @@
 // ctr`, a model with embedding tables trained by `coach train` with 2 workers and 2 shards to
 // a bar proportionate to the planted model's AUC, saved with its tables and read back by
 // `coach eval` to the same figures; a run that rescales its workers and shards mid-epoch counts
-// every sample once and lands near the unchanged run; specs the sparse path cannot run yet are
-// refused with one line.
+// every sample once and lands near the unchanged run; function mode under a memory cap trains
+// the same tables bit for bit; specs the sparse path cannot run yet are refused with one line.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -150,12 +150,47 @@ TEST(sparse_train, a_run_resumed_from_its_checkpoint_ends_with_the_straight_runs
   EXPECT_TRUE(rows == tensor_bytes(dir / "resumed.tables.safetensors")) << "the tables differ";
 }
 
+// Function mode: each invocation holds one step's rows, pulled by its worker (docs/sparse.md,
+// "Function mode"); under a 256 MB cap the job ends with the dense parameters and the tables bit
+// for bit those of the same job without invocations, its invocations each far under the cap.
+TEST(sparse_train,
+     function_mode_under_a_memory_cap_trains_the_tables_of_the_plain_run_bit_for_bit) {
+  const auto dir = data().dir;
+  std::string one_epoch = spec();
+  one_epoch.replace(one_epoch.find("epochs: 3"), 9, "epochs: 1");
+  auto r = run_coach("train " + write("fn-plain.yaml", one_epoch).string() + " --save " +
+                     (dir / "fn-plain.safetensors").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto report = dir / "fn.json";
+  r = run_coach("train " +
+                write("fn.yaml", one_epoch + "function: {memory_mb: 256, deadline_s: 120, "
+                                             "chunks_per_invocation: 100}\n")
+                    .string() +
+                " --save " + (dir / "fn.safetensors").string() + " --report " + report.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto rep = read_json(report);
+  const auto& inv = rep["invocations"];
+  // 352 steps of 2 workers, 100 tasks an invocation: 4 invocations a worker, none failed.
+  EXPECT_EQ(inv["tasks"], 704) << inv.dump();
+  EXPECT_EQ(inv["started"], 8) << inv.dump();
+  EXPECT_EQ(
+      inv["timed_out"].get<int>() + inv["out_of_memory"].get<int>() + inv["failed"].get<int>(), 0)
+      << inv.dump();
+  EXPECT_GT(inv["peak_memory_bytes"].get<std::uint64_t>(), 0u);
+  EXPECT_LT(inv["peak_memory_bytes"].get<std::uint64_t>(), std::uint64_t(256) << 20);
+  EXPECT_TRUE(tensor_bytes(dir / "fn-plain.safetensors") == tensor_bytes(dir / "fn.safetensors"))
+      << "the dense parameters differ";
+  const auto rows = tensor_bytes(dir / "fn-plain.tables.safetensors");
+  EXPECT_GT(rows.size(), 1000u);
+  EXPECT_TRUE(rows == tensor_bytes(dir / "fn.tables.safetensors")) << "the tables differ";
+}
+
 TEST(sparse_train, a_consistency_the_sparse_path_cannot_run_is_refused_with_one_line) {
   auto r = run_coach("train " + write("asp.yaml", spec("", "asp")).string());
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("field 'consistency' is asp: a model with embedding tables "
-                          "(model.embeddings) runs under consistency bsp, without host_reduce "
-                          "or function, so far"),
+                          "(model.embeddings) runs under consistency bsp, without host_reduce, "
+                          "so far"),
             std::string::npos)
       << r.output;
 }
