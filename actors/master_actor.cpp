@@ -9,6 +9,7 @@
 #include "common/log.hpp"
 #include "master/job_master.hpp"
 #include "worker/external_pool.hpp"
+#include "worker/sparse_batch.hpp"
 
 namespace coach::actors {
 namespace {
@@ -143,6 +144,9 @@ struct evaluator_state {
   float* params = nullptr;
   /// A script's model: the process of the script that evaluates (taken at the first epoch).
   std::unique_ptr<worker::external_process> process;
+  /// A model with sparse tables: the rows the test set looks up, per table (ascending), made at
+  /// the first evaluation: the only rows an evaluation takes of the shards' snapshots.
+  std::vector<std::vector<std::uint64_t>> test_rows;
   static inline const char* name = "coach.evaluator";
   ~evaluator_state() {
     if (be) be->free(params);
@@ -174,11 +178,19 @@ eval_result evaluate_external(evaluator_state& st, const job_context& ctx,
                      ev->loss_sum};
 }
 
-/// A model with sparse tables: the epoch's rows (every shard's, param_snapshot::rows) merged
-/// into one store that holds every bucket, the test set's lookups read from it (a row no step
-/// touched reads as its initial value, as a shard would create it).
+/// A model with sparse tables: of the epoch's rows (every shard's, param_snapshot::rows), those
+/// the test set looks up merged into one store that holds every bucket, the test set's lookups
+/// read from it (a row no step touched reads as its initial value, as a shard would create it).
+/// The store holds the test set's rows, not the job's: a table of 10^8 rows is not copied.
 eval_result evaluate_rows(evaluator_state& st, const job_context& ctx, const param_snapshot& snap) {
   eval_result r{snap.epoch, 0, 0, 0};
+  if (st.test_rows.empty()) {
+    const auto& test = ctx.data->test;
+    std::vector<std::uint32_t> all(test.rows);
+    for (std::uint32_t i = 0; i < all.size(); ++i) all[i] = i;
+    for (auto& b : worker::sparse_batch(ctx.model, test, all))
+      st.test_rows.push_back(std::move(b.rows.rows));
+  }
   std::vector<sparse::table_config> tables;
   for (const auto& t : ctx.model.tables()) tables.push_back(t.config);
   const sparse::bucket_range all[] = {{0, sparse::bucket_count}};
@@ -190,7 +202,7 @@ eval_result evaluate_rows(evaluator_state& st, const job_context& ctx, const par
   }
   if (snap.rows)
     for (const auto& blob : *snap.rows)
-      if (auto ok = store->merge(blob); !ok) {
+      if (auto ok = store->merge(blob, st.test_rows); !ok) {
         log::error("job {}: cannot evaluate epoch {}: {}", ctx.job, snap.epoch, ok.error().message);
         return r;
       }

@@ -336,7 +336,7 @@ void job_master::on_snapshot(const wire_message& m) {
 void job_master::on_state(const wire_message& m) {
   auto t = read_state(m, state_per_param_);
   auto got =
-      t ? snapshots_.add_state(*t)
+      t ? snapshots_.add_state(std::move(*t))
         : coach::result<std::optional<snapshot_assembler::assembled>>(std::unexpected(t.error()));
   if (!got) {
     log::warn("job master: malformed state snapshot from shard {}: {}", m.hdr.src.id,
@@ -351,9 +351,12 @@ void job_master::on_state(const wire_message& m) {
 void job_master::on_assembled(snapshot_assembler::assembled a) {
   last_params_ = a.values;
   // A model with sparse tables: the shards' rows, which ride in their state snapshots.
-  last_rows_ = a.state && !a.state->rows.empty()
-                   ? std::make_shared<const std::vector<std::vector<std::byte>>>(a.state->rows)
-                   : nullptr;
+  // Moved out of the state unless a checkpoint keeps the state (a large table's rows are
+  // gigabytes: a copy an epoch would double the job's peak memory).
+  last_rows_ = nullptr;
+  if (a.state && !a.state->rows.empty())
+    last_rows_ = std::make_shared<const std::vector<std::vector<std::byte>>>(
+        !a.final && checkpoint_due(a.epoch) ? a.state->rows : std::move(a.state->rows));
   last_version_ = a.version;
   if (a.final) return finish(false);
   param_snapshot p{a.epoch, a.version, a.values, std::move(a.state)};

@@ -98,7 +98,7 @@ result<std::optional<snapshot_assembler::assembled>> snapshot_assembler::add(
 }
 
 result<std::optional<snapshot_assembler::assembled>> snapshot_assembler::add_state(
-    const slice_transfer& t) {
+    slice_transfer t) {
   auto it = wanted_.find(t.version);
   if (it == wanted_.end()) return std::optional<assembled>{};
   auto& a = it->second;
@@ -135,7 +135,7 @@ result<std::optional<snapshot_assembler::assembled>> snapshot_assembler::add_sta
     if (state_per_param_ >= 2) a.state->state_b.assign(num_params_, 0.0f);
   }
   auto& s = *a.state;
-  if (!t.rows.empty()) s.rows.push_back(t.rows);  // checked by whoever reads them
+  if (!t.rows.empty()) s.rows.push_back(std::move(t.rows));  // checked by whoever reads them
   s.updates = std::max(s.updates, t.updates);
   s.samples_applied = std::max(s.samples_applied, t.samples_applied);
   off = 0;

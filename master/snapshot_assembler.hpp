@@ -82,8 +82,9 @@ class snapshot_assembler {
   /// A shard's snapshot (ps::shard::snapshot) for version `t.version`, as add(). Errors
   /// (protocol_error, nothing taken): those of add, state of another length than the keys
   /// times state_per_param, counters that disagree with the version (more updates than steps),
-  /// a version wanted without the state.
-  result<std::optional<assembled>> add_state(const slice_transfer& t);
+  /// a version wanted without the state. Taken by value: its sparse rows (gigabytes with a
+  /// large table) move into the assembled state instead of being copied.
+  result<std::optional<assembled>> add_state(slice_transfer t);
 
   /// Versions wanted and not whole yet.
   std::size_t pending() const noexcept { return wanted_.size(); }

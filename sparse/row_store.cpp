@@ -220,7 +220,14 @@ std::size_t row_store::apply(float scale, float learning_rate, std::int64_t step
 }
 
 std::vector<std::byte> row_store::save() const {
+  // Sized up front: a large table's blob is gigabytes, and growing it by doubling would hold
+  // half as much again while it moves.
+  std::size_t bytes = 4 * sizeof(std::uint32_t);
+  for (std::uint32_t table = 0; table < rows_.size(); ++table)
+    bytes += sizeof(std::uint32_t) + sizeof(std::uint64_t) +
+             rows_[table].index.size() * (sizeof(std::uint64_t) + stride(table) * sizeof(float));
   std::vector<std::byte> out;
+  out.reserve(bytes);
   append_pod(out, blob_magic);
   append_pod(out, blob_format);
   append_pod(out, static_cast<std::uint32_t>(tables_.size()));
@@ -299,8 +306,19 @@ result<void> row_store::merge(std::span<const std::byte> blob) {
   return take_in(blob, all);
 }
 
+result<void> row_store::merge(std::span<const std::byte> blob,
+                              std::span<const std::vector<std::uint64_t>> keep) {
+  COACH_ENFORCE(keep.size() == tables_.size(), "merge: one list of rows to keep per table");
+  for (std::uint32_t b = 0; b < bucket_count; ++b)
+    if (!owned_[b])
+      return fail(errc::protocol_error, "a merge of rows into a store that lacks bucket {}", b);
+  const bucket_range all[] = {{0, bucket_count}};
+  return take_in(blob, all, keep);
+}
+
 result<void> row_store::take_in(std::span<const std::byte> blob,
-                                std::span<const bucket_range> ranges) {
+                                std::span<const bucket_range> ranges,
+                                std::span<const std::vector<std::uint64_t>> keep) {
   // Check the whole blob before taking anything in.
   blob_reader in(blob);
   std::uint32_t magic = 0, format = 0, tables = 0, state = 0;
@@ -350,6 +368,8 @@ result<void> row_store::take_in(std::span<const std::byte> blob,
     for (std::uint64_t i = 0; i < p.n; ++i) {
       std::uint64_t row = 0;
       std::memcpy(&row, p.rows.data() + i * sizeof row, sizeof row);
+      if (!keep.empty() && !std::binary_search(keep[table].begin(), keep[table].end(), row))
+        continue;
       const auto slot = new_slot(table);
       std::memcpy(slot_data(table, slot), p.values.data() + i * bytes, bytes);
       rows_[table].index.insert(row, slot);

@@ -107,6 +107,11 @@ class row_store {
   /// (an evaluator's copy of all the shards' rows). Errors as adopt(), and a store that lacks a
   /// bucket.
   result<void> merge(std::span<const std::byte> blob);
+  /// merge() of only the blob's rows that `keep[t]` (ascending) lists for table t; the blob is
+  /// checked whole as by merge(). An evaluator takes the rows its test set looks up, not every
+  /// row of the job (tables of 10^8 rows). REQUIRES: keep.size() == tables().size().
+  result<void> merge(std::span<const std::byte> blob,
+                     std::span<const std::vector<std::uint64_t>> keep);
   /// Every row held, in release()'s layout (rows in no particular order), the store unchanged.
   std::vector<std::byte> save() const;
 
@@ -148,7 +153,9 @@ class row_store {
   std::uint32_t slot_of(std::uint32_t table, std::uint64_t row);
   std::uint32_t new_slot(std::uint32_t table);
   /// adopt() and merge(): checks the whole blob (every row within `ranges`), then takes it.
-  result<void> take_in(std::span<const std::byte> blob, std::span<const bucket_range> ranges);
+  /// `keep`: empty, every row; else per table the rows to take (ascending).
+  result<void> take_in(std::span<const std::byte> blob, std::span<const bucket_range> ranges,
+                       std::span<const std::vector<std::uint64_t>> keep = {});
 
   std::uint64_t seed_ = 0;
   std::vector<table_config> tables_;

@@ -254,6 +254,37 @@ TEST(RowStore, MergesEveryShardsRowsIntoOneStoreHoldingAllBuckets) {
             "a merge of rows into a store that lacks bucket 100");
 }
 
+// An evaluator takes only the rows its test set looks up: the kept rows come with their
+// values, the others are not held (a read would make them at their initial values), and a
+// malformed blob is refused whole as by the plain merge.
+TEST(RowStore, AMergeOfTheRowsToKeepTakesThoseAloneWithTheirValues) {
+  row_optimizer_config opt;
+  auto s = make({{500, 2, 0.3f}, {70, 3, 0.3f}}, opt);
+  std::vector<std::uint64_t> rows0(100), rows1 = {1, 5, 69};
+  for (std::uint64_t r = 0; r < 100; ++r) rows0[r] = 3 * r;
+  read(s, 0, rows0);
+  read(s, 1, rows1);
+  const std::vector<float> g(rows0.size() * 2, 1.0f);
+  ASSERT_TRUE(s.add(0, rows0, g));
+  s.apply(1.0f, 0.5f, 1);
+  const auto blob = s.save();
+  const std::vector<std::vector<std::uint64_t>> keep = {{0, 7, 9, 297, 499}, {5}};
+  auto some = make({{500, 2, 0.3f}, {70, 3, 0.3f}}, opt);
+  ASSERT_TRUE(some.merge(blob, keep));
+  EXPECT_EQ(some.stats().rows, 4u) << "rows 0, 9, 297 of table 0 (7 and 499 were never made)";
+  for (auto [t, row] : {std::pair{0u, 0ull}, {0u, 9ull}, {0u, 297ull}, {1u, 5ull}}) {
+    const auto w = s.find(t, row), got = some.find(t, row);
+    ASSERT_FALSE(got.empty()) << t << "/" << row;
+    EXPECT_TRUE(std::equal(w.begin(), w.end(), got.begin(), got.end())) << t << "/" << row;
+  }
+  EXPECT_TRUE(some.find(0, 3).empty());
+  EXPECT_TRUE(some.find(1, 69).empty());
+  auto cut = make({{500, 2, 0.3f}, {70, 3, 0.3f}}, opt);
+  EXPECT_EQ(cut.merge(std::span(blob).first(blob.size() - 1), keep).error().message,
+            "a rows transfer cut short in table 1");
+  EXPECT_EQ(cut.stats().rows, 0u);
+}
+
 TEST(RowStore, RefusesATransferThatIsCutShortOrDoesNotFit) {
   row_optimizer_config opt;
   auto s = make({{50, 2}}, opt);
