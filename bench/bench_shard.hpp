@@ -15,6 +15,7 @@
 
 #include "actors/roles.hpp"
 #include "actors/zmq_transport.hpp"
+#include "common/log.hpp"
 
 namespace coach::bench {
 
@@ -28,6 +29,9 @@ inline int serve_shard_process(
     const std::function<std::shared_ptr<actors::job_context>(std::shared_ptr<actors::transport>)>&
         make_context,
     const std::function<std::vector<float>(const actors::job_context&)>& initial) {
+  // The bench ends a configuration by closing its side and then killing the shards: the
+  // warning a shard would log about its peer's going is expected, so only errors are shown.
+  (void)log::init({.program = bench, .min = log::level::error});
   options.host = id + 1;
   auto net = actors::zmq_transport::start(std::move(options));
   if (!net) {

@@ -326,74 +326,78 @@ int main(int argc, char** argv) {
               "worker's RSS");
   for (const auto table : parse_list(tables_text))
     for (const auto m : parse_list(shards_text)) {
-      auto net = zmq_transport::start({.host = 0, .listen = free_address()}).value();
       std::vector<child> children;
-      for (std::uint32_t k = 0; k < m; ++k) {
-        int fds[2];
-        if (::pipe(fds) != 0) return 1;
-        const std::string addr = free_address();
-        net->add_peer(k + 1, addr);
-        children.push_back(spawn_self(
-            {"--serve-shard", std::to_string(k), "--num-shards", std::to_string(m), "--rows",
-             std::to_string(table), "--dim", std::to_string(dim), "--listen", addr, "--parent",
-             net->bound_address(), "--ready-fd", std::to_string(fds[1])}));
-        ::close(fds[1]);
-        char one = 0;
-        [[maybe_unused]] auto n = ::read(fds[0], &one, 1);
-        ::close(fds[0]);
-      }
-      caf::actor_system_config cfg;
-      cfg.set("logger.console", caf::atom("none"));
-      caf::actor_system sys{cfg};
-      {
-        sparse_rounds coach_side(sys, bench_context(table, dim, std::uint32_t(m), net), table, dim,
-                                 touched);
-        if (!coach_side.handshake()) {
-          std::fprintf(stderr, "sparse_bench: the shards did not answer\n");
-          stop(children);
-          return 1;
+      {  // the actor system and the transport end before the shards: no warning of their going
+        auto net = zmq_transport::start({.host = 0, .listen = free_address()}).value();
+        for (std::uint32_t k = 0; k < m; ++k) {
+          int fds[2];
+          if (::pipe(fds) != 0) return 1;
+          const std::string addr = free_address();
+          net->add_peer(k + 1, addr);
+          children.push_back(spawn_self(
+              {"--serve-shard", std::to_string(k), "--num-shards", std::to_string(m), "--rows",
+               std::to_string(table), "--dim", std::to_string(dim), "--listen", addr, "--parent",
+               net->bound_address(), "--ready-fd", std::to_string(fds[1])}));
+          ::close(fds[1]);
+          char one = 0;
+          [[maybe_unused]] auto n = ::read(fds[0], &one, 1);
+          ::close(fds[0]);
         }
-        if (fill) coach_side.fill();
-        const std::size_t row_bytes = 8 + 4 * std::size_t(dim);
-        echo_rounds raw(touched * row_bytes, m);
-        const auto sent_before = net->traffic().total_bytes();
-        const auto got =
-            interleaved({[&] { coach_side.round(); },
-                         [&] {
-                           raw.round();
-                           raw.round();
-                         }},
-                        {coach_side.bytes_per_round(), 2 * raw.bytes_per_round()}, seconds);
-        // What the worker's side sent a round, as its transport counted it (headers included),
-        // against what the touched rows imply: ids out, then ids and gradients out.
-        const double sent_per_row = double(net->traffic().total_bytes() - sent_before) /
-                                    double(got[0].rounds) / double(touched);
-        const double implied_per_row = double(8 + 8 + 4 * std::size_t(dim));
-        std::uint64_t rss = 0;
-        for (const auto& c : children) rss += resident(c.pid);
-        const double rows_per_s = double(touched) / (got[0].p50_us / 1e6);
-        const double ratio = got[0].gbps / got[1].gbps;
-        const std::uint64_t own = resident(::getpid());
-        std::printf(
-            "%12llu %6zu %10.0f %12.0f %10.3f %11.3f %9.2f %9.1f (%5.1f) %10.1f MiB "
-            "%10.1f MiB\n",
-            (unsigned long long)table, m, got[0].p50_us, rows_per_s, got[0].gbps, got[1].gbps,
-            ratio, sent_per_row, implied_per_row, double(rss) / (1 << 20), double(own) / (1 << 20));
-        std::fflush(stdout);
-        coach::json line = coach::json::object();
-        line["table_rows"] = table;
-        line["shards"] = m;
-        line["p50_us"] = rounded(got[0].p50_us, 1);
-        line["rows_per_s"] = rounded(rows_per_s, 0);
-        line["gbps"] = rounded(got[0].gbps, 3);
-        line["raw_gbps"] = rounded(got[1].gbps, 3);
-        line["ratio"] = rounded(ratio, 3);
-        line["bytes_per_row"] = rounded(double(coach_side.bytes_per_round()) / double(touched), 1);
-        line["sent_bytes_per_row"] = rounded(sent_per_row, 2);
-        line["implied_sent_bytes_per_row"] = implied_per_row;
-        line["shards_rss_bytes"] = rss;
-        line["worker_rss_bytes"] = own;
-        lines.push_back(line);
+        caf::actor_system_config cfg;
+        cfg.set("logger.console", caf::atom("none"));
+        caf::actor_system sys{cfg};
+        {
+          sparse_rounds coach_side(sys, bench_context(table, dim, std::uint32_t(m), net), table,
+                                   dim, touched);
+          if (!coach_side.handshake()) {
+            std::fprintf(stderr, "sparse_bench: the shards did not answer\n");
+            stop(children);
+            return 1;
+          }
+          if (fill) coach_side.fill();
+          const std::size_t row_bytes = 8 + 4 * std::size_t(dim);
+          echo_rounds raw(touched * row_bytes, m);
+          const auto sent_before = net->traffic().total_bytes();
+          const auto got =
+              interleaved({[&] { coach_side.round(); },
+                           [&] {
+                             raw.round();
+                             raw.round();
+                           }},
+                          {coach_side.bytes_per_round(), 2 * raw.bytes_per_round()}, seconds);
+          // What the worker's side sent a round, as its transport counted it (headers included),
+          // against what the touched rows imply: ids out, then ids and gradients out.
+          const double sent_per_row = double(net->traffic().total_bytes() - sent_before) /
+                                      double(got[0].rounds) / double(touched);
+          const double implied_per_row = double(8 + 8 + 4 * std::size_t(dim));
+          std::uint64_t rss = 0;
+          for (const auto& c : children) rss += resident(c.pid);
+          const double rows_per_s = double(touched) / (got[0].p50_us / 1e6);
+          const double ratio = got[0].gbps / got[1].gbps;
+          const std::uint64_t own = resident(::getpid());
+          std::printf(
+              "%12llu %6zu %10.0f %12.0f %10.3f %11.3f %9.2f %9.1f (%5.1f) %10.1f MiB "
+              "%10.1f MiB\n",
+              (unsigned long long)table, m, got[0].p50_us, rows_per_s, got[0].gbps, got[1].gbps,
+              ratio, sent_per_row, implied_per_row, double(rss) / (1 << 20),
+              double(own) / (1 << 20));
+          std::fflush(stdout);
+          coach::json line = coach::json::object();
+          line["table_rows"] = table;
+          line["shards"] = m;
+          line["p50_us"] = rounded(got[0].p50_us, 1);
+          line["rows_per_s"] = rounded(rows_per_s, 0);
+          line["gbps"] = rounded(got[0].gbps, 3);
+          line["raw_gbps"] = rounded(got[1].gbps, 3);
+          line["ratio"] = rounded(ratio, 3);
+          line["bytes_per_row"] =
+              rounded(double(coach_side.bytes_per_round()) / double(touched), 1);
+          line["sent_bytes_per_row"] = rounded(sent_per_row, 2);
+          line["implied_sent_bytes_per_row"] = implied_per_row;
+          line["shards_rss_bytes"] = rss;
+          line["worker_rss_bytes"] = own;
+          lines.push_back(line);
+        }
       }
       stop(children);
     }
