@@ -149,13 +149,44 @@ struct evaluator_state {
   }
 };
 
-/// A script's model: epoch `snap.epoch`'s parameters evaluated by a process of the script. A
-/// failure is logged and counts nothing (total 0).
+/// The epoch's rows of a model with sparse tables (every shard's, param_snapshot::rows) merged
+/// into one store that holds every bucket (a row no step touched reads as its initial value, as a
+/// shard would create it).
+result<sparse::row_store> merged_rows(const job_context& ctx, const param_snapshot& snap) {
+  std::vector<sparse::table_config> tables;
+  for (const auto& t : ctx.model.tables()) tables.push_back(t.config);
+  const sparse::bucket_range all[] = {{0, sparse::bucket_count}};
+  auto store =
+      sparse::row_store::create(ctx.spec.seed, std::move(tables), ctx.spec.sparse_optimizer, all);
+  if (!store) return std::unexpected(store.error());
+  if (snap.rows)
+    for (const auto& blob : *snap.rows)
+      if (auto ok = store->merge(blob); !ok) return std::unexpected(ok.error());
+  return store;
+}
+
+/// A script's model: epoch `snap.epoch`'s parameters evaluated by a process of the script (the
+/// rows it pulls read from the epoch's merged rows). A failure is logged and counts nothing
+/// (total 0).
 eval_result evaluate_external(evaluator_state& st, const job_context& ctx,
                               const param_snapshot& snap) {
   eval_result r{snap.epoch, 0, 0, 0};
   const auto& model = *ctx.model.external();
   if (model.layout.test_samples == 0) return r;
+  std::optional<sparse::row_store> store;
+  worker::external_row_source source;
+  if (!ctx.model.tables().empty()) {
+    auto merged = merged_rows(ctx, snap);
+    if (!merged) {
+      log::error("job {}: cannot evaluate epoch {}: {}", ctx.job, snap.epoch,
+                 merged.error().message);
+      return r;
+    }
+    store.emplace(std::move(*merged));
+    source = [&](std::uint32_t t, std::span<const std::uint64_t> ids, std::span<float> out) {
+      return store->read(t, ids, out);
+    };
+  }
   if (!st.process) {
     auto p = model.pool->take_for_evaluation(coach::format("job {} evaluator", ctx.job));
     if (!p) {
@@ -164,7 +195,7 @@ eval_result evaluate_external(evaluator_state& st, const job_context& ctx,
     }
     st.process = std::move(*p);
   }
-  auto ev = st.process->evaluate(snap.epoch, snap.values->data());
+  auto ev = st.process->evaluate(snap.epoch, snap.values->data(), source ? &source : nullptr);
   if (!ev) {
     log::error("job {}: cannot evaluate epoch {}: {}", ctx.job, snap.epoch, ev.error().message);
     st.process.reset();  // a fresh one for the next epoch
@@ -174,26 +205,14 @@ eval_result evaluate_external(evaluator_state& st, const job_context& ctx,
                      ev->loss_sum};
 }
 
-/// A model with sparse tables: the epoch's rows (every shard's, param_snapshot::rows) merged
-/// into one store that holds every bucket, the test set's lookups read from it (a row no step
-/// touched reads as its initial value, as a shard would create it).
+/// A model with sparse tables: the test set's lookups read from the epoch's merged rows.
 eval_result evaluate_rows(evaluator_state& st, const job_context& ctx, const param_snapshot& snap) {
   eval_result r{snap.epoch, 0, 0, 0};
-  std::vector<sparse::table_config> tables;
-  for (const auto& t : ctx.model.tables()) tables.push_back(t.config);
-  const sparse::bucket_range all[] = {{0, sparse::bucket_count}};
-  auto store =
-      sparse::row_store::create(ctx.spec.seed, std::move(tables), ctx.spec.sparse_optimizer, all);
+  auto store = merged_rows(ctx, snap);
   if (!store) {
     log::error("job {}: cannot evaluate epoch {}: {}", ctx.job, snap.epoch, store.error().message);
     return r;
   }
-  if (snap.rows)
-    for (const auto& blob : *snap.rows)
-      if (auto ok = store->merge(blob); !ok) {
-        log::error("job {}: cannot evaluate epoch {}: {}", ctx.job, snap.epoch, ok.error().message);
-        return r;
-      }
   const auto ev =
       st.runner->evaluate(st.params, ctx.data->test,
                           [&](std::uint32_t t, std::span<const std::uint64_t> ids,
