@@ -68,11 +68,16 @@ class Step:
     of training-sample indices in [0, samples)) and ``samples`` (their count). Fill the job's
     gradient region, then call ``push(loss_sum)`` once."""
 
-    __slots__ = ("step", "rank", "indices", "samples", "handoff_s", "_job", "_pushed")
+    __slots__ = ("step", "rank", "indices", "samples", "handoff_s", "row_ids", "rows",
+                 "row_grads", "_job", "_pushed")
 
     def __init__(self, job, step, rank, indices):
         self._job, self.step, self.rank, self.indices = job, step, rank, indices
         self.samples = len(indices)
+        #: a job with tables: per table, the step's rows (the ids its lookup gave, ascending),
+        #: their values (rows x dim float32, a view of the rows region) and where their
+        #: gradients go (the same shape; zeroed by Coach)
+        self.row_ids = self.rows = self.row_grads = None
         #: seconds an adapter spent moving this step's tensors between the shared regions and
         #: the model (copies to and from a device); sent with ``done`` for Coach's breakdown
         self.handoff_s = 0.0
@@ -97,8 +102,12 @@ class Job:
     """A script's connection to Coach, made by ``coach.init``: the shared parameter and gradient
     regions and the message loop."""
 
-    def __init__(self, sock, tensors, samples, test_samples, evaluate):
+    def __init__(self, sock, tensors, samples, test_samples, evaluate, tables=(), lookups=None):
         self._sock = sock
+        self.tables = list(tables)  #: [(name, rows, dim, init_scale)]: the embedding tables
+        self._lookups = lookups
+        self._lookup = None  # (step, [ids per table]) answered last
+        self._rows_mm = None  # the rows region (docs/wire.md "Rows of a script's tables")
         self._rfile = sock.makefile("rb")
         self._tensors = tensors  # [(name, shape, kind, offset, size)]
         self.samples, self.test_samples = samples, test_samples
@@ -112,6 +121,7 @@ class Job:
         self._state = "handshake"  # then running, stopped, closed (EOF, error) or refused
         self._error_sent = False
         self._current = None  # the step yielded and not pushed
+        self._evaluating = False  # within the script's evaluate (pull allowed)
 
     @property
     def tensors(self):
@@ -246,6 +256,9 @@ class Job:
             op = msg["op"]
             if op == "step":
                 return self._parse_step(msg)
+            if op == "lookup":
+                self._answer_lookup(msg)
+                continue
             if op == "evaluate":
                 self._evaluate(self._field(msg, "epoch", int))
             elif op == "stop":
@@ -259,16 +272,135 @@ class Job:
 
     def _parse_step(self, msg):
         step, rank = self._field(msg, "step", int), self._field(msg, "rank", int)
+        out = Step(self, step, rank, self._indices(msg, f"step {step}"))
+        if self.tables:
+            self._step_rows(msg, out)
+        return out
+
+    def _indices(self, msg, what):
         raw = self._field(msg, "indices", list)
         if not all(type(i) is int for i in raw):
-            raise self._junk(f"step {step}'s indices are not all integers")
+            raise self._junk(f"{what}'s indices are not all integers")
         try:
             indices = np.array(raw, dtype=np.int64)
         except OverflowError:
-            raise self._junk(f"step {step} has an index beyond 64 bits") from None
+            raise self._junk(f"{what} has an index beyond 64 bits") from None
         if len(indices) and (indices.min() < 0 or indices.max() >= self.samples):
-            raise self._junk(f"step {step} has an index outside [0, {self.samples})")
-        return Step(self, step, rank, indices)
+            raise self._junk(f"{what} has an index outside [0, {self.samples})")
+        return indices
+
+    # -- embedding tables (docs/wire.md "Rows of a script's tables") --
+
+    def check_ids(self, t, ids, what):
+        """ids (any integer array-like) of table t as the ascending unique int64 array Coach
+        takes; CoachError (one line) for an id outside [0, rows)."""
+        name, rows = self.tables[t][0], self.tables[t][1]
+        ids = np.asarray(ids)
+        if ids.size and not np.issubdtype(ids.dtype, np.integer):
+            raise CoachError(f"{what}: the ids of table {name!r} are {ids.dtype}, not integers")
+        ids = np.unique(ids.astype(np.int64, copy=False).ravel())
+        if ids.size and (ids[0] < 0 or ids[-1] >= rows):
+            bad = ids[0] if ids[0] < 0 else ids[-1]
+            raise CoachError(f"{what}: table {name!r} has no id {int(bad)} (its ids lie in "
+                             f"[0, {rows}))")
+        return ids
+
+    def _answer_lookup(self, msg):
+        step = self._field(msg, "step", int)
+        indices = self._indices(msg, f"step {step}'s lookup")
+        if self._lookups is None:
+            raise self._junk(f"lookup (step {step}) came to a script without tables")
+        got = self._call(lambda job: job._lookups(indices))
+        if not isinstance(got, (list, tuple)) or len(got) != len(self.tables):
+            raise self._error(f"step {step}: lookups gave {got!r:.60}; give one id array per "
+                              f"table ({len(self.tables)})")
+        ids = self._call(lambda job: [job.check_ids(t, got[t], f"step {step}")
+                                      for t in range(len(job.tables))])
+        self._lookup = (step, ids)
+        line = {"op": "ids", "step": step, "ids": [a.tolist() for a in ids]}
+        try:
+            self._send(line)
+        except CoachError as e:
+            raise self._error(f"step {step}'s ids: {e}; a step may look up about 50 000 rows "
+                              "(the JSON line's limit): use a smaller batch") from None
+
+    def _map_rows(self, msg):
+        """Maps the rows region a message names anew (rows_shm); returns its bytes."""
+        size = self._field(msg, "rows_bytes", int)
+        path = msg.get("rows_shm")
+        if path is not None:
+            if not isinstance(path, str):
+                raise self._junk(f"{msg['op']} field 'rows_shm' is {path!r:.40}")
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except OSError as e:
+                raise self._error(f"cannot open Coach's rows region {path}: {e.strerror}") \
+                    from None
+            try:
+                self._rows_mm = mmap.mmap(fd, size)  # the old one goes with its last view
+            except (OSError, ValueError) as e:
+                raise self._error(f"cannot map Coach's rows region {path}: {e}") from None
+            finally:
+                os.close(fd)
+        if self._rows_mm is None or len(self._rows_mm) < size:
+            raise self._junk(f"{msg['op']} names a rows region of {size} bytes; none that "
+                             "large is mapped")
+        return size
+
+    def _row_views(self, counts, offset, size):
+        out, at = [], offset
+        for (_, _, dim, _), n in zip(self.tables, counts):
+            if at + 4 * n * dim > size:
+                raise self._junk(f"rows of {n} x {dim} floats beyond the region's {size} bytes")
+            out.append(np.frombuffer(self._rows_mm, np.float32, n * dim, at).reshape(n, dim))
+            at += 4 * n * dim
+        return out
+
+    def _counts(self, msg, what):
+        counts = self._field(msg, "rows", list)
+        if len(counts) != len(self.tables) or not all(_is_int(n) and n >= 0 for n in counts):
+            raise self._junk(f"{what}'s rows are {counts!r:.60}")
+        return counts
+
+    def _step_rows(self, msg, out):
+        step = out.step
+        if self._lookup is None or self._lookup[0] != step:
+            raise self._junk(f"step {step} came before its lookup")
+        ids = self._lookup[1]
+        counts = self._counts(msg, f"step {step}")
+        if [len(a) for a in ids] != counts:
+            raise self._junk(f"step {step} brings {counts} rows; its lookup gave "
+                             f"{[len(a) for a in ids]}")
+        size = self._map_rows(msg)
+        grads_at = self._field(msg, "rows_grads_offset", int)
+        out.row_ids = ids
+        out.rows = self._row_views(counts, 0, size)
+        out.row_grads = self._row_views(counts, grads_at, size)
+
+    def pull(self, ids):
+        """During an evaluation: the rows `ids` (one id array per table; each made ascending and
+        unique) of the epoch's tables, as [float32 array (rows x dim)] (copies), with the ids
+        they are for: ([ids], [values])."""
+        if self._state != "running" or not self._evaluating:
+            raise CoachError("rows can be pulled only while Coach evaluates (evaluate(model))")
+        if len(ids) != len(self.tables):
+            raise CoachError(f"pull takes one id array per table ({len(self.tables)})")
+        ids = [self.check_ids(t, a, "pull") for t, a in enumerate(ids)]
+        self._send({"op": "pull", "ids": [a.tolist() for a in ids]})
+        msg = self._receive()
+        if msg is None:
+            self._state = "closed"
+            raise CoachError("Coach closed the control channel during a pull")
+        if msg["op"] == "error":
+            self._state = "closed"
+            raise CoachError(f"Coach failed: {_one_line(msg.get('message'))}")
+        if msg["op"] != "rows":
+            raise self._junk(f"{msg['op']!r:.40} where the pulled rows were due")
+        counts = self._counts(msg, "pull")
+        if counts != [len(a) for a in ids]:
+            raise self._junk(f"{counts} rows where {[len(a) for a in ids]} were pulled")
+        size = self._map_rows(msg)
+        return ids, [v.copy() for v in self._row_views(counts, 0, size)]
 
     def _push(self, step, loss_sum):
         if step._pushed:
@@ -289,7 +421,11 @@ class Job:
     def _evaluate(self, epoch):
         if self._evaluate_fn is None:
             raise self._junk(f"evaluate (epoch {epoch}) came to a script without evaluate")
-        result = self._call(self._evaluate_fn)
+        self._evaluating = True
+        try:
+            result = self._call(self._evaluate_fn)
+        finally:
+            self._evaluating = False
         if not isinstance(result, (tuple, list)) or len(result) != 3:
             raise self._error(f"evaluate returned {result!r:.60}: give (loss_sum, correct, "
                               "samples)")
@@ -379,7 +515,29 @@ def _check_tensors(tensors):
     return out
 
 
-def init(tensors, samples, initial=None, evaluate=None, test_samples=0, framework="numpy"):
+def _check_tables(tables):
+    out, names = [], set()
+    for t in tables:
+        try:
+            name, rows, dim, init_scale = t
+        except (TypeError, ValueError):
+            raise CoachError(f"table {t!r:.60} is not (name, rows, dim, init_scale)") from None
+        if not isinstance(name, str) or not name or name in names:
+            raise CoachError(f"table name {name!r:.60} is empty, not a string or repeated")
+        if not _is_int(rows) or not 1 <= rows <= 1 << 40:
+            raise CoachError(f"table {name!r} has {rows!r:.40} rows: give 1 to 2^40")
+        if not _is_int(dim) or not 1 <= dim <= 65536:
+            raise CoachError(f"table {name!r} has dim {dim!r:.40}: give 1 to 65536")
+        scale = _number(init_scale)
+        if scale is None or scale < 0:
+            raise CoachError(f"table {name!r} has init_scale {init_scale!r:.40}: give >= 0")
+        names.add(name)
+        out.append((name, int(rows), int(dim), scale))
+    return out
+
+
+def init(tensors, samples, initial=None, evaluate=None, test_samples=0, framework="numpy",
+         tables=(), lookups=None):
     """Connects this process to Coach and returns its Job.
 
     tensors: [(name, shape, kind)], kind "param" (trained by its gradient) or "buffer" (a
@@ -388,7 +546,10 @@ def init(tensors, samples, initial=None, evaluate=None, test_samples=0, framewor
     initial(job): fills job.param(name) with initial values; called only in the job's first
     process (otherwise the region holds zeros until the first step). evaluate(job) -> (loss_sum,
     correct, samples) over the script's test set of test_samples (> 0 with evaluate, else 0).
-    framework: free text Coach logs. Raises CoachError (one line); exits 1 when Coach refuses.
+    framework: free text Coach logs. tables: [(name, rows, dim, init_scale)], embedding tables
+    whose rows the shards hold (docs/python.md, coach.torch.Embedding); lookups(indices) -> one
+    integer id array per table: the rows the samples `indices` look up (any order, repeats
+    allowed), given with tables. Raises CoachError (one line); exits 1 when Coach refuses.
     """
     global _job
     fd = os.environ.get("COACH_CONTROL_FD")
@@ -400,6 +561,9 @@ def init(tensors, samples, initial=None, evaluate=None, test_samples=0, framewor
     if _job is not None:
         raise CoachError("coach.init was called twice in this process")
     layout = _check_tensors(tensors)
+    table_list = _check_tables(tables)
+    if bool(table_list) != (lookups is not None):
+        raise CoachError("give tables and lookups together, or neither")
     if not _is_int(samples) or samples <= 0:
         raise CoachError(f"samples {samples!r:.40}: give the training set's size (> 0)")
     if not _is_int(test_samples) or test_samples < 0:
@@ -414,11 +578,14 @@ def init(tensors, samples, initial=None, evaluate=None, test_samples=0, framewor
         sock.detach()
         raise CoachError(f"COACH_CONTROL_FD={fd} is not a Unix stream socket")
     sock.set_inheritable(False)  # programs the script runs do not keep the channel open
-    job = Job(sock, layout, int(samples), int(test_samples), evaluate)
+    job = Job(sock, layout, int(samples), int(test_samples), evaluate, table_list, lookups)
     hello = {"op": "hello", "protocol": PROTOCOL, "pid": os.getpid(), "samples": job.samples,
              "test_samples": job.test_samples, "framework": str(framework),
              "tensors": [{"name": n, "shape": list(s), "dtype": "float32", "kind": k}
                          for n, s, k, _, _ in layout]}
+    if table_list:
+        hello["tables"] = [{"name": n, "rows": r, "dim": d, "init_scale": c}
+                           for n, r, d, c in table_list]
     _job = job
     _install_hooks()
     try:
