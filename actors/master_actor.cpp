@@ -201,8 +201,10 @@ eval_result evaluate_external(evaluator_state& st, const job_context& ctx,
     st.process.reset();  // a fresh one for the next epoch
     return r;
   }
-  return eval_result{snap.epoch, std::int64_t(ev->correct), std::int64_t(ev->samples),
-                     ev->loss_sum};
+  r = eval_result{snap.epoch, std::int64_t(ev->correct), std::int64_t(ev->samples), ev->loss_sum};
+  r.auc = ev->auc;  // a two-class script's, when it gives them
+  r.log_loss = ev->log_loss;
+  return r;
 }
 
 /// A model with sparse tables: the test set's lookups read from the epoch's merged rows.

@@ -625,6 +625,10 @@ result<external_eval> external_process::evaluate(std::uint32_t epoch, const floa
     out.samples = r.at("samples").get<std::uint64_t>();
     out.correct = r.at("correct").get<std::uint64_t>();
     out.loss_sum = r.at("loss_sum").is_null() ? std::nan("") : r.at("loss_sum").get<double>();
+    if (auto a = r.find("auc"); a != r.end() && a->is_number() && *a >= 0 && *a <= 1)
+      out.auc = a->get<double>();
+    if (auto l = r.find("log_loss"); l != r.end() && l->is_number() && *l >= 0)
+      out.log_loss = l->get<double>();
   } catch (const std::exception&) {
     return std::unexpected(refuse(
         error{errc::protocol_error,

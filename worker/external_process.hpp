@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -69,6 +70,9 @@ struct external_eval {
   std::uint64_t samples = 0;
   std::uint64_t correct = 0;
   double loss_sum = 0;
+  /// A two-class script's test AUC and log loss, when its evaluation gives them; NaN otherwise.
+  double auc = std::numeric_limits<double>::quiet_NaN();
+  double log_loss = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// A step's rows, for a script with embedding tables: the values of each table's rows (rows x

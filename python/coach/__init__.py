@@ -426,6 +426,9 @@ class Job:
             result = self._call(self._evaluate_fn)
         finally:
             self._evaluating = False
+        extra = {}
+        if isinstance(result, (tuple, list)) and len(result) == 4 and isinstance(result[3], dict):
+            result, extra = result[:3], result[3]
         if not isinstance(result, (tuple, list)) or len(result) != 3:
             raise self._error(f"evaluate returned {result!r:.60}: give (loss_sum, correct, "
                               "samples)")
@@ -433,8 +436,13 @@ class Job:
         if loss is None or correct is None or not samples or correct > samples:
             raise self._error(f"evaluate returned {tuple(result)!r:.80}: give (loss_sum: a "
                               "finite number, correct <= samples, samples > 0)")
-        self._send({"op": "evaluated", "epoch": epoch, "samples": samples,
-                    "correct": correct, "loss_sum": loss})
+        msg = {"op": "evaluated", "epoch": epoch, "samples": samples, "correct": correct,
+               "loss_sum": loss}
+        for key in ("auc", "log_loss"):  # a two-class model's, optional
+            value = _number(extra.get(key))
+            if value is not None:
+                msg[key] = value
+        self._send(msg)
 
     def _handshake(self, hello, initial):
         self._send(hello)
@@ -545,7 +553,8 @@ def init(tensors, samples, initial=None, evaluate=None, test_samples=0, framewor
     order in the flat vector. samples: the training set's size N (step indices lie in [0, N)).
     initial(job): fills job.param(name) with initial values; called only in the job's first
     process (otherwise the region holds zeros until the first step). evaluate(job) -> (loss_sum,
-    correct, samples) over the script's test set of test_samples (> 0 with evaluate, else 0).
+    correct, samples) over the script's test set of test_samples (> 0 with evaluate, else 0),
+    optionally with a fourth element {"auc": a, "log_loss": l} (a two-class model's metrics).
     framework: free text Coach logs. tables: [(name, rows, dim, init_scale)], embedding tables
     whose rows the shards hold (docs/python.md, coach.torch.Embedding); lookups(indices) -> one
     integer id array per table: the rows the samples `indices` look up (any order, repeats

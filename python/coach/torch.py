@@ -84,7 +84,7 @@ class Embedding(torch.nn.Module):
         if self._job is None:
             raise CoachError("Embedding used before coach.torch.init registered it: its rows "
                              "are Coach's")
-        flat = ids.reshape(-1).to(torch.int64)
+        flat = ids.reshape(-1).to(torch.int64).contiguous()
         if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= self.num_embeddings):
             bad = int(flat.min()) if int(flat.min()) < 0 else int(flat.max())
             raise CoachError(f"Embedding {self._name!r}: id {bad} is outside [0, "
@@ -416,10 +416,11 @@ class Job:
                 result = self._evaluate_fn(self.model)
         finally:
             self.model.train(training)
-        samples = self.test_samples
+        samples, extra = self.test_samples, {}
         if isinstance(result, dict):
             loss, accuracy = result.get("loss"), result.get("accuracy")
             samples = result.get("samples", samples)
+            extra = {k: result[k] for k in ("auc", "log_loss") if k in result}
         elif isinstance(result, (tuple, list)) and len(result) == 2:
             loss, accuracy = result
         else:
@@ -430,7 +431,7 @@ class Job:
         if loss is None or accuracy is None or not 0 <= accuracy <= 1 or not samples:
             raise CoachError(f"evaluate returned {result!r:.80}: give the mean loss (a finite "
                              "number) and the accuracy in [0, 1]")
-        return loss * samples, round(accuracy * samples), samples
+        return loss * samples, round(accuracy * samples), samples, extra
 
 
 def init(model, samples, evaluate=None, test_samples=0, loss_reduction="mean", lookups=None):
