@@ -79,8 +79,8 @@ result<external_step> script_invocations::step(std::int64_t step, std::uint32_t 
       next_started_ = true;
     }
     const invocation_deadline d{invoked_ + lim.deadline, double(lim.deadline.count()) / 1000.0};
-    auto r =
-        current_->step(step, rank, params, indices, grad, lim.deadline.count() > 0 ? &d : nullptr);
+    auto r = current_->step(step, rank, params, indices, grad,
+                            lim.deadline.count() > 0 ? &d : nullptr, rows);
     if (r) {
       ++answered_;
       ++counts_.tasks;

@@ -4,7 +4,8 @@
 // accuracy; a residual network (which the YAML layer list cannot express) learns; processes
 // rescaled 2 -> 4 -> 1 mid-epoch give each step the samples and the loss (within 1e-4) of a run
 // that never rescales; a click-through-rate model whose coach.torch.Embedding tables live in the
-// shards reaches a share of a planted set's AUC, its rows trained there. Needs PyTorch's venv
+// shards reaches a share of a planted set's AUC, its rows trained there, and a run of it resumed
+// from its checkpoint ends with the straight run's parameters and rows. Needs PyTorch's venv
 // (scripts/torch-venv.sh) and Fashion-MNIST; skips with the reason otherwise.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -154,8 +155,7 @@ const ctr_set& ctr_data() {
   return set;
 }
 
-TEST(torch_script, a_ctr_model_with_its_tables_in_the_shards_learns_a_planted_set) {
-  NEED_TORCH();
+scheduler::job_spec ctr_spec(int epochs) {
   const auto& data = ctr_data();
   const std::string yaml =
       "name: torch-ctr\nmodel:\n  script: examples/torch/ctr_model.py\n  args: [--data, " +
@@ -164,11 +164,30 @@ TEST(torch_script, a_ctr_model_with_its_tables_in_the_shards_learns_a_planted_se
       "--hidden, '64', --min-count, '20']\n"
       "optimizer: {type: adam, learning_rate: 0.002}\n"
       "sparse_optimizer: {type: adagrad, learning_rate: 0.1}\n"
-      "batch_size: 128\nepochs: 3\nseed: 3\nconsistency: bsp\n"
+      "batch_size: 128\nepochs: " +
+      std::to_string(epochs) +
+      "\nseed: 3\nconsistency: bsp\n"
       "workers: {min: 1, max: 4, initial: 2}\nshards: {min: 1, max: 4, initial: 2}\n";
   auto spec = scheduler::parse_job_spec(yaml, "torch-ctr.yaml", COACH_SOURCE_DIR);
-  ASSERT_TRUE(spec) << spec.error().to_string();
-  const auto r = train(*spec);
+  EXPECT_TRUE(spec) << spec.error().to_string();
+  return *spec;
+}
+
+/// The rows of every shard's transfer merged into one store.
+sparse::row_store merged_rows(const scheduler::job_spec& spec, const scheduler::job_result& r) {
+  std::vector<sparse::table_config> tables(6, sparse::table_config{100000, 8, 0.01f});
+  const sparse::bucket_range all[] = {{0, sparse::bucket_count}};
+  auto store = sparse::row_store::create(spec.seed, tables, spec.sparse_optimizer, all);
+  EXPECT_TRUE(store) << store.error().to_string();
+  for (const auto& blob : r.rows) EXPECT_TRUE(store->merge(blob));
+  return std::move(*store);
+}
+
+TEST(torch_script, a_ctr_model_with_its_tables_in_the_shards_learns_a_planted_set) {
+  NEED_TORCH();
+  const auto& data = ctr_data();
+  const auto spec = ctr_spec(3);
+  const auto r = train(spec);
   ASSERT_TRUE(r.result) << r.result.error().to_string();
   ASSERT_EQ(r.result->epochs.size(), 3u);
   for (const auto& e : r.result->epochs) EXPECT_EQ(e.samples, 90000u) << "epoch " << e.epoch;
@@ -187,21 +206,55 @@ TEST(torch_script, a_ctr_model_with_its_tables_in_the_shards_learns_a_planted_se
   // The rows live in the shards: every table's rows came back, trained (Adagrad's accumulator
   // moved) where a step pushed their gradients.
   ASSERT_EQ(r.result->rows.size(), 2u);  // one transfer a shard
-  std::vector<sparse::table_config> tables(6, sparse::table_config{100000, 8, 0.01f});
-  const sparse::bucket_range all[] = {{0, sparse::bucket_count}};
-  auto store = sparse::row_store::create(spec->seed, tables, spec->sparse_optimizer, all);
-  ASSERT_TRUE(store) << store.error().to_string();
-  for (const auto& blob : r.result->rows) ASSERT_TRUE(store->merge(blob));
+  const auto store = merged_rows(spec, *r.result);
   for (std::uint32_t t = 0; t < 6; ++t) {
-    const auto held = store->held_rows(t);
+    const auto held = store.held_rows(t);
     std::size_t trained = 0;
     for (auto row : held) {
-      const auto state = store->find_state(t, row);
+      const auto state = store.find_state(t, row);
       trained += std::any_of(state.begin(), state.end(), [](float v) { return v > 0; });
     }
     EXPECT_GT(trained, 0u) << "table " << t;
     EXPECT_EQ(trained, held.size()) << "table " << t << ": rows pulled but never pushed";
   }
+}
+
+TEST(torch_script, a_ctr_run_resumed_from_its_checkpoint_ends_with_the_straight_runs_rows) {
+  NEED_TORCH();
+  const auto straight = train(ctr_spec(2));
+  ASSERT_TRUE(straight.result) << straight.result.error().to_string();
+  const auto ckpt = std::filesystem::temp_directory_path() /
+                    ("coach-torch-ctr-ckpt-" + std::to_string(::getpid()) + ".safetensors");
+  train_options opt;
+  opt.python = python;
+  opt.checkpoint.path = ckpt.string();
+  auto first = train_embedded(ctr_spec(1), opt);
+  ASSERT_TRUE(first) << first.error().to_string();
+  train_options rest;
+  rest.python = python;
+  rest.resume = ckpt.string();
+  auto resumed = train_embedded(ctr_spec(2), rest);
+  std::filesystem::remove(ckpt);
+  ASSERT_TRUE(resumed) << resumed.error().to_string();
+  EXPECT_TRUE(straight.result->params == resumed->params) << "the dense parameters differ";
+  EXPECT_EQ(straight.result->epochs.back().test_auc, resumed->epochs.back().test_auc);
+  // Every row, its values and Adagrad's state, bit for bit.
+  const auto spec = ctr_spec(2);
+  const auto a = merged_rows(spec, *straight.result);
+  const auto b = merged_rows(spec, *resumed);
+  std::size_t rows = 0;
+  for (std::uint32_t t = 0; t < 6; ++t) {
+    const auto held = a.held_rows(t);
+    ASSERT_EQ(held, b.held_rows(t)) << "table " << t;
+    for (auto row : held) {
+      const auto va = a.find(t, row), vb = b.find(t, row);
+      const auto sa = a.find_state(t, row), sb = b.find_state(t, row);
+      ASSERT_TRUE(std::equal(va.begin(), va.end(), vb.begin(), vb.end())) << t << " " << row;
+      ASSERT_TRUE(std::equal(sa.begin(), sa.end(), sb.begin(), sb.end())) << t << " " << row;
+    }
+    rows += held.size();
+  }
+  EXPECT_GT(rows, 1000u);
 }
 
 }  // namespace
