@@ -246,6 +246,9 @@ class Job:
     def __init__(self, core, model, entries, evaluate, reduction, tables=()):
         self.core, self.model = core, model
         self._tables = list(tables)  # [(name, Embedding)], table t the t-th
+        # The rows go where the model is: a CUDA model gets them on its (first) device.
+        cuda = [e.tensor().device for e in entries if e.tensor().device.type == "cuda"]
+        self._rows_device = cuda[0] if cuda else None
         for t, (name, emb) in enumerate(self._tables):
             emb._job, emb._table, emb._name = self, t, name
         self.samples, self.test_samples = core.samples, core.test_samples
@@ -290,7 +293,12 @@ class Job:
         of the rows region) whose gradient is a view of the region's gradient part."""
         for t, (_, emb) in enumerate(self._tables):
             emb._ids = torch.from_numpy(core_step.row_ids[t])
-            w = torch.from_numpy(core_step.rows[t]).requires_grad_(True)
+            w = torch.from_numpy(core_step.rows[t])
+            if self._rows_device is not None:  # copied in; its gradient copied out at push
+                emb._ids = emb._ids.to(self._rows_device)
+                emb._weight = w.to(self._rows_device).requires_grad_(True)
+                continue
+            w.requires_grad_(True)
             w.grad = torch.from_numpy(core_step.row_grads[t])
             emb._weight = w
 
@@ -301,7 +309,10 @@ class Job:
             ids = [np.zeros(0, np.int64)] * len(self._tables)
             ids[emb._table] = flat.cpu().numpy()
             got, values = self.core.pull(ids)
-            return torch.from_numpy(got[emb._table]), torch.from_numpy(values[emb._table])
+            got, values = torch.from_numpy(got[emb._table]), torch.from_numpy(values[emb._table])
+            if self._rows_device is not None:
+                got, values = got.to(self._rows_device), values.to(self._rows_device)
+            return got, values
         if self.core._current is None or emb._weight is None:
             raise CoachError(f"Embedding {emb._name!r} has rows only within a step or Coach's "
                              "evaluate(model)")

@@ -55,7 +55,7 @@ if torch is not None:
 
     def loss_of(out):
         """A loss whose gradient is dyadic: the mean over the batch of out . c."""
-        c = torch.tensor([0.5, -0.25])
+        c = torch.tensor([0.5, -0.25], device=out.device)
         return (out * c).sum(1).mean()
 
 
@@ -100,7 +100,14 @@ class EmbeddingTest(unittest.TestCase):
         self.assertEqual(list(job.steps()), [])
 
     def test_forward_is_embedding_bag_and_row_gradients_exact(self):
-        model = CtrNet()
+        self.check_steps("cpu")
+
+    @unittest.skipUnless(torch is not None and torch.cuda.is_available(), "no CUDA device")
+    def test_a_cuda_model_gets_its_rows_on_its_device(self):
+        self.check_steps("cuda")
+
+    def check_steps(self, device):
+        model = CtrNet().to(device)
         idx_of = [np.random.default_rng(k).choice(N, B, replace=False) for k in range(2)]
 
         def coach_side(fake):
@@ -118,8 +125,10 @@ class EmbeddingTest(unittest.TestCase):
         seen = []
         for step in job.steps():
             idx = step.indices
-            ia, ib, ic = (torch.from_numpy(a[idx]) for a in (self.IA, self.IB, self.IC))
-            full = [torch.from_numpy(f) for f in self.FULL]
+            ia, ib, ic = (torch.from_numpy(a[idx]).to(device)
+                          for a in (self.IA, self.IB, self.IC))
+            full = [torch.from_numpy(f).to(device) for f in self.FULL]
+            self.assertEqual(model.a(ia).device.type, device)
             # forward = EmbeddingBag's over the same rows, bit for bit
             torch.testing.assert_close(model.a(ia), F.embedding_bag(ia, full[0], mode="sum"),
                                        rtol=0, atol=0)
@@ -136,8 +145,9 @@ class EmbeddingTest(unittest.TestCase):
             want_ids = [np.unique(a[idx]).tolist() for a in (self.IA, self.IB, self.IC)]
             self.assertEqual(ids, want_ids)  # ascending, each once
             # the reference: EmbeddingBag over full tables, the same layer, the loss summed
-            w = [torch.from_numpy(f.copy()).requires_grad_() for f in self.FULL]
-            ia, ib, ic = (torch.from_numpy(a[idx]) for a in (self.IA, self.IB, self.IC))
+            w = [torch.from_numpy(f.copy()).to(device).requires_grad_() for f in self.FULL]
+            ia, ib, ic = (torch.from_numpy(a[idx]).to(device)
+                          for a in (self.IA, self.IB, self.IC))
             ref = model.fc(torch.cat([F.embedding_bag(ia, w[0], mode="sum"),
                                       F.embedding_bag(ib, w[1], mode="mean"),
                                       F.embedding(ic, w[2])], 1))
@@ -146,10 +156,11 @@ class EmbeddingTest(unittest.TestCase):
             ref_loss.backward()
             self.assertEqual(done["loss_sum"], ref_loss.item())
             for t in range(3):
-                np.testing.assert_array_equal(grads[t], w[t].grad.numpy()[want_ids[t]])
+                np.testing.assert_array_equal(grads[t], w[t].grad.cpu().numpy()[want_ids[t]])
                 self.assertTrue(np.any(grads[t] != 0))
             np.testing.assert_array_equal(
-                dense, torch.cat([model.fc.weight.grad.reshape(-1), model.fc.bias.grad]).numpy())
+                dense,
+                torch.cat([model.fc.weight.grad.reshape(-1), model.fc.bias.grad]).cpu().numpy())
 
     def test_a_step_without_its_rows_region_is_an_error(self):
         model = CtrNet()
