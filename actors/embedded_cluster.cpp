@@ -57,6 +57,8 @@ result<worker::dataset_pair> prepare_model(scheduler::job_spec& spec, const trai
   if (spec.function) so->memory_bytes = spec.function->memory_mb << 20;  // each process's cap
   auto model = worker::start_script_model(std::move(*so));
   if (!model) return std::unexpected(model.error());
+  if (auto ok = scheduler::apply_script_tables(spec, (*model)->layout); !ok)
+    return std::unexpected(ok.error());
   log::info("{}: {} tensors, {} parameters, {} training and {} test samples ({})",
             spec.model.script->path, (*model)->layout.tensors.size(), (*model)->layout.floats,
             (*model)->layout.samples, (*model)->layout.test_samples, (*model)->layout.framework);

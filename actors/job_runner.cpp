@@ -212,6 +212,8 @@ result<void> job_runner::prepare_script(const runner_env& env, sched::registered
                              env.script, threads, coach::format("job-{}-evaluator", job.id()),
                              spec.function ? spec.function->memory_mb << 20 : 0);
   if (!model) return fail(model.error().code, "job {}: {}", job.id(), model.error().message);
+  if (auto ok = sched::apply_script_tables(spec, (*model)->layout); !ok)
+    return fail(ok.error().code, "job {}: {}", job.id(), ok.error().message);
   spec.model.external = std::move(*model);
   return {};
 }

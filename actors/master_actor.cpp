@@ -153,13 +153,47 @@ struct evaluator_state {
   }
 };
 
-/// A script's model: epoch `snap.epoch`'s parameters evaluated by a process of the script. A
-/// failure is logged and counts nothing (total 0).
+/// The epoch's rows of a model with sparse tables (every shard's, param_snapshot::rows) merged
+/// into one store that holds every bucket (a row no step touched reads as its initial value, as a
+/// shard would create it): with `keep` (one ascending list per table), only those rows; empty,
+/// every row (a script's evaluation, whose lookups Coach does not know ahead).
+result<sparse::row_store> merged_rows(const job_context& ctx, const param_snapshot& snap,
+                                      std::span<const std::vector<std::uint64_t>> keep = {}) {
+  std::vector<sparse::table_config> tables;
+  for (const auto& t : ctx.model.tables()) tables.push_back(t.config);
+  const sparse::bucket_range all[] = {{0, sparse::bucket_count}};
+  auto store =
+      sparse::row_store::create(ctx.spec.seed, std::move(tables), ctx.spec.sparse_optimizer, all);
+  if (!store) return std::unexpected(store.error());
+  if (snap.rows)
+    for (const auto& blob : *snap.rows)
+      if (auto ok = keep.empty() ? store->merge(blob) : store->merge(blob, keep); !ok)
+        return std::unexpected(ok.error());
+  return store;
+}
+
+/// A script's model: epoch `snap.epoch`'s parameters evaluated by a process of the script (the
+/// rows it pulls read from the epoch's merged rows). A failure is logged and counts nothing
+/// (total 0).
 eval_result evaluate_external(evaluator_state& st, const job_context& ctx,
                               const param_snapshot& snap) {
   eval_result r{snap.epoch, 0, 0, 0};
   const auto& model = *ctx.model.external();
   if (model.layout.test_samples == 0) return r;
+  std::optional<sparse::row_store> store;
+  worker::external_row_source source;
+  if (!ctx.model.tables().empty()) {
+    auto merged = merged_rows(ctx, snap);
+    if (!merged) {
+      log::error("job {}: cannot evaluate epoch {}: {}", ctx.job, snap.epoch,
+                 merged.error().message);
+      return r;
+    }
+    store.emplace(std::move(*merged));
+    source = [&](std::uint32_t t, std::span<const std::uint64_t> ids, std::span<float> out) {
+      return store->read(t, ids, out);
+    };
+  }
   if (!st.process) {
     auto p = model.pool->take_for_evaluation(coach::format("job {} evaluator", ctx.job));
     if (!p) {
@@ -168,20 +202,20 @@ eval_result evaluate_external(evaluator_state& st, const job_context& ctx,
     }
     st.process = std::move(*p);
   }
-  auto ev = st.process->evaluate(snap.epoch, snap.values->data());
+  auto ev = st.process->evaluate(snap.epoch, snap.values->data(), source ? &source : nullptr);
   if (!ev) {
     log::error("job {}: cannot evaluate epoch {}: {}", ctx.job, snap.epoch, ev.error().message);
     st.process.reset();  // a fresh one for the next epoch
     return r;
   }
-  return eval_result{snap.epoch, std::int64_t(ev->correct), std::int64_t(ev->samples),
-                     ev->loss_sum};
+  r = eval_result{snap.epoch, std::int64_t(ev->correct), std::int64_t(ev->samples), ev->loss_sum};
+  r.auc = ev->auc;  // a two-class script's, when it gives them
+  r.log_loss = ev->log_loss;
+  return r;
 }
 
-/// A model with sparse tables: of the epoch's rows (every shard's, param_snapshot::rows), those
-/// the test set looks up merged into one store that holds every bucket, the test set's lookups
-/// read from it (a row no step touched reads as its initial value, as a shard would create it).
-/// The store holds the test set's rows, not the job's: a table of 10^8 rows is not copied.
+/// A model with sparse tables: the test set's lookups read from the epoch's rows, of which only
+/// those the test set looks up are merged (a table of 10^8 rows is not copied).
 eval_result evaluate_rows(evaluator_state& st, const job_context& ctx, const param_snapshot& snap) {
   eval_result r{snap.epoch, 0, 0, 0};
   if (st.test_rows.empty()) {
@@ -191,21 +225,11 @@ eval_result evaluate_rows(evaluator_state& st, const job_context& ctx, const par
     for (auto& b : worker::sparse_batch(ctx.model, test, all))
       st.test_rows.push_back(std::move(b.rows.rows));
   }
-  std::vector<sparse::table_config> tables;
-  for (const auto& t : ctx.model.tables()) tables.push_back(t.config);
-  const sparse::bucket_range all[] = {{0, sparse::bucket_count}};
-  auto store =
-      sparse::row_store::create(ctx.spec.seed, std::move(tables), ctx.spec.sparse_optimizer, all);
+  auto store = merged_rows(ctx, snap, st.test_rows);
   if (!store) {
     log::error("job {}: cannot evaluate epoch {}: {}", ctx.job, snap.epoch, store.error().message);
     return r;
   }
-  if (snap.rows)
-    for (const auto& blob : *snap.rows)
-      if (auto ok = store->merge(blob, st.test_rows); !ok) {
-        log::error("job {}: cannot evaluate epoch {}: {}", ctx.job, snap.epoch, ok.error().message);
-        return r;
-      }
   const auto ev =
       st.runner->evaluate(st.params, ctx.data->test,
                           [&](std::uint32_t t, std::span<const std::uint64_t> ids,

@@ -28,6 +28,10 @@ int prepare_submit(const std::string& spec_path, const std::string& python, subm
   if (!spec || !spec->model.script) return 0;
   auto script = worker::prepare_submission(*spec->model.script, spec->seed, python);
   if (!script) return report_error(script.error());
+  // A script with embedding tables runs only where a model with tables does: said here.
+  if (auto layout = worker::parse_hello(script->layout_json); layout)
+    if (auto ok = scheduler::apply_script_tables(*spec, *layout); !ok)
+      return report_error(ok.error());
   out.script = std::make_shared<const worker::script_payload>(std::move(*script));
   return 0;
 }

@@ -185,6 +185,7 @@
 #include "sparse/row_optimizer.hpp"
 #include "spec/checkpoint_config.hpp"
 #include "worker/dataset.hpp"
+#include "worker/external_layout.hpp"
 #include "worker/model_config.hpp"
 
 namespace coach::scheduler {
@@ -319,6 +320,13 @@ result<job_spec> parse_job_spec(std::string_view yaml_text, std::string_view sou
 /// Reads the file at `path` and parses it (errors name the file), its relative paths resolved
 /// against the file's folder, wherever the command runs. not_found when it is missing.
 result<job_spec> load_job_spec(const std::string& path);
+
+/// A script's model once its first process registered `layout`: a script that declares
+/// embedding tables (coach.torch.Embedding) runs as a model with model.embeddings does, under
+/// consistency bsp, without host_reduce or function (unsupported, one line naming the field and
+/// the tables), and gets slice_size 1024 (sparse_slice_size) where the spec leaves the default;
+/// `sparse_optimizer:` is for a script that declares tables (invalid_argument otherwise).
+result<void> apply_script_tables(job_spec& spec, const worker::external_layout& layout);
 
 /// A model section alone (YAML text of the map under `model:`), checked as in a spec: what a
 /// saved model's metadata keeps (worker/model_file.hpp). Errors as parse_job_spec's.

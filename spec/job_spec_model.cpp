@@ -408,6 +408,39 @@ result<void> check_script_model(const spec_parser& p, const fields& top, const j
   return {};
 }
 
+}  // namespace coach::scheduler::detail
+
+namespace coach::scheduler {
+
+result<void> apply_script_tables(job_spec& spec, const worker::external_layout& layout) {
+  if (layout.tables.empty()) {
+    if (spec.sparse_optimizer != sparse::row_optimizer_config{})
+      return fail(errc::invalid_argument,
+                  "field 'sparse_optimizer' is for a model with embedding tables, and the script "
+                  "declares none (coach.torch.Embedding)");
+    return {};
+  }
+  const auto refuse = [&](std::string_view field, std::string_view why) {
+    return fail(errc::unsupported,
+                "field '{}' {}: a script with embedding tables ('{}'{}) runs under consistency "
+                "bsp, without host_reduce or function, so far",
+                field, why, layout.tables.front().name,
+                layout.tables.size() > 1 ? coach::format(" and {} more", layout.tables.size() - 1)
+                                         : std::string());
+  };
+  if (spec.consistency.kind != consistency_kind::bsp)
+    return refuse("consistency", coach::format("is {}", to_string(spec.consistency)));
+  if (spec.host_reduce) return refuse("host_reduce", "is true");
+  if (spec.function) return refuse("function", "is set");
+  // As for model.embeddings: the rows ride with the dense keys, so the slices must be many.
+  if (spec.slice_size == job_spec{}.slice_size) spec.slice_size = sparse_slice_size;
+  return {};
+}
+
+}  // namespace coach::scheduler
+
+namespace coach::scheduler::detail {
+
 result<void> check_embeddings(const spec_parser& p, const fields& top, const job_spec& spec) {
   if (spec.model.embeddings.empty()) return {};
   const entry* m = top.find("model");
@@ -477,7 +510,7 @@ result<void> parse_model(const spec_parser& p, const fields& top, job_spec& spec
   return {};
 }
 
-}  // namespace coach::scheduler::detail
+}  // namespace detail
 
 namespace coach::scheduler {
 

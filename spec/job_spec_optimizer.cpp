@@ -180,7 +180,8 @@ namespace coach::scheduler::detail {
 result<void> parse_sparse_optimizer(const spec_parser& p, const fields& top, job_spec& spec) {
   const entry* o = top.find("sparse_optimizer");
   if (o == nullptr) return {};
-  if (spec.model.embeddings.empty())
+  // A script's tables are known once its first process registered them: apply_script_tables.
+  if (spec.model.embeddings.empty() && !spec.model.script)
     return p.bad(*o, "is for a model with embedding tables (model.embeddings), which this has not");
   auto f = p.open_map(*o, {"type", "learning_rate", "weight_decay", "epsilon",
                            "initial_accumulator", "beta1", "beta2"});

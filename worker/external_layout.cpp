@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <set>
 
 #include "common/format.hpp"
@@ -69,6 +70,35 @@ result<external_tensor> parse_tensor(const json& t, std::size_t i) {
   return out;
 }
 
+result<external_table> parse_table(const json& t, std::size_t i) {
+  const auto where = coach::format("hello: tables[{}]", i);
+  if (!t.is_object()) return fail(errc::protocol_error, "{} must be an object", where);
+  auto name = field(
+      t, where, "name", [](const json& j) { return j.is_string(); }, "a string");
+  if (!name) return std::unexpected(name.error());
+  auto rows = field(t, where, "rows", is_count, "a whole number >= 0");
+  if (!rows) return std::unexpected(rows.error());
+  auto dim = field(t, where, "dim", is_count, "a whole number >= 0");
+  if (!dim) return std::unexpected(dim.error());
+  external_table out;
+  out.name = (*name)->get<std::string>();
+  if (out.name.empty()) return fail(errc::invalid_argument, "{} has an empty name", where);
+  const auto r = (*rows)->get<std::uint64_t>();
+  const auto d = (*dim)->get<std::uint64_t>();
+  if (r < 1 || r > (std::uint64_t(1) << 40))
+    return fail(errc::invalid_argument, "table '{}' has {} rows (give 1 to 2^40)", out.name, r);
+  if (d < 1 || d > 65536)
+    return fail(errc::invalid_argument, "table '{}' has dim {} (give 1 to 65536)", out.name, d);
+  out.rows = r;
+  out.dim = std::uint32_t(d);
+  if (auto it = t.find("init_scale"); it != t.end()) {
+    if (!it->is_number() || it->get<double>() < 0 || !std::isfinite(it->get<double>()))
+      return fail(errc::invalid_argument, "table '{}': init_scale must be a number >= 0", out.name);
+    out.init_scale = it->get<float>();
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string_view to_string(tensor_kind k) noexcept {
@@ -126,6 +156,19 @@ result<external_layout> parse_hello(std::string_view json_text) {
     out.tensors.push_back(std::move(*t));
   }
   if (out.floats == 0) return fail(errc::invalid_argument, "the model has no parameters");
+  if (auto it = j.find("tables"); it != j.end()) {
+    if (!it->is_array()) return fail(errc::protocol_error, "hello: 'tables' must be a list");
+    if (it->size() > 65536)
+      return fail(errc::invalid_argument, "the model has {} tables (at most 65536)", it->size());
+    std::set<std::string> table_names;
+    for (std::size_t i = 0; i < it->size(); ++i) {
+      auto t = parse_table((*it)[i], i);
+      if (!t) return std::unexpected(t.error());
+      if (!table_names.insert(t->name).second)
+        return fail(errc::invalid_argument, "table '{}' is listed twice", t->name);
+      out.tables.push_back(std::move(*t));
+    }
+  }
   return out;
 }
 
@@ -136,12 +179,19 @@ std::string hello_json(const external_layout& layout) {
                        {"shape", t.shape},
                        {"dtype", "float32"},
                        {"kind", std::string(to_string(t.kind))}});
-  const json hello = {{"op", "hello"},
-                      {"protocol", 1},
-                      {"samples", layout.samples},
-                      {"test_samples", layout.test_samples},
-                      {"framework", layout.framework},
-                      {"tensors", std::move(tensors)}};
+  json hello = {{"op", "hello"},
+                {"protocol", 1},
+                {"samples", layout.samples},
+                {"test_samples", layout.test_samples},
+                {"framework", layout.framework},
+                {"tensors", std::move(tensors)}};
+  if (!layout.tables.empty()) {
+    json tables = json::array();
+    for (const auto& t : layout.tables)
+      tables.push_back(
+          {{"name", t.name}, {"rows", t.rows}, {"dim", t.dim}, {"init_scale", t.init_scale}});
+    hello["tables"] = std::move(tables);
+  }
   // Names are the script's: bytes that are not UTF-8 are replaced rather than thrown on.
   return hello.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -168,6 +218,25 @@ std::optional<std::string> layout_difference(const external_layout& registered,
   if (registered.tensors.size() > common)
     return coach::format("tensor '{}' of the first process's layout is missing",
                          registered.tensors[common].name);
+  const std::size_t tables = std::min(registered.tables.size(), got.tables.size());
+  for (std::size_t i = 0; i < tables; ++i) {
+    const auto& a = registered.tables[i];
+    const auto& b = got.tables[i];
+    if (a.name != b.name)
+      return coach::format("table {} is '{}' where the first process registered '{}'", i, b.name,
+                           a.name);
+    if (a.rows != b.rows || a.dim != b.dim || a.init_scale != b.init_scale)
+      return coach::format(
+          "table '{}' has {} rows of dim {} (init_scale {:g}) where the first process registered "
+          "{} rows of dim {} (init_scale {:g})",
+          b.name, b.rows, b.dim, b.init_scale, a.rows, a.dim, a.init_scale);
+  }
+  if (got.tables.size() > tables)
+    return coach::format("table '{}' is not in the layout the first process registered",
+                         got.tables[tables].name);
+  if (registered.tables.size() > tables)
+    return coach::format("table '{}' of the first process's layout is missing",
+                         registered.tables[tables].name);
   if (registered.samples != got.samples)
     return coach::format("{} training samples where the first process registered {}", got.samples,
                          registered.samples);

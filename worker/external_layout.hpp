@@ -5,6 +5,11 @@
 // statistic such as batch norm's running mean: the shards keep the samples-weighted mean of the
 // workers' values), and the sizes of the script's training and test sets.
 //
+// A script may also declare embedding tables (coach.torch.Embedding, docs/python.md): their rows
+// live in the shards as a native model's model.embeddings do (docs/sparse.md), never in the flat
+// vector; each step the process names the rows its batch looks up (`lookup` / `ids`) and gets
+// their values in a rows region of shared memory (external_rows.hpp).
+//
 // The first process of a job registers the layout and its initial values (external_model);
 // every later one is checked against it (layout_difference: one line naming the first tensor
 // that differs).
@@ -35,12 +40,22 @@ struct external_tensor {
   friend bool operator==(const external_tensor&, const external_tensor&) = default;
 };
 
+/// One embedding table a script declares: `rows` ids of `dim` floats, held by the shards.
+struct external_table {
+  std::string name;          ///< the module's path in the script's model ("emb.0")
+  std::uint64_t rows = 0;    ///< ids in [0, rows); in [1, 2^40]
+  std::uint32_t dim = 0;     ///< floats per row; in [1, 65536]
+  float init_scale = 0.01f;  ///< initial values uniform in [-init_scale, init_scale]
+  friend bool operator==(const external_table&, const external_table&) = default;
+};
+
 struct external_layout {
   std::vector<external_tensor> tensors;
-  std::size_t floats = 0;          ///< the flat vector's length (the tensors' sizes summed)
-  std::uint64_t samples = 0;       ///< training samples: a step's indices lie in [0, samples)
-  std::uint64_t test_samples = 0;  ///< 0: the script does not evaluate
-  std::string framework;           ///< as the script said (logged; not compared)
+  std::vector<external_table> tables;  ///< the script's embedding tables, in table order
+  std::size_t floats = 0;              ///< the flat vector's length (the tensors' sizes summed)
+  std::uint64_t samples = 0;           ///< training samples: a step's indices lie in [0, samples)
+  std::uint64_t test_samples = 0;      ///< 0: the script does not evaluate
+  std::string framework;               ///< as the script said (logged; not compared)
 };
 
 /// The most floats an external model may have (16 GiB of parameters).
@@ -51,7 +66,7 @@ inline constexpr std::size_t max_external_tensors = 1 << 20;
 /// The layout of a `hello` message (a JSON object as text). Errors (protocol_error, one line):
 /// fields missing or of the wrong type; invalid_argument: a dtype other than float32 (naming
 /// the tensor), a name empty or repeated, a dimension < 0, no tensors, too many floats, no
-/// samples.
+/// samples, a table's rows outside [1, 2^40], dim outside [1, 65536] or init_scale < 0.
 result<external_layout> parse_hello(std::string_view json_text);
 
 /// `layout` as the JSON text of a `hello` (op, protocol, samples, test_samples, framework,
@@ -61,7 +76,7 @@ std::string hello_json(const external_layout& layout);
 
 /// The first difference of `got` from the `registered` layout, in one line ("tensor
 /// 'fc.weight' has shape [10, 64] where the first process registered [10, 128]"), or nothing
-/// when they match (names, shapes, kinds and order; the sample counts too).
+/// when they match (names, shapes, kinds and order; the tables; the sample counts too).
 std::optional<std::string> layout_difference(const external_layout& registered,
                                              const external_layout& got);
 

@@ -481,6 +481,7 @@ result<external_layout> external_process::handshake(const external_layout* regis
         error{code, coach::format("{}: the script's layout is refused: {}", who_, *refused)}));
   }
   test_samples_ = layout->test_samples;
+  tables_ = layout->tables;
   if (auto ok = map_shared(layout->floats); !ok) return std::unexpected(ok.error());
   const bool first = registered == nullptr;
   const json answer = {{"op", "layout"},
@@ -515,7 +516,8 @@ result<external_layout> external_process::handshake(const external_layout* regis
 result<external_step> external_process::step(std::int64_t step, std::uint32_t rank,
                                              const float* params,
                                              std::span<const std::uint32_t> indices, float* grad,
-                                             const invocation_deadline* deadline) {
+                                             const invocation_deadline* deadline,
+                                             const external_step_rows* rows) {
   if (!ready_)
     return fail(errc::io_error, "{}: script process {} is not ready for a step", who_, pid_);
   external_step out;
@@ -529,7 +531,13 @@ result<external_step> external_process::step(std::int64_t step, std::uint32_t ra
     if (i) msg += ',';
     msg += std::to_string(indices[i]);
   }
-  msg += "]}\n";
+  msg += ']';
+  if (rows != nullptr) {
+    auto fields = put_step_rows(*rows);
+    if (!fields) return std::unexpected(fields.error());
+    msg += *fields;
+  }
+  msg += "}\n";
   t0 = clock_type::now();
   if (auto ok = send(msg); !ok) return std::unexpected(ok.error());
   auto line = receive(deadline ? std::optional(deadline->at) : std::nullopt,
@@ -572,6 +580,7 @@ result<external_step> external_process::step(std::int64_t step, std::uint32_t ra
     out.handoff_s = std::min(h->get<double>(), out.compute_s);
   t0 = clock_type::now();
   std::memcpy(grad, grads_, floats_ * sizeof(float));
+  if (rows != nullptr) take_row_grads(*rows);
   out.copy_out_s = seconds_since(t0);
   ++totals_.steps;
   totals_.copy_in_s += out.copy_in_s;
@@ -581,7 +590,8 @@ result<external_step> external_process::step(std::int64_t step, std::uint32_t ra
   return out;
 }
 
-result<external_eval> external_process::evaluate(std::uint32_t epoch, const float* params) {
+result<external_eval> external_process::evaluate(std::uint32_t epoch, const float* params,
+                                                 const external_row_source* rows) {
   if (test_samples_ == 0)
     return fail(errc::unsupported, "{}: the script registered no evaluation (test_samples 0)",
                 who_);
@@ -590,10 +600,18 @@ result<external_eval> external_process::evaluate(std::uint32_t epoch, const floa
   std::memcpy(params_, params, floats_ * sizeof(float));
   if (auto ok = send(coach::format("{{\"op\":\"evaluate\",\"epoch\":{}}}\n", epoch)); !ok)
     return std::unexpected(ok.error());
-  auto line = receive(std::nullopt, coach::format("while evaluating epoch {}", epoch));
-  if (!line) return std::unexpected(line.error());
-  const json r = json::parse(*line, nullptr, false);
-  const auto op = r.is_object() ? r.value("op", "") : std::string();
+  const auto during = coach::format("while evaluating epoch {}", epoch);
+  auto line = receive(std::nullopt, during);
+  json r;
+  std::string op;
+  for (;; line = receive(std::nullopt, during)) {  // a script with tables pulls its rows
+    if (!line) return std::unexpected(line.error());
+    r = json::parse(*line, nullptr, false);
+    op = r.is_object() ? r.value("op", "") : std::string();
+    if (op != "pull") break;
+    if (auto ok = answer_pull(*line, epoch, rows); !ok) return std::unexpected(ok.error());
+  }
+  rows_.unlink();
   if (op == "error")
     return std::unexpected(
         refuse(error{errc::invalid_argument,
@@ -607,6 +625,10 @@ result<external_eval> external_process::evaluate(std::uint32_t epoch, const floa
     out.samples = r.at("samples").get<std::uint64_t>();
     out.correct = r.at("correct").get<std::uint64_t>();
     out.loss_sum = r.at("loss_sum").is_null() ? std::nan("") : r.at("loss_sum").get<double>();
+    if (auto a = r.find("auc"); a != r.end() && a->is_number() && *a >= 0 && *a <= 1)
+      out.auc = a->get<double>();
+    if (auto l = r.find("log_loss"); l != r.end() && l->is_number() && *l >= 0)
+      out.log_loss = l->get<double>();
   } catch (const std::exception&) {
     return std::unexpected(refuse(
         error{errc::protocol_error,

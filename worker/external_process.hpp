@@ -19,6 +19,8 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -28,6 +30,7 @@
 #include "common/error.hpp"
 #include "worker/bounded_process.hpp"
 #include "worker/external_layout.hpp"
+#include "worker/external_rows.hpp"
 
 namespace coach::worker {
 
@@ -67,7 +70,23 @@ struct external_eval {
   std::uint64_t samples = 0;
   std::uint64_t correct = 0;
   double loss_sum = 0;
+  /// A two-class script's test AUC and log loss, when its evaluation gives them; NaN otherwise.
+  double auc = std::numeric_limits<double>::quiet_NaN();
+  double log_loss = std::numeric_limits<double>::quiet_NaN();
 };
+
+/// A step's rows, for a script with embedding tables: the values of each table's rows (rows x
+/// dim, the rows as lookup() named them) handed to the process, and where their gradients (of
+/// the sum of the samples' losses) come back: grads[t] resized to rows x dim.
+struct external_step_rows {
+  std::vector<std::span<const float>> values;
+  std::vector<std::vector<float>>* grads = nullptr;
+};
+
+/// An evaluation's rows: table t's rows `ids` into `out` (ids x dim floats); a shard's read or
+/// the evaluator's merged rows.
+using external_row_source = std::function<result<void>(
+    std::uint32_t t, std::span<const std::uint64_t> ids, std::span<float> out)>;
 
 /// Function mode: when the invocation a step belongs to must have answered it.
 struct invocation_deadline {
@@ -100,13 +119,24 @@ class external_process {
   /// process said it failed (its message) or answered with other samples than asked;
   /// resource_exhausted when it ran out of memory (the script said so) or `deadline` passed
   /// first (the process is killed). How it ended: ended_as().
+  /// With `rows` (a script with tables) the step's rows go in and their gradients come out
+  /// through the rows region (external_rows.hpp).
   result<external_step> step(std::int64_t step, std::uint32_t rank, const float* params,
                              std::span<const std::uint32_t> indices, float* grad,
-                             const invocation_deadline* deadline = nullptr);
+                             const invocation_deadline* deadline = nullptr,
+                             const external_step_rows* rows = nullptr);
 
-  /// Runs the script's evaluation on `params`. Errors as step's; unsupported when the script
-  /// did not register an evaluation (test_samples 0).
-  result<external_eval> evaluate(std::uint32_t epoch, const float* params);
+  /// A script with tables: the rows step `step`'s samples `indices` look up, per table,
+  /// ascending and each once (`lookup`, answered by `ids`). Errors as step's, and
+  /// invalid_argument for ids that are not ascending and unique or lie outside a table.
+  result<std::vector<std::vector<std::uint64_t>>> lookup(std::int64_t step,
+                                                         std::span<const std::uint32_t> indices);
+
+  /// Runs the script's evaluation on `params`; the rows it asks for (`pull`) read from `rows`
+  /// (none: a `pull` is an error). Errors as step's; unsupported when the script did not
+  /// register an evaluation (test_samples 0).
+  result<external_eval> evaluate(std::uint32_t epoch, const float* params,
+                                 const external_row_source* rows = nullptr);
 
   /// Sends `stop`, waits up to `grace` for the process to end, then kills it.
   void stop(std::chrono::milliseconds grace = std::chrono::seconds(10)) noexcept;
@@ -148,6 +178,16 @@ class external_process {
   /// Ends the process for `why` and returns it as the error.
   error refuse(error why);
   result<void> map_shared(std::size_t floats);
+  /// The refusal of a line that is not what was due (`due`: "step 3's done").
+  error junk(std::string_view line, std::string_view due);
+  /// The step's rows written into the rows region; the JSON fields that tell the process where
+  /// (",\"rows\":[...],..."). external_rows.cpp.
+  result<std::string> put_step_rows(const external_step_rows& rows);
+  /// The gradients of the step's rows out of the rows region.
+  void take_row_grads(const external_step_rows& rows);
+  /// Answers an evaluation's `pull` (JSON text) from `rows`. external_rows.cpp.
+  result<void> answer_pull(std::string_view line, std::uint32_t epoch,
+                           const external_row_source* rows);
 
   std::string who_;
   std::string script_name_;
@@ -166,6 +206,9 @@ class external_process {
   float* grads_ = nullptr;
   std::size_t floats_ = 0;
   std::uint64_t test_samples_ = 0;
+  std::vector<external_table> tables_;  ///< the script's embedding tables
+  shared_rows rows_;                    ///< their rows' region (external_rows.hpp)
+  rows_placement placed_;               ///< where the step in progress put its rows
   bool ready_ = false;
   bool timed_out_ = false;  ///< a deadline of receive() passed
   process_end end_ = process_end::completed;

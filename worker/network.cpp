@@ -295,6 +295,10 @@ network network::external(std::shared_ptr<const external_model> model) {
   for (const auto& t : model->layout.tensors)
     if (t.kind == tensor_kind::buffer)
       n.statistics_.push_back({{t.offset, t.offset + t.size()}, 1.0f});
+  // The script's tables: the shards hold them as model.embeddings' (its process pools them).
+  for (const auto& t : model->layout.tables)
+    n.tables_.push_back(
+        {sparse::table_config{t.rows, t.dim, t.init_scale}, sparse::pooling::sum, {}});
   n.num_params_ = model->layout.floats;
   n.external_ = std::move(model);
   return n;

@@ -111,7 +111,8 @@ class network {
   /// A model that a user's script computes: no layers; its tensors, in the layout's order, and
   /// its statistic ranges (the `buffer` tensors, momentum 1: the shards keep the samples-weighted
   /// mean of the values the workers push) from the registered layout; its initial values those
-  /// the first process registered.
+  /// the first process registered; its tables those the script declared (no fields: the script
+  /// names each step's rows itself, external_process::lookup).
   static network external(std::shared_ptr<const external_model> model);
   /// The script's model, or null for a network of layers.
   const std::shared_ptr<const external_model>& external() const noexcept { return external_; }

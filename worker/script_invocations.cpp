@@ -43,15 +43,15 @@ void script_invocations::drop_failed() {
 
 result<external_step> script_invocations::step(std::int64_t step, std::uint32_t rank,
                                                const float* params,
-                                               std::span<const std::uint32_t> indices,
-                                               float* grad) {
+                                               std::span<const std::uint32_t> indices, float* grad,
+                                               const external_step_rows* rows) {
   if (!limits_) {
     if (!current_) {
       auto p = pool_->take(who_);
       if (!p) return std::unexpected(p.error());
       current_ = std::move(*p);
     }
-    return current_->step(step, rank, params, indices, grad);
+    return current_->step(step, rank, params, indices, grad, nullptr, rows);
   }
   const auto& lim = *limits_;
   std::string last;
@@ -79,8 +79,8 @@ result<external_step> script_invocations::step(std::int64_t step, std::uint32_t 
       next_started_ = true;
     }
     const invocation_deadline d{invoked_ + lim.deadline, double(lim.deadline.count()) / 1000.0};
-    auto r =
-        current_->step(step, rank, params, indices, grad, lim.deadline.count() > 0 ? &d : nullptr);
+    auto r = current_->step(step, rank, params, indices, grad,
+                            lim.deadline.count() > 0 ? &d : nullptr, rows);
     if (r) {
       ++answered_;
       ++counts_.tasks;
@@ -104,6 +104,18 @@ result<external_step> script_invocations::step(std::int64_t step, std::uint32_t 
               "for this script and batch",
               lim.max_attempts, step, last, double(lim.deadline.count()) / 1000.0,
               lim.memory_bytes >> 20);
+}
+
+result<std::vector<std::vector<std::uint64_t>>> script_invocations::lookup(
+    std::int64_t step, std::span<const std::uint32_t> indices) {
+  if (limits_)
+    return fail(errc::unsupported, "{}: a script's tables do not run in function mode", who_);
+  if (!current_) {
+    auto p = pool_->take(who_);
+    if (!p) return std::unexpected(p.error());
+    current_ = std::move(*p);
+  }
+  return current_->lookup(step, indices);
 }
 
 }  // namespace coach::worker

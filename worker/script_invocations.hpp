@@ -56,8 +56,15 @@ class script_invocations {
   /// Step `step` of worker `rank` (external_process::step). Errors: the process's (not function
   /// mode, or a script's own error); resource_exhausted when max_attempts invocations in a row
   /// ended without answering it (naming the last one's end and the limits).
+  /// `rows`: a script with tables, the step's rows (external_process::step).
   result<external_step> step(std::int64_t step, std::uint32_t rank, const float* params,
-                             std::span<const std::uint32_t> indices, float* grad);
+                             std::span<const std::uint32_t> indices, float* grad,
+                             const external_step_rows* rows = nullptr);
+  /// A script with tables: the rows step `step` looks up (external_process::lookup), asked of
+  /// the current process (taken from the pool when there is none). Not in function mode (the
+  /// spec refuses tables there).
+  result<std::vector<std::vector<std::uint64_t>>> lookup(std::int64_t step,
+                                                         std::span<const std::uint32_t> indices);
 
   /// Function mode: how its invocations ended so far.
   const invocation_counts& counts() const noexcept { return counts_; }

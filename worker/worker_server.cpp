@@ -393,7 +393,14 @@ result<double> worker_server::compute_external(const float* w,
   if (!scripts_)
     scripts_ = std::make_unique<script_invocations>(
         setup_.external, coach::format("worker {}", setup_.rank), setup_.script_limits);
-  auto r = scripts_->step(step_, setup_.rank, w, indices, out);
+  std::optional<external_step_rows> rows;
+  if (rows_) {  // the script's tables: the step's rows in, their gradients out
+    rows.emplace();
+    for (std::uint32_t t = 0; t < setup_.model->tables().size(); ++t)
+      rows->values.push_back(rows_->values(t));
+    rows->grads = &row_grads_;
+  }
+  auto r = scripts_->step(step_, setup_.rank, w, indices, out, rows ? &*rows : nullptr);
   if (!r) return std::unexpected(r.error());
   return r->loss_sum;
 }

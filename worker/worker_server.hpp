@@ -156,6 +156,9 @@ class worker_server {
   /// The step's rows: asks for them when its grant is new (and for moved ones once the
   /// configuration that moved them is here); true once all are here.
   bool rows_ready(const wire::wire_message& grant);
+  /// A script's tables: the rows its process says the samples `indices` look up.
+  result<std::vector<std::vector<std::uint64_t>>> script_lookup(
+      std::span<const std::uint32_t> indices);
   void on_rows(const wire::wire_message& m);
   /// The shard that holds key `key` under the current configuration.
   std::uint32_t owner_of(std::uint64_t key) const;
@@ -238,6 +241,7 @@ class worker_server {
   /// for a model without tables.
   std::unique_ptr<row_puller> rows_;
   std::vector<table_batch> lookups_;
+  std::int64_t lookup_failed_ = -1;  ///< the step whose script lookup failed (reported once)
   std::vector<std::vector<float>> row_grads_;
   std::map<std::uint32_t, row_parts_for> row_pushes_;
 };

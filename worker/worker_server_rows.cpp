@@ -3,6 +3,7 @@
 // the dense parameters; the step computes once both are here, and each push carries the row
 // gradients of the rows its shard holds (wire/row_frames.hpp, docs/wire.md "Sparse rows").
 
+#include "common/format.hpp"
 #include "common/log.hpp"
 #include "worker/worker_server.hpp"
 
@@ -20,9 +21,21 @@ bool worker_server::rows_ready(const wire_message& g) {
     std::span<const std::uint32_t> indices;
     if (!(g.hdr.flags & wire::flag::no_chunk) && !g.frames.empty())
       indices = g.frames.front().as<std::uint32_t>();
-    lookups_ = sparse_batch(*setup_.model, setup_.data->train, indices);
     std::vector<std::vector<std::uint64_t>> rows;
-    for (const auto& b : lookups_) rows.push_back(b.rows.rows);
+    if (setup_.external) {
+      // A script's tables: its process names the rows its samples look up.
+      if (lookup_failed_ == step_) return false;
+      auto ids = script_lookup(indices);
+      if (!ids) {
+        lookup_failed_ = step_;
+        ports_.fail(std::move(ids.error()));
+        return false;
+      }
+      rows = std::move(*ids);
+    } else {
+      lookups_ = sparse_batch(*setup_.model, setup_.data->train, indices);
+      for (const auto& b : lookups_) rows.push_back(b.rows.rows);
+    }
     rows_->start(step_, std::move(rows));
   }
   // Rows not asked yet: the step's, and those a shard said moved, once the configuration that
@@ -35,6 +48,16 @@ bool worker_server::rows_ready(const wire_message& g) {
     }
   }
   return rows_->complete();
+}
+
+result<std::vector<std::vector<std::uint64_t>>> worker_server::script_lookup(
+    std::span<const std::uint32_t> indices) {
+  if (indices.empty())  // nothing granted: no rows
+    return std::vector<std::vector<std::uint64_t>>(setup_.model->tables().size());
+  if (!scripts_)
+    scripts_ = std::make_unique<script_invocations>(
+        setup_.external, coach::format("worker {}", setup_.rank), setup_.script_limits);
+  return scripts_->lookup(step_, indices);
 }
 
 void worker_server::on_rows(const wire_message& m) {

@@ -63,16 +63,24 @@ def _count(x):
     return int(x) if x is not None and x >= 0 and x.is_integer() else None
 
 
+from ._tables import _Tables, _check_tables  # noqa: E402 (uses CoachError and the helpers above)
+
+
 class Step:
     """One training step: ``step`` (the number), ``rank`` (the worker), ``indices`` (int64 array
     of training-sample indices in [0, samples)) and ``samples`` (their count). Fill the job's
     gradient region, then call ``push(loss_sum)`` once."""
 
-    __slots__ = ("step", "rank", "indices", "samples", "handoff_s", "_job", "_pushed")
+    __slots__ = ("step", "rank", "indices", "samples", "handoff_s", "row_ids", "rows",
+                 "row_grads", "_job", "_pushed")
 
     def __init__(self, job, step, rank, indices):
         self._job, self.step, self.rank, self.indices = job, step, rank, indices
         self.samples = len(indices)
+        #: a job with tables: per table, the step's rows (the ids its lookup gave, ascending),
+        #: their values (rows x dim float32, a view of the rows region) and where their
+        #: gradients go (the same shape; zeroed by Coach)
+        self.row_ids = self.rows = self.row_grads = None
         #: seconds an adapter spent moving this step's tensors between the shared regions and
         #: the model (copies to and from a device); sent with ``done`` for Coach's breakdown
         self.handoff_s = 0.0
@@ -93,12 +101,16 @@ class Step:
         return f"Step(step={self.step}, rank={self.rank}, samples={self.samples})"
 
 
-class Job:
+class Job(_Tables):
     """A script's connection to Coach, made by ``coach.init``: the shared parameter and gradient
-    regions and the message loop."""
+    regions and the message loop (the embedding tables' part: _tables.py)."""
 
-    def __init__(self, sock, tensors, samples, test_samples, evaluate):
+    def __init__(self, sock, tensors, samples, test_samples, evaluate, tables=(), lookups=None):
         self._sock = sock
+        self.tables = list(tables)  #: [(name, rows, dim, init_scale)]: the embedding tables
+        self._lookups = lookups
+        self._lookup = None  # (step, [ids per table]) answered last
+        self._rows_mm = None  # the rows region (docs/wire.md "Rows of a script's tables")
         self._rfile = sock.makefile("rb")
         self._tensors = tensors  # [(name, shape, kind, offset, size)]
         self.samples, self.test_samples = samples, test_samples
@@ -112,6 +124,7 @@ class Job:
         self._state = "handshake"  # then running, stopped, closed (EOF, error) or refused
         self._error_sent = False
         self._current = None  # the step yielded and not pushed
+        self._evaluating = False  # within the script's evaluate (pull allowed)
 
     @property
     def tensors(self):
@@ -246,6 +259,9 @@ class Job:
             op = msg["op"]
             if op == "step":
                 return self._parse_step(msg)
+            if op == "lookup":
+                self._answer_lookup(msg)
+                continue
             if op == "evaluate":
                 self._evaluate(self._field(msg, "epoch", int))
             elif op == "stop":
@@ -259,16 +275,22 @@ class Job:
 
     def _parse_step(self, msg):
         step, rank = self._field(msg, "step", int), self._field(msg, "rank", int)
+        out = Step(self, step, rank, self._indices(msg, f"step {step}"))
+        if self.tables:
+            self._step_rows(msg, out)
+        return out
+
+    def _indices(self, msg, what):
         raw = self._field(msg, "indices", list)
         if not all(type(i) is int for i in raw):
-            raise self._junk(f"step {step}'s indices are not all integers")
+            raise self._junk(f"{what}'s indices are not all integers")
         try:
             indices = np.array(raw, dtype=np.int64)
         except OverflowError:
-            raise self._junk(f"step {step} has an index beyond 64 bits") from None
+            raise self._junk(f"{what} has an index beyond 64 bits") from None
         if len(indices) and (indices.min() < 0 or indices.max() >= self.samples):
-            raise self._junk(f"step {step} has an index outside [0, {self.samples})")
-        return Step(self, step, rank, indices)
+            raise self._junk(f"{what} has an index outside [0, {self.samples})")
+        return indices
 
     def _push(self, step, loss_sum):
         if step._pushed:
@@ -289,7 +311,14 @@ class Job:
     def _evaluate(self, epoch):
         if self._evaluate_fn is None:
             raise self._junk(f"evaluate (epoch {epoch}) came to a script without evaluate")
-        result = self._call(self._evaluate_fn)
+        self._evaluating = True
+        try:
+            result = self._call(self._evaluate_fn)
+        finally:
+            self._evaluating = False
+        extra = {}
+        if isinstance(result, (tuple, list)) and len(result) == 4 and isinstance(result[3], dict):
+            result, extra = result[:3], result[3]
         if not isinstance(result, (tuple, list)) or len(result) != 3:
             raise self._error(f"evaluate returned {result!r:.60}: give (loss_sum, correct, "
                               "samples)")
@@ -297,8 +326,13 @@ class Job:
         if loss is None or correct is None or not samples or correct > samples:
             raise self._error(f"evaluate returned {tuple(result)!r:.80}: give (loss_sum: a "
                               "finite number, correct <= samples, samples > 0)")
-        self._send({"op": "evaluated", "epoch": epoch, "samples": samples,
-                    "correct": correct, "loss_sum": loss})
+        msg = {"op": "evaluated", "epoch": epoch, "samples": samples, "correct": correct,
+               "loss_sum": loss}
+        for key in ("auc", "log_loss"):  # a two-class model's, optional
+            value = _number(extra.get(key))
+            if value is not None:
+                msg[key] = value
+        self._send(msg)
 
     def _handshake(self, hello, initial):
         self._send(hello)
@@ -379,7 +413,8 @@ def _check_tensors(tensors):
     return out
 
 
-def init(tensors, samples, initial=None, evaluate=None, test_samples=0, framework="numpy"):
+def init(tensors, samples, initial=None, evaluate=None, test_samples=0, framework="numpy",
+         tables=(), lookups=None):
     """Connects this process to Coach and returns its Job.
 
     tensors: [(name, shape, kind)], kind "param" (trained by its gradient) or "buffer" (a
@@ -387,8 +422,12 @@ def init(tensors, samples, initial=None, evaluate=None, test_samples=0, framewor
     order in the flat vector. samples: the training set's size N (step indices lie in [0, N)).
     initial(job): fills job.param(name) with initial values; called only in the job's first
     process (otherwise the region holds zeros until the first step). evaluate(job) -> (loss_sum,
-    correct, samples) over the script's test set of test_samples (> 0 with evaluate, else 0).
-    framework: free text Coach logs. Raises CoachError (one line); exits 1 when Coach refuses.
+    correct, samples) over the script's test set of test_samples (> 0 with evaluate, else 0),
+    optionally with a fourth element {"auc": a, "log_loss": l} (a two-class model's metrics).
+    framework: free text Coach logs. tables: [(name, rows, dim, init_scale)], embedding tables
+    whose rows the shards hold (docs/python.md, coach.torch.Embedding); lookups(indices) -> one
+    integer id array per table: the rows the samples `indices` look up (any order, repeats
+    allowed), given with tables. Raises CoachError (one line); exits 1 when Coach refuses.
     """
     global _job
     fd = os.environ.get("COACH_CONTROL_FD")
@@ -400,6 +439,9 @@ def init(tensors, samples, initial=None, evaluate=None, test_samples=0, framewor
     if _job is not None:
         raise CoachError("coach.init was called twice in this process")
     layout = _check_tensors(tensors)
+    table_list = _check_tables(tables)
+    if bool(table_list) != (lookups is not None):
+        raise CoachError("give tables and lookups together, or neither")
     if not _is_int(samples) or samples <= 0:
         raise CoachError(f"samples {samples!r:.40}: give the training set's size (> 0)")
     if not _is_int(test_samples) or test_samples < 0:
@@ -414,11 +456,14 @@ def init(tensors, samples, initial=None, evaluate=None, test_samples=0, framewor
         sock.detach()
         raise CoachError(f"COACH_CONTROL_FD={fd} is not a Unix stream socket")
     sock.set_inheritable(False)  # programs the script runs do not keep the channel open
-    job = Job(sock, layout, int(samples), int(test_samples), evaluate)
+    job = Job(sock, layout, int(samples), int(test_samples), evaluate, table_list, lookups)
     hello = {"op": "hello", "protocol": PROTOCOL, "pid": os.getpid(), "samples": job.samples,
              "test_samples": job.test_samples, "framework": str(framework),
              "tensors": [{"name": n, "shape": list(s), "dtype": "float32", "kind": k}
                          for n, s, k, _, _ in layout]}
+    if table_list:
+        hello["tables"] = [{"name": n, "rows": r, "dim": d, "init_scale": c}
+                           for n, r, d, c in table_list]
     _job = job
     _install_hooks()
     try:

@@ -22,7 +22,7 @@ import torch
 import coach
 from coach import CoachError
 
-__all__ = ["CoachError", "Job", "Step", "init"]
+__all__ = ["CoachError", "Embedding", "Job", "Step", "init"]
 
 
 def _seed_from_coach():
@@ -49,6 +49,64 @@ class _Entry:
     def tensor(self):
         """The model's tensor now (looked up each time: the script may have replaced it)."""
         return (self.module._parameters if self.is_param else self.module._buffers)[self.attr]
+
+
+class Embedding(torch.nn.Module):
+    """An embedding table whose rows live in Coach's shards (docs/python.md, "Embedding tables"):
+    ``num_embeddings`` rows of ``embedding_dim`` floats, created on first touch by the shards
+    (uniform in [-init_scale, init_scale], from the job's seed, the table and the row). It holds
+    no weight: it is not in ``named_parameters()``, so the dense layout is the same with it.
+
+    ``forward(ids)``: ids an integer tensor (or array) of shape (B, F), B bags of F ids each,
+    pooled like ``torch.nn.EmbeddingBag`` (``mode`` "sum" or "mean") into (B, embedding_dim);
+    or of shape (B,): one id a sample, (B, embedding_dim). In a step the rows are the step's
+    (those init's ``lookups`` named for its samples): an id that is not among them, or outside
+    [0, num_embeddings), is a CoachError. In ``evaluate(model)`` the rows are pulled from Coach
+    as forward needs them. Their gradient goes to Coach with the step's push."""
+
+    def __init__(self, num_embeddings, embedding_dim, mode="sum", init_scale=0.01):
+        super().__init__()
+        if mode not in ("sum", "mean"):
+            raise CoachError(f"Embedding mode {mode!r:.40}: give 'sum' or 'mean'")
+        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        self.mode, self.init_scale = mode, float(init_scale)
+        self._job, self._table, self._name = None, None, None
+        self._ids = self._weight = None  # the step's rows: ascending ids, their values (leaf)
+
+    def extra_repr(self):
+        return f"{self.num_embeddings}, {self.embedding_dim}, mode={self.mode!r}"
+
+    def forward(self, ids):
+        ids = torch.as_tensor(ids)
+        if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.dim() not in (1, 2):
+            raise CoachError(f"Embedding {self._name!r}: give integer ids of shape (B, F) "
+                             f"or (B,), got {ids.dtype} {list(ids.shape)}")
+        if self._job is None:
+            raise CoachError("Embedding used before coach.torch.init registered it: its rows "
+                             "are Coach's")
+        flat = ids.reshape(-1).to(torch.int64).contiguous()
+        if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= self.num_embeddings):
+            bad = int(flat.min()) if int(flat.min()) < 0 else int(flat.max())
+            raise CoachError(f"Embedding {self._name!r}: id {bad} is outside [0, "
+                             f"{self.num_embeddings})")
+        row_ids, weight = self._job._rows_of(self, flat)
+        flat = flat.to(weight.device)
+        row_ids = row_ids.to(weight.device)
+        pos = torch.searchsorted(row_ids, flat).clamp_(max=max(len(row_ids) - 1, 0))
+        if len(row_ids) == 0 or not bool((row_ids[pos] == flat).all()):
+            bad = int(flat[0]) if len(row_ids) == 0 else int(flat[row_ids[pos] != flat][0])
+            raise CoachError(f"Embedding {self._name!r}: id {bad} is not among the rows of this "
+                             "step (the ids init's lookups gave for its samples)")
+        rows = weight[pos].view(*ids.shape, self.embedding_dim)
+        if ids.dim() == 1:
+            return rows
+        return rows.sum(1) if self.mode == "sum" else rows.mean(1)
+
+
+def _tables(model):
+    """[(name, Embedding)] of `model`, in named_modules() order (the model itself may be one)."""
+    return [(name or "embedding", m) for name, m in model.named_modules()
+            if isinstance(m, Embedding)]
 
 
 def _owner(model, name):
@@ -170,6 +228,8 @@ class Step:
     rank = property(lambda self: self._core.rank)
     samples = property(lambda self: self._core.samples)
 
+    row_ids = property(lambda self: self._core.row_ids)
+
     def push(self, loss):
         """Hands the gradients to Coach. ``loss``: the batch's loss (a one-element tensor or a
         number; the mean over the batch unless init's loss_reduction="sum"; None reports 0).
@@ -183,8 +243,14 @@ class Step:
 class Job:
     """The model's connection to Coach, made by ``init``. ``core`` is the coach.Job beneath."""
 
-    def __init__(self, core, model, entries, evaluate, reduction):
+    def __init__(self, core, model, entries, evaluate, reduction, tables=()):
         self.core, self.model = core, model
+        self._tables = list(tables)  # [(name, Embedding)], table t the t-th
+        # The rows go where the model is: a CUDA model gets them on its (first) device.
+        cuda = [e.tensor().device for e in entries if e.tensor().device.type == "cuda"]
+        self._rows_device = cuda[0] if cuda else None
+        for t, (name, emb) in enumerate(self._tables):
+            emb._job, emb._table, emb._name = self, t, name
         self.samples, self.test_samples = core.samples, core.test_samples
         self.first, self.seed = core.first, core.seed
         self._entries, self._evaluate_fn, self._mean = entries, evaluate, reduction == "mean"
@@ -214,12 +280,53 @@ class Job:
         for core_step in self.core.steps():
             start = time.perf_counter()
             self._attach(grads=True)
+            self._attach_rows(core_step)
             core_step.handoff_s += time.perf_counter() - start
             yield Step(self, core_step)
 
     def serve(self):
         """Answers evaluations until stop, for a process that never iterates steps()."""
         self.core.serve()
+
+    def _attach_rows(self, core_step):
+        """Each Embedding's rows of the step: its ids, and a leaf tensor of their values (a view
+        of the rows region) whose gradient is a view of the region's gradient part."""
+        for t, (_, emb) in enumerate(self._tables):
+            emb._ids = torch.from_numpy(core_step.row_ids[t])
+            w = torch.from_numpy(core_step.rows[t])
+            if self._rows_device is not None:  # copied in; its gradient copied out at push
+                emb._ids = emb._ids.to(self._rows_device)
+                emb._weight = w.to(self._rows_device).requires_grad_(True)
+                continue
+            w.requires_grad_(True)
+            w.grad = torch.from_numpy(core_step.row_grads[t])
+            emb._weight = w
+
+    def _rows_of(self, emb, flat):
+        """(ascending ids, values) an Embedding's forward gathers from: the step's rows, or in
+        an evaluation the rows of `flat` pulled from Coach."""
+        if self.core._evaluating:
+            ids = [np.zeros(0, np.int64)] * len(self._tables)
+            ids[emb._table] = flat.cpu().numpy()
+            got, values = self.core.pull(ids)
+            got, values = torch.from_numpy(got[emb._table]), torch.from_numpy(values[emb._table])
+            if self._rows_device is not None:
+                got, values = got.to(self._rows_device), values.to(self._rows_device)
+            return got, values
+        if self.core._current is None or emb._weight is None:
+            raise CoachError(f"Embedding {emb._name!r} has rows only within a step or Coach's "
+                             "evaluate(model)")
+        return emb._ids, emb._weight
+
+    @torch.no_grad()
+    def _push_rows(self, core_step, scale):
+        for t, (_, emb) in enumerate(self._tables):
+            w, gview = emb._weight, torch.from_numpy(core_step.row_grads[t])
+            if w is not None and w.grad is not None and w.grad.data_ptr() != gview.data_ptr():
+                gview.copy_(w.grad)
+            if scale != 1:
+                gview.mul_(scale)
+            emb._weight = emb._ids = None
 
     def _sync(self):
         if self._cuda:
@@ -275,6 +382,7 @@ class Job:
         scale = n if self._mean else 1
         if self._flat is not None:
             self._flat.push(n, scale, lambda e, t: self._check_shape(core, e, t))
+            self._push_rows(core_step, scale)
             core_step.handoff_s += time.perf_counter() - start
             core_step.push(None if value is None else value * scale)
             return
@@ -298,6 +406,7 @@ class Job:
             factor = n if e.kind == "buffer" else scale
             if factor != 1:
                 e.gview.mul_(factor)
+        self._push_rows(core_step, scale)
         core_step.handoff_s += time.perf_counter() - start
         core_step.push(None if value is None else value * scale)
 
@@ -318,10 +427,11 @@ class Job:
                 result = self._evaluate_fn(self.model)
         finally:
             self.model.train(training)
-        samples = self.test_samples
+        samples, extra = self.test_samples, {}
         if isinstance(result, dict):
             loss, accuracy = result.get("loss"), result.get("accuracy")
             samples = result.get("samples", samples)
+            extra = {k: result[k] for k in ("auc", "log_loss") if k in result}
         elif isinstance(result, (tuple, list)) and len(result) == 2:
             loss, accuracy = result
         else:
@@ -332,10 +442,10 @@ class Job:
         if loss is None or accuracy is None or not 0 <= accuracy <= 1 or not samples:
             raise CoachError(f"evaluate returned {result!r:.80}: give the mean loss (a finite "
                              "number) and the accuracy in [0, 1]")
-        return loss * samples, round(accuracy * samples), samples
+        return loss * samples, round(accuracy * samples), samples, extra
 
 
-def init(model, samples, evaluate=None, test_samples=0, loss_reduction="mean"):
+def init(model, samples, evaluate=None, test_samples=0, loss_reduction="mean", lookups=None):
     """Connects `model` (a torch.nn.Module) to Coach and returns its Job.
 
     samples: the training set's size N (step indices lie in [0, N)). evaluate(model) ->
@@ -343,6 +453,9 @@ def init(model, samples, evaluate=None, test_samples=0, loss_reduction="mean"):
     test_samples (> 0 with evaluate), run under model.eval() and torch.no_grad().
     loss_reduction: "mean" (the pushed loss is the batch's mean: gradients are multiplied by the
     samples) or "sum". In the job's first process the model's values are the initial ones.
+    lookups(indices) -> {Embedding: ids}: for a model with coach.torch.Embedding tables, each
+    table's ids that the training samples `indices` (an int64 NumPy array) look up (an integer
+    tensor or array of any shape; repeats allowed); a table it leaves out looks up nothing.
     Raises CoachError (one line); exits 1 when Coach refuses the layout.
     """
     if loss_reduction not in ("mean", "sum"):
@@ -350,7 +463,30 @@ def init(model, samples, evaluate=None, test_samples=0, loss_reduction="mean"):
     if not isinstance(model, torch.nn.Module):
         raise CoachError(f"model is a {type(model).__name__}: give a torch.nn.Module")
     entries = _entries(model)
+    tables = _tables(model)
+    if tables and lookups is None:
+        raise CoachError(f"the model has Embedding tables ({tables[0][0]!r}...): give "
+                         "init(..., lookups=fn), fn(indices) -> {embedding: ids}")
+    if lookups is not None and not tables:
+        raise CoachError("lookups is for a model with coach.torch.Embedding tables; this has none")
     holder = []
+
+    def table_ids(indices):
+        got = lookups(indices)
+        if not isinstance(got, dict):
+            raise CoachError(f"lookups returned {type(got).__name__}: give {{embedding: ids}}")
+        known = {id(emb) for _, emb in tables}
+        for emb in got:
+            if id(emb) not in known:
+                raise CoachError(f"lookups returned a key {type(emb).__name__} that is not one "
+                                 "of the model's Embedding tables")
+        out = []
+        for _, emb in tables:
+            ids = got.get(emb)
+            ids = np.zeros(0, np.int64) if ids is None else (
+                ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids))
+            out.append(ids)
+        return out
 
     @torch.no_grad()
     def initial(core):
@@ -359,6 +495,9 @@ def init(model, samples, evaluate=None, test_samples=0, loss_reduction="mean"):
 
     core = coach.init([(e.name, e.shape, e.kind) for e in entries], samples, initial=initial,
                       evaluate=(lambda core: holder[0]._evaluate(core)) if evaluate else None,
-                      test_samples=test_samples, framework=f"torch {torch.__version__}")
-    holder.append(Job(core, model, entries, evaluate, loss_reduction))
+                      test_samples=test_samples, framework=f"torch {torch.__version__}",
+                      tables=[(n, e.num_embeddings, e.embedding_dim, e.init_scale)
+                              for n, e in tables],
+                      lookups=table_ids if tables else None)
+    holder.append(Job(core, model, entries, evaluate, loss_reduction, tables))
     return holder[0]

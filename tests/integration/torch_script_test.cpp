@@ -3,9 +3,12 @@
 // and its saved model loads into the script's own CNN with load_state_dict, giving Coach's
 // accuracy; a residual network (which the YAML layer list cannot express) learns; processes
 // rescaled 2 -> 4 -> 1 mid-epoch give each step the samples and the loss (within 1e-4) of a run
-// that never rescales. Needs PyTorch's venv (scripts/torch-venv.sh) and Fashion-MNIST; skips
-// with the reason otherwise.
+// that never rescales; a click-through-rate model whose coach.torch.Embedding tables live in the
+// shards reaches a share of a planted set's AUC, its rows trained there, and a run of it resumed
+// from its checkpoint ends with the straight run's parameters and rows. Needs PyTorch's venv
+// (scripts/torch-venv.sh) and Fashion-MNIST; skips with the reason otherwise.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -18,7 +21,9 @@
 
 #include "actors/embedded_cluster.hpp"
 #include "script_runs.hpp"
+#include "sparse/row_store.hpp"
 #include "spec/checkpoint_file.hpp"
+#include "worker/ctr_generator.hpp"
 
 namespace coach::actors {
 namespace {
@@ -119,6 +124,137 @@ TEST(torch_script, processes_rescaled_2_4_1_mid_epoch_train_as_a_run_that_never_
   EXPECT_EQ(rescaled.steps[6].members, 4u);
   EXPECT_EQ(rescaled.steps[15].members, 1u);
   EXPECT_NEAR(rescaled.result->test_accuracy, plain.result->test_accuracy, 0.01);
+}
+
+/// 100,000 rows of 4 dense and 6 categorical fields (vocabularies up to 5,000, 10 signal ids a
+/// field, seed 3; the last 10 % held out): sparse_train_test's set.
+struct ctr_set {
+  std::filesystem::path path;
+  worker::ctr_summary planted;
+};
+
+const ctr_set& ctr_data() {
+  static const ctr_set set = [] {
+    ctr_set out;
+    const auto dir =
+        std::filesystem::temp_directory_path() / ("coach-torch-ctr-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    out.path = dir / "c.tsv";
+    worker::ctr_generator_options o;
+    o.rows = 100000;
+    o.n_dense = 4;
+    o.n_fields = 6;
+    o.max_vocab = 5000;
+    o.signal_ids = 10;
+    o.seed = 3;
+    auto s = worker::write_ctr(o, out.path.string());
+    if (!s) throw std::runtime_error(s.error().to_string());
+    out.planted = *s;
+    return out;
+  }();
+  return set;
+}
+
+scheduler::job_spec ctr_spec(int epochs) {
+  const auto& data = ctr_data();
+  const std::string yaml =
+      "name: torch-ctr\nmodel:\n  script: examples/torch/ctr_model.py\n  args: [--data, " +
+      data.path.string() +
+      ", --dense, '4', --fields, '6', --test-fraction, '0.1', --rows, '100000', --dim, '8', "
+      "--hidden, '64', --min-count, '20']\n"
+      "optimizer: {type: adam, learning_rate: 0.002}\n"
+      "sparse_optimizer: {type: adagrad, learning_rate: 0.1}\n"
+      "batch_size: 128\nepochs: " +
+      std::to_string(epochs) +
+      "\nseed: 3\nconsistency: bsp\n"
+      "workers: {min: 1, max: 4, initial: 2}\nshards: {min: 1, max: 4, initial: 2}\n";
+  auto spec = scheduler::parse_job_spec(yaml, "torch-ctr.yaml", COACH_SOURCE_DIR);
+  EXPECT_TRUE(spec) << spec.error().to_string();
+  return *spec;
+}
+
+/// The rows of every shard's transfer merged into one store.
+sparse::row_store merged_rows(const scheduler::job_spec& spec, const scheduler::job_result& r) {
+  std::vector<sparse::table_config> tables(6, sparse::table_config{100000, 8, 0.01f});
+  const sparse::bucket_range all[] = {{0, sparse::bucket_count}};
+  auto store = sparse::row_store::create(spec.seed, tables, spec.sparse_optimizer, all);
+  EXPECT_TRUE(store) << store.error().to_string();
+  for (const auto& blob : r.rows) EXPECT_TRUE(store->merge(blob));
+  return std::move(*store);
+}
+
+TEST(torch_script, a_ctr_model_with_its_tables_in_the_shards_learns_a_planted_set) {
+  NEED_TORCH();
+  const auto& data = ctr_data();
+  const auto spec = ctr_spec(3);
+  const auto r = train(spec);
+  ASSERT_TRUE(r.result) << r.result.error().to_string();
+  ASSERT_EQ(r.result->epochs.size(), 3u);
+  for (const auto& e : r.result->epochs) EXPECT_EQ(e.samples, 90000u) << "epoch " << e.epoch;
+  // The dense layout is the MLP's alone: (4 + 6 x 8) x 64 + 64 + 64 + 1.
+  EXPECT_EQ(r.result->num_params, 3457u);
+  const auto& last = r.result->epochs.back();
+  const double best = data.planted.test_auc, best_loss = data.planted.test_log_loss;
+  std::printf(
+      "torch CTR, 90000 samples, 3 epochs: test AUC %.4f (planted %.4f), log loss %.4f "
+      "(planted %.4f)\n",
+      last.test_auc, best, last.test_log_loss, best_loss);
+  // Measured: 0.7375 of the planted 0.7658 (89 % of its lift over chance), log loss 0.4706 of
+  // 0.4506; the native model of sparse_train_test on the same set: 0.7291.
+  EXPECT_GE(last.test_auc - 0.5, 0.8 * (best - 0.5));
+  EXPECT_LE(last.test_log_loss, 1.06 * best_loss);
+  // The rows live in the shards: every table's rows came back, trained (Adagrad's accumulator
+  // moved) where a step pushed their gradients.
+  ASSERT_EQ(r.result->rows.size(), 2u);  // one transfer a shard
+  const auto store = merged_rows(spec, *r.result);
+  for (std::uint32_t t = 0; t < 6; ++t) {
+    const auto held = store.held_rows(t);
+    std::size_t trained = 0;
+    for (auto row : held) {
+      const auto state = store.find_state(t, row);
+      trained += std::any_of(state.begin(), state.end(), [](float v) { return v > 0; });
+    }
+    EXPECT_GT(trained, 0u) << "table " << t;
+    EXPECT_EQ(trained, held.size()) << "table " << t << ": rows pulled but never pushed";
+  }
+}
+
+TEST(torch_script, a_ctr_run_resumed_from_its_checkpoint_ends_with_the_straight_runs_rows) {
+  NEED_TORCH();
+  const auto straight = train(ctr_spec(2));
+  ASSERT_TRUE(straight.result) << straight.result.error().to_string();
+  const auto ckpt = std::filesystem::temp_directory_path() /
+                    ("coach-torch-ctr-ckpt-" + std::to_string(::getpid()) + ".safetensors");
+  train_options opt;
+  opt.python = python;
+  opt.checkpoint.path = ckpt.string();
+  auto first = train_embedded(ctr_spec(1), opt);
+  ASSERT_TRUE(first) << first.error().to_string();
+  train_options rest;
+  rest.python = python;
+  rest.resume = ckpt.string();
+  auto resumed = train_embedded(ctr_spec(2), rest);
+  std::filesystem::remove(ckpt);
+  ASSERT_TRUE(resumed) << resumed.error().to_string();
+  EXPECT_TRUE(straight.result->params == resumed->params) << "the dense parameters differ";
+  EXPECT_EQ(straight.result->epochs.back().test_auc, resumed->epochs.back().test_auc);
+  // Every row, its values and Adagrad's state, bit for bit.
+  const auto spec = ctr_spec(2);
+  const auto a = merged_rows(spec, *straight.result);
+  const auto b = merged_rows(spec, *resumed);
+  std::size_t rows = 0;
+  for (std::uint32_t t = 0; t < 6; ++t) {
+    const auto held = a.held_rows(t);
+    ASSERT_EQ(held, b.held_rows(t)) << "table " << t;
+    for (auto row : held) {
+      const auto va = a.find(t, row), vb = b.find(t, row);
+      const auto sa = a.find_state(t, row), sb = b.find_state(t, row);
+      ASSERT_TRUE(std::equal(va.begin(), va.end(), vb.begin(), vb.end())) << t << " " << row;
+      ASSERT_TRUE(std::equal(sa.begin(), sa.end(), sb.begin(), sb.end())) << t << " " << row;
+    }
+    rows += held.size();
+  }
+  EXPECT_GT(rows, 1000u);
 }
 
 }  // namespace

@@ -132,6 +132,77 @@ class FakeCoach:
         assert done["step"] == step and done["samples"] == len(indices), done
         return done
 
+    # -- embedding tables (docs/wire.md "Rows of a script's tables") --
+
+    def lookup(self, step, indices):
+        """Sends `lookup`, returns the `ids` answer's lists (one per table)."""
+        self.send({"op": "lookup", "step": step, "indices": [int(i) for i in indices]})
+        msg = self.expect("ids")
+        assert msg["step"] == step, msg
+        return msg["ids"]
+
+    def _rows_file(self, size):
+        """A fresh rows region of `size` bytes (Coach makes one when a message needs more)."""
+        global _counter
+        _counter += 1
+        path = f"/dev/shm/coach-test-{os.getpid()}-rows-{_counter}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        return path, mm
+
+    def step_rows(self, step, indices, values, rank=0, params=None):
+        """A step of a script with tables: `values` per table (rows x dim float32) written into
+        a fresh rows region; returns (done, [row gradients per table])."""
+        if params is not None:
+            self.params[:] = params
+        at, offsets = 0, []
+        for v in values:
+            offsets.append(at)
+            at += 4 * v.size
+        grads_at = (at + 63) // 64 * 64
+        path, mm = self._rows_file(max(2 * grads_at, 64))
+        for v, o in zip(values, offsets):
+            np.frombuffer(mm, np.float32, v.size, o)[:] = np.asarray(v, np.float32).ravel()
+        self.send({"op": "step", "step": step, "rank": rank,
+                   "indices": [int(i) for i in indices], "rows": [len(v) for v in values],
+                   "rows_bytes": len(mm), "rows_grads_offset": grads_at, "rows_shm": path})
+        try:
+            done = self.expect("done")
+        finally:
+            os.unlink(path)
+        grads = [np.frombuffer(mm, np.float32, v.size, grads_at + o).reshape(v.shape).copy()
+                 for v, o in zip(values, offsets)]
+        return done, grads
+
+    def evaluate_rows(self, epoch, table_rows):
+        """An evaluation whose `pull`s are answered from `table_rows` (a full float32 table per
+        table); returns (evaluated, [the pulled id lists])."""
+        self.send({"op": "evaluate", "epoch": epoch})
+        pulled, path = [], None
+        while True:
+            msg = self.receive()
+            if path is not None:  # mapped by the process, which answered
+                os.unlink(path)
+            assert msg is not None, f"no answer to evaluate; stderr: {self.stderr}"
+            if msg["op"] != "pull":
+                break
+            pulled.append(msg["ids"])
+            values = [table_rows[t][ids] for t, ids in enumerate(msg["ids"])]
+            size = max(sum(4 * v.size for v in values), 64)
+            path, mm = self._rows_file(size)
+            at = 0
+            for v in values:
+                np.frombuffer(mm, np.float32, v.size, at)[:] = v.ravel()
+                at += 4 * v.size
+            self.send({"op": "rows", "rows": [len(v) for v in values], "rows_bytes": size,
+                       "rows_shm": path})
+        assert msg["op"] == "evaluated" and msg["epoch"] == epoch, msg
+        return msg, pulled
+
     def evaluate(self, epoch):
         self.send({"op": "evaluate", "epoch": epoch})
         done = self.expect("evaluated")

@@ -103,5 +103,53 @@ TEST(script_spec, bad_script_fields_name_the_field) {
             std::string::npos);
 }
 
+worker::external_layout layout_with_tables(std::size_t tables) {
+  worker::external_layout l;
+  l.tensors = {{"fc.weight", {2, 8}, worker::tensor_kind::param, 0}};
+  l.floats = 16;
+  l.samples = 100;
+  for (std::size_t t = 0; t < tables; ++t)
+    l.tables.push_back({"emb." + std::to_string(t), 1000, 8, 0.01f});
+  return l;
+}
+
+TEST(script_spec, a_script_with_tables_runs_as_a_model_with_embeddings_does) {
+  auto s = parse_job_spec(base + "sparse_optimizer: {type: lazy_adam, learning_rate: 0.01}\n",
+                          "job.yaml");
+  ASSERT_TRUE(s) << s.error().to_string();  // allowed before the tables are known
+  EXPECT_EQ(s->slice_size, 16384u);
+  ASSERT_TRUE(apply_script_tables(*s, layout_with_tables(2)));
+  EXPECT_EQ(s->slice_size, sparse_slice_size);  // the rows spread over the shards
+  auto explicit_slices = *parse_job_spec(base + "slice_size: 4096\n", "job.yaml");
+  ASSERT_TRUE(apply_script_tables(explicit_slices, layout_with_tables(1)));
+  EXPECT_EQ(explicit_slices.slice_size, 4096u);
+  // Without tables nothing changes; sparse_optimizer then has nothing to train.
+  auto plain = *parse_job_spec(base, "job.yaml");
+  ASSERT_TRUE(apply_script_tables(plain, layout_with_tables(0)));
+  EXPECT_EQ(plain.slice_size, 16384u);
+  auto orphan = apply_script_tables(*s, layout_with_tables(0));
+  ASSERT_FALSE(orphan);
+  EXPECT_EQ(orphan.error().message,
+            "field 'sparse_optimizer' is for a model with embedding tables, and the script "
+            "declares none (coach.torch.Embedding)");
+  // Function mode, ssp and host_reduce: not with tables (so far), one line.
+  const std::pair<std::string, std::string> refused[] = {
+      {"function: {memory_mb: 700}\n",
+       "field 'function' is set: a script with embedding tables ('emb.0' and 1 more) runs under "
+       "consistency bsp, without host_reduce or function, so far"},
+      {"consistency: ssp:2\n",
+       "field 'consistency' is ssp:2: a script with embedding tables ('emb.0' and 1 more) runs "
+       "under consistency bsp, without host_reduce or function, so far"},
+  };
+  for (const auto& [extra, message] : refused) {
+    auto spec = parse_job_spec(base + extra, "job.yaml");
+    ASSERT_TRUE(spec) << extra << spec.error().to_string();  // a script without tables may
+    auto r = apply_script_tables(*spec, layout_with_tables(2));
+    ASSERT_FALSE(r) << extra;
+    EXPECT_EQ(r.error().code, errc::unsupported);
+    EXPECT_EQ(r.error().message, message);
+  }
+}
+
 }  // namespace
 }  // namespace coach::scheduler

@@ -97,5 +97,48 @@ TEST(external_layout, a_layout_as_hello_json_reads_back_the_same) {
   EXPECT_EQ(layout_difference(first, *back), std::nullopt);
 }
 
+const char* with_tables =
+    R"({"op":"hello","protocol":1,"samples":100,"test_samples":10,"framework":"torch 2.15",
+        "tensors":[{"name":"fc.weight","shape":[2,8],"dtype":"float32","kind":"param"}],
+        "tables":[{"name":"emb.0","rows":1000,"dim":8,"init_scale":0.05},
+                  {"name":"emb.1","rows":7,"dim":2}]})";
+
+TEST(external_layout, a_hellos_tables_are_read_compared_and_written_back) {
+  auto l = parse_hello(with_tables);
+  ASSERT_TRUE(l) << l.error().to_string();
+  ASSERT_EQ(l->tables.size(), 2u);
+  EXPECT_EQ(l->tables[0], (external_table{"emb.0", 1000, 8, 0.05f}));
+  EXPECT_EQ(l->tables[1], (external_table{"emb.1", 7, 2, 0.01f}));  // the default scale
+  EXPECT_EQ(l->floats, 16u);  // the tables are not in the flat vector
+  auto back = parse_hello(hello_json(*l));
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_EQ(back->tables, l->tables);
+  EXPECT_EQ(layout_difference(*l, *back), std::nullopt);
+  auto other = *l;
+  other.tables[1].dim = 4;
+  EXPECT_EQ(layout_difference(*l, other),
+            "table 'emb.1' has 7 rows of dim 4 (init_scale 0.01) where the first process "
+            "registered 7 rows of dim 2 (init_scale 0.01)");
+  other.tables.pop_back();
+  EXPECT_EQ(layout_difference(*l, other), "table 'emb.1' of the first process's layout is missing");
+  const std::string head =
+      R"({"samples":5,"tensors":[{"name":"x","shape":[2],"dtype":"float32","kind":"param"}],)";
+  const std::pair<std::string, std::string> bad[] = {
+      {R"("tables":[{"name":"e","rows":0,"dim":2}]})", "table 'e' has 0 rows (give 1 to 2^40)"},
+      {R"("tables":[{"name":"e","rows":5,"dim":70000}]})",
+       "table 'e' has dim 70000 (give 1 to 65536)"},
+      {R"("tables":[{"name":"e","rows":5,"dim":2},{"name":"e","rows":5,"dim":2}]})",
+       "table 'e' is listed twice"},
+      {R"("tables":[{"name":"e","rows":5,"dim":2,"init_scale":-1}]})",
+       "table 'e': init_scale must be a number >= 0"},
+      {R"("tables":[{"rows":5,"dim":2}]})", "hello: tables[0] has no 'name'"},
+  };
+  for (const auto& [tail, message] : bad) {
+    auto r = parse_hello(head + tail);
+    ASSERT_FALSE(r) << tail;
+    EXPECT_EQ(r.error().message, message);
+  }
+}
+
 }  // namespace
 }  // namespace coach::worker

@@ -190,5 +190,60 @@ TEST(external_pool, a_warm_process_is_ready_before_it_is_taken) {
   EXPECT_EQ(grad[0], 8.0f);  // 1 * 1 + 7
 }
 
+TEST(external_process, a_scripts_table_rows_go_in_and_their_gradients_come_out) {
+  COACH_NEED_NUMPY();
+  auto o = options("normal");
+  o.script = std::string(COACH_SOURCE_DIR) + "/tests/python/scripts/table_worker.py";
+  auto started_p = external_process::start(o, "worker 1");
+  ASSERT_TRUE(started_p) << started_p.error().to_string();
+  auto& p = *started_p;
+  std::vector<float> initial;
+  auto layout = p->handshake(nullptr, &initial);
+  ASSERT_TRUE(layout) << layout.error().to_string();
+  ASSERT_EQ(layout->tables.size(), 1u);
+  EXPECT_EQ(layout->tables[0], (external_table{"emb", 10, 2, 0.5f}));
+  const std::vector<float> w = {1, 2};
+  std::vector<float> grad(2);
+  for (std::int64_t s = 0; s < 2; ++s) {
+    // Samples 13, 3, 25 and 7 look up rows 3 (twice), 5 and 7: each once, ascending.
+    const std::vector<std::uint32_t> idx = {13, 3, 25, 7};
+    auto ids = p->lookup(s, idx);
+    ASSERT_TRUE(ids) << ids.error().to_string();
+    ASSERT_EQ(*ids, (std::vector<std::vector<std::uint64_t>>{{3, 5, 7}}));
+    const std::vector<float> values = {0.5f, 1, 2, -1, 0.25f, 4};  // rows 3, 5, 7
+    std::vector<std::vector<float>> row_grads;
+    const external_step_rows rows{{std::span<const float>(values)}, &row_grads};
+    auto r = p->step(s, 0, w.data(), idx, grad.data(), nullptr, &rows);
+    ASSERT_TRUE(r) << r.error().to_string();
+    EXPECT_EQ(r->loss_sum, 6.75);
+    EXPECT_EQ(grad, (std::vector<float>{4, 4}));
+    EXPECT_EQ(row_grads, (std::vector<std::vector<float>>{{4, 5, 9, 3, 7.5f, 15}}));
+  }
+  // The rows region is gone once both sides mapped it.
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    EXPECT_FALSE(
+        e.path().filename().string().starts_with("coach-" + std::to_string(::getpid()) + "-rows-"))
+        << e.path();
+  // An evaluation's pull is answered from the row source.
+  std::vector<std::uint64_t> asked;
+  const external_row_source source = [&](std::uint32_t t, std::span<const std::uint64_t> ids,
+                                         std::span<float> out) -> result<void> {
+    EXPECT_EQ(t, 0u);
+    asked.assign(ids.begin(), ids.end());
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = float(ids[i / 2]) + 0.5f * float(i % 2);
+    return {};
+  };
+  auto ev = p->evaluate(3, w.data(), &source);
+  ASSERT_TRUE(ev) << ev.error().to_string();
+  EXPECT_EQ(asked, (std::vector<std::uint64_t>{2, 7}));
+  EXPECT_EQ(ev->loss_sum, 2 + 2.5 + 7 + 7.5);
+  // Without a source (a job without tables) a pull is an error naming it.
+  auto none = p->evaluate(4, w.data());
+  ASSERT_FALSE(none);
+  EXPECT_NE(none.error().message.find("the script pulled rows, but the job has no tables"),
+            std::string::npos)
+      << none.error().message;
+}
+
 }  // namespace
 }  // namespace coach::worker
