@@ -43,6 +43,7 @@
 #include "bench/bench_rounds.hpp"
 #include "bench/bench_shard.hpp"
 #include "common/json.hpp"
+#include "common/log.hpp"
 #include "ps/key_coverage.hpp"
 
 namespace {
@@ -208,6 +209,9 @@ int main(int argc, char** argv) {
   app.add_option("--floats", floats_arg)->group("");
   app.add_option("--ready-fd", ready_fd)->group("");
   CLI11_PARSE(app, argc, argv);
+  // The bench's output is its table: its transport's warnings (each configuration's shard
+  // processes stopped, their connections closed) are expected; errors still show.
+  (void)log::init({.program = "ps_bench", .min = log::level::error});
   if (serve_echo_flag) {
     std::string secret;
     if (!key_file.empty()) {

@@ -39,6 +39,7 @@
 #include "bench/bench_shard.hpp"
 #include "common/huge_pages.hpp"
 #include "common/json.hpp"
+#include "common/log.hpp"
 #include "ps/key_coverage.hpp"
 #include "ps/shard_rows.hpp"
 #include "wire/row_frames.hpp"
@@ -310,6 +311,9 @@ int main(int argc, char** argv) {
   app.add_option("--rows", rows_arg)->group("");
   app.add_option("--ready-fd", ready_fd)->group("");
   CLI11_PARSE(app, argc, argv);
+  // The bench's output is its table: its transport's warnings (each configuration's shard
+  // processes stopped, their connections closed) are expected; errors still show.
+  (void)log::init({.program = "sparse_bench", .min = log::level::error});
   if (serve_echo_flag) return serve_echo(listen);
   coach::use_huge_pages(argv);  // as coach-node: large buffers (a shard's index) on huge pages
   if (serve_shard_id >= 0)
