@@ -458,8 +458,8 @@ result<job_spec> parse_spec(const spec_parser& p, const YAML::Node& root,
     return std::unexpected(std::move(r.error()));
   }
   // Sparse tables: their rows are pulled at each step's version and pushed once per worker, so
-  // far under bsp only, each worker pushing its own (docs/sparse.md, "Not built yet"); function
-  // mode's invocations get a step's rows with its task.
+  // far under bsp only, each worker pushing its own (docs/sparse.md, "The data path: a step's
+  // rows"); function mode's invocations get a step's rows with their task.
   if (!spec.model.embeddings.empty()) {
     const auto refuse = [&](std::string_view field, int fallback_line, std::string_view why) {
       const entry* e = top->find(std::string(field));
