@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,25 +23,36 @@ namespace {
 using namespace itest;
 using clock_type = std::chrono::steady_clock;
 
-/// `n` processes that spin until killed (children of this test: not Coach's).
-std::vector<pid_t> start_hog(unsigned n) {
-  std::vector<pid_t> pids;
-  for (unsigned i = 0; i < n; ++i) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      for (volatile std::uint64_t x = 0;; x = x + 1) {
+/// `n` processes that spin until stopped (children of this test: not Coach's). They end with
+/// the object, and with the test's process however it ends (PR_SET_PDEATHSIG): a failed
+/// assertion must not leave them spinning on the host.
+class hog {
+ public:
+  explicit hog(unsigned n) {
+    const pid_t parent = ::getpid();
+    for (unsigned i = 0; i < n; ++i) {
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (::getppid() != parent) ::_exit(0);  // the test ended before the line above
+        for (volatile std::uint64_t x = 0;; x = x + 1) {
+        }
       }
+      if (pid > 0) pids_.push_back(pid);
     }
-    pids.push_back(pid);
   }
-  return pids;
-}
+  ~hog() { stop(); }
+  hog(const hog&) = delete;
+  hog& operator=(const hog&) = delete;
+  void stop() {
+    for (pid_t p : pids_) ::kill(p, SIGKILL);
+    for (pid_t p : pids_) ::waitpid(p, nullptr, 0);
+    pids_.clear();
+  }
 
-void stop_hog(std::vector<pid_t>& pids) {
-  for (pid_t p : pids) ::kill(p, SIGKILL);
-  for (pid_t p : pids) ::waitpid(p, nullptr, 0);
-  pids.clear();
-}
+ private:
+  std::vector<pid_t> pids_;
+};
 
 /// The scheduler's node as `coach nodes --json` shows it.
 nlohmann::json node_of(const std::string& at) {
@@ -61,7 +73,7 @@ TEST(external_load, a_busy_program_lowers_free_cpus_and_a_running_elastic_job_gr
       "solo", "external-solo"));
   ASSERT_TRUE(await_nodes_alive(at, 1)) << slurp(nodes[0].log);
   // Three spinning processes a core: the program keeps most of the host busy.
-  auto hog = start_hog(3 * cores);
+  hog program(3 * cores);
   nlohmann::json busy;
   for (int i = 0; i < 100; ++i) {
     busy = node_of(at);
@@ -101,7 +113,7 @@ TEST(external_load, a_busy_program_lowers_free_cpus_and_a_running_elastic_job_gr
   const double before = job_number(st, "workers");
   EXPECT_EQ(before, 1) << st;
 
-  stop_hog(hog);
+  program.stop();
   const auto ended = clock_type::now();
   double workers = before;
   while (clock_type::now() - ended < 15s && workers <= before) {
