@@ -210,6 +210,7 @@ class shard {
   /// whole, not piece by piece); protocol_error if a held push turns out invalid (the first).
   result<int> resume();
 
+  // Slice transfers: release, adopt, snapshot and relayout (shard_transfer.cpp).
   /// Hands over the slices in `ranges` (each within what this shard owns) to shard `to`: their
   /// values and optimizer state at the current version; the shard owns them no more. Pushes held
   /// for the ranges it keeps are taken by resume() afterwards.
@@ -290,8 +291,8 @@ class shard {
   std::optional<grad_stats> last_stats_;        ///< of the last applied step (adascale)
   std::vector<const float*> stats_parts_;       ///< scratch of apply(): a piece of each part
   std::vector<std::uint64_t> stats_samples_;    ///< scratch of apply(): samples of each part
-  /// Replaces the owned ranges and their values and state (migration): the values are
-  /// `buffer` when given (taken as it is), else `values`.
+  /// Replaces the owned ranges and their values and state (migration; shard_transfer.cpp): the
+  /// values are `buffer` when given (taken as it is), else `values`.
   void relayout(std::vector<key_range> ranges, std::vector<float> values, std::vector<float> a,
                 std::vector<float> b, std::shared_ptr<float_buffer> buffer = nullptr);
   /// Completes the open step if every expected member has pushed; true if it did.

@@ -115,6 +115,7 @@ class shard_server {
   void on_push_alone(std::int64_t step, const wire::wire_message& m, ps::contribution c);
   void on_push(wire::wire_message& m);
   void answer_step(std::int64_t step);
+  // Replica chain (shard_server_replicas.cpp).
   void forward(const wire::wire_message& m);
   void on_push_copy(std::int64_t step, const wire::wire_message& m, ps::contribution c);
   bool held_before(const wire::wire_message& m) const;

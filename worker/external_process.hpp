@@ -13,6 +13,10 @@
 // last lines of its stderr, at once. Junk on the channel ends the process.
 //
 // Not thread-safe: one owner at a time (a worker, the evaluator, or the pool that keeps it).
+//
+// The process and its channel are in external_process.cpp; the exchanges on it (handshake,
+// step, evaluate) in external_messages.cpp; the rows of a script with tables in
+// external_rows.cpp.
 
 #include <sys/types.h>
 
