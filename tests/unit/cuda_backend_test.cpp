@@ -1,12 +1,12 @@
-// kernels::cuda_backend against the cpu backend (which kernels_test holds to double references),
-// op by op on random inputs of several shapes, then a training run on the digits and the NCCL
-// group. Every test that needs a device skips, saying why, when none is visible; the factories'
-// answers without a device are checked on every build.
+// kernels::cuda_backend against the cpu backend (which the kernels_*_test files hold to double
+// references), op by op on random inputs of several shapes, then a training run on the digits and
+// the NCCL group. Every test that needs a device skips, saying why, when none is visible; the
+// factories' answers without a device are checked on every build.
 //
 // Tolerances (docs/cuda.md): elementwise ops, column_sum, count_correct and the optimizer updates
 // must equal the cpu bit for bit (the kernels do the cpu's operations in the cpu's order, without
 // FMA; cuda_kernels.hpp). GEMM: within 2 (k + 2) FLT_EPSILON sum_p |a_ip b_pj| of the exact
-// product, as kernels_test holds the cpu. sum and sum_squares: within 1e-12 of sum |x| (both
+// product, as kernels_dense_test holds the cpu. sum and sum_squares: within 1e-12 of sum |x| (both
 // accumulate in double). softmax_xent: row sums of exponentials may round differently, so the loss
 // is within (cols + 4) FLT_EPSILON per row and each gradient entry within (cols + 8) FLT_EPSILON of
 // its probability. Layers: pooling, dropout, batch norm inference and the activation gradients from
@@ -579,7 +579,7 @@ TEST_F(cuda_vs_cpu, softmax_xent_gradient_matches_central_differences) {
     gpu_->upload(x.gpu, v.data(), v.size());
     return gpu_->softmax_xent(x.gpu, labels.data(), rows, cols, scratch.gpu);
   };
-  const float h = 1e-2f;  // as in kernels_test: truncation and rounding both below 1e-5
+  const float h = 1e-2f;  // as in kernels_activation_test: truncation and rounding both below 1e-5
   for (std::size_t i = 0; i < xs.size(); ++i) {
     auto plus = xs, minus = xs;
     plus[i] += h;
