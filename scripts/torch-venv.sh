@@ -6,19 +6,21 @@
 #   scripts/torch-venv.sh
 #
 # The venv lives outside the clone at a fixed path: /opt/coach-venv, or $COACH_VENV. Idempotent:
-# when `$VENV/bin/python -c 'import torch, numpy, safetensors'` works it prints one line and does
-# nothing. Otherwise it installs Debian's python3-venv with apt-get where `python3 -m venv` is
-# missing (sudo when not root), creates the venv and runs `pip install torch numpy safetensors`
-# from PyPI (the torch wheel with its CUDA libraries is ~2.8 GB to download).
-# Exit code 0 when the venv imports torch, numpy and safetensors at the end.
+# when `$VENV/bin/python -c 'import torch, numpy, safetensors, yaml'` works it prints one line
+# and does nothing. Otherwise it installs Debian's python3-venv with apt-get where `python3 -m
+# venv` is missing (sudo when not root), creates the venv (or keeps the one there) and runs `pip
+# install torch numpy safetensors pyyaml` from PyPI (the torch wheel with its CUDA libraries is
+# ~2.8 GB to download; what a venv has already is not fetched again). PyYAML: the PyTorch
+# benchmarks read the job specs they compare against (bench/pytorch_spec.py, pytorch_check.py).
+# Exit code 0 when the venv imports the four at the end.
 set -euo pipefail
 venv=${COACH_VENV:-/opt/coach-venv}
 
 fail() { echo "torch-venv: $*" >&2; exit 1; }
 
-check='import torch, numpy, safetensors; print("torch", torch.__version__)'
+check='import torch, numpy, safetensors, yaml; print("torch", torch.__version__)'
 if [ -x "$venv/bin/python" ] && have=$("$venv/bin/python" -c "$check" 2>/dev/null); then
-  echo "torch-venv: $venv already has torch, numpy and safetensors ($have)"
+  echo "torch-venv: $venv already has torch, numpy, safetensors and pyyaml ($have)"
   exit 0
 fi
 
@@ -47,10 +49,11 @@ if [ ! -x "$venv/bin/python" ]; then
   fi
 fi
 
-echo "torch-venv: pip install torch numpy safetensors into $venv (torch with its CUDA libraries: ~2.8 GB)"
+echo "torch-venv: pip install torch numpy safetensors pyyaml into $venv (torch with its CUDA libraries: ~2.8 GB)"
 "$venv/bin/python" -m pip install --upgrade pip >/dev/null || fail "pip upgrade failed in $venv"
-"$venv/bin/python" -m pip install torch numpy safetensors || fail "pip install torch numpy safetensors failed"
+"$venv/bin/python" -m pip install torch numpy safetensors pyyaml \
+  || fail "pip install torch numpy safetensors pyyaml failed"
 
 have=$("$venv/bin/python" -c "$check") \
-  || fail "$venv/bin/python still cannot import torch, numpy and safetensors"
+  || fail "$venv/bin/python still cannot import torch, numpy, safetensors and yaml"
 echo "torch-venv: ready: $venv ($have)"

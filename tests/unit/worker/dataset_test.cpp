@@ -32,8 +32,11 @@ using bytes = std::vector<unsigned char>;
 const char* const fashion_dir = "/usr/share/datasets/fashion-mnist";
 
 /// The repository's data/digits.csv.gz (made by scripts/setup.sh), found from this file's path.
+/// The repository's data/digits.csv.gz (scripts/setup.sh extracts it). From the source tree's
+/// root, not from this file's place: a move into tests/unit/worker/ once pointed it at
+/// tests/data/, and the tests that read it skipped unnoticed.
 fs::path digits_path() {
-  return fs::path(__FILE__).parent_path().parent_path().parent_path() / "data" / "digits.csv.gz";
+  return fs::path(COACH_SOURCE_DIR) / "data" / "digits.csv.gz";
 }
 
 ::testing::AssertionResult has(const std::string& text, std::string_view part) {
