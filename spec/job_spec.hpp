@@ -323,7 +323,7 @@ result<job_spec> load_job_spec(const std::string& path);
 
 /// A script's model once its first process registered `layout`: a script that declares
 /// embedding tables (coach.torch.Embedding) runs as a model with model.embeddings does, under
-/// consistency bsp, without host_reduce or function (unsupported, one line naming the field and
+/// consistency bsp, without host_reduce (unsupported, one line naming the field and
 /// the tables), and gets slice_size 1024 (sparse_slice_size) where the spec leaves the default;
 /// `sparse_optimizer:` is for a script that declares tables (invalid_argument otherwise).
 result<void> apply_script_tables(job_spec& spec, const worker::external_layout& layout);

@@ -423,7 +423,7 @@ result<void> apply_script_tables(job_spec& spec, const worker::external_layout& 
   const auto refuse = [&](std::string_view field, std::string_view why) {
     return fail(errc::unsupported,
                 "field '{}' {}: a script with embedding tables ('{}'{}) runs under consistency "
-                "bsp, without host_reduce or function, so far",
+                "bsp, without host_reduce, so far",
                 field, why, layout.tables.front().name,
                 layout.tables.size() > 1 ? coach::format(" and {} more", layout.tables.size() - 1)
                                          : std::string());
@@ -431,7 +431,6 @@ result<void> apply_script_tables(job_spec& spec, const worker::external_layout& 
   if (spec.consistency.kind != consistency_kind::bsp)
     return refuse("consistency", coach::format("is {}", to_string(spec.consistency)));
   if (spec.host_reduce) return refuse("host_reduce", "is true");
-  if (spec.function) return refuse("function", "is set");
   // As for model.embeddings: the rows ride with the dense keys, so the slices must be many.
   if (spec.slice_size == job_spec{}.slice_size) spec.slice_size = sparse_slice_size;
   return {};
@@ -510,7 +509,7 @@ result<void> parse_model(const spec_parser& p, const fields& top, job_spec& spec
   return {};
 }
 
-}  // namespace detail
+}  // namespace coach::scheduler::detail
 
 namespace coach::scheduler {
 

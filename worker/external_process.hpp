@@ -132,9 +132,11 @@ class external_process {
 
   /// A script with tables: the rows step `step`'s samples `indices` look up, per table,
   /// ascending and each once (`lookup`, answered by `ids`). Errors as step's, and
-  /// invalid_argument for ids that are not ascending and unique or lie outside a table.
-  result<std::vector<std::vector<std::uint64_t>>> lookup(std::int64_t step,
-                                                         std::span<const std::uint32_t> indices);
+  /// invalid_argument for ids that are not ascending and unique or lie outside a table. With
+  /// `deadline` (function mode) as step's.
+  result<std::vector<std::vector<std::uint64_t>>> lookup(
+      std::int64_t step, std::span<const std::uint32_t> indices,
+      const invocation_deadline* deadline = nullptr);
 
   /// Runs the script's evaluation on `params`; the rows it asks for (`pull`) read from `rows`
   /// (none: a `pull` is an error). Errors as step's; unsupported when the script did not

@@ -136,7 +136,8 @@ result<std::vector<std::vector<std::uint64_t>>> parse_ids(const json& ids,
 }  // namespace
 
 result<std::vector<std::vector<std::uint64_t>>> external_process::lookup(
-    std::int64_t step, std::span<const std::uint32_t> indices) {
+    std::int64_t step, std::span<const std::uint32_t> indices,
+    const invocation_deadline* deadline) {
   if (!ready_)
     return fail(errc::io_error, "{}: script process {} is not ready for a lookup", who_, pid_);
   std::string msg = coach::format("{{\"op\":\"lookup\",\"step\":{},\"indices\":[", step);
@@ -147,15 +148,26 @@ result<std::vector<std::vector<std::uint64_t>>> external_process::lookup(
   }
   msg += "]}\n";
   if (auto ok = send(msg); !ok) return std::unexpected(ok.error());
-  auto line = receive(std::nullopt, coach::format("during step {}'s lookup", step));
+  auto line = receive(deadline ? std::optional(deadline->at) : std::nullopt,
+                      coach::format("during step {}'s lookup", step));
+  if (!line && timed_out_)
+    return fail(errc::resource_exhausted,
+                "{}: the script {} did not answer step {}'s lookup within its invocation's "
+                "deadline ({:g} s, function.deadline_s); killed",
+                who_, script_name_, step, deadline ? deadline->seconds : 0.0);
   if (!line) return std::unexpected(line.error());
   const json r = json::parse(*line, nullptr, false);
   const auto op = r.is_object() ? r.value("op", "") : std::string();
-  if (op == "error")
+  if (op == "error") {
+    // A MemoryError (or a framework's allocation failure) says "kind": "memory".
+    const bool memory = r.value("kind", std::string()) == "memory";
+    if (memory) end_ = process_end::out_of_memory;
     return std::unexpected(
-        refuse(error{errc::invalid_argument,
-                     coach::format("{}: step {}'s lookup failed in the script: {}", who_, step,
+        refuse(error{memory ? errc::resource_exhausted : errc::invalid_argument,
+                     coach::format("{}: step {}'s lookup failed in the script{}: {}", who_, step,
+                                   memory ? " for memory" : "",
                                    shown_line(r.value("message", std::string("?")), 300))}));
+  }
   const auto due = coach::format("step {}'s ids", step);
   if (op != "ids" || r.value("step", std::int64_t(-1)) != step || !r.contains("ids"))
     return std::unexpected(junk(*line, due));

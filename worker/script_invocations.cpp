@@ -30,6 +30,7 @@ void script_invocations::retire() {
   count_end(counts_, process_end::completed);
   pool_->retire(std::move(current_));
   answered_ = 0;
+  lookup_step_ = -1;
 }
 
 void script_invocations::drop_failed() {
@@ -39,6 +40,7 @@ void script_invocations::drop_failed() {
   totals_ += current_->totals();
   current_.reset();  // killed and reaped
   answered_ = 0;
+  lookup_step_ = -1;
 }
 
 result<external_step> script_invocations::step(std::int64_t step, std::uint32_t rank,
@@ -53,12 +55,61 @@ result<external_step> script_invocations::step(std::int64_t step, std::uint32_t 
     }
     return current_->step(step, rank, params, indices, grad, nullptr, rows);
   }
+  external_step out;
+  auto ok = bounded(
+      step,
+      [&](external_process& p, const invocation_deadline* d) -> result<void> {
+        // A script with tables: a process that did not answer this step's lookup (a fresh one
+        // after a failed invocation) is asked it first: its Embeddings map ids to the rows by
+        // it. The script's lookups are a function of the samples: the same ids, the same rows.
+        if (rows != nullptr && lookup_step_ != step) {
+          auto ids = p.lookup(step, indices, d);
+          if (!ids) return std::unexpected(ids.error());
+          lookup_step_ = step;
+        }
+        auto r = p.step(step, rank, params, indices, grad, d, rows);
+        if (!r) return std::unexpected(r.error());
+        out = *r;
+        return {};
+      },
+      true);
+  if (!ok) return std::unexpected(ok.error());
+  return out;
+}
+
+result<std::vector<std::vector<std::uint64_t>>> script_invocations::lookup(
+    std::int64_t step, std::span<const std::uint32_t> indices) {
+  if (!limits_) {
+    if (!current_) {
+      auto p = pool_->take(who_);
+      if (!p) return std::unexpected(p.error());
+      current_ = std::move(*p);
+    }
+    return current_->lookup(step, indices);
+  }
+  std::vector<std::vector<std::uint64_t>> ids;
+  auto ok = bounded(
+      step,
+      [&](external_process& p, const invocation_deadline* d) -> result<void> {
+        auto r = p.lookup(step, indices, d);
+        if (!r) return std::unexpected(r.error());
+        ids = std::move(*r);
+        lookup_step_ = step;
+        return {};
+      },
+      false);
+  if (!ok) return std::unexpected(ok.error());
+  return ids;
+}
+
+result<void> script_invocations::bounded(std::int64_t step, const bounded_call& call, bool task) {
   const auto& lim = *limits_;
   std::string last;
   for (std::uint32_t attempt = 0; attempt < lim.max_attempts;) {
     if (!current_) {
       ++counts_.started;
       next_started_ = false;
+      lookup_step_ = -1;
       auto p = pool_->take(who_);
       if (!p) {
         // A script that cannot start under the limits (too little memory for its imports)
@@ -74,20 +125,20 @@ result<external_step> script_invocations::step(std::int64_t step, std::uint32_t 
       invoked_ = std::chrono::steady_clock::now();
     }
     // The next invocation's process starts beside this one's last step.
-    if (!next_started_ && answered_ + 1 >= lim.steps_per_invocation) {
+    if (task && !next_started_ && answered_ + 1 >= lim.steps_per_invocation) {
       pool_->prestart(1);
       next_started_ = true;
     }
     const invocation_deadline d{invoked_ + lim.deadline, double(lim.deadline.count()) / 1000.0};
-    auto r = current_->step(step, rank, params, indices, grad,
-                            lim.deadline.count() > 0 ? &d : nullptr, rows);
+    auto r = call(*current_, lim.deadline.count() > 0 ? &d : nullptr);
     if (r) {
+      if (!task) return {};
       ++answered_;
       ++counts_.tasks;
       counts_.peak_memory_bytes =
           std::max(counts_.peak_memory_bytes, current_->peak_memory_bytes());
       if (answered_ >= lim.steps_per_invocation) retire();
-      return r;
+      return {};
     }
     // A script's own failure is not the limits': it would fail again.
     if (r.error().code != errc::resource_exhausted && r.error().code != errc::io_error)
@@ -104,18 +155,6 @@ result<external_step> script_invocations::step(std::int64_t step, std::uint32_t 
               "for this script and batch",
               lim.max_attempts, step, last, double(lim.deadline.count()) / 1000.0,
               lim.memory_bytes >> 20);
-}
-
-result<std::vector<std::vector<std::uint64_t>>> script_invocations::lookup(
-    std::int64_t step, std::span<const std::uint32_t> indices) {
-  if (limits_)
-    return fail(errc::unsupported, "{}: a script's tables do not run in function mode", who_);
-  if (!current_) {
-    auto p = pool_->take(who_);
-    if (!p) return std::unexpected(p.error());
-    current_ = std::move(*p);
-  }
-  return current_->lookup(step, indices);
 }
 
 }  // namespace coach::worker

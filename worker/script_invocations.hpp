@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -61,8 +62,9 @@ class script_invocations {
                              std::span<const std::uint32_t> indices, float* grad,
                              const external_step_rows* rows = nullptr);
   /// A script with tables: the rows step `step` looks up (external_process::lookup), asked of
-  /// the current process (taken from the pool when there is none). Not in function mode (the
-  /// spec refuses tables there).
+  /// the current process (taken from the pool when there is none). In function mode under the
+  /// invocation's deadline, on a fresh process when that one ends without answering, as step();
+  /// a step whose process did not answer its lookup asks it again first.
   result<std::vector<std::vector<std::uint64_t>>> lookup(std::int64_t step,
                                                          std::span<const std::uint32_t> indices);
 
@@ -77,6 +79,13 @@ class script_invocations {
   void retire();
   /// Drops the current process that failed, counting how it ended.
   void drop_failed();
+  using bounded_call =
+      std::function<result<void>(external_process&, const invocation_deadline* deadline)>;
+  /// Function mode: `call` on the current invocation's process (one started when there is
+  /// none) under its deadline; a process that ends without answering (deadline, memory, crash)
+  /// is counted and dropped and `call` goes to a fresh one, max_attempts in a row at most.
+  /// `task`: a step (counted, and the invocation retired after its steps_per_invocation).
+  result<void> bounded(std::int64_t step, const bounded_call& call, bool task);
 
   std::shared_ptr<external_pool> pool_;
   std::string who_;
@@ -84,7 +93,8 @@ class script_invocations {
   std::unique_ptr<external_process> current_;
   std::uint32_t answered_ = 0;  ///< by the current process
   std::chrono::steady_clock::time_point invoked_{};
-  bool next_started_ = false;  ///< the next invocation's process was started beside this one's
+  bool next_started_ = false;      ///< the next invocation's process was started beside this one's
+  std::int64_t lookup_step_ = -1;  ///< the step whose lookup the current process answered
   invocation_counts counts_;
   external_totals totals_;  ///< of the processes before the current one
 };

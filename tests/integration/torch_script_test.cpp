@@ -257,5 +257,37 @@ TEST(torch_script, a_ctr_run_resumed_from_its_checkpoint_ends_with_the_straight_
   EXPECT_GT(rows, 1000u);
 }
 
+// Function mode: each invocation's process answers its lookups and steps under the cap and
+// the deadline; every parameter and row ends bit for bit as without invocations.
+TEST(torch_script, a_ctr_run_in_function_mode_ends_with_the_plain_runs_parameters_and_rows) {
+  NEED_TORCH();
+  const auto plain = train(ctr_spec(1));
+  ASSERT_TRUE(plain.result) << plain.result.error().to_string();
+  auto spec = ctr_spec(1);
+  spec.function = scheduler::function_limits{120, 2048, 200};
+  const auto bounded = train(spec);
+  ASSERT_TRUE(bounded.result) << bounded.result.error().to_string();
+  ASSERT_TRUE(bounded.result->invocations);
+  const auto& inv = *bounded.result->invocations;
+  // 352 steps a worker (45,000 samples, 128 a step), 200 an invocation: 2 a worker, none failed.
+  EXPECT_EQ(inv.tasks, 704u);
+  EXPECT_EQ(inv.started, 4u);
+  EXPECT_EQ(inv.failed + inv.timed_out + inv.out_of_memory, 0u);
+  EXPECT_TRUE(plain.result->params == bounded.result->params) << "the dense parameters differ";
+  const auto a = merged_rows(spec, *plain.result);
+  const auto b = merged_rows(spec, *bounded.result);
+  std::size_t rows = 0;
+  for (std::uint32_t t = 0; t < 6; ++t) {
+    const auto held = a.held_rows(t);
+    ASSERT_EQ(held, b.held_rows(t)) << "table " << t;
+    for (auto row : held) {
+      const auto va = a.find(t, row), vb = b.find(t, row);
+      ASSERT_TRUE(std::equal(va.begin(), va.end(), vb.begin(), vb.end())) << t << " " << row;
+    }
+    rows += held.size();
+  }
+  EXPECT_GT(rows, 1000u);
+}
+
 }  // namespace
 }  // namespace coach::actors
