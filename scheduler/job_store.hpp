@@ -11,6 +11,10 @@
 // Threads: one owner (the scheduler actor). SQLite is opened in its serialized mode, so a second
 // thread would be safe but would wait; nothing here needs one. A file store uses SQLite's
 // write-ahead log: each call is one transaction, durable once it returns.
+//
+// Sources: job_store.cpp opens the store (schema, upgrades) and keeps epochs, checkpoints and
+// settings; job_store_jobs.cpp the jobs with their tokens, states, allocations and history;
+// job_store_script.cpp a script job's model.
 
 #include <cstddef>
 #include <cstdint>
