@@ -6,6 +6,7 @@
 // killed on SIGINT/SIGTERM. Header-only; included by bench/recovery_bench.cpp alone.
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -87,39 +88,22 @@ class cluster {
   ~cluster() { stop_all(); }
 
   /// Starts node-a (scheduler, `node_timeout_s`) and node-b..d, logs in `dir`; waits until the
-  /// scheduler lists all four alive.
+  /// scheduler lists all four alive. free_address() gives a port that is free when asked; a
+  /// process beside (the suite runs tests two at a time) may take it before node-a binds it:
+  /// node-a then exits, and the four start again on fresh addresses (three tries).
   result<void> start(const fs::path& dir, const std::string& bin, double node_timeout_s) {
     dir_ = dir;
     fs::create_directories(dir);
-    at_ = free_address();
-    const std::string exe = bin + "/coach-node";
-    const std::string timeout = coach::format("{}", node_timeout_s);
-    launch("node-a", exe,
-           {"--exit-with-parent", "--listen", at_, "--scheduler", "--store", "", "--name", "node-a",
-            "--heartbeat", "0.25", "--node-timeout", timeout, "--rebalance-interval", "0",
-            "--cpu-accounting", "reserved"});
-    for (const char* name : {"node-b", "node-c", "node-d"})
-      launch(name, exe,
-             {"--exit-with-parent", "--listen", free_address(), "--join", at_, "--name", name,
-              "--heartbeat", "0.25", "--cpu-accounting", "reserved"});
-    for (auto& n : nodes_)
-      if (n.proc.pid <= 0) return fail(errc::internal, "cannot start {}", exe);
-    auto security = actors::load_security("", "", "");
-    if (!security) return std::unexpected(security.error());
-    auto api = actors::api_client::open(at_, std::move(*security));
-    if (!api) return std::unexpected(api.error());
-    api_ = std::move(*api);
-    const auto deadline = clock_type::now() + 60s;
-    while (clock_type::now() < deadline) {
-      auto r = api_->call(actors::nodes_request{}, 2s);
-      if (r && !r->failure) {
-        const auto& ns = std::get<actors::nodes_reply>(r->body).nodes;
-        if (std::count_if(ns.begin(), ns.end(), [](auto& x) { return x.alive; }) == 4) return {};
-      }
-      std::this_thread::sleep_for(100ms);
+    for (int attempt = 1;; ++attempt) {
+      auto up = start_once(bin, node_timeout_s);
+      if (!up) return std::unexpected(up.error());
+      if (*up) return {};
+      stop_all();
+      nodes_.clear();
+      if (attempt == 3)
+        return fail(errc::internal, "node-a exited three times (its address taken?; logs in {})",
+                    dir.string());
     }
-    return fail(errc::internal, "the four coach-node processes did not come up (logs in {})",
-                dir.string());
   }
 
   result<actors::api_reply> call(const actors::api_request& r) { return api_call(*api_, r); }
@@ -195,6 +179,54 @@ class cluster {
   }
 
  private:
+  /// One try of start(): false when node-a exited (its address was taken).
+  result<bool> start_once(const std::string& bin, double node_timeout_s) {
+    at_ = free_address();
+    const std::string exe = bin + "/coach-node";
+    const std::string timeout = coach::format("{}", node_timeout_s);
+    launch("node-a", exe,
+           {"--exit-with-parent", "--listen", at_, "--scheduler", "--store", "", "--name", "node-a",
+            "--heartbeat", "0.25", "--node-timeout", timeout, "--rebalance-interval", "0",
+            "--cpu-accounting", "reserved"});
+    for (const char* name : {"node-b", "node-c", "node-d"})
+      launch(name, exe,
+             {"--exit-with-parent", "--listen", free_address(), "--join", at_, "--name", name,
+              "--heartbeat", "0.25", "--cpu-accounting", "reserved"});
+    for (auto& n : nodes_)
+      if (n.proc.pid <= 0) return fail(errc::internal, "cannot start {}", exe);
+    auto security = actors::load_security("", "", "");
+    if (!security) return std::unexpected(security.error());
+    auto api = actors::api_client::open(at_, std::move(*security));
+    if (!api) return std::unexpected(api.error());
+    api_ = std::move(*api);
+    const auto deadline = clock_type::now() + 60s;
+    while (clock_type::now() < deadline) {
+      if (exited(nodes_.front())) return false;
+      auto r = api_->call(actors::nodes_request{}, 2s);
+      if (r && !r->failure) {
+        // This cluster's four (not another test's scheduler that took node-a's port).
+        const auto& ns = std::get<actors::nodes_reply>(r->body).nodes;
+        const auto ours = [](const auto& x) {
+          return x.alive && x.last.name.size() == 6 && x.last.name.starts_with("node-");
+        };
+        if (std::count_if(ns.begin(), ns.end(), ours) == 4) return true;
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+    return fail(errc::internal, "the four coach-node processes did not come up (logs in {})",
+                dir_.string());
+  }
+
+  /// Whether `n`'s process has ended (reaped here).
+  static bool exited(node& n) {
+    if (n.proc.pid <= 0) return true;
+    int status = 0;
+    if (::waitpid(n.proc.pid, &status, WNOHANG) != n.proc.pid) return false;
+    forget(n.proc.pid);
+    n.proc.pid = -1;
+    return true;
+  }
+
   void launch(const std::string& name, const std::string& exe,
               const std::vector<std::string>& args) {
     node n{name, {}, dir_ / (name + ".log")};
