@@ -18,6 +18,8 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "tests/helpers/loopback_port.hpp"
+
 extern char** environ;
 
 namespace coach::bench {
@@ -72,8 +74,11 @@ inline void stop(std::vector<child>& children,
   children.clear();
 }
 
-/// A loopback address with a free port: bound and released; the caller's child binds it next.
+/// A loopback address with a free port below the kernel's ephemeral range
+/// (tests/helpers/loopback_port.hpp); the caller's child binds it next.
 inline std::string free_address() {
+  if (const int port = test_ports::listen_port(); port > 0)
+    return "tcp://127.0.0.1:" + std::to_string(port);
   zmq::context_t ctx;
   zmq::socket_t s(ctx, zmq::socket_type::router);
   s.bind("tcp://127.0.0.1:0");

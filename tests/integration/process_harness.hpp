@@ -28,6 +28,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/helpers/loopback_port.hpp"
+
 extern char** environ;
 
 namespace itest {
@@ -92,9 +94,12 @@ inline run_result coach(const std::string& args) {
 }
 
 /// A loopback address whose port nothing listens on now, never one this process was given
-/// before: the kernel hands a port just freed out again, and two nodes started one after the
-/// other would otherwise get the same (the first has not bound it yet when the second asks).
+/// before, below the kernel's ephemeral range (tests/helpers/loopback_port.hpp: a port from
+/// there could become another test's source port before the node binds it).
 inline std::string free_address() {
+  if (const int port = test_ports::listen_port(); port > 0)
+    return "tcp://127.0.0.1:" + std::to_string(port);
+  // None free below the range: the kernel's choice, as before.
   static std::mutex mu;
   static std::set<std::string> given;
   std::lock_guard lock(mu);
