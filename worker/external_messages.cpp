@@ -129,6 +129,23 @@ result<external_layout> external_process::handshake(const external_layout* regis
   return std::move(*layout);
 }
 
+error external_process::missed(std::string_view what, const invocation_deadline* deadline) const {
+  return error{errc::resource_exhausted,
+               coach::format("{}: the script {} did not {} within its invocation's deadline ({:g} "
+                             "s, function.deadline_s); killed",
+                             who_, script_name_, what, deadline ? deadline->seconds : 0.0)};
+}
+
+error external_process::script_error(std::string_view kind, std::string_view message,
+                                     std::string_view what) {
+  // A MemoryError (or a framework's allocation failure) says "kind": "memory".
+  const bool memory = kind == "memory";
+  if (memory) end_ = process_end::out_of_memory;
+  return refuse(error{memory ? errc::resource_exhausted : errc::invalid_argument,
+                      coach::format("{}: {} failed in the script{}: {}", who_, what,
+                                    memory ? " for memory" : "", shown(message, 300))});
+}
+
 result<external_step> external_process::step(std::int64_t step, std::uint32_t rank,
                                              const float* params,
                                              std::span<const std::uint32_t> indices, float* grad,
@@ -159,24 +176,15 @@ result<external_step> external_process::step(std::int64_t step, std::uint32_t ra
   auto line = receive(deadline ? std::optional(deadline->at) : std::nullopt,
                       coach::format("during step {}", step));
   if (!line && timed_out_)
-    return fail(errc::resource_exhausted,
-                "{}: the script {} did not finish step {} within its invocation's deadline "
-                "({:g} s, function.deadline_s); killed",
-                who_, script_name_, step, deadline ? deadline->seconds : 0.0);
+    return std::unexpected(missed(coach::format("finish step {}", step), deadline));
   if (!line) return std::unexpected(line.error());
   out.compute_s = seconds_since(t0);
   const json r = json::parse(*line, nullptr, false);
   const auto op = r.is_object() ? r.value("op", "") : std::string();
-  if (op == "error") {
-    // A MemoryError (or a framework's allocation failure) says "kind": "memory".
-    const bool memory = r.value("kind", std::string()) == "memory";
-    if (memory) end_ = process_end::out_of_memory;
-    return std::unexpected(
-        refuse(error{memory ? errc::resource_exhausted : errc::invalid_argument,
-                     coach::format("{}: step {} failed in the script{}: {}", who_, step,
-                                   memory ? " for memory" : "",
-                                   shown(r.value("message", std::string("?")), 300))}));
-  }
+  if (op == "error")
+    return std::unexpected(script_error(r.value("kind", std::string()),
+                                        r.value("message", std::string("?")),
+                                        coach::format("step {}", step)));
   const auto samples = r.is_object() ? r.find("samples") : r.end();
   const auto loss = r.is_object() ? r.find("loss_sum") : r.end();
   if (op != "done" || r.value("step", std::int64_t(-1)) != step || samples == r.end() ||

@@ -183,6 +183,12 @@ class external_process {
   error start_timed_out() const;
   /// Ends the process for `why` and returns it as the error.
   error refuse(error why);
+  /// The error of `what` ("step 4", "step 4's lookup") not answered by `deadline` (the process
+  /// was killed): resource_exhausted, so that function mode gives it to a fresh process.
+  error missed(std::string_view what, const invocation_deadline* deadline) const;
+  /// The script's `error` answer to `what`: resource_exhausted when its kind is "memory" (the
+  /// process then counts as out of memory), else invalid_argument; the process is ended.
+  error script_error(std::string_view kind, std::string_view message, std::string_view what);
   result<void> map_shared(std::size_t floats);
   /// The refusal of a line that is not what was due (`due`: "step 3's done").
   error junk(std::string_view line, std::string_view due);

@@ -15,6 +15,7 @@
 
 #include "common/format.hpp"
 #include "worker/external_process.hpp"
+#include "worker/external_shown.hpp"
 
 namespace coach::worker {
 namespace {
@@ -22,13 +23,6 @@ namespace {
 using json = nlohmann::json;
 
 std::atomic<std::uint64_t> next_rows_file{0};
-
-std::string shown_line(std::string_view text, std::size_t n = 80) {
-  std::string s(text.substr(0, n));
-  for (char& c : s)
-    if (c == '\n' || c == '\r') c = ' ';
-  return text.size() > n ? s + "..." : s;
-}
 
 std::size_t round_up_64(std::size_t n) {
   return (n + 63) / 64 * 64;
@@ -100,7 +94,7 @@ rows_placement place_rows(std::span<const std::size_t> counts, std::span<const s
 error external_process::junk(std::string_view line, std::string_view due) {
   return refuse(
       error{errc::protocol_error, coach::format("{}: script process {} sent '{}' where {} was due",
-                                                who_, pid_, shown_line(line), due)});
+                                                who_, pid_, detail::shown(line), due)});
 }
 
 namespace {
@@ -151,23 +145,14 @@ result<std::vector<std::vector<std::uint64_t>>> external_process::lookup(
   auto line = receive(deadline ? std::optional(deadline->at) : std::nullopt,
                       coach::format("during step {}'s lookup", step));
   if (!line && timed_out_)
-    return fail(errc::resource_exhausted,
-                "{}: the script {} did not answer step {}'s lookup within its invocation's "
-                "deadline ({:g} s, function.deadline_s); killed",
-                who_, script_name_, step, deadline ? deadline->seconds : 0.0);
+    return std::unexpected(missed(coach::format("answer step {}'s lookup", step), deadline));
   if (!line) return std::unexpected(line.error());
   const json r = json::parse(*line, nullptr, false);
   const auto op = r.is_object() ? r.value("op", "") : std::string();
-  if (op == "error") {
-    // A MemoryError (or a framework's allocation failure) says "kind": "memory".
-    const bool memory = r.value("kind", std::string()) == "memory";
-    if (memory) end_ = process_end::out_of_memory;
-    return std::unexpected(
-        refuse(error{memory ? errc::resource_exhausted : errc::invalid_argument,
-                     coach::format("{}: step {}'s lookup failed in the script{}: {}", who_, step,
-                                   memory ? " for memory" : "",
-                                   shown_line(r.value("message", std::string("?")), 300))}));
-  }
+  if (op == "error")
+    return std::unexpected(script_error(r.value("kind", std::string()),
+                                        r.value("message", std::string("?")),
+                                        coach::format("step {}'s lookup", step)));
   const auto due = coach::format("step {}'s ids", step);
   if (op != "ids" || r.value("step", std::int64_t(-1)) != step || !r.contains("ids"))
     return std::unexpected(junk(*line, due));
